@@ -1,0 +1,29 @@
+# One way to do each thing: the README and .ci/run call these targets.
+PY ?= .venv/bin/python
+VENV ?= .venv
+
+.PHONY: venv lint typecheck imports test test-fast demo bench
+
+venv:
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -e '.[dev]'
+
+lint:
+	$(VENV)/bin/ruff check service worker tests bench
+	$(VENV)/bin/ruff format --check service worker tests bench
+
+typecheck:
+	$(VENV)/bin/mypy
+
+imports:
+	$(VENV)/bin/lint-imports
+
+services:
+	@bash deploy/ensure-services.sh
+
+test: venv services lint typecheck imports
+	$(PY) -m pytest
+
+demo: venv
+	$(VENV)/bin/assaygate assay examples/copperfin-typed.json

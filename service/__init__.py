@@ -1,0 +1,1 @@
+"""Assaygate: typed failure injection as the evidence that decides release."""

@@ -1,0 +1,47 @@
+"""The `assaygate` command. Every core error becomes one line and exit code 2 here, once."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from service.core.errors import AssaygateError
+
+
+class UsageError(Exception):
+    """Bad command-line input: one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from service import cli_engine, cli_service
+
+    parser = _Parser(prog="assaygate", description="Typed failure injection as release evidence.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    cli_engine.register(sub)
+    cli_service.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        code: int = args.func(args)
+        return code
+    except UsageError as exc:
+        print(f"assaygate: error: {exc}", file=sys.stderr)
+        return 2
+    except AssaygateError as exc:
+        print(f"assaygate: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

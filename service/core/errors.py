@@ -1,0 +1,41 @@
+"""Typed errors of the core. The API and the CLI translate them at their edges."""
+
+from __future__ import annotations
+
+
+class AssaygateError(Exception):
+    """Root of every error the core raises on purpose."""
+
+    code = "assaygate_error"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+class ManifestInvalid(AssaygateError):
+    code = "manifest_invalid"
+
+
+class PlanInvalid(AssaygateError):
+    code = "plan_invalid"
+
+
+class FaultUnknown(PlanInvalid):
+    code = "fault_unknown"
+
+
+class CatalogueInvalid(AssaygateError):
+    code = "catalogue_invalid"
+
+
+class TargetUnsupported(AssaygateError):
+    code = "target_unsupported"
+
+
+class EvidenceMissing(AssaygateError):
+    code = "evidence_missing"

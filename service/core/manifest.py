@@ -1,0 +1,177 @@
+"""The configuration manifest: the configured system, frozen and hashed.
+
+Each component is hashed as SHA-256 over its RFC 8785 canonical JSON; the manifest digest is the
+SHA-256 over the canonical JSON of the component-hash map. Unknown keys are errors, never dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated, Any, Literal
+
+import rfc8785
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictBool, ValidationError, model_validator
+
+from service.core.control import Control
+from service.core.errors import ManifestInvalid
+
+COMPONENTS: tuple[str, ...] = (
+    "model",
+    "prompt",
+    "policy",
+    "tools",
+    "retry",
+    "state_schema",
+    "evidence_routes",
+    "orchestration",
+    "controls",
+    "target",
+    "envelope",
+)
+TRIGGER_DEFAULT: tuple[str, ...] = ("tools", "policy", "retry")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ControlSet(_Strict):
+    """Declared controls. A control left out is not claimed (off)."""
+
+    bind_identity: StrictBool = False
+    pre_effect_authority: StrictBool = False
+    refresh_context: StrictBool = False
+    state_precondition: StrictBool = False
+    idempotency: StrictBool = False
+    effect_readback: StrictBool = False
+    evidence_gate: StrictBool = False
+    evidence_repair: StrictBool = False
+
+    def enabled(self) -> frozenset[Control]:
+        return frozenset(c for c in Control if getattr(self, c.value))
+
+
+class RetryBudget(_Strict):
+    """A token bucket shared by every agent of the fleet: a retry spends a token."""
+
+    capacity: Annotated[int, Field(strict=True, ge=1, le=100_000)]
+    refill_per_s: Annotated[float, Field(gt=0, le=100_000)]
+
+
+class RetryPolicy(_Strict):
+    max_attempts: Annotated[int, Field(strict=True, ge=1, le=20)] = 3
+    backoff_ms: Annotated[int, Field(strict=True, ge=0, le=600_000)] = 1000
+    jitter: Literal["none", "full"] = "none"
+    budget: RetryBudget | None = None
+
+
+class Orchestration(_Strict):
+    # "deny": refuse every action after any warning (the paper's fail-closed counterexample).
+    on_warning: Literal["recover", "deny"] = "recover"
+    # The customer journey must finish within this much virtual time to count as useful service.
+    deadline_ms: Annotated[int, Field(strict=True, ge=1, le=86_400_000)] = 60_000
+    graph: JsonValue = None
+
+
+class Target(_Strict):
+    kind: Literal["reference", "python", "http"] = "reference"
+    entrypoint: str | None = None
+    url: str | None = None
+    # Controls this target cannot switch off for a counterfactual run.
+    cannot_disable: tuple[Control, ...] = ()
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Target:
+        if self.kind == "python" and not (self.entrypoint and ":" in self.entrypoint):
+            raise ValueError("a python target needs entrypoint 'module:callable'")
+        if self.kind == "http" and not self.url:
+            raise ValueError("an http target needs a url")
+        return self
+
+
+Rate = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class Floors(_Strict):
+    contained: Rate = 0.99
+    recovered: Rate = 0.80
+    verified: Rate = 0.80
+    useful_service: Rate = 0.80
+
+
+class Envelope(_Strict):
+    floors: Floors = Floors()
+    # "point": floors compare point estimates; "lower_bound": the Wilson 95 % lower bound.
+    floor_on: Literal["point", "lower_bound"] = "point"
+    # The highest hard-invariant violation rate each fault may have, established at 95 %.
+    max_violation_rate: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
+
+
+class Manifest(_Strict):
+    system: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    version: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    model: dict[str, JsonValue]
+    prompt: JsonValue
+    policy: dict[str, JsonValue]
+    tools: dict[str, JsonValue]
+    retry: RetryPolicy
+    state_schema: dict[str, JsonValue] = Field(default_factory=dict)
+    evidence_routes: dict[str, JsonValue] = Field(default_factory=dict)
+    orchestration: Orchestration = Orchestration()
+    controls: ControlSet
+    target: Target = Target()
+    envelope: Envelope = Envelope()
+
+    def component(self, name: str) -> Any:
+        value = getattr(self, name)
+        if isinstance(value, BaseModel):
+            return value.model_dump(mode="json")
+        return value
+
+    def component_hashes(self) -> dict[str, str]:
+        return {name: sha256_canonical(self.component(name)) for name in COMPONENTS}
+
+    def digest(self) -> str:
+        return sha256_canonical(self.component_hashes())
+
+    def without_controls(self, removed: frozenset[Control]) -> frozenset[Control]:
+        return self.controls.enabled() - removed
+
+
+def canonical(value: Any) -> bytes:
+    return rfc8785.dumps(value)
+
+
+def sha256_canonical(value: Any) -> str:
+    return hashlib.sha256(canonical(value)).hexdigest()
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "manifest"
+
+
+def parse_manifest(data: object) -> Manifest:
+    """Validate a decoded manifest; the first problem becomes a ManifestInvalid naming its field."""
+    if not isinstance(data, dict):
+        raise ManifestInvalid("must be a JSON object", field="manifest")
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = _field(tuple(err["loc"]))
+        if err["type"] == "extra_forbidden":
+            parent = field.rsplit(".", 1)[0] if "." in field else "manifest"
+            if parent == "controls":
+                known = ", ".join(c.value for c in Control)
+                raise ManifestInvalid(f"unknown control (known: {known})", field=field) from None
+            raise ManifestInvalid(f"unknown key in {parent}", field=field) from None
+        raise ManifestInvalid(err["msg"], field=field) from None
+
+
+def parse_manifest_json(text: str | bytes) -> Manifest:
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ManifestInvalid(f"malformed JSON: {exc}", field="manifest") from None
+    return parse_manifest(data)

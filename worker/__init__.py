@@ -1,0 +1,1 @@
+"""Celery workers that run assay shards."""
