@@ -1,0 +1,82 @@
+"""The injector: arms FaultSpecs at their boundaries and fires them, leaving a receipt each time.
+
+The tool clients in `sandbox` ask the injector at every boundary whether a fault fires there; the
+injector answers with the spec (and records an injection receipt naming the spec, boundary, phase
+and call) or with None. A transient fault fires once; a persistent one every time. A composed
+fault arms its `then` steps, in order, only after it has fired.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.core.catalogue import Catalogue, FaultSpec, Persistence
+
+
+class InjectionReceipt:
+    __slots__ = ("at", "boundary", "call", "fault", "mode", "phase")
+
+    def __init__(self, fault: str, mode: str, boundary: str, phase: str, call: str, at: int) -> None:
+        self.fault = fault
+        self.mode = mode
+        self.boundary = boundary
+        self.phase = phase
+        self.call = call
+        self.at = at
+
+    def view(self) -> dict[str, Any]:
+        return {"fault": self.fault, "mode": self.mode, "boundary": self.boundary,
+                "phase": self.phase, "call": self.call, "at": self.at}
+
+
+class Injector:
+    __slots__ = ("armed", "calls", "catalogue", "fired", "pending", "receipts")
+
+    def __init__(self, spec: FaultSpec | None, catalogue: Catalogue | None = None) -> None:
+        self.armed: dict[str, list[FaultSpec]] = {}
+        self.receipts: list[InjectionReceipt] = []
+        self.fired: set[str] = set()
+        self.calls = 0
+        self.catalogue = catalogue
+        # Steps of an ordered composition, armed one at a time after their predecessor fires.
+        self.pending: list[FaultSpec] = []
+        if spec is not None:
+            self._arm(spec)
+
+    def _arm(self, spec: FaultSpec) -> None:
+        self.armed.setdefault(spec.boundary, []).append(spec)
+
+    def take(self, boundary: str, call: str, now: int, kind: str | None = None) -> FaultSpec | None:
+        """The fault that fires at this call, if any; the caller applies its disturbance."""
+        specs = self.armed.get(boundary)
+        if not specs:
+            return None
+        for spec in specs:
+            want = spec.params.get("kind")
+            if want is not None and want != kind:
+                continue
+            self.calls += 1
+            self.receipts.append(
+                InjectionReceipt(spec.id, spec.mode, boundary, spec.phase, call, now)
+            )
+            first = spec.id not in self.fired
+            self.fired.add(spec.id)
+            if spec.persistence is Persistence.TRANSIENT:
+                specs.remove(spec)
+                if not specs:
+                    del self.armed[boundary]
+            if first and spec.then and self.catalogue is not None:
+                self.pending.extend(self.catalogue.by_id(i) for i in spec.then)
+                self._arm(self.pending.pop(0))
+            elif first and self.pending:
+                self._arm(self.pending.pop(0))
+            return spec
+        return None
+
+    def exercised(self, spec: FaultSpec) -> bool:
+        """Whether the fault fired, with every step of its composition."""
+        if spec.id not in self.fired:
+            return False
+        if spec.then and self.catalogue is not None:
+            return all(step in self.fired for step in spec.then)
+        return True

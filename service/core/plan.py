@@ -1,0 +1,88 @@
+"""The fault plan: which catalogue, which faults, how many trials, which seed."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from service.core.catalogue import (
+    DOMAINS,
+    Catalogue,
+    Domain,
+    FaultSpec,
+    catalogue_named,
+)
+from service.core.errors import FaultUnknown, PlanInvalid
+
+MAX_TRIALS = 10_000_000
+
+
+class AssayPlan(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # "paper": the reference script's ten modes, drawn per trial by its generator; `trials` is
+    # the total. "full": every catalogue fault; `trials` is per fault. Or a custom catalogue.
+    catalogue: Literal["paper", "full"] | Catalogue = "full"
+    families: tuple[str, ...] = ()
+    modes: tuple[str, ...] = ()
+    trials: Annotated[int, Field(strict=True, ge=1, le=MAX_TRIALS)] = 200
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)] = 188
+    matched_baseline: bool = True
+    counterfactuals: bool = True
+
+    @property
+    def paper(self) -> bool:
+        return self.catalogue == "paper"
+
+    def resolve_catalogue(self) -> Catalogue:
+        if isinstance(self.catalogue, Catalogue):
+            return self.catalogue
+        return catalogue_named(self.catalogue)
+
+    def domains(self) -> tuple[Domain, ...]:
+        if not self.families:
+            return DOMAINS
+        known = {d.value for d in DOMAINS}
+        for fam in self.families:
+            if fam not in known:
+                raise FaultUnknown(
+                    f"unknown fault family '{fam}' (known: {', '.join(sorted(known))})",
+                    field="families",
+                )
+        return tuple(d for d in DOMAINS if d.value in self.families)
+
+    def faults(self) -> tuple[FaultSpec, ...]:
+        """The selected faults, in catalogue order."""
+        cat = self.resolve_catalogue()
+        domains = set(self.domains())
+        if self.paper and self.modes:
+            raise PlanInvalid("modes cannot be chosen in paper mode: the script draws them",
+                              field="modes")
+        selected = [f for f in cat.faults if f.domain in domains]
+        if self.modes:
+            for m in self.modes:
+                if not any(f.id == m or f.mode == m for f in cat.faults):
+                    raise FaultUnknown(f"unknown fault mode '{m}' in catalogue {cat.version}",
+                                       field="modes")
+            selected = [f for f in selected if f.id in self.modes or f.mode in self.modes]
+        if not selected:
+            raise PlanInvalid("the plan selects no fault", field="modes")
+        return tuple(selected)
+
+
+def parse_plan(data: object) -> AssayPlan:
+    if data is None:
+        return AssayPlan()
+    if not isinstance(data, dict):
+        raise PlanInvalid("must be a JSON object", field="plan")
+    try:
+        plan = AssayPlan.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "plan"
+        if err["type"] == "extra_forbidden":
+            raise PlanInvalid("unknown key in plan", field=field) from None
+        raise PlanInvalid(err["msg"], field=field) from None
+    plan.faults()  # unknown families and modes fail here, before anything is stored
+    return plan

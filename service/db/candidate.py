@@ -1,0 +1,136 @@
+"""Recording a submission: system, manifest, candidate, assay and its planned shards, at once."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from service.core.assay import ShardSpec
+from service.core.manifest import Manifest as CoreManifest
+from service.db.models import (
+    Assay,
+    AssayShard,
+    Candidate,
+    ComponentHash,
+    Event,
+    IdempotencyKey,
+    Manifest,
+    System,
+)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    candidate: Candidate
+    assay: Assay
+    system: System
+    created_system: bool
+    created_manifest: bool
+
+
+def record_submission(
+    session: Session,
+    *,
+    system_name: str,
+    version: str,
+    source_revision: str,
+    manifest: CoreManifest,
+    plan_document: dict[str, Any],
+    catalogue: str,
+    shards: Sequence[ShardSpec],
+) -> Recorded:
+    """Stage every row of one submission in `session`; the caller commits or rolls back."""
+    system = session.exec(select(System).where(System.name == system_name)).first()
+    created_system = system is None
+    if system is None:
+        system = System(name=system_name)
+        session.add(system)
+
+    digest = manifest.digest()
+    created_manifest = session.get(Manifest, digest) is None
+    if created_manifest:
+        session.add(Manifest(digest=digest, document=manifest.model_dump(mode="json")))
+        for component, sha256 in manifest.component_hashes().items():
+            session.add(
+                ComponentHash(manifest_digest=digest, component=component, sha256=sha256)
+            )
+
+    candidate = Candidate(
+        system_id=system.id,
+        version=version,
+        source_revision=source_revision,
+        manifest_digest=digest,
+    )
+    assay = Assay(
+        candidate_id=candidate.id,
+        catalogue=catalogue,
+        plan=plan_document,
+        shard_count=len(shards),
+        trials_planned=sum(s.stop - s.start for s in shards),
+    )
+    session.add(candidate)
+    session.add(assay)
+    # Flush parents first: PostgreSQL checks foreign keys per statement.
+    session.flush()
+    session.add_all(
+        AssayShard(
+            assay_id=assay.id,
+            shard_index=s.index,
+            fault_id=s.fault_id,
+            start=s.start,
+            stop=s.stop,
+            spec=s.to_dict(),
+        )
+        for s in shards
+    )
+    session.add(
+        Event(
+            kind="candidate.submitted",
+            candidate_id=candidate.id,
+            assay_id=assay.id,
+            data={
+                "system": system_name,
+                "version": version,
+                "source_revision": source_revision,
+                "manifest_digest": digest,
+                "shards": len(shards),
+            },
+        )
+    )
+    session.flush()
+    return Recorded(candidate, assay, system, created_system, created_manifest)
+
+
+def find_idempotency_key(session: Session, key: str) -> IdempotencyKey | None:
+    return session.get(IdempotencyKey, key)
+
+
+def withdraw_submission(session: Session, recorded: Recorded) -> None:
+    """Delete a committed submission that could not be enqueued, so no half of it remains.
+
+    Shared rows (the system, the manifest) go only if this submission created them and nothing
+    else has come to use them since.
+    """
+    candidate_id, assay_id = recorded.candidate.id, recorded.assay.id
+    session.execute(sa.delete(IdempotencyKey).where(col(IdempotencyKey.candidate_id) == candidate_id))
+    session.execute(sa.delete(Event).where(col(Event.candidate_id) == candidate_id))
+    session.execute(sa.delete(AssayShard).where(col(AssayShard.assay_id) == assay_id))
+    session.execute(sa.delete(Assay).where(col(Assay.id) == assay_id))
+    session.execute(sa.delete(Candidate).where(col(Candidate.id) == candidate_id))
+    digest = recorded.candidate.manifest_digest
+    if recorded.created_manifest and not _used(session, Candidate.manifest_digest, digest):
+        session.execute(
+            sa.delete(ComponentHash).where(col(ComponentHash.manifest_digest) == digest)
+        )
+        session.execute(sa.delete(Manifest).where(col(Manifest.digest) == digest))
+    if recorded.created_system and not _used(session, Candidate.system_id, recorded.system.id):
+        session.execute(sa.delete(System).where(col(System.id) == recorded.system.id))
+
+
+def _used(session: Session, column: Any, value: uuid.UUID | str) -> bool:
+    return session.exec(select(Candidate.id).where(column == value).limit(1)).first() is not None

@@ -1,0 +1,29 @@
+"""Alembic driven from code: `assaygate db upgrade`, the embedded start-up and the tests."""
+
+from __future__ import annotations
+
+from alembic import command
+from alembic.config import Config
+
+from service.settings import Settings
+
+
+def alembic_config(settings: Settings, *, url: str | None = None) -> Config:
+    migrations = settings.resolved_migrations_dir()
+    config = Config(str(migrations.parent / "alembic.ini"))
+    config.set_main_option("script_location", str(migrations))
+    config.attributes["url"] = url or settings.database_url
+    return config
+
+
+def upgrade(settings: Settings, revision: str = "head", *, url: str | None = None) -> None:
+    command.upgrade(alembic_config(settings, url=url), revision)
+
+
+def downgrade(settings: Settings, revision: str, *, url: str | None = None) -> None:
+    command.downgrade(alembic_config(settings, url=url), revision)
+
+
+def check(settings: Settings, *, url: str | None = None) -> None:
+    """Raise if the models and the migrated schema differ (a forgotten revision)."""
+    command.check(alembic_config(settings, url=url))

@@ -1,0 +1,167 @@
+"""The tables. Their shape changes only through Alembic revisions in `migrations/`."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+
+class AssayStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+
+
+class ShardStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+
+
+class System(SQLModel, table=True):
+    """A configured system that releases candidates (one Copperfin refund agent, say)."""
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    name: str = Field(max_length=200, unique=True)
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+
+
+class Manifest(SQLModel, table=True):
+    """A manifest stored once per digest: candidates that change nothing share it."""
+
+    digest: str = Field(primary_key=True, max_length=64)
+    document: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+
+
+class ComponentHash(SQLModel, table=True):
+    """Per-component hashes, queryable so a changed `tools` or `policy` can reopen a gate."""
+
+    __tablename__ = "component_hash"
+
+    manifest_digest: str = Field(foreign_key="manifest.digest", primary_key=True, max_length=64)
+    component: str = Field(primary_key=True, max_length=64)
+    sha256: str = Field(max_length=64, index=True)
+
+
+class Candidate(SQLModel, table=True):
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    system_id: uuid.UUID = Field(foreign_key="system.id", index=True)
+    version: str = Field(max_length=200)
+    source_revision: str = Field(max_length=200)
+    manifest_digest: str = Field(foreign_key="manifest.digest", max_length=64, index=True)
+    created_at: datetime = Field(
+        default_factory=utcnow,
+        sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False, index=True),
+    )
+
+
+class Assay(SQLModel, table=True):
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    candidate_id: uuid.UUID = Field(foreign_key="candidate.id", index=True)
+    status: str = Field(default=AssayStatus.QUEUED.value, max_length=16, index=True)
+    catalogue: str = Field(max_length=32)
+    # The plan exactly as the core normalised it; the seed lives here.
+    plan: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    shard_count: int
+    shards_done: int = 0
+    trials_planned: int
+    trials_done: int = 0
+    decision: str | None = Field(default=None, max_length=16)
+    report: dict[str, Any] | None = Field(default=None, sa_column=sa.Column(sa.JSON()))
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+    started_at: datetime | None = Field(
+        default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
+    )
+    finished_at: datetime | None = Field(
+        default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
+    )
+
+
+class AssayShard(SQLModel, table=True):
+    """One fault x trial range. (assay_id, shard_index) is the key a redelivered task writes to:
+    the result is set only while it is unset, so a shard is counted once however often it runs."""
+
+    __tablename__ = "assay_shard"
+
+    assay_id: uuid.UUID = Field(foreign_key="assay.id", primary_key=True)
+    shard_index: int = Field(primary_key=True)
+    fault_id: str | None = Field(default=None, max_length=64)
+    start: int
+    stop: int
+    # The core's own description of the shard, handed back to `run_shard` verbatim.
+    spec: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    status: str = Field(default=ShardStatus.PENDING.value, max_length=16)
+    attempts: int = 0
+    trials: int | None = None
+    result: dict[str, Any] | None = Field(default=None, sa_column=sa.Column(sa.JSON()))
+    worker: str | None = Field(default=None, max_length=200)
+    started_at: datetime | None = Field(
+        default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
+    )
+    finished_at: datetime | None = Field(
+        default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
+    )
+
+
+class FaultResult(SQLModel, table=True):
+    """The merged containment signature of one fault, with its sampled trial evidence."""
+
+    __tablename__ = "fault_result"
+
+    assay_id: uuid.UUID = Field(foreign_key="assay.id", primary_key=True)
+    fault_id: str = Field(primary_key=True, max_length=64)
+    domain: str | None = Field(default=None, max_length=32)
+    trials: int
+    signature: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    evidence: list[Any] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+
+
+class Event(SQLModel, table=True):
+    """Append-only: the database refuses UPDATE on this table (see the initial migration)."""
+
+    id: int | None = Field(
+        default=None, sa_column=sa.Column(sa.BigInteger(), primary_key=True, autoincrement=True)
+    )
+    at: datetime = Field(
+        default_factory=utcnow,
+        sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False, index=True),
+    )
+    kind: str = Field(max_length=64)
+    candidate_id: uuid.UUID | None = Field(default=None, index=True)
+    assay_id: uuid.UUID | None = Field(default=None, index=True)
+    shard_index: int | None = None
+    data: dict[str, Any] = Field(
+        default_factory=dict, sa_column=sa.Column(sa.JSON(), nullable=False)
+    )
+
+
+class IdempotencyKey(SQLModel, table=True):
+    """The first response to a keyed submission, replayed for the same key and body."""
+
+    __tablename__ = "idempotency_key"
+
+    key: str = Field(primary_key=True, max_length=200)
+    request_sha256: str = Field(max_length=64)
+    candidate_id: uuid.UUID = Field(foreign_key="candidate.id")
+    status_code: int
+    response: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )

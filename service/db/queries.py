@@ -1,0 +1,171 @@
+"""Read-side queries for the API and the metrics collector."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from service.db.models import (
+    Assay,
+    AssayShard,
+    AssayStatus,
+    Candidate,
+    ComponentHash,
+    FaultResult,
+    ShardStatus,
+    System,
+)
+
+
+@dataclass(frozen=True)
+class CandidateRow:
+    candidate: Candidate
+    system: System
+    assay: Assay
+
+
+@dataclass(frozen=True)
+class FaultProgress:
+    fault_id: str | None
+    shard_count: int
+    shards_done: int
+    trials_planned: int
+    trials_done: int
+
+
+@dataclass(frozen=True)
+class SystemRow:
+    system: System
+    candidates: int
+    latest: CandidateRow | None
+
+
+def _candidate_query() -> Any:
+    return (
+        select(Candidate, System, Assay)
+        .join(System, col(System.id) == col(Candidate.system_id))
+        .join(Assay, col(Assay.candidate_id) == col(Candidate.id))
+    )
+
+
+def candidate(session: Session, candidate_id: uuid.UUID) -> CandidateRow | None:
+    row = session.exec(_candidate_query().where(col(Candidate.id) == candidate_id)).first()
+    return CandidateRow(*row) if row else None
+
+
+def candidates(
+    session: Session,
+    *,
+    system: str | None,
+    limit: int,
+    before: tuple[datetime, uuid.UUID] | None,
+) -> list[CandidateRow]:
+    """Newest first; `before` is the (created_at, id) of the last row of the previous page."""
+    query = _candidate_query()
+    if system is not None:
+        query = query.where(col(System.name) == system)
+    if before is not None:
+        created_at, last_id = before
+        query = query.where(
+            sa.or_(
+                col(Candidate.created_at) < created_at,
+                sa.and_(col(Candidate.created_at) == created_at, col(Candidate.id) < last_id),
+            )
+        )
+    query = query.order_by(col(Candidate.created_at).desc(), col(Candidate.id).desc()).limit(limit)
+    return [CandidateRow(*row) for row in session.exec(query).all()]
+
+
+def systems(session: Session) -> list[SystemRow]:
+    counts = dict(
+        session.exec(
+            select(Candidate.system_id, sa.func.count()).group_by(col(Candidate.system_id))
+        ).all()
+    )
+    rows: list[SystemRow] = []
+    for system in session.exec(select(System).order_by(col(System.name))).all():
+        latest = session.exec(
+            _candidate_query()
+            .where(col(Candidate.system_id) == system.id)
+            .order_by(col(Candidate.created_at).desc(), col(Candidate.id).desc())
+            .limit(1)
+        ).first()
+        rows.append(
+            SystemRow(system, int(counts.get(system.id, 0)), CandidateRow(*latest) if latest else None)
+        )
+    return rows
+
+
+def component_hashes(session: Session, manifest_digest: str) -> dict[str, str]:
+    rows = session.exec(
+        select(ComponentHash.component, ComponentHash.sha256).where(
+            ComponentHash.manifest_digest == manifest_digest
+        )
+    ).all()
+    return dict(sorted(rows))
+
+
+def assay(session: Session, assay_id: uuid.UUID) -> Assay | None:
+    return session.get(Assay, assay_id)
+
+
+def fault_progress(session: Session, assay_id: uuid.UUID) -> list[FaultProgress]:
+    done = col(AssayShard.status) == ShardStatus.DONE.value
+    rows = session.exec(
+        select(
+            AssayShard.fault_id,
+            sa.func.count(),
+            sa.func.sum(sa.case((done, 1), else_=0)),
+            sa.func.sum(col(AssayShard.stop) - col(AssayShard.start)),
+            sa.func.sum(sa.case((done, col(AssayShard.trials)), else_=0)),
+        )
+        .where(AssayShard.assay_id == assay_id)
+        .group_by(col(AssayShard.fault_id))
+        .order_by(sa.func.min(col(AssayShard.shard_index)))
+    ).all()
+    return [
+        FaultProgress(fault_id, int(n), int(d or 0), int(p or 0), int(t or 0))
+        for fault_id, n, d, p, t in rows
+    ]
+
+
+def done_shard_results(session: Session, assay_id: uuid.UUID) -> list[dict[str, Any]]:
+    rows = session.exec(
+        select(AssayShard.result)
+        .where(AssayShard.assay_id == assay_id, AssayShard.status == ShardStatus.DONE.value)
+        .order_by(col(AssayShard.shard_index))
+    ).all()
+    return [r for r in rows if r is not None]
+
+
+def fault_results(session: Session, assay_id: uuid.UUID) -> Sequence[FaultResult]:
+    return session.exec(
+        select(FaultResult).where(FaultResult.assay_id == assay_id).order_by(col(FaultResult.fault_id))
+    ).all()
+
+
+@dataclass(frozen=True)
+class Totals:
+    assays_by_status: dict[str, int]
+    shards_done: int
+    trials_executed: int
+
+
+def totals(session: Session) -> Totals:
+    by_status = {s.value: 0 for s in AssayStatus}
+    for status, n in session.exec(
+        select(Assay.status, sa.func.count()).group_by(col(Assay.status))
+    ).all():
+        by_status[status] = int(n)
+    shards_done, trials = session.exec(
+        select(sa.func.count(), sa.func.coalesce(sa.func.sum(col(AssayShard.trials)), 0)).where(
+            AssayShard.status == ShardStatus.DONE.value
+        )
+    ).one()
+    return Totals(by_status, int(shards_done), int(trials))

@@ -1,0 +1,69 @@
+"""Engines and sessions. Built by the caller from settings; nothing connects at import time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from service.settings import Settings
+
+#: What a database outage looks like from SQLAlchemy: the API answers 503 for these.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (sa.exc.OperationalError, sa.exc.InterfaceError)
+
+
+def make_engine(settings: Settings, *, url: str | None = None) -> Engine:
+    url = url or settings.database_url
+    if url.startswith("sqlite"):
+        return _sqlite_engine(url)
+    return sa.create_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_pool_size,
+        pool_pre_ping=True,
+        pool_timeout=settings.readiness_timeout * 2,
+        connect_args={"connect_timeout": max(1, int(settings.readiness_timeout))},
+    )
+
+
+def _sqlite_engine(url: str) -> Engine:
+    engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # pysqlite's own BEGIN is deferred; two processes that read then write would then fail
+        # with SQLITE_BUSY instead of waiting. We emit BEGIN IMMEDIATE ourselves (below).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(connection: sa.Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+@contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """One unit of work: committed when the block ends, rolled back if it raises."""
+    with Session(engine, expire_on_commit=False) as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+def ping(engine: Engine) -> None:
+    with engine.connect() as connection:
+        connection.execute(sa.text("SELECT 1"))

@@ -1,0 +1,202 @@
+"""One settings object, read from `ASSAYGATE_*` environment variables by `get_settings()`.
+
+With no configuration at all the service runs embedded: a SQLite file and a filesystem broker
+under `./var`, so a laptop needs no servers. Point `ASSAYGATE_DATABASE_URL` at PostgreSQL and
+`ASSAYGATE_BROKER_URL` at Redis for production.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ASSAYGATE_", extra="ignore")
+
+    data_dir: Path = Path("var")
+    database_url: str = ""
+    broker_url: str = ""
+    # Empty: Redis brokers store results in the same Redis; other brokers keep none (results
+    # live in the database, the backend only serves `celery inspect`-style tooling).
+    result_backend: str = ""
+    queue: str = "assaygate"
+    # Isolates several deployments (or test sessions) sharing one Redis database.
+    redis_key_prefix: str = ""
+    # A shard whose worker vanished (SIGKILL, lost node) is handed to another worker after this
+    # long. It must exceed the longest shard, or a slow shard runs twice (harmless, but wasted).
+    broker_visibility_timeout: float = Field(default=60.0, gt=0)
+    broker_restore_interval: float = Field(default=5.0, gt=0)
+    trials_per_shard: int = Field(default=250, ge=1)
+    max_body_bytes: int = Field(default=MIB, ge=1024)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    worker_concurrency: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+    readiness_timeout: float = Field(default=2.0, gt=0)
+    db_pool_size: int = Field(default=10, ge=1)
+    log_level: str = "INFO"
+    log_format: Literal["json", "text"] = "json"
+    migrations_dir: Path | None = None
+
+    @model_validator(mode="after")
+    def _embedded_defaults(self) -> Settings:
+        self.data_dir = self.data_dir.expanduser().absolute()
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.data_dir / 'assaygate.sqlite3'}"
+        if not self.broker_url:
+            self.broker_url = "filesystem://"
+        if not self.result_backend and self.broker_is_redis:
+            self.result_backend = self.broker_url
+        return self
+
+    @property
+    def broker_is_redis(self) -> bool:
+        return self.broker_url.startswith(("redis://", "rediss://", "redis+socket://"))
+
+    @property
+    def database_is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def embedded(self) -> bool:
+        """No server to reach: the API may start its own worker and migrate on start."""
+        return self.database_is_sqlite and not self.broker_is_redis
+
+    @property
+    def broker_dir(self) -> Path:
+        return self.data_dir / "broker"
+
+    def resolved_migrations_dir(self) -> Path:
+        if self.migrations_dir is not None:
+            return self.migrations_dir
+        return Path(__file__).resolve().parent.parent / "migrations"
+
+    def celery_config(self) -> dict[str, Any]:
+        """Broker and routing configuration shared by the API (which only sends) and workers."""
+        transport: dict[str, Any] = {}
+        if self.broker_is_redis:
+            transport = {
+                "visibility_timeout": self.broker_visibility_timeout,
+                "unacked_restore_interval": self.broker_restore_interval,
+                "unacked_restore_throttle": 1,
+                "socket_connect_timeout": self.readiness_timeout,
+                "socket_timeout": 10.0,
+            }
+            if self.redis_key_prefix:
+                transport["global_keyprefix"] = self.redis_key_prefix
+        elif self.broker_url.startswith("filesystem"):
+            folder = str(self.broker_dir / "queue")
+            transport = {
+                "data_folder_in": folder,
+                "data_folder_out": folder,
+                "processed_folder": str(self.broker_dir / "processed"),
+                "store_processed": False,
+                "polling_interval": 0.05,
+            }
+        config: dict[str, Any] = {
+            "broker_url": self.broker_url,
+            "broker_transport_options": transport,
+            "broker_connection_retry_on_startup": True,
+            "task_default_queue": self.queue,
+            "task_serializer": "json",
+            "result_serializer": "json",
+            "accept_content": ["json"],
+            # A dead broker must fail a submission quickly (503), not hang the request.
+            "task_publish_retry_policy": {
+                "max_retries": 1,
+                "interval_start": 0,
+                "interval_step": 0.2,
+                "interval_max": 0.2,
+            },
+        }
+        if self.result_backend:
+            config["result_backend"] = self.result_backend
+            config["result_expires"] = 3600
+            if self.result_backend.startswith("redis") and self.redis_key_prefix:
+                config["result_backend_transport_options"] = {
+                    "global_keyprefix": self.redis_key_prefix
+                }
+        else:
+            config["task_ignore_result"] = True
+        return config
+
+    def child_environment(self) -> dict[str, str]:
+        """The environment that makes a child process (the embedded worker) see these settings."""
+        env = dict(os.environ)
+        for name in ("data_dir", "database_url", "broker_url", "result_backend", "queue"):
+            env[f"ASSAYGATE_{name.upper()}"] = str(getattr(self, name))
+        env["ASSAYGATE_REDIS_KEY_PREFIX"] = self.redis_key_prefix
+        env["ASSAYGATE_BROKER_VISIBILITY_TIMEOUT"] = str(self.broker_visibility_timeout)
+        env["ASSAYGATE_BROKER_RESTORE_INTERVAL"] = str(self.broker_restore_interval)
+        env["ASSAYGATE_LOG_LEVEL"] = self.log_level
+        env["ASSAYGATE_LOG_FORMAT"] = self.log_format
+        return env
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
+
+
+# Attributes a log call may carry through `extra=`; they become top-level JSON keys.
+LOG_CONTEXT_KEYS: tuple[str, ...] = (
+    "candidate_id",
+    "assay_id",
+    "shard",
+    "system",
+    "method",
+    "path",
+    "status",
+    "duration_ms",
+    "worker",
+    "trials",
+    "decision",
+)
+
+
+class JsonLineFormatter(logging.Formatter):
+    """One JSON object per line, so log shippers need no parsing rules."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key in LOG_CONTEXT_KEYS:
+            value = record.__dict__.get(key)
+            if value is not None:
+                line[key] = value if isinstance(value, int | float | bool) else str(value)
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return json.dumps(line, separators=(",", ":"))
+
+
+def configure_logging(settings: Settings) -> None:
+    """Route every logger (ours, uvicorn's, Celery's) through one stderr handler."""
+    handler = logging.StreamHandler(sys.stderr)
+    if settings.log_format == "json":
+        handler.setFormatter(JsonLineFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(settings.log_level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "celery", "kombu"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = []
+        logger.propagate = True
+    # The API logs each request itself, with its ids; uvicorn's access line would duplicate it.
+    logging.getLogger("uvicorn.access").disabled = True
