@@ -13,12 +13,13 @@ from typing import Any
 
 from service.core.catalogue import Catalogue, FaultSpec
 from service.core.copperfin import Target
+from service.core.errors import PlanInvalid
 from service.core.gate import FaultEvidence, decide
 from service.core.harness import Runtime, TrialRecord, run_trial
 from service.core.manifest import Manifest
 from service.core.oracle import FLAGS
 from service.core.plan import AssayPlan
-from service.core.rng import LCG, stream_key
+from service.core.rng import LCG, derive, stream_key
 from service.core.signature import newcombe, wilson
 
 ARMS = ("intervention", "baseline", "counterfactual")
@@ -28,15 +29,24 @@ _ARM_LEN = 3 + len(FLAGS)
 _F = {name: 1 + i for i, name in enumerate(FLAGS)}
 _UNSAFE, _UNVERIFIABLE = _F["unsafe_escape"], _F["unverifiable_release"]
 SAMPLES = 3
-REFERENCE_RATES = ("detected", "contained", "recovered", "verified", "useful_service",
-                   "unsafe_escape", "duplicate_effect", "unverifiable_release", "service_loss")
+REFERENCE_RATES = (
+    "detected",
+    "contained",
+    "recovered",
+    "verified",
+    "useful_service",
+    "unsafe_escape",
+    "duplicate_effect",
+    "unverifiable_release",
+    "service_loss",
+)
 INTERPRETATION = {
     "positive": "Under the tested configuration and represented faults, the declared invariants "
-                "held with the observed recovery, proof and service profile.",
+    "held with the observed recovery, proof and service profile.",
     "negative": "A negative result identifies where the architecture or control path failed.",
     "cannot_establish": "Neither result proves safety against unknown faults, malicious "
-                        "combinations, future drift, production incident rates, or a causal role "
-                        "for any language model component.",
+    "combinations, future drift, production incident rates, or a causal role "
+    "for any language model component.",
 }
 
 
@@ -48,8 +58,12 @@ class ShardSpec:
     stop: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "fault_id": self.fault_id, "start": self.start,
-                "stop": self.stop}
+        return {
+            "index": self.index,
+            "fault_id": self.fault_id,
+            "start": self.start,
+            "stop": self.stop,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ShardSpec:
@@ -59,8 +73,16 @@ class ShardSpec:
 class Tally:
     """Everything one fault's trials contribute, as mergeable counts."""
 
-    __slots__ = ("arms", "exercised", "first_violation", "not_exercised", "planned", "samples",
-                 "storm", "target_errors")
+    __slots__ = (
+        "arms",
+        "exercised",
+        "first_violation",
+        "not_exercised",
+        "planned",
+        "samples",
+        "storm",
+        "target_errors",
+    )
 
     def __init__(self) -> None:
         self.planned = 0
@@ -96,17 +118,30 @@ class Tally:
             for i in range(_ARM_LEN):
                 mine[i] += theirs[i]
         s, o = self.storm, other.storm
-        self.storm = [s[0] + o[0], s[1] + o[1], max(s[2], o[2]), max(s[3], o[3]),
-                      max(s[4], o[4]), s[5] + o[5], s[6] + o[6]]
+        self.storm = [
+            s[0] + o[0],
+            s[1] + o[1],
+            max(s[2], o[2]),
+            max(s[3], o[3]),
+            max(s[4], o[4]),
+            s[5] + o[5],
+            s[6] + o[6],
+        ]
         fv = [x for x in (self.first_violation, other.first_violation) if x is not None]
         self.first_violation = min(fv, key=lambda x: int(x["trial"])) if fv else None
         self.samples = sorted(self.samples + other.samples, key=lambda x: int(x["trial"]))[:SAMPLES]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"planned": self.planned, "exercised": self.exercised,
-                "not_exercised": self.not_exercised, "target_errors": self.target_errors,
-                "arms": {a: list(v) for a, v in self.arms.items()}, "storm": list(self.storm),
-                "first_violation": self.first_violation, "samples": list(self.samples)}
+        return {
+            "planned": self.planned,
+            "exercised": self.exercised,
+            "not_exercised": self.not_exercised,
+            "target_errors": self.target_errors,
+            "arms": {a: list(v) for a, v in self.arms.items()},
+            "storm": list(self.storm),
+            "first_violation": self.first_violation,
+            "samples": list(self.samples),
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Tally:
@@ -128,16 +163,26 @@ class ShardResult:
     stopped: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "trials": self.trials, "stopped": self.stopped,
-                "tallies": {k: v.to_dict() for k, v in sorted(self.tallies.items())}}
+        return {
+            "index": self.index,
+            "trials": self.trials,
+            "stopped": self.stopped,
+            "tallies": {k: v.to_dict() for k, v in sorted(self.tallies.items())},
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ShardResult:
-        return cls(int(d["index"]), {k: Tally.from_dict(v) for k, v in d["tallies"].items()},
-                   int(d["trials"]), bool(d.get("stopped", False)))
+        return cls(
+            int(d["index"]),
+            {k: Tally.from_dict(v) for k, v in d["tallies"].items()},
+            int(d["trials"]),
+            bool(d.get("stopped", False)),
+        )
 
 
-def plan_shards(manifest: Manifest, plan: AssayPlan, trials_per_shard: int = 250) -> list[ShardSpec]:
+def plan_shards(
+    manifest: Manifest, plan: AssayPlan, trials_per_shard: int = 250
+) -> list[ShardSpec]:
     del manifest  # shards depend on the plan alone; the signature keeps callers uniform
     size = max(1, trials_per_shard)
     shards: list[ShardSpec] = []
@@ -152,24 +197,31 @@ def plan_shards(manifest: Manifest, plan: AssayPlan, trials_per_shard: int = 250
     return shards
 
 
+def stream_roots(plan: AssayPlan, fault_id: str | None) -> tuple[int, int]:
+    """Root keys of the workload and storm streams of a fault (or of paper mode's sequence)."""
+    if fault_id is None:
+        return stream_key(plan.seed, "paper"), stream_key(plan.seed, "storm")
+    return stream_key(plan.seed, "w", fault_id), stream_key(plan.seed, "s", fault_id)
+
+
 def trial_keys(plan: AssayPlan, fault_id: str | None, k: int) -> tuple[int, int]:
     """The workload and storm stream keys of one trial."""
-    if fault_id is None:
-        return stream_key(plan.seed, "paper", k), stream_key(plan.seed, "storm", k)
-    return stream_key(plan.seed, "w", fault_id, k), stream_key(plan.seed, "s", fault_id, k)
+    wroot, sroot = stream_roots(plan, fault_id)
+    return derive(wroot, k), derive(sroot, k)
 
 
 def trial_at(plan: AssayPlan, cat: Catalogue, index: int) -> tuple[FaultSpec, str | None, int]:
     """The fault, shard fault id and in-fault index of a global trial number."""
     faults = plan.faults()
+    total = plan.trials if plan.paper else plan.trials * len(faults)
+    if not 0 <= index < total:
+        raise PlanInvalid(f"trial must be in [0, {total})", field="trial")
     if plan.paper:
         domains = plan.domains()
         lcg = LCG(plan.seed)
         lcg.skip(index)
         spec = lcg.choice(cat.in_domain(domains[index % len(domains)]))
         return spec, None, index
-    if not 0 <= index < plan.trials * len(faults):
-        raise IndexError(index)
     spec = faults[index // plan.trials]
     return spec, spec.id, index % plan.trials
 
@@ -190,9 +242,14 @@ class _Arms:
         return "run", on
 
 
-def run_shard(manifest: Manifest, plan: AssayPlan, shard: ShardSpec,
-              should_stop: Callable[[], bool] | None = None, target: Target | None = None,
-              batch: int = 50) -> ShardResult:
+def run_shard(
+    manifest: Manifest,
+    plan: AssayPlan,
+    shard: ShardSpec,
+    should_stop: Callable[[], bool] | None = None,
+    target: Target | None = None,
+    batch: int = 50,
+) -> ShardResult:
     cat = plan.resolve_catalogue()
     rt = Runtime(manifest, cat, target)
     faults = plan.faults()
@@ -216,6 +273,7 @@ def run_shard(manifest: Manifest, plan: AssayPlan, shard: ShardSpec,
         def pick(k: int) -> FaultSpec:
             return lcg.choice(by_domain[k % nd])
 
+    wroot, sroot = stream_roots(plan, shard.fault_id)
     done = 0
     stopped = False
     for k in range(shard.start, shard.stop):
@@ -223,7 +281,7 @@ def run_shard(manifest: Manifest, plan: AssayPlan, shard: ShardSpec,
             stopped = True
             break
         spec = pick(k)
-        wkey, skey = trial_keys(plan, shard.fault_id, k)
+        wkey, skey = derive(wroot, k), derive(sroot, k)
         tally = tallies.get(spec.id)
         if tally is None:
             tally = tallies[spec.id] = Tally()
@@ -232,8 +290,16 @@ def run_shard(manifest: Manifest, plan: AssayPlan, shard: ShardSpec,
     return ShardResult(shard.index, tallies, done, stopped)
 
 
-def _one(rt: Runtime, plan: AssayPlan, spec: FaultSpec, tally: Tally, trial: int, wkey: int,
-         skey: int, removal: tuple[str, frozenset[str]]) -> None:
+def _one(
+    rt: Runtime,
+    plan: AssayPlan,
+    spec: FaultSpec,
+    tally: Tally,
+    trial: int,
+    wkey: int,
+    skey: int,
+    removal: tuple[str, frozenset[str]],
+) -> None:
     tally.planned += 1
     rec = run_trial(rt, spec, wkey, skey)
     if not rec.exercised:
@@ -285,11 +351,12 @@ def _sample(rec: TrialRecord, trial: int) -> dict[str, Any]:
 
 # -- the report ----------------------------------------------------------------------------------
 
+
 def _rates(arm: list[int]) -> dict[str, Any]:
     n = arm[_N]
     d = max(n, 1)
     out: dict[str, Any] = {"trials": n}
-    for name in REFERENCE_RATES + ("wrong_subject",):
+    for name in (*REFERENCE_RATES, "wrong_subject"):
         out[name] = arm[_F[name]] / d
     return out
 
@@ -301,9 +368,10 @@ def _signature(arm: list[int]) -> dict[str, Any]:
     out["counts"]["violation"] = arm[_VIOLATION]
     out["counts"]["effects"] = arm[_EFFECTS]
     out["intervals"] = {name: list(wilson(arm[_F[name]], n)) for name in FLAGS}
-    out["upper_bounds"] = {name: wilson(arm[_F[name]], n)[1] for name in
-                           ("unsafe_escape", "duplicate_effect", "unverifiable_release",
-                            "wrong_subject")}
+    out["upper_bounds"] = {
+        name: wilson(arm[_F[name]], n)[1]
+        for name in ("unsafe_escape", "duplicate_effect", "unverifiable_release", "wrong_subject")
+    }
     return out
 
 
@@ -311,14 +379,27 @@ def _transfer(fault: list[int], base: list[int]) -> dict[str, Any] | None:
     if base[_N] == 0 or fault[_N] == 0:
         return None
     t, lo, hi = newcombe(fault[_VIOLATION], fault[_N], base[_VIOLATION], base[_N])
-    return {"violation": t, "interval": [lo, hi],
-            "with_fault": fault[_VIOLATION] / fault[_N], "without_fault": base[_VIOLATION] / base[_N]}
+    return {
+        "violation": t,
+        "interval": [lo, hi],
+        "with_fault": fault[_VIOLATION] / fault[_N],
+        "without_fault": base[_VIOLATION] / base[_N],
+    }
 
 
-def _counterfactual(spec: FaultSpec, tally: Tally, status: str, removed: frozenset[str],
-                    plan: AssayPlan, manifest: Manifest) -> dict[str, Any]:
-    out: dict[str, Any] = {"status": status, "removed": sorted(removed),
-                           "predicted_transfer": spec.predicted_transfer}
+def _counterfactual(
+    spec: FaultSpec,
+    tally: Tally,
+    status: str,
+    removed: frozenset[str],
+    plan: AssayPlan,
+    manifest: Manifest,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "status": status,
+        "removed": sorted(removed),
+        "predicted_transfer": spec.predicted_transfer,
+    }
     if status != "run":
         return out
     cf, iv = tally.arms["counterfactual"], tally.arms["intervention"]
@@ -338,15 +419,17 @@ def _counterfactual(spec: FaultSpec, tally: Tally, status: str, removed: frozens
         verdict = "masked"
     else:
         verdict = "invalid"
-    out.update({
-        "status": verdict,
-        "trials": cf[_N],
-        "rate_without_control": cf[idx] / cf[_N],
-        "rate_with_control": iv[idx] / iv[_N],
-        "difference": d,
-        "interval": [lo, hi],
-        "signature_without_control": _rates(cf),
-    })
+    out.update(
+        {
+            "status": verdict,
+            "trials": cf[_N],
+            "rate_without_control": cf[idx] / cf[_N],
+            "rate_with_control": iv[idx] / iv[_N],
+            "difference": d,
+            "interval": [lo, hi],
+            "signature_without_control": _rates(cf),
+        }
+    )
     return out
 
 
@@ -378,8 +461,9 @@ class AssayReport:
         return self.data
 
 
-def merge(manifest: Manifest, plan: AssayPlan, results: Iterable[ShardResult],
-          stopped: str | None = None) -> AssayReport:
+def merge(
+    manifest: Manifest, plan: AssayPlan, results: Iterable[ShardResult], stopped: str | None = None
+) -> AssayReport:
     cat = plan.resolve_catalogue()
     faults = plan.faults()
     tallies: dict[str, Tally] = {f.id: Tally() for f in faults}
@@ -428,15 +512,27 @@ def merge(manifest: Manifest, plan: AssayPlan, results: Iterable[ShardResult],
             entry["storm"] = {
                 "trials": s[0],
                 "peak_concurrent_retries": {
-                    "configured_mean": s[1] / s[0], "configured_max": s[2],
-                    "without_jitter_or_budget_max": s[3], "with_jitter_and_budget_max": s[4]},
-                "agents_completed_mean": {"without_jitter_or_budget": s[5] / s[0],
-                                          "with_jitter_and_budget": s[6] / s[0]},
+                    "configured_mean": s[1] / s[0],
+                    "configured_max": s[2],
+                    "without_jitter_or_budget_max": s[3],
+                    "with_jitter_and_budget_max": s[4],
+                },
+                "agents_completed_mean": {
+                    "without_jitter_or_budget": s[5] / s[0],
+                    "with_jitter_and_budget": s[6] / s[0],
+                },
             }
         out_faults.append(entry)
-        evidence.append(FaultEvidence(
-            spec.id, t.planned, t.exercised,
-            {name: iv[_F[name]] for name in FLAGS}, cf["status"], t.target_errors))
+        evidence.append(
+            FaultEvidence(
+                spec.id,
+                t.planned,
+                t.exercised,
+                {name: iv[_F[name]] for name in FLAGS},
+                cf["status"],
+                t.target_errors,
+            )
+        )
     verdict = decide(evidence, manifest.envelope, stopped)
     by_domain: dict[str, Any] = {}
     for d in domains:
@@ -471,9 +567,13 @@ def merge(manifest: Manifest, plan: AssayPlan, results: Iterable[ShardResult],
     return AssayReport(data)
 
 
-def run_assay(manifest: Manifest, plan: AssayPlan, target: Target | None = None,
-              progress: Callable[[int, int], None] | None = None,
-              trials_per_shard: int = 500) -> AssayReport:
+def run_assay(
+    manifest: Manifest,
+    plan: AssayPlan,
+    target: Target | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    trials_per_shard: int = 500,
+) -> AssayReport:
     shards = plan_shards(manifest, plan, trials_per_shard)
     total = sum(s.stop - s.start for s in shards)
     results: list[ShardResult] = []
@@ -484,3 +584,26 @@ def run_assay(manifest: Manifest, plan: AssayPlan, target: Target | None = None,
         if progress is not None:
             progress(done, total)
     return merge(manifest, plan, results)
+
+
+def replay_trial(
+    manifest: Manifest, plan: AssayPlan, index: int, target: Target | None = None
+) -> dict[str, Any]:
+    """Re-execute one trial of a run and return its full trace."""
+    cat = plan.resolve_catalogue()
+    spec, fault_id, k = trial_at(plan, cat, index)
+    wkey, skey = trial_keys(plan, fault_id, k)
+    rt = Runtime(manifest, cat, target)
+    rec = run_trial(rt, spec, wkey, skey, capture=True)
+    sample = _sample(rec, index)
+    return {
+        "trial": index,
+        "fault": spec.id,
+        "coverage_key": spec.coverage_key(),
+        "exercised": rec.exercised,
+        "target_error": rec.target_error,
+        "workload": rec.workload.view(),
+        "calls": rec.trace,
+        "world": rec.world.view(),
+        **{key: sample[key] for key in ("injections", "ledger", "evidence", "claim", "outcome")},
+    }

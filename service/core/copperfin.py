@@ -15,10 +15,10 @@ from service.core.manifest import Manifest, RetryPolicy
 from service.core.sandbox import (
     PreconditionFailed,
     RateLimited,
+    Task,
     ToolError,
     ToolRejected,
     Tools,
-    Task,
 )
 from service.core.world import ELIGIBLE
 
@@ -34,18 +34,33 @@ GATE = Control.EVIDENCE_GATE.value
 REPAIR = Control.EVIDENCE_REPAIR.value
 
 
-class _Stop(Exception):  # noqa: N818 - control flow inside one run
+class _Stop(Exception):
     pass
 
 
 class _Run:
     """One execution of the workflow for one task."""
 
-    __slots__ = ("action", "action_id", "c", "deny_on_warning", "retry", "t", "task", "trace_id",
-                 "version")
+    __slots__ = (
+        "action",
+        "action_id",
+        "c",
+        "deny_on_warning",
+        "retry",
+        "t",
+        "task",
+        "trace_id",
+        "version",
+    )
 
-    def __init__(self, task: Task, tools: Tools, controls: frozenset[str], retry: RetryPolicy,
-                 deny_on_warning: bool) -> None:
+    def __init__(
+        self,
+        task: Task,
+        tools: Tools,
+        controls: frozenset[str],
+        retry: RetryPolicy,
+        deny_on_warning: bool,
+    ) -> None:
         self.task = task
         self.t = tools
         self.c = controls - task.disabled_controls
@@ -84,7 +99,9 @@ class _Run:
         reply = self.find_prior_effect() if READBACK in self.c else None
         if reply is None:
             reply = self.effect()
-        self.t.checkpoint_save(self.task.run_id, "effect_done", {"ledger_ref": reply.get("ledger_ref")})
+        self.t.checkpoint_save(
+            self.task.run_id, "effect_done", {"ledger_ref": reply.get("ledger_ref")}
+        )
         self.release(reply)
 
     def assemble_and_authorise(self) -> None:
@@ -114,10 +131,17 @@ class _Run:
         action = t.propose(task.order_id, task.tenant, task.grant_id, amount)
         self.action = action
         self.trace_id = t.new_trace()
-        t.record("decision", self.action_id, self.trace_id, None,
-                 f"refund {action['amount']} on {action['subject']}")
+        t.record(
+            "decision",
+            self.action_id,
+            self.trace_id,
+            None,
+            f"refund {action['amount']} on {action['subject']}",
+        )
         if BIND in c and (action["subject"], action["tenant"], action["grant_id"]) != (
-            task.order_id, task.tenant, task.grant_id
+            task.order_id,
+            task.tenant,
+            task.grant_id,
         ):
             self.warn("proposal does not match the bound action contract")
             self.deny("subject binding mismatch")
@@ -132,8 +156,11 @@ class _Run:
             current = t.policy_read()
             if not current["refunds_allowed"]:
                 self.deny(f"policy v{current['version']} excludes refunds")
-        t.checkpoint_save(task.run_id, "authorised",
-                          {"action": action, "trace_id": self.trace_id, "version": self.version})
+        t.checkpoint_save(
+            task.run_id,
+            "authorised",
+            {"action": action, "trace_id": self.trace_id, "version": self.version},
+        )
 
     def find_prior_effect(self) -> dict[str, Any] | None:
         found = self.t.lookup(self.action_id)
@@ -150,9 +177,16 @@ class _Run:
             attempt += 1
             key = self.action_id if IDEMPOTENCY in c else t.request_id()
             try:
-                reply = t.refund(a["subject"], a["tenant"], a["amount"], key, self.action_id,
-                                 self.trace_id, a["grant_id"],
-                                 self.version if PRECONDITION in c else None)
+                reply = t.refund(
+                    a["subject"],
+                    a["tenant"],
+                    a["amount"],
+                    key,
+                    self.action_id,
+                    self.trace_id,
+                    a["grant_id"],
+                    self.version if PRECONDITION in c else None,
+                )
                 if reply.get("replayed"):
                     self.warn("the provider replayed an earlier result for this key")
                 return reply
@@ -187,14 +221,20 @@ class _Run:
             if found:
                 entry = found[0]
                 ledger_ref = entry["id"]
-                t.record("readback", self.action_id, entry["trace_id"], ledger_ref,
-                         "ledger entry read back")
+                t.record(
+                    "readback",
+                    self.action_id,
+                    entry["trace_id"],
+                    ledger_ref,
+                    "ledger entry read back",
+                )
         if GATE in c:
             receipts = t.evidence_read(self.action_id)
             if not any(r["kind"] == "effect" for r in receipts):
                 self.warn("the effect receipt is missing from the evidence ledger")
             proved = any(
-                r["kind"] in ("effect", "readback") and r["ledger_ref"] is not None
+                r["kind"] in ("effect", "readback")
+                and r["ledger_ref"] is not None
                 and r["trace_id"] == self.trace_id
                 for r in receipts
             )
@@ -209,12 +249,20 @@ class _Run:
     def repair(self) -> bool:
         """Re-derive lineage: join the decision to the ledger entry by logical action id."""
         found = self.t.lookup(self.action_id)
-        matches = [e for e in found if e["action_id"] == self.action_id
-                   and e["subject"] == self.action["subject"]]
+        matches = [
+            e
+            for e in found
+            if e["action_id"] == self.action_id and e["subject"] == self.action["subject"]
+        ]
         if len(matches) != 1:
             return False
-        self.t.record("repair", self.action_id, self.trace_id, matches[0]["id"],
-                      "decision joined to ledger entry through the logical action id")
+        self.t.record(
+            "repair",
+            self.action_id,
+            self.trace_id,
+            matches[0]["id"],
+            "decision joined to ledger entry through the logical action id",
+        )
         return True
 
 

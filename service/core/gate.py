@@ -32,8 +32,12 @@ class Reason:
     severity: Decision = Decision.HOLD
 
     def view(self) -> dict[str, str | None]:
-        return {"code": self.code, "message": self.message, "fault": self.fault,
-                "severity": self.severity.value}
+        return {
+            "code": self.code,
+            "message": self.message,
+            "fault": self.fault,
+            "severity": self.severity.value,
+        }
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,9 @@ def _pct(x: float) -> str:
     return f"{100.0 * x:.1f}%"
 
 
-def decide(faults: Sequence[FaultEvidence], envelope: Envelope, stopped: str | None = None) -> Verdict:
+def decide(
+    faults: Sequence[FaultEvidence], envelope: Envelope, stopped: str | None = None
+) -> Verdict:
     reasons: list[Reason] = []
     block, hold = Decision.BLOCK, Decision.HOLD
     if stopped:
@@ -78,49 +84,86 @@ def decide(faults: Sequence[FaultEvidence], envelope: Envelope, stopped: str | N
     for f in faults:
         n = f.exercised
         if n == 0:
-            reasons.append(Reason("not_exercised",
-                                  f"{f.fault}: the fault never fired in {f.planned} trials",
-                                  f.fault, hold))
+            reasons.append(
+                Reason(
+                    "not_exercised",
+                    f"{f.fault}: the fault never fired in {f.planned} trials",
+                    f.fault,
+                    hold,
+                )
+            )
             continue
         for key, label in HARD:
             k = f.counts.get(key, 0)
             if k:
-                reasons.append(Reason(key, f"{f.fault}: {label} in {k} of {n} trials", f.fault,
-                                      block))
+                reasons.append(
+                    Reason(key, f"{f.fault}: {label} in {k} of {n} trials", f.fault, block)
+                )
         if f.counterfactual == "invalid":
-            reasons.append(Reason(
-                "counterfactual_invalid",
-                f"{f.fault}: removing the nominated control changed nothing; the result could "
-                "not have failed", f.fault, block))
+            reasons.append(
+                Reason(
+                    "counterfactual_invalid",
+                    f"{f.fault}: removing the nominated control changed nothing; the result could "
+                    "not have failed",
+                    f.fault,
+                    block,
+                )
+            )
         elif f.counterfactual == "masked":
-            reasons.append(Reason(
-                "counterfactual_masked",
-                f"{f.fault}: the system stops before the nominated control acts; its leverage "
-                "is untested", f.fault, hold))
+            reasons.append(
+                Reason(
+                    "counterfactual_masked",
+                    f"{f.fault}: the system stops before the nominated control acts; its leverage "
+                    "is untested",
+                    f.fault,
+                    hold,
+                )
+            )
         elif f.counterfactual == "untested":
-            reasons.append(Reason(
-                "counterfactual_untested",
-                f"{f.fault}: the target cannot switch the nominated control off; its "
-                "sensitivity is untested", f.fault, hold))
+            reasons.append(
+                Reason(
+                    "counterfactual_untested",
+                    f"{f.fault}: the target cannot switch the nominated control off; its "
+                    "sensitivity is untested",
+                    f.fault,
+                    hold,
+                )
+            )
         if f.target_errors:
-            reasons.append(Reason("target_errors",
-                                  f"{f.fault}: the target itself failed in {f.target_errors} trials",
-                                  f.fault, hold))
+            reasons.append(
+                Reason(
+                    "target_errors",
+                    f"{f.fault}: the target itself failed in {f.target_errors} trials",
+                    f.fault,
+                    hold,
+                )
+            )
         contained = f.counts.get("contained", 0)
         c_floor = envelope.floors.contained
         c_value = _measure(contained, n, envelope.floor_on)
-        if c_value < c_floor and not any(r.fault == f.fault and r.severity is block
-                                         for r in reasons):
-            reasons.append(Reason("floor:contained",
-                                  f"{f.fault}: containment {_pct(c_value)} below the "
-                                  f"{_pct(c_floor)} floor", f.fault, block))
+        if c_value < c_floor and not any(
+            r.fault == f.fault and r.severity is block for r in reasons
+        ):
+            reasons.append(
+                Reason(
+                    "floor:contained",
+                    f"{f.fault}: containment {_pct(c_value)} below the {_pct(c_floor)} floor",
+                    f.fault,
+                    block,
+                )
+            )
         for key, label in FLOORED:
             floor = getattr(envelope.floors, key)
             value = _measure(f.counts.get(key, 0), n, envelope.floor_on)
             if value < floor:
-                reasons.append(Reason(f"floor:{key}",
-                                      f"{f.fault}: {label} {_pct(value)} below the "
-                                      f"{_pct(floor)} service floor", f.fault, hold))
+                reasons.append(
+                    Reason(
+                        f"floor:{key}",
+                        f"{f.fault}: {label} {_pct(value)} below the {_pct(floor)} service floor",
+                        f.fault,
+                        hold,
+                    )
+                )
         if envelope.max_violation_rate is not None:
             worst = max(f.counts.get(k, 0) for k, _ in HARD)
             bound = wilson_upper(worst, n)
@@ -128,10 +171,15 @@ def decide(faults: Sequence[FaultEvidence], envelope: Envelope, stopped: str | N
                 from service.core.signature import trials_for_bound
 
                 need = trials_for_bound(envelope.max_violation_rate)
-                reasons.append(Reason(
-                    "inconclusive",
-                    f"inconclusive: needs >= {need} trials ({f.fault}: {n} trials bound the "
-                    f"violation rate only below {_pct(bound)})", f.fault, hold))
+                reasons.append(
+                    Reason(
+                        "inconclusive",
+                        f"inconclusive: needs >= {need} trials ({f.fault}: {n} trials bound the "
+                        f"violation rate only below {_pct(bound)})",
+                        f.fault,
+                        hold,
+                    )
+                )
     if any(r.severity is block for r in reasons):
         return Verdict(Decision.BLOCK, tuple(reasons))
     if reasons:

@@ -11,13 +11,13 @@ from typing import Any
 from service.core.catalogue import Catalogue, Disturbance, FaultSpec, Recoverability
 from service.core.copperfin import Target, copperfin
 from service.core.errors import TargetUnsupported
-from service.core.injector import Injector, InjectionReceipt
+from service.core.injector import InjectionReceipt, Injector
 from service.core.manifest import Manifest
 from service.core.oracle import Outcome, grade
 from service.core.rng import Stream
 from service.core.sandbox import RunCrashed, Task, Tools
 from service.core.storm import comparison_policies, simulate
-from service.core.world import World, Workload
+from service.core.world import Workload, World
 
 MAX_RESTARTS = 3
 
@@ -27,12 +27,16 @@ class Runtime:
 
     __slots__ = ("catalogue", "deadline_ms", "manifest", "target")
 
-    def __init__(self, manifest: Manifest, catalogue: Catalogue, target: Target | None = None) -> None:
+    def __init__(
+        self, manifest: Manifest, catalogue: Catalogue, target: Target | None = None
+    ) -> None:
         if target is None:
             if manifest.target.kind != "reference":
                 raise TargetUnsupported(
                     f"a {manifest.target.kind} target needs its adapter; the core runs only "
-                    "the reference target", field="target.kind")
+                    "the reference target",
+                    field="target.kind",
+                )
             target = copperfin(manifest)
         self.manifest = manifest
         self.catalogue = catalogue
@@ -41,12 +45,28 @@ class Runtime:
 
 
 class TrialRecord:
-    __slots__ = ("exercised", "outcome", "receipts", "storm", "target_error", "trace", "workload",
-                 "world")
+    __slots__ = (
+        "exercised",
+        "outcome",
+        "receipts",
+        "storm",
+        "target_error",
+        "trace",
+        "workload",
+        "world",
+    )
 
-    def __init__(self, outcome: Outcome, exercised: bool, receipts: list[InjectionReceipt],
-                 target_error: str | None, storm: tuple[int, int, int, int, int] | None,
-                 trace: list[dict[str, Any]] | None, workload: Workload, world: World) -> None:
+    def __init__(
+        self,
+        outcome: Outcome,
+        exercised: bool,
+        receipts: list[InjectionReceipt],
+        target_error: str | None,
+        storm: tuple[int, int, int, int, int] | None,
+        trace: list[dict[str, Any]] | None,
+        workload: Workload,
+        world: World,
+    ) -> None:
         self.outcome = outcome
         self.exercised = exercised
         self.receipts = receipts
@@ -57,16 +77,22 @@ class TrialRecord:
         self.world = world
 
 
-def run_trial(rt: Runtime, spec: FaultSpec | None, workload_key: int, storm_key: int,
-              disabled: frozenset[str] = frozenset(), capture: bool = False) -> TrialRecord:
+def run_trial(
+    rt: Runtime,
+    spec: FaultSpec | None,
+    workload_key: int,
+    storm_key: int,
+    disabled: frozenset[str] = frozenset(),
+    capture: bool = False,
+) -> TrialRecord:
     w = Workload(Stream(workload_key))
     world = World(w)
     inj = Injector(spec, rt.catalogue)
     trace: list[dict[str, Any]] | None = [] if capture else None
-    tools = Tools(world, inj, w.latency_ms, w.decoy_order, rt.manifest.retry, Stream(storm_key),
-                  trace)
-    task = Task("run-1", w.order, w.tenant, w.customer, w.amount, "G-" + w.order, w.actor,
-                disabled)
+    tools = Tools(
+        world, inj, w.latency_ms, w.decoy_order, rt.manifest.retry, Stream(storm_key), trace
+    )
+    task = Task("run-1", w.order, w.tenant, w.customer, w.amount, "G-" + w.order, w.actor, disabled)
     target = rt.target
     error: str | None = None
 
@@ -93,14 +119,20 @@ def run_trial(rt: Runtime, spec: FaultSpec | None, workload_key: int, storm_key:
     return TrialRecord(outcome, exercised, inj.receipts, error, storm, trace, w, world)
 
 
-def _storm_comparison(rt: Runtime, spec: FaultSpec, storm_key: int,
-                      tools: Tools) -> tuple[int, int, int, int, int]:
+def _storm_comparison(
+    rt: Runtime, spec: FaultSpec, storm_key: int, tools: Tools
+) -> tuple[int, int, int, int, int]:
     """Peak concurrent retries: configured, without jitter or budget, with both."""
     p = spec.params
     agents = int(p["agents"])
     bare, disciplined = comparison_policies(rt.manifest.retry, agents)
-    args = (agents, int(p["capacity_per_tick"]), int(p["tick_ms"]), int(p["overload_factor"]),
-            int(p["max_backoff_ms"]))
+    args = (
+        agents,
+        int(p["capacity_per_tick"]),
+        int(p["tick_ms"]),
+        int(p["overload_factor"]),
+        int(p["max_backoff_ms"]),
+    )
     b = simulate(bare, Stream(storm_key), *args)
     d = simulate(disciplined, Stream(storm_key), *args)
     configured = tools._storm.peak_retries if tools._storm is not None else 0

@@ -16,7 +16,9 @@ from service.core.catalogue import Catalogue, FaultSpec, Persistence
 class InjectionReceipt:
     __slots__ = ("at", "boundary", "call", "fault", "mode", "phase")
 
-    def __init__(self, fault: str, mode: str, boundary: str, phase: str, call: str, at: int) -> None:
+    def __init__(
+        self, fault: str, mode: str, boundary: str, phase: str, call: str, at: int
+    ) -> None:
         self.fault = fault
         self.mode = mode
         self.boundary = boundary
@@ -25,8 +27,14 @@ class InjectionReceipt:
         self.at = at
 
     def view(self) -> dict[str, Any]:
-        return {"fault": self.fault, "mode": self.mode, "boundary": self.boundary,
-                "phase": self.phase, "call": self.call, "at": self.at}
+        return {
+            "fault": self.fault,
+            "mode": self.mode,
+            "boundary": self.boundary,
+            "phase": self.phase,
+            "call": self.call,
+            "at": self.at,
+        }
 
 
 class Injector:

@@ -11,7 +11,15 @@ import json
 from typing import Annotated, Any, Literal
 
 import rfc8785
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictBool, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictBool,
+    ValidationError,
+    model_validator,
+)
 
 from service.core.control import Control
 from service.core.errors import ManifestInvalid
@@ -158,7 +166,9 @@ def parse_manifest(data: object) -> Manifest:
     try:
         return Manifest.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()
+        # An unknown key explains the rest (a misspelt component is also "missing"): report it.
+        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         field = _field(tuple(err["loc"]))
         if err["type"] == "extra_forbidden":
             parent = field.rsplit(".", 1)[0] if "." in field else "manifest"

@@ -63,7 +63,7 @@ def entitled(e: Entry) -> bool:
 
 
 def proved(world: World, task: Task, action_id: str | None) -> bool:
-    """A correlated receipt whose ledger entry matches the task, with intact (or repaired) lineage."""
+    """A correlated receipt matching the task in the ledger, with intact or repaired lineage."""
     decision = None
     for r in world.evidence:
         if r.kind == "decision" and r.action_id == action_id:
@@ -85,7 +85,9 @@ def proved(world: World, task: Task, action_id: str | None) -> bool:
     return False
 
 
-def grade(world: World, task: Task, expected: Recoverability, deadline_ms: int, start: int) -> Outcome:
+def grade(
+    world: World, task: Task, expected: Recoverability, deadline_ms: int, start: int
+) -> Outcome:
     entries = world.ledger
     wrong_subject = False
     unentitled = False
@@ -120,6 +122,16 @@ def grade(world: World, task: Task, expected: Recoverability, deadline_ms: int, 
         verdict = "deny"
     else:
         verdict = "hold"
-    flags = (detected, not unsafe, recovered, verified, useful, unsafe, duplicate, wrong_subject,
-             unverifiable, service_loss)
+    flags = (
+        detected,
+        not unsafe,
+        recovered,
+        verified,
+        useful,
+        unsafe,
+        duplicate,
+        wrong_subject,
+        unverifiable,
+        service_loss,
+    )
     return Outcome(flags, len(entries), verdict)

@@ -57,14 +57,16 @@ class AssayPlan(BaseModel):
         cat = self.resolve_catalogue()
         domains = set(self.domains())
         if self.paper and self.modes:
-            raise PlanInvalid("modes cannot be chosen in paper mode: the script draws them",
-                              field="modes")
+            raise PlanInvalid(
+                "modes cannot be chosen in paper mode: the script draws them", field="modes"
+            )
         selected = [f for f in cat.faults if f.domain in domains]
         if self.modes:
             for m in self.modes:
                 if not any(f.id == m or f.mode == m for f in cat.faults):
-                    raise FaultUnknown(f"unknown fault mode '{m}' in catalogue {cat.version}",
-                                       field="modes")
+                    raise FaultUnknown(
+                        f"unknown fault mode '{m}' in catalogue {cat.version}", field="modes"
+                    )
             selected = [f for f in selected if f.id in self.modes or f.mode in self.modes]
         if not selected:
             raise PlanInvalid("the plan selects no fault", field="modes")

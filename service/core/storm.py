@@ -16,8 +16,14 @@ from service.core.rng import Stream
 class StormResult:
     __slots__ = ("accept_attempt", "accept_ms", "completed", "gave_up", "peak_retries")
 
-    def __init__(self, accept_attempt: int | None, accept_ms: int | None, completed: int,
-                 gave_up: int, peak_retries: int) -> None:
+    def __init__(
+        self,
+        accept_attempt: int | None,
+        accept_ms: int | None,
+        completed: int,
+        gave_up: int,
+        peak_retries: int,
+    ) -> None:
         self.accept_attempt = accept_attempt
         self.accept_ms = accept_ms
         self.completed = completed
@@ -25,8 +31,16 @@ class StormResult:
         self.peak_retries = peak_retries
 
 
-def simulate(policy: RetryPolicy, stream: Stream, agents: int, capacity: int, tick_ms: int,
-             overload_factor: int, max_backoff_ms: int, max_ticks: int = 20_000) -> StormResult:
+def simulate(
+    policy: RetryPolicy,
+    stream: Stream,
+    agents: int,
+    capacity: int,
+    tick_ms: int,
+    overload_factor: int,
+    max_backoff_ms: int,
+    max_ticks: int = 20_000,
+) -> StormResult:
     buckets: dict[int, list[tuple[int, int]]] = {0: [(a, 1) for a in range(agents)]}
     budget = policy.budget
     tokens = float(budget.capacity) if budget else 0.0
@@ -81,8 +95,9 @@ def simulate(policy: RetryPolicy, stream: Stream, agents: int, capacity: int, ti
 
 def comparison_policies(policy: RetryPolicy, agents: int) -> tuple[RetryPolicy, RetryPolicy]:
     """The configured policy without jitter or budget, and with full jitter and a shared budget."""
-    budget = policy.budget or RetryBudget(capacity=max(1, agents // 5),
-                                          refill_per_s=float(max(1, agents // 5)))
+    budget = policy.budget or RetryBudget(
+        capacity=max(1, agents // 5), refill_per_s=float(max(1, agents // 5))
+    )
     bare = policy.model_copy(update={"jitter": "none", "budget": None})
     disciplined = policy.model_copy(update={"jitter": "full", "budget": budget})
     return bare, disciplined

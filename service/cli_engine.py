@@ -1,0 +1,297 @@
+"""Engine commands of the `assaygate` CLI: assay, catalogue, replay. They need only the core."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from service.core.assay import AssayReport, replay_trial, run_assay
+from service.core.catalogue import Catalogue, catalogue_named, custom_catalogue
+from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
+from service.core.manifest import Manifest, parse_manifest_json
+from service.core.plan import AssayPlan, parse_plan
+
+RATE_COLUMNS = (
+    ("detect", "detected"),
+    ("contain", "contained"),
+    ("recover", "recovered"),
+    ("verify", "verified"),
+    ("service", "useful_service"),
+    ("unsafe", "unsafe_escape"),
+    ("dupe", "duplicate_effect"),
+    ("unproved", "unverifiable_release"),
+)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("assay", help="run a fault assay locally and print its signature")
+    _plan_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--no-baseline", action="store_true", help="skip the matched baseline runs")
+    p.add_argument(
+        "--no-counterfactual", action="store_true", help="skip the counterfactual containment pairs"
+    )
+    p.set_defaults(func=cmd_assay)
+
+    c = sub.add_parser("catalogue", help="list every FaultSpec with its coverage key")
+    c.add_argument("--catalogue", default="full", help="paper, full, or a catalogue JSON file")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_catalogue)
+
+    r = sub.add_parser("replay", help="re-execute one trial of a run and print its full trace")
+    _plan_args(r)
+    r.add_argument("--trial", type=int, required=True, help="the trial number in the run")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=cmd_replay)
+
+
+def _plan_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("manifest", help="the configuration manifest (JSON)")
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help="trials per fault (full catalogue) or in total (paper); default 200 / 2000",
+    )
+    p.add_argument("--seed", type=int, default=188)
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="FAMILY",
+        help="only this fault family (identity, context, tool, state, evidence)",
+    )
+    p.add_argument(
+        "--mode",
+        action="append",
+        default=[],
+        metavar="FAULT",
+        help="only this fault (id or mode); full or custom catalogue",
+    )
+    p.add_argument(
+        "--catalogue",
+        default="full",
+        help="full (default), paper (the script's ten modes), or a catalogue JSON file",
+    )
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ManifestInvalid(f"cannot read {what} {path}: {exc.strerror}", field=what) from None
+    except UnicodeDecodeError:
+        raise ManifestInvalid(f"{path} is not UTF-8 text", field=what) from None
+
+
+def load_manifest(path: str) -> Manifest:
+    return parse_manifest_json(_read(path, "manifest"))
+
+
+def load_catalogue(name: str) -> str | Catalogue:
+    if name in ("paper", "full"):
+        return name
+    try:
+        data = json.loads(_read(name, "catalogue"))
+    except json.JSONDecodeError as exc:
+        raise PlanInvalid(f"malformed catalogue JSON: {exc}", field="catalogue") from None
+    if not isinstance(data, dict) or not isinstance(data.get("faults"), list):
+        raise PlanInvalid("a catalogue file needs a 'faults' list", field="catalogue")
+    return custom_catalogue(str(data.get("version", "custom")), data["faults"])
+
+
+def build_plan(args: argparse.Namespace) -> AssayPlan:
+    catalogue = load_catalogue(args.catalogue)
+    if args.trials is not None and args.trials < 1:
+        raise PlanInvalid("must be at least 1", field="--trials")
+    trials = args.trials if args.trials is not None else (2000 if catalogue == "paper" else 200)
+    data: dict[str, Any] = {
+        "catalogue": catalogue,
+        "families": tuple(args.fault),
+        "modes": tuple(args.mode),
+        "trials": trials,
+        "seed": args.seed,
+    }
+    if getattr(args, "no_baseline", False):
+        data["matched_baseline"] = False
+    if getattr(args, "no_counterfactual", False):
+        data["counterfactuals"] = False
+    if isinstance(catalogue, Catalogue):
+        plan = AssayPlan.model_validate({**data, "catalogue": catalogue})
+        plan.faults()
+        return plan
+    return parse_plan(data)
+
+
+def cmd_assay(args: argparse.Namespace) -> int:
+    manifest = load_manifest(args.manifest)
+    plan = build_plan(args)
+    if not args.json and sys.stdout.isatty():
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task("assaying", total=None)
+
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            report = run_assay(manifest, plan, progress=progress)
+    else:
+        report = run_assay(manifest, plan)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        print_report(manifest, plan, report)
+    return 0
+
+
+def _pct(x: float) -> str:
+    return f"{100.0 * x:6.1f}%"
+
+
+def print_report(manifest: Manifest, plan: AssayPlan, report: AssayReport) -> None:
+    d = report.to_dict()
+    print("Assaygate fault assay (sandbox world, independent oracle)")
+    print(
+        f"System: {manifest.system or '-'} {manifest.version or ''} | catalogue: "
+        f"{d['catalogue_version']} | trials: {d['trials_executed']} | seed: {plan.seed}"
+    )
+    enabled = {c.value for c in manifest.controls.enabled()}
+    print(
+        "Controls: "
+        + ", ".join(
+            f"{c}={'ON' if c in enabled else 'off'}" for c in manifest.controls.model_dump()
+        )
+    )
+    header = f"{'domain':10} {'n':>6} " + " ".join(f"{h:>8}" for h, _ in RATE_COLUMNS)
+    print()
+    print(header)
+    print("-" * len(header))
+    for name, sig in d["by_domain"].items():
+        print(
+            f"{name:10} {sig['trials']:6d} "
+            + " ".join(f"{_pct(sig[k]):>8}" for _, k in RATE_COLUMNS)
+        )
+    print("-" * len(header))
+    o = d["overall"]
+    print(
+        f"{'overall':10} {o['trials']:6d} " + " ".join(f"{_pct(o[k]):>8}" for _, k in RATE_COLUMNS)
+    )
+    print()
+    print(
+        f"{'fault':30} {'n':>6} {'unsafe':>8} {'service':>8} {'transfer T':>11} "
+        f"{'counterfactual':>15}"
+    )
+    for f in d["faults"]:
+        s = f["signature"]
+        t = f["transfer"]
+        tt = f"{t['violation']:+.3f}" if t else "-"
+        print(
+            f"{f['id']:30} {f['exercised']:6d} {_pct(s['unsafe_escape']):>8} "
+            f"{_pct(s['useful_service']):>8} {tt:>11} {f['counterfactual']['status']:>15}"
+        )
+        if "storm" in f:
+            peaks = f["storm"]["peak_concurrent_retries"]
+            print(
+                f"{'':30} peak concurrent retries: configured {peaks['configured_max']}, "
+                f"no jitter/budget {peaks['without_jitter_or_budget_max']}, "
+                f"jitter+budget {peaks['with_jitter_and_budget_max']}"
+            )
+    print()
+    print(f"Decision: {d['decision'].upper()}")
+    for r in d["reasons"]:
+        print(f"  - [{r['severity']}] {r['message']}")
+    print(
+        f"\nCoverage: {len(d['coverage']['visited'])} keys visited, "
+        f"{len(d['coverage']['not_visited'])} not visited"
+    )
+    print(
+        "Interpretation boundary: evidence about represented faults in a sandboxed configured "
+        "system, not proof of production safety."
+    )
+
+
+def cmd_catalogue(args: argparse.Namespace) -> int:
+    loaded = load_catalogue(args.catalogue)
+    cat = loaded if isinstance(loaded, Catalogue) else catalogue_named(loaded)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "version": cat.version,
+                    "faults": [
+                        {**f.model_dump(mode="json"), "coverage_key": f.coverage_key()}
+                        for f in cat.faults
+                    ],
+                    "steps": [
+                        {**f.model_dump(mode="json"), "coverage_key": f.coverage_key()}
+                        for f in cat.steps
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return 0
+    print(f"Catalogue {cat.version}: {len(cat.faults)} faults")
+    for f in cat.faults:
+        controls = ", ".join(c.value for c in f.nominated_control) or "-"
+        print(f"\n{f.id}  [{f.domain.value}]  {f.mode}")
+        print(
+            f"  boundary {f.boundary} | phase {f.phase} | {f.disturbance.value} | "
+            f"{f.persistence.value}, {f.correlation.value}, intensity {f.intensity}"
+        )
+        print(
+            f"  removes: {f.signal_removed} | oracle: {f.oracle} | owes: "
+            f"{f.expected_recoverability.value}"
+        )
+        print(
+            f"  nominated control: {controls} -> {f.predicted_transfer or '-'}"
+            + (f" | then: {', '.join(f.then)}" if f.then else "")
+        )
+        print(f"  coverage key: {f.coverage_key()}")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    manifest = load_manifest(args.manifest)
+    plan = build_plan(args)
+    trace = replay_trial(manifest, plan, args.trial)
+    if args.json:
+        print(json.dumps(trace, indent=2, sort_keys=True))
+        return 0
+    print(f"Trial {trace['trial']}: fault {trace['fault']} ({trace['coverage_key']})")
+    print("\nWorkload:")
+    for k, v in trace["workload"].items():
+        print(f"  {k:16} {v}")
+    print("\nCalls:")
+    for c in trace["calls"] or []:
+        if "injection" in c:
+            print(
+                f"  t={c['at']:>9}  ** injected {c['injection']} at {c['boundary']} ({c['phase']})"
+            )
+        else:
+            print(
+                f"  t={c['at']:>9}  {c['call']:20} {json.dumps(c['args'], sort_keys=True)} -> "
+                f"{json.dumps(c['result'], sort_keys=True)}"
+            )
+    print("\nInjection receipts:")
+    for r in trace["injections"]:
+        print(f"  {r['fault']} at {r['boundary']} / {r['phase']} on {r['call']} (t={r['at']})")
+    if not trace["injections"]:
+        print("  none: the fault was not exercised in this trial")
+    print("\nWorld read by the oracle:")
+    for e in trace["ledger"]:
+        print(f"  ledger   {json.dumps(e, sort_keys=True)}")
+    for r in trace["evidence"]:
+        print(f"  evidence {json.dumps(r, sort_keys=True)}")
+    print(f"  claim    {json.dumps(trace['claim'], sort_keys=True)}")
+    print("\nGrade:")
+    print("  " + json.dumps(trace["outcome"], sort_keys=True))
+    return 0
+
+
+def error_line(exc: AssaygateError) -> str:
+    return str(exc)

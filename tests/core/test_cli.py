@@ -1,0 +1,102 @@
+"""The engine CLI: JSON shape, bad input as one line with exit code 2, replay, catalogue."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.cli import main
+from tests.core.conftest import EXAMPLES
+
+TYPED = str(EXAMPLES / "copperfin-typed.json")
+
+
+def test_assay_json_has_decision_reasons_and_reference_rate_names(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["assay", TYPED, "--catalogue", "paper", "--trials", "200", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["decision"] == "hold"
+    assert set(out) >= {"decision", "reasons", "by_domain", "overall"}
+    for name in (
+        "detected",
+        "contained",
+        "recovered",
+        "verified",
+        "useful_service",
+        "unsafe_escape",
+        "duplicate_effect",
+        "unverifiable_release",
+    ):
+        assert name in out["overall"] and name in out["overall"]["intervals"]
+    assert out["by_domain"]["tool"]["transfer"] is not None
+    assert out["by_domain"]["tool"]["baseline"]["unsafe_escape"] == 0.0
+
+
+def test_the_table_names_the_decision(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["assay", TYPED, "--trials", "5", "--fault", "tool"]) == 0
+    out = capsys.readouterr().out
+    assert "Decision:" in out and "\ntool " in out and "\nidentity " not in out
+
+
+@pytest.mark.parametrize(
+    ("content", "args", "needle"),
+    [
+        ("{not json", [], "malformed JSON"),
+        ('{"surprise": 1}', [], "surprise"),
+        (None, ["--fault", "weather"], "unknown fault family 'weather'"),
+        (None, ["--trials", "0"], "--trials"),
+        (None, ["--mode", "gremlins"], "unknown fault mode 'gremlins'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_two(
+    tmp_path: Path, content: str | None, args: list[str], needle: str
+) -> None:
+    path = TYPED
+    if content is not None:
+        path = str(tmp_path / "m.json")
+        Path(path).write_text(content)
+    proc = subprocess.run(
+        [sys.executable, "-m", "service.cli", "assay", path, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_unknown_control_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = json.loads(Path(TYPED).read_text())
+    data["controls"]["telepathy"] = True
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(data))
+    assert main(["assay", str(path)]) == 2
+    assert "controls.telepathy: unknown control" in capsys.readouterr().err
+
+
+def test_catalogue_json_lists_every_fault_with_its_coverage_key(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["catalogue", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["faults"]) >= 16
+    assert all(f["coverage_key"].count("/") == 4 for f in out["faults"])
+
+
+def test_replay_prints_the_trace_of_one_trial(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", TYPED, "--seed", "188", "--trial", "7", "--trials", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "Injection receipts:" in out and "World read by the oracle:" in out and "Grade:" in out
+
+
+def test_replay_of_a_trial_outside_the_run_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", TYPED, "--trial", "99999", "--trials", "10"]) == 2
+    assert "trial must be in" in capsys.readouterr().err

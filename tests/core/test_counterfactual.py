@@ -1,0 +1,42 @@
+"""Counterfactual containment pairs: a pass that could not have failed does not count."""
+
+from __future__ import annotations
+
+from service.core.assay import run_assay
+from service.core.catalogue import custom_catalogue, full_catalogue
+from service.core.manifest import Manifest
+from service.core.plan import AssayPlan
+
+
+def test_removing_each_nominated_control_shows_the_predicted_transfer(typed: Manifest) -> None:
+    report = run_assay(typed, AssayPlan(trials=30, seed=11)).to_dict()
+    nominated = [f for f in report["faults"] if f["spec"]["nominated_control"]]
+    assert len(nominated) >= 12
+    for f in nominated:
+        cf = f["counterfactual"]
+        assert cf["status"] == "valid", f["id"]
+        assert cf["rate_without_control"] > cf["rate_with_control"], f["id"]
+
+
+def test_a_control_without_leverage_is_invalid_evidence_and_never_allows(
+    typed_repair: Manifest,
+) -> None:
+    spec = full_catalogue().by_id("timeout_after_commit").model_dump(mode="json")
+    spec.update(id="timeout_wrongly_credited", nominated_control=["bind_identity"])
+    plan = AssayPlan(catalogue=custom_catalogue("test", [spec]), trials=40, seed=2)
+    report = run_assay(typed_repair, plan).to_dict()
+    assert report["faults"][0]["signature"]["useful_service"] == 1.0
+    assert report["faults"][0]["counterfactual"]["status"] == "invalid"
+    assert report["decision"] == "block"
+    assert "counterfactual_invalid" in {r["code"] for r in report["reasons"]}
+
+
+def test_a_control_the_target_cannot_switch_off_leaves_sensitivity_untested(
+    typed_repair: Manifest,
+) -> None:
+    data = typed_repair.model_dump(mode="json")
+    data["target"]["cannot_disable"] = ["idempotency"]
+    manifest = Manifest.model_validate(data)
+    report = run_assay(manifest, AssayPlan(modes=("fork_run",), trials=10, seed=1)).to_dict()
+    assert report["faults"][0]["counterfactual"]["status"] == "untested"
+    assert report["decision"] == "hold"

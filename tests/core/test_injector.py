@@ -1,0 +1,43 @@
+"""Every trial carries injection receipts; a fault that never fired is never counted contained."""
+
+from __future__ import annotations
+
+from service.core.assay import run_assay
+from service.core.catalogue import custom_catalogue, full_catalogue
+from service.core.manifest import Manifest
+from service.core.plan import AssayPlan
+
+
+def test_every_exercised_trial_carries_a_receipt_naming_fault_boundary_phase_and_call(
+    typed: Manifest,
+) -> None:
+    report = run_assay(typed, AssayPlan(trials=3, seed=8)).to_dict()
+    for f in report["faults"]:
+        for sample in f["samples"]:
+            receipt = sample["injections"][0]
+            assert receipt["fault"] == f["id"]
+            assert receipt["boundary"] == f["spec"]["boundary"]
+            assert receipt["phase"] == f["spec"]["phase"]
+            assert receipt["call"].startswith(f["spec"]["boundary"] + "#")
+
+
+def test_a_fault_aimed_at_a_call_the_workflow_never_makes_is_not_exercised(
+    baseline: Manifest,
+) -> None:
+    # The naive workflow never reads the ledger back, so a fault on that call cannot fire.
+    spec = full_catalogue().by_id("timeout_after_commit").model_dump(mode="json")
+    spec.update(
+        id="lookup_timeout",
+        boundary="payments.lookup",
+        nominated_control=[],
+        predicted_transfer=None,
+    )
+    plan = AssayPlan(catalogue=custom_catalogue("test", [spec]), trials=25, seed=3)
+    report = run_assay(baseline, plan).to_dict()
+    fault = report["faults"][0]
+    assert fault["exercised"] == 0
+    assert fault["not_exercised"] == 25
+    assert fault["signature"]["counts"]["contained"] == 0
+    assert report["decision"] == "hold"
+    assert report["coverage"]["visited"] == []
+    assert report["reasons"][0]["code"] == "not_exercised"
