@@ -90,13 +90,16 @@ class _Run:
     # -- the workflow -------------------------------------------------------------------------
     def run(self) -> None:
         cp = self.t.checkpoint_load(self.task.run_id)
+        reply = None
         if cp is None:
             self.assemble_and_authorise()
         else:
             self.action = cp["action"]
             self.trace_id = cp["trace_id"]
             self.version = cp["version"]
-        reply = self.find_prior_effect() if READBACK in self.c else None
+            # A resumed run cannot know whether its effect already happened: read it back.
+            if READBACK in self.c:
+                reply = self.find_prior_effect()
         if reply is None:
             reply = self.effect()
         self.t.checkpoint_save(

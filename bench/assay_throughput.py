@@ -1,0 +1,90 @@
+"""Executed trials per second against the paper's reference script, in one session.
+
+    .venv/bin/python bench/assay_throughput.py [--trials 200000] [--reference PATH]
+
+The reference script looks outcomes up in a table; Assaygate builds a world per trial, runs the
+Copperfin workflow through the injector and grades the world. Both run the same count of typed
+trials in paper mode. Prints figures and ratios; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from service.core.assay import merge, plan_shards, run_assay, run_shard  # noqa: E402
+from service.core.manifest import parse_manifest_json  # noqa: E402
+from service.core.plan import AssayPlan  # noqa: E402
+
+DEFAULT_REFERENCE = ROOT.parent / "shared" / "seed" / "reference_injector.py"
+MANIFEST = parse_manifest_json((ROOT / "examples" / "copperfin-typed.json").read_text())
+
+
+def _reference(path: Path, trials: int, seed: int) -> float:
+    spec = importlib.util.spec_from_file_location("reference_injector", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["reference_injector"] = mod
+    spec.loader.exec_module(mod)
+    t0 = time.perf_counter()
+    mod.run_experiment(mod.Controls.typed(), list(mod.FaultDomain), trials, seed)
+    return time.perf_counter() - t0
+
+
+def _shard(args: tuple[AssayPlan, object]) -> object:
+    plan, shard = args
+    return run_shard(MANIFEST, plan, shard)  # type: ignore[arg-type]
+
+
+def _ours(plan: AssayPlan, workers: int) -> float:
+    t0 = time.perf_counter()
+    if workers == 1:
+        run_assay(MANIFEST, plan, trials_per_shard=10_000)
+    else:
+        shards = plan_shards(MANIFEST, plan, max(1, plan.trials // (workers * 4)))
+        with ProcessPoolExecutor(workers) as pool:
+            results = list(pool.map(_shard, [(plan, s) for s in shards]))
+        merge(MANIFEST, plan, results)  # type: ignore[arg-type]
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trials", type=int, default=200_000)
+    ap.add_argument("--seed", type=int, default=188)
+    ap.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
+    args = ap.parse_args()
+    n = args.trials
+    intervention = AssayPlan(
+        catalogue="paper", trials=n, seed=args.seed, matched_baseline=False, counterfactuals=False
+    )
+    full = AssayPlan(catalogue="paper", trials=n, seed=args.seed)
+    print(f"typed trials: {n:,} (paper catalogue, seed {args.seed}); cores: {os.cpu_count()}")
+    ref = None
+    if args.reference.exists():
+        ref = _reference(args.reference, n, args.seed)
+        print(f"reference script (table lookup)        {ref:7.2f} s  {n / ref:10,.0f} trials/s")
+    else:
+        print(f"reference script not found at {args.reference}: ratios skipped")
+    rows = [
+        ("executed, intervention arm, 1 process", intervention, 1),
+        ("executed, intervention arm, 2 processes", intervention, 2),
+        ("executed, + matched baseline + counterfactual, 1 process", full, 1),
+        ("executed, + matched baseline + counterfactual, 2 processes", full, 2),
+    ]
+    for label, plan, workers in rows:
+        t = _ours(plan, workers)
+        ratio = f"  ratio {t / ref:5.2f}x" if ref else ""
+        print(f"{label:58} {t:7.2f} s  {n / t:10,.0f} trials/s{ratio}")
+
+
+if __name__ == "__main__":
+    main()
