@@ -1,12 +1,422 @@
-"""Service commands of the `assaygate` CLI (serve, db, submit, ...)."""
+"""Service commands of the `assaygate` CLI: serve, demo, submit, db."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
 from typing import Any
+
+import httpx
+
+from service.cli import UsageError
+from service.settings import Settings, configure_logging, get_settings
+
+log = logging.getLogger("assaygate.serve")
+
+DECISION_EXIT = {"allow": 0, "hold": 3, "block": 4}
 
 
 def register(sub: Any) -> None:
     """Add the service subcommands to the top-level parser."""
-    del sub
-    _ = argparse
+    serve = sub.add_parser(
+        "serve",
+        help="run the API (and, embedded, a worker) on localhost:8000",
+        description="With no configuration: SQLite and a filesystem broker under ./var, the "
+        "schema migrated, a worker started as a child process, the API on 127.0.0.1:8000.",
+    )
+    _server_options(serve)
+    serve.add_argument(
+        "--worker",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="start a worker child process (default: only when embedded)",
+    )
+    serve.add_argument(
+        "--migrate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run `db upgrade` before serving (default: only when embedded)",
+    )
+    serve.set_defaults(func=_serve)
+
+    demo = sub.add_parser(
+        "demo",
+        help="start the embedded service, submit the example candidates, print the decisions",
+    )
+    demo.add_argument("--examples", type=Path, default=Path("examples"), metavar="DIR")
+    demo.add_argument("--data-dir", type=Path, default=None, help="default: a temporary folder")
+    demo.add_argument("--port", type=int, default=0, help="default: any free port")
+    demo.add_argument("--workers", type=int, default=None, help="worker processes")
+    demo.add_argument("--trials", type=int, default=None, help="trials per fault")
+    demo.add_argument("--seed", type=int, default=None)
+    demo.add_argument("--timeout", type=float, default=600.0, help="seconds to wait in total")
+    demo.set_defaults(func=_demo)
+
+    submit = sub.add_parser("submit", help="submit a manifest to a running service")
+    submit.add_argument("manifest", type=Path)
+    submit.add_argument("--url", default=None, help="default: http://127.0.0.1:8000")
+    submit.add_argument("--system", default=None)
+    submit.add_argument("--version", dest="candidate_version", default=None)
+    submit.add_argument("--source-revision", default=None, help="default: $GITHUB_SHA or 'local'")
+    submit.add_argument("--catalogue", choices=("paper", "full"), default=None)
+    submit.add_argument("--trials", type=int, default=None)
+    submit.add_argument("--seed", type=int, default=None)
+    submit.add_argument("--idempotency-key", default=None)
+    submit.add_argument("--wait", action="store_true", help="wait for the decision")
+    submit.add_argument("--timeout", type=float, default=3600.0)
+    submit.set_defaults(func=_submit)
+
+    db = sub.add_parser("db", help="database schema (Alembic migrations)")
+    db_sub = db.add_subparsers(dest="db_command", required=True, parser_class=type(db))
+    up = db_sub.add_parser("upgrade", help="migrate to a revision (default: head)")
+    up.add_argument("revision", nargs="?", default="head")
+    up.set_defaults(func=_db_upgrade)
+    down = db_sub.add_parser("downgrade", help="migrate back to a revision")
+    down.add_argument("revision")
+    down.set_defaults(func=_db_downgrade)
+    check = db_sub.add_parser("check", help="fail if the models need a migration")
+    check.set_defaults(func=_db_check)
+
+
+def _server_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default=None, help="default: $ASSAYGATE_HOST or 127.0.0.1")
+    parser.add_argument("--port", type=int, default=None, help="default: $ASSAYGATE_PORT or 8000")
+    parser.add_argument("--data-dir", type=Path, default=None, help="default: ./var")
+    parser.add_argument("--workers", type=int, default=None, help="worker processes (embedded)")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    for name in ("host", "port", "data_dir"):
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    workers = getattr(args, "workers", None)
+    if workers is not None:
+        if workers < 1:
+            raise UsageError("--workers must be at least 1")
+        overrides["worker_concurrency"] = workers
+    if not overrides:
+        return get_settings()
+    return Settings(**overrides)
+
+
+# ---------------------------------------------------------------------------------------- db
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    from service.db import migrate
+
+    settings = get_settings()
+    if settings.database_is_sqlite:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    migrate.upgrade(settings, args.revision)
+    return 0
+
+
+def _db_downgrade(args: argparse.Namespace) -> int:
+    from service.db import migrate
+
+    migrate.downgrade(get_settings(), args.revision)
+    return 0
+
+
+def _db_check(_args: argparse.Namespace) -> int:
+    from alembic.util.exc import CommandError
+
+    from service.db import migrate
+
+    try:
+        migrate.check(get_settings())
+    except CommandError as exc:
+        print(f"assaygate: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# ------------------------------------------------------------------------------------- serve
+
+
+class EmbeddedWorker:
+    """The worker child of `serve`: started, restarted if it dies, stopped with the server.
+
+    The embedded broker has no visibility timeout, so a shard that was running when the child
+    died is handed out again here, before the next child starts.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._process: subprocess.Popen[bytes] | None = None
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(
+            target=self._supervise, name="worker-supervisor", daemon=True
+        )
+
+    def start(self) -> None:
+        self._requeue_orphans()
+        self._spawn()
+        self._thread.start()
+
+    def _spawn(self) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "worker",
+            "--concurrency",
+            str(self.settings.worker_concurrency),
+        ]
+        self._process = subprocess.Popen(command, env=self.settings.child_environment())
+        log.info("worker started", extra={"worker": str(self._process.pid)})
+
+    def _supervise(self) -> None:
+        while not self._stopping.wait(1.0):
+            process = self._process
+            if process is not None and process.poll() is not None and not self._stopping.is_set():
+                log.warning("worker exited with %s; restarting", process.returncode)
+                self._requeue_orphans()
+                self._spawn()
+
+    def _requeue_orphans(self) -> None:
+        from sqlmodel import Session
+
+        from service.api.dispatch import Dispatcher
+        from service.db import queries
+        from service.db.session import make_engine
+
+        engine = make_engine(self.settings)
+        try:
+            with Session(engine) as session:
+                orphans = queries.orphaned_shards(session)
+        finally:
+            engine.dispose()
+        if not orphans:
+            return
+        dispatcher = Dispatcher(self.settings)
+        dispatcher.prepare()
+        try:
+            for assay_id, indices in orphans.items():
+                dispatcher.enqueue_shards(assay_id, indices)
+        finally:
+            dispatcher.close()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        process = self._process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.api.app import create_app
+    from service.db import migrate
+
+    settings = _settings(args)
+    configure_logging(settings)
+    if settings.database_is_sqlite:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if args.migrate if args.migrate is not None else settings.embedded:
+        migrate.upgrade(settings)
+    worker = (
+        EmbeddedWorker(settings)
+        if (args.worker if args.worker is not None else settings.embedded)
+        else None
+    )
+    if worker is not None:
+        worker.start()
+    try:
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            log_config=None,
+            access_log=False,
+        )
+    finally:
+        if worker is not None:
+            worker.stop()
+    return 0
+
+
+# ------------------------------------------------------------------------------- submit/demo
+
+
+def candidate_body(
+    document: dict[str, Any],
+    *,
+    system: str | None = None,
+    version: str | None = None,
+    source_revision: str | None = None,
+    plan: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A POST /v1/candidates body from a manifest file (or a file that already is such a body)."""
+    body: dict[str, Any] = dict(document) if "manifest" in document else {"manifest": document}
+    manifest = body["manifest"]
+    body.setdefault("system", system or manifest.get("system"))
+    body.setdefault("version", version or manifest.get("version"))
+    body.setdefault("source_revision", source_revision or os.environ.get("GITHUB_SHA") or "local")
+    if plan:
+        body["plan"] = {**body.get("plan", {}), **plan}
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise UsageError(f"{path} must hold a JSON object")
+    return document
+
+
+def _plan(args: argparse.Namespace) -> dict[str, Any]:
+    plan = {k: getattr(args, k, None) for k in ("catalogue", "trials", "seed")}
+    return {k: v for k, v in plan.items() if v is not None}
+
+
+def wait_for_decision(
+    client: httpx.Client, candidate_id: str, deadline: float, interval: float = 0.2
+) -> dict[str, Any]:
+    while True:
+        response = client.get(f"/v1/candidates/{candidate_id}")
+        response.raise_for_status()
+        candidate: dict[str, Any] = response.json()
+        if candidate["status"] in ("done", "failed"):
+            return candidate
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"candidate {candidate_id} undecided after the timeout")
+        time.sleep(interval)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    body = candidate_body(
+        _load(args.manifest),
+        system=args.system,
+        version=args.candidate_version,
+        source_revision=args.source_revision,
+        plan=_plan(args),
+    )
+    url = args.url or os.environ.get("ASSAYGATE_URL") or "http://127.0.0.1:8000"
+    headers = {"Idempotency-Key": args.idempotency_key or str(uuid.uuid4())}
+    deadline = time.monotonic() + args.timeout
+    with httpx.Client(base_url=url, timeout=30.0) as client:
+        try:
+            response = client.post("/v1/candidates", json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise UsageError(f"cannot reach {url}: {exc}") from None
+        if response.status_code >= 400:
+            print(json.dumps(response.json(), indent=2))
+            return 2
+        candidate = response.json()
+        if args.wait:
+            candidate = wait_for_decision(client, candidate["id"], deadline)
+    print(json.dumps(candidate, indent=2))
+    if not args.wait:
+        return 0
+    return DECISION_EXIT.get(str(candidate.get("decision")), 1)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _demo(args: argparse.Namespace) -> int:
+    examples = sorted(args.examples.glob("*.json"))
+    if not examples:
+        raise UsageError(f"no *.json examples in {args.examples}")
+    bodies = [
+        (path, candidate_body(_load(path), source_revision="demo", plan=_plan(args)))
+        for path in examples
+    ]
+    port = args.port or _free_port()
+    with tempfile.TemporaryDirectory(prefix="assaygate-demo-") as scratch:
+        data_dir = args.data_dir or Path(scratch)
+        command = [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data_dir),
+        ]
+        if args.workers:
+            command += ["--workers", str(args.workers)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+        env["ASSAYGATE_LOG_LEVEL"] = "WARNING"
+        print(f"Starting the embedded service on http://127.0.0.1:{port} (data in {data_dir})")
+        server = subprocess.Popen(command, env=env)
+        try:
+            return _run_demo(
+                f"http://127.0.0.1:{port}", bodies, time.monotonic() + args.timeout, server
+            )
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+def _run_demo(
+    url: str,
+    bodies: list[tuple[Path, dict[str, Any]]],
+    deadline: float,
+    server: subprocess.Popen[bytes],
+) -> int:
+    with httpx.Client(base_url=url, timeout=30.0) as client:
+        while True:
+            if server.poll() is not None:
+                raise UsageError("the embedded service exited during start-up")
+            try:
+                if client.get("/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise UsageError("the embedded service did not become ready")
+            time.sleep(0.2)
+        submitted: list[tuple[Path, dict[str, Any], float]] = []
+        for path, body in bodies:
+            response = client.post("/v1/candidates", json=body)
+            if response.status_code != 202:
+                error = response.json().get("error", {})
+                print(f"{path.name}: refused: {error.get('field')}: {error.get('message')}")
+                continue
+            submitted.append((path, response.json(), time.monotonic()))
+            print(f"{path.name}: submitted as candidate {response.json()['id']}")
+        print()
+        width = max(len(p.name) for p, _, _ in submitted) if submitted else 10
+        for path, candidate, started in submitted:
+            done = wait_for_decision(client, candidate["id"], deadline)
+            seconds = time.monotonic() - started
+            decision = done.get("decision") or done["status"]
+            first = done["reasons"][0]["message"] if done.get("reasons") else ""
+            print(f"{path.name:<{width}}  {decision:<6} {seconds:6.1f}s  {first}")
+    return 0

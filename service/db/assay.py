@@ -200,3 +200,22 @@ def record_report(
         )
     )
     return True
+
+
+def fail_assay(session: Session, assay_id: uuid.UUID, message: str) -> None:
+    """An engine error is deterministic: retrying the shard would fail again, so say so once."""
+    written = session.execute(
+        sa.update(Assay)
+        .where(col(Assay.id) == assay_id, col(Assay.status) != AssayStatus.DONE.value)
+        .values(status=AssayStatus.FAILED.value, report={"error": message}, finished_at=utcnow())
+    )
+    if written.rowcount == 1:  # type: ignore[attr-defined]
+        candidate_id = session.exec(select(Assay.candidate_id).where(Assay.id == assay_id)).one()
+        session.add(
+            Event(
+                kind="assay.failed",
+                candidate_id=candidate_id,
+                assay_id=assay_id,
+                data={"error": message},
+            )
+        )

@@ -50,15 +50,16 @@ def record_submission(
     if system is None:
         system = System(name=system_name)
         session.add(system)
+        session.flush()
 
     digest = manifest.digest()
     created_manifest = session.get(Manifest, digest) is None
     if created_manifest:
         session.add(Manifest(digest=digest, document=manifest.model_dump(mode="json")))
+        session.flush()
         for component, sha256 in manifest.component_hashes().items():
-            session.add(
-                ComponentHash(manifest_digest=digest, component=component, sha256=sha256)
-            )
+            session.add(ComponentHash(manifest_digest=digest, component=component, sha256=sha256))
+        session.flush()
 
     candidate = Candidate(
         system_id=system.id,
@@ -73,9 +74,11 @@ def record_submission(
         shard_count=len(shards),
         trials_planned=sum(s.stop - s.start for s in shards),
     )
+    # Without ORM relationships the unit of work does not order inserts by foreign key: flush
+    # each parent before its children.
     session.add(candidate)
+    session.flush()
     session.add(assay)
-    # Flush parents first: PostgreSQL checks foreign keys per statement.
     session.flush()
     session.add_all(
         AssayShard(
@@ -117,7 +120,9 @@ def withdraw_submission(session: Session, recorded: Recorded) -> None:
     else has come to use them since.
     """
     candidate_id, assay_id = recorded.candidate.id, recorded.assay.id
-    session.execute(sa.delete(IdempotencyKey).where(col(IdempotencyKey.candidate_id) == candidate_id))
+    session.execute(
+        sa.delete(IdempotencyKey).where(col(IdempotencyKey.candidate_id) == candidate_id)
+    )
     session.execute(sa.delete(Event).where(col(Event.candidate_id) == candidate_id))
     session.execute(sa.delete(AssayShard).where(col(AssayShard.assay_id) == assay_id))
     session.execute(sa.delete(Assay).where(col(Assay.id) == assay_id))

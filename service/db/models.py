@@ -10,16 +10,20 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
+# SQLite only autoincrements an INTEGER primary key (the rowid); PostgreSQL gets a bigint.
+BIGINT_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
 
 
 class AssayStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     DONE = "done"
+    # The engine raised: a bug or an impossible input. Never retried, never decided.
+    FAILED = "failed"
 
 
 class ShardStatus(StrEnum):
@@ -82,7 +86,9 @@ class Assay(SQLModel, table=True):
     trials_planned: int
     trials_done: int = 0
     decision: str | None = Field(default=None, max_length=16)
-    report: dict[str, Any] | None = Field(default=None, sa_column=sa.Column(sa.JSON()))
+    report: dict[str, Any] | None = Field(
+        default=None, sa_column=sa.Column(sa.JSON(none_as_null=True))
+    )
     created_at: datetime = Field(
         default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
     )
@@ -110,7 +116,9 @@ class AssayShard(SQLModel, table=True):
     status: str = Field(default=ShardStatus.PENDING.value, max_length=16)
     attempts: int = 0
     trials: int | None = None
-    result: dict[str, Any] | None = Field(default=None, sa_column=sa.Column(sa.JSON()))
+    result: dict[str, Any] | None = Field(
+        default=None, sa_column=sa.Column(sa.JSON(none_as_null=True))
+    )
     worker: str | None = Field(default=None, max_length=200)
     started_at: datetime | None = Field(
         default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
@@ -137,7 +145,7 @@ class Event(SQLModel, table=True):
     """Append-only: the database refuses UPDATE on this table (see the initial migration)."""
 
     id: int | None = Field(
-        default=None, sa_column=sa.Column(sa.BigInteger(), primary_key=True, autoincrement=True)
+        default=None, sa_column=sa.Column(BIGINT_ID, primary_key=True, autoincrement=True)
     )
     at: datetime = Field(
         default_factory=utcnow,

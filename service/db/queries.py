@@ -97,7 +97,9 @@ def systems(session: Session) -> list[SystemRow]:
             .limit(1)
         ).first()
         rows.append(
-            SystemRow(system, int(counts.get(system.id, 0)), CandidateRow(*latest) if latest else None)
+            SystemRow(
+                system, int(counts.get(system.id, 0)), CandidateRow(*latest) if latest else None
+            )
         )
     return rows
 
@@ -117,18 +119,22 @@ def assay(session: Session, assay_id: uuid.UUID) -> Assay | None:
 
 def fault_progress(session: Session, assay_id: uuid.UUID) -> list[FaultProgress]:
     done = col(AssayShard.status) == ShardStatus.DONE.value
-    rows = session.exec(
-        select(
-            AssayShard.fault_id,
-            sa.func.count(),
-            sa.func.sum(sa.case((done, 1), else_=0)),
-            sa.func.sum(col(AssayShard.stop) - col(AssayShard.start)),
-            sa.func.sum(sa.case((done, col(AssayShard.trials)), else_=0)),
+    rows = (
+        session.execute(
+            sa.select(
+                col(AssayShard.fault_id),
+                sa.func.count(),
+                sa.func.sum(sa.case((done, 1), else_=0)),
+                sa.func.sum(col(AssayShard.stop) - col(AssayShard.start)),
+                sa.func.sum(sa.case((done, col(AssayShard.trials)), else_=0)),
+            )
+            .where(col(AssayShard.assay_id) == assay_id)
+            .group_by(col(AssayShard.fault_id))
+            .order_by(sa.func.min(col(AssayShard.shard_index)))
         )
-        .where(AssayShard.assay_id == assay_id)
-        .group_by(col(AssayShard.fault_id))
-        .order_by(sa.func.min(col(AssayShard.shard_index)))
-    ).all()
+        .tuples()
+        .all()
+    )
     return [
         FaultProgress(fault_id, int(n), int(d or 0), int(p or 0), int(t or 0))
         for fault_id, n, d, p, t in rows
@@ -141,12 +147,14 @@ def done_shard_results(session: Session, assay_id: uuid.UUID) -> list[dict[str, 
         .where(AssayShard.assay_id == assay_id, AssayShard.status == ShardStatus.DONE.value)
         .order_by(col(AssayShard.shard_index))
     ).all()
-    return [r for r in rows if r is not None]
+    return [dict(r) for r in rows if r is not None]
 
 
 def fault_results(session: Session, assay_id: uuid.UUID) -> Sequence[FaultResult]:
     return session.exec(
-        select(FaultResult).where(FaultResult.assay_id == assay_id).order_by(col(FaultResult.fault_id))
+        select(FaultResult)
+        .where(FaultResult.assay_id == assay_id)
+        .order_by(col(FaultResult.fault_id))
     ).all()
 
 
@@ -168,4 +176,22 @@ def totals(session: Session) -> Totals:
             AssayShard.status == ShardStatus.DONE.value
         )
     ).one()
-    return Totals(by_status, int(shards_done), int(trials))
+    return Totals(by_status, int(shards_done or 0), int(trials or 0))
+
+
+def orphaned_shards(session: Session) -> dict[uuid.UUID, list[int]]:
+    """Shards marked running, by assay. Only meaningful when no worker is alive to own them (the
+    embedded supervisor calls it before it (re)starts its worker)."""
+    rows = session.exec(
+        select(AssayShard.assay_id, AssayShard.shard_index)
+        .join(Assay, col(Assay.id) == col(AssayShard.assay_id))
+        .where(
+            AssayShard.status == ShardStatus.RUNNING.value,
+            col(Assay.status).in_([AssayStatus.QUEUED.value, AssayStatus.RUNNING.value]),
+        )
+        .order_by(col(AssayShard.assay_id), col(AssayShard.shard_index))
+    ).all()
+    found: dict[uuid.UUID, list[int]] = {}
+    for assay_id, index in rows:
+        found.setdefault(assay_id, []).append(index)
+    return found

@@ -1,0 +1,49 @@
+"""The FastAPI application, built by `create_app(settings)`; importing this module does nothing."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from sqlalchemy.engine import Engine
+
+from service.api import errors
+from service.api.dispatch import Dispatcher
+from service.api.metrics import Metrics
+from service.api.middleware import BodyLimit, RequestLog
+from service.api.routes import assays, candidates, health, systems
+from service.db.session import make_engine
+from service.settings import Settings
+
+
+def create_app(
+    settings: Settings, *, engine: Engine | None = None, dispatcher: Dispatcher | None = None
+) -> FastAPI:
+    engine = engine or make_engine(settings)
+    dispatcher = dispatcher or Dispatcher(settings)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        dispatcher.prepare()
+        yield
+        dispatcher.close()
+        engine.dispose()
+
+    app = FastAPI(
+        title="Assaygate",
+        summary="Release gate for tool-using AI agents: typed fault assays as release evidence.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.dispatcher = dispatcher
+    app.state.metrics = Metrics(engine)
+    errors.install(app)
+    for router in (candidates.router, assays.router, systems.router, health.router):
+        app.include_router(router)
+    # Outermost last: the log line sees the 413 the limit sends.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestLog)
+    return app

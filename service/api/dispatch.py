@@ -1,0 +1,77 @@
+"""Sending shard tasks by name. The API never imports `worker`; it only knows the task names."""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Sequence
+
+from celery import Celery
+from kombu.exceptions import KombuError
+from kombu.exceptions import OperationalError as KombuOperationalError
+
+from service.api.errors import BrokerUnavailable
+from service.settings import Settings
+
+log = logging.getLogger("assaygate.dispatch")
+
+RUN_SHARD = "assay.run_shard"
+
+_BROKER_ERRORS: tuple[type[Exception], ...] = (KombuError, KombuOperationalError, OSError)
+
+
+class Dispatcher:
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        # set_as_current=False: this client must not become the process-wide default app.
+        self._celery = Celery("assaygate-api", set_as_current=False)
+        self._celery.conf.update(settings.celery_config())
+
+    def prepare(self) -> None:
+        """Create what a serverless broker needs on disk (the embedded filesystem queue)."""
+        if self._settings.broker_url.startswith("filesystem"):
+            for folder in ("queue", "processed"):
+                (self._settings.broker_dir / folder).mkdir(parents=True, exist_ok=True)
+
+    def ping(self) -> None:
+        """Raise BrokerUnavailable unless the broker answers now."""
+        if self._settings.broker_url.startswith("filesystem"):
+            folder = self._settings.broker_dir / "queue"
+            if not (folder.is_dir() and os.access(folder, os.W_OK)):
+                raise BrokerUnavailable(f"broker folder {folder} is not writable")
+            return
+        try:
+            with self._celery.connection_for_write() as connection:
+                connection.ensure_connection(
+                    max_retries=1,
+                    interval_start=0,
+                    interval_step=1,
+                    timeout=max(1, round(self._settings.readiness_timeout)),
+                )
+                client = getattr(connection.default_channel, "client", None)
+                if client is not None and hasattr(client, "ping"):
+                    client.ping()
+        except _BROKER_ERRORS as exc:
+            raise BrokerUnavailable(
+                f"the broker is unreachable ({exc.__class__.__name__})"
+            ) from exc
+
+    def enqueue_shards(self, assay_id: uuid.UUID, shard_indices: Sequence[int]) -> None:
+        try:
+            with self._celery.producer_or_acquire() as producer:
+                for index in shard_indices:
+                    self._celery.send_task(
+                        RUN_SHARD,
+                        args=[str(assay_id), index],
+                        producer=producer,
+                        queue=self._settings.queue,
+                    )
+        except _BROKER_ERRORS as exc:
+            raise BrokerUnavailable(
+                f"the broker is unreachable ({exc.__class__.__name__})"
+            ) from exc
+        log.info("assay enqueued", extra={"assay_id": str(assay_id), "shard": len(shard_indices)})
+
+    def close(self) -> None:
+        self._celery.close()

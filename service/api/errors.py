@@ -1,0 +1,171 @@
+"""The one place errors become HTTP: `{"error": {"code", "message", "field"}}` with a status.
+
+Core errors carry the field inside the manifest or plan; here they get the prefix that names it
+inside the request body, so a client can point at the exact key it sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
+from service.db.session import DATABASE_ERRORS
+
+log = logging.getLogger("assaygate.api")
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class ApiError(Exception):
+    """An error of the HTTP layer itself; routes and dependencies raise these."""
+
+    status_code = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class BodyMalformed(ApiError):
+    status_code = 400
+    code = "body_malformed"
+
+
+class BodyTooLarge(ApiError):
+    status_code = 413
+    code = "body_too_large"
+
+
+class CursorInvalid(ApiError):
+    status_code = 400
+    code = "cursor_invalid"
+
+
+class NotFound(ApiError):
+    status_code = 404
+    code = "not_found"
+
+
+class IdempotencyConflict(ApiError):
+    status_code = 409
+    code = "idempotency_conflict"
+
+
+class ServiceUnavailable(ApiError):
+    status_code = 503
+    code = "service_unavailable"
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    code = "database_unavailable"
+
+
+class BrokerUnavailable(ServiceUnavailable):
+    code = "broker_unavailable"
+
+
+#: Documented on every route that can fail this way, so the OpenAPI schema tells the truth.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": description}
+    for status, description in {
+        400: "Malformed request",
+        404: "Not found",
+        409: "Idempotency key reused with another body",
+        413: "Request body too large",
+        422: "Invalid field",
+        503: "Database or broker unavailable",
+    }.items()
+}
+
+
+def error_response(
+    status_code: int,
+    code: str,
+    message: str,
+    field: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = ErrorResponse(error=ErrorDetail(code=code, message=message, field=field))
+    return JSONResponse(body.model_dump(), status_code=status_code, headers=headers)
+
+
+def _prefixed(prefix: str, field: str | None) -> str:
+    if not field or field == prefix:
+        return prefix
+    return field if field.startswith(prefix + ".") else f"{prefix}.{field}"
+
+
+def core_error_field(exc: AssaygateError) -> str | None:
+    if isinstance(exc, ManifestInvalid):
+        return _prefixed("manifest", exc.field)
+    if isinstance(exc, PlanInvalid):
+        return _prefixed("plan", exc.field)
+    return exc.field
+
+
+def _validation_field(loc: tuple[int | str, ...]) -> str:
+    where, *path = loc or ("body",)
+    if where == "header" and path:
+        return "-".join(p.capitalize() for p in str(path[0]).split("-"))
+    return ".".join(str(p) for p in path) or str(where)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status_code, exc.code, exc.message, exc.field)
+
+    @app.exception_handler(AssaygateError)
+    async def _core_error(_request: Request, exc: AssaygateError) -> JSONResponse:
+        return error_response(422, exc.code, exc.message, core_error_field(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        first: dict[str, Any] = dict(exc.errors()[0]) if exc.errors() else {}
+        loc = tuple(first.get("loc", ("body",)))
+        if first.get("type") == "json_invalid":
+            return error_response(400, "body_malformed", "body is not valid JSON", "body")
+        kind = first.get("type", "")
+        message = str(first.get("msg", "invalid value"))
+        if kind == "extra_forbidden":
+            message = "unknown key"
+        return error_response(422, "field_invalid", message, _validation_field(loc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(
+            exc.status_code,
+            code,
+            str(exc.detail),
+            headers=dict(exc.headers) if exc.headers else None,
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error", exc_info=exc)
+        return error_response(500, "internal_error", "the service failed; see its log")
+
+    for error in DATABASE_ERRORS:
+
+        @app.exception_handler(error)
+        async def _database_down(_request: Request, exc: Exception) -> JSONResponse:
+            log.warning("database unavailable: %s", exc.__class__.__name__)
+            return error_response(503, "database_unavailable", "the database is unreachable")

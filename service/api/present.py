@@ -1,0 +1,72 @@
+"""Rows to public shapes, and the opaque pagination cursor."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlmodel import Session
+
+from service.api.errors import CursorInvalid
+from service.api.schemas import CandidatePublic, Progress
+from service.db import queries
+from service.db.models import Assay, AssayStatus
+
+
+def aware(value: datetime) -> datetime:
+    # SQLite hands timestamps back without their zone; they were written in UTC.
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def maybe_aware(value: datetime | None) -> datetime | None:
+    return aware(value) if value is not None else None
+
+
+def progress(assay: Assay) -> Progress:
+    return Progress(
+        shard_count=assay.shard_count,
+        shards_done=assay.shards_done,
+        trials_planned=assay.trials_planned,
+        trials_done=assay.trials_done,
+    )
+
+
+def reasons(assay: Assay) -> list[dict[str, Any]]:
+    if assay.report is None:
+        return []
+    found = assay.report.get("reasons", [])
+    return [dict(r) for r in found] if isinstance(found, list) else []
+
+
+def candidate_public(session: Session, row: queries.CandidateRow) -> CandidatePublic:
+    return CandidatePublic(
+        id=row.candidate.id,
+        system=row.system.name,
+        version=row.candidate.version,
+        source_revision=row.candidate.source_revision,
+        manifest_digest=row.candidate.manifest_digest,
+        component_hashes=queries.component_hashes(session, row.candidate.manifest_digest),
+        created_at=aware(row.candidate.created_at),
+        assay_id=row.assay.id,
+        status=AssayStatus(row.assay.status),
+        progress=progress(row.assay),
+        decision=row.assay.decision,
+        reasons=reasons(row.assay),
+    )
+
+
+def encode_cursor(row: queries.CandidateRow) -> str:
+    raw = f"{row.candidate.created_at.isoformat()}|{row.candidate.id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created_at, last_id = raw.split("|", 1)
+        return datetime.fromisoformat(created_at), uuid.UUID(last_id)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise CursorInvalid("not a cursor this service returned", field="cursor") from None

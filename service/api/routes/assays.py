@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter
+
+from service.api.deps import MetricsDep, SessionDep
+from service.api.errors import ERROR_RESPONSES, NotFound
+from service.api.present import aware, maybe_aware, progress, reasons
+from service.api.schemas import AssayPublic, FaultPublic, Progress
+from service.core.assay import ShardResult, merge
+from service.core.errors import AssaygateError
+from service.core.manifest import parse_manifest
+from service.core.plan import parse_plan
+from service.db import queries
+from service.db.models import Assay, AssayStatus, Candidate, Manifest
+
+router = APIRouter(prefix="/v1/assays", tags=["assays"])
+
+
+def _signatures(session: Any, assay: Assay) -> dict[str, dict[str, Any]]:
+    """Per-fault signatures: the stored final ones, or a merge of the shards done so far."""
+    if assay.status == AssayStatus.DONE:
+        return {f.fault_id: f.signature for f in queries.fault_results(session, assay.id)}
+    results = queries.done_shard_results(session, assay.id)
+    if not results:
+        return {}
+    candidate = session.get(Candidate, assay.candidate_id)
+    manifest = session.get(Manifest, candidate.manifest_digest)
+    try:
+        report = merge(
+            parse_manifest(manifest.document),
+            parse_plan(assay.plan),
+            [ShardResult.from_dict(r) for r in results],
+        ).to_dict()
+    except AssaygateError:
+        # The engine may refuse to merge a partial set; progress is still shown without it.
+        return {}
+    return {str(f["id"]): f for f in report.get("faults", []) if isinstance(f, dict)}
+
+
+@router.get(
+    "/{assay_id}", response_model=AssayPublic, responses={k: ERROR_RESPONSES[k] for k in (404, 503)}
+)
+def get_assay(assay_id: uuid.UUID, session: SessionDep, metrics: MetricsDep) -> AssayPublic:
+    """Per-fault progress, and containment signatures so far (final once the assay is done)."""
+    with metrics.gate_check_seconds.time():
+        assay = queries.assay(session, assay_id)
+        if assay is None:
+            raise NotFound(f"no assay {assay_id}", field="assay_id")
+        signatures = _signatures(session, assay)
+        faults = [
+            FaultPublic(
+                id=p.fault_id,
+                progress=Progress(
+                    shard_count=p.shard_count,
+                    shards_done=p.shards_done,
+                    trials_planned=p.trials_planned,
+                    trials_done=p.trials_done,
+                ),
+                final=assay.status == AssayStatus.DONE,
+                signature=signatures.get(p.fault_id) if p.fault_id else None,
+            )
+            for p in queries.fault_progress(session, assay_id)
+        ]
+        return AssayPublic(
+            id=assay.id,
+            candidate_id=assay.candidate_id,
+            status=AssayStatus(assay.status),
+            catalogue=assay.catalogue,
+            plan=assay.plan,
+            progress=progress(assay),
+            created_at=aware(assay.created_at),
+            started_at=maybe_aware(assay.started_at),
+            finished_at=maybe_aware(assay.finished_at),
+            decision=assay.decision,
+            reasons=reasons(assay),
+            faults=faults,
+            report=assay.report,
+        )

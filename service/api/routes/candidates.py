@@ -1,0 +1,210 @@
+"""Submitting candidates and reading their status.
+
+A submission is validated completely before anything is written, written in one transaction,
+and enqueued only after that transaction commits (a worker must never see a task for rows it
+cannot read). If the broker refuses the tasks, the committed rows are withdrawn again and the
+client gets 503: a candidate either exists with its work queued, or not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from typing import Annotated
+
+import rfc8785
+import sqlalchemy as sa
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import JSONResponse
+from sqlmodel import Session
+
+from service.api.deps import DispatcherDep, MetricsDep, SessionDep, SettingsDep
+from service.api.errors import (
+    ERROR_RESPONSES,
+    BrokerUnavailable,
+    IdempotencyConflict,
+    NotFound,
+)
+from service.api.present import candidate_public, decode_cursor, encode_cursor
+from service.api.schemas import CandidateCreate, CandidatePage, CandidatePublic
+from service.core.assay import plan_shards
+from service.core.errors import ManifestInvalid
+from service.core.manifest import parse_manifest
+from service.core.plan import parse_plan
+from service.db import queries
+from service.db.candidate import (
+    Recorded,
+    find_idempotency_key,
+    record_submission,
+    withdraw_submission,
+)
+from service.db.models import IdempotencyKey
+
+log = logging.getLogger("assaygate.api")
+
+router = APIRouter(prefix="/v1/candidates", tags=["candidates"])
+
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=200,
+        description="Retry-safe submission: the same key and body replay the first response.",
+    ),
+]
+
+# Concurrent first submissions for one new system (or one new manifest) race on its unique
+# row; the loser retries and finds the row the winner wrote.
+_RECORD_ATTEMPTS = 3
+
+
+def request_digest(body: CandidateCreate) -> str:
+    canonical = rfc8785.dumps(body.model_dump(mode="json", exclude_unset=True))
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def _replay(row: IdempotencyKey, digest: str) -> JSONResponse:
+    if row.request_sha256 != digest:
+        raise IdempotencyConflict(
+            "this Idempotency-Key was used with a different body", field="Idempotency-Key"
+        )
+    return JSONResponse(
+        row.response, status_code=row.status_code, headers={"Idempotent-Replayed": "true"}
+    )
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=CandidatePublic,
+    responses={k: ERROR_RESPONSES[k] for k in (400, 409, 413, 422, 503)},
+)
+def submit_candidate(
+    body: CandidateCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    dispatcher: DispatcherDep,
+    metrics: MetricsDep,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> JSONResponse:
+    """Record a release candidate and queue its assay; answers before the assay runs."""
+    started = time.perf_counter()
+    manifest = parse_manifest(body.manifest)
+    system = body.system or manifest.system
+    version = body.version or manifest.version
+    if system is None:
+        raise ManifestInvalid("name the system in the body or in the manifest", field="system")
+    if version is None:
+        raise ManifestInvalid("name the version in the body or in the manifest", field="version")
+    plan = parse_plan(body.plan.model_dump(exclude_none=True) if body.plan else {})
+    shards = plan_shards(manifest, plan, trials_per_shard=settings.trials_per_shard)
+    digest = request_digest(body)
+
+    if idempotency_key is not None:
+        existing = find_idempotency_key(session, idempotency_key)
+        if existing is not None:
+            return _replay(existing, digest)
+
+    dispatcher.ping()
+    for attempt in range(_RECORD_ATTEMPTS):
+        try:
+            recorded = record_submission(
+                session,
+                system_name=system,
+                version=version,
+                source_revision=body.source_revision,
+                manifest=manifest,
+                plan_document=plan.model_dump(mode="json"),
+                catalogue=plan.resolve_catalogue().version,
+                shards=shards,
+            )
+            row = queries.CandidateRow(recorded.candidate, recorded.system, recorded.assay)
+            response = candidate_public(session, row).model_dump(mode="json")
+            if idempotency_key is not None:
+                session.add(
+                    IdempotencyKey(
+                        key=idempotency_key,
+                        request_sha256=digest,
+                        candidate_id=recorded.candidate.id,
+                        status_code=202,
+                        response=response,
+                    )
+                )
+            session.commit()
+            break
+        except sa.exc.IntegrityError:
+            session.rollback()
+            if idempotency_key is not None:
+                existing = find_idempotency_key(session, idempotency_key)
+                if existing is not None:
+                    return _replay(existing, digest)
+            if attempt == _RECORD_ATTEMPTS - 1:
+                raise
+
+    try:
+        dispatcher.enqueue_shards(recorded.assay.id, [s.index for s in shards])
+    except BrokerUnavailable:
+        _withdraw(session, recorded)
+        raise
+    metrics.submission_seconds.observe(time.perf_counter() - started)
+    log.info(
+        "candidate submitted",
+        extra={
+            "candidate_id": str(recorded.candidate.id),
+            "assay_id": str(recorded.assay.id),
+            "system": system,
+        },
+    )
+    return JSONResponse(
+        response, status_code=202, headers={"Location": f"/v1/candidates/{recorded.candidate.id}"}
+    )
+
+
+def _withdraw(session: Session, recorded: Recorded) -> None:
+    log.warning(
+        "enqueue failed; withdrawing the submission",
+        extra={"candidate_id": str(recorded.candidate.id), "assay_id": str(recorded.assay.id)},
+    )
+    session.rollback()
+    withdraw_submission(session, recorded)
+    session.commit()
+
+
+@router.get(
+    "/{candidate_id}",
+    response_model=CandidatePublic,
+    responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
+)
+def get_candidate(
+    candidate_id: uuid.UUID, session: SessionDep, metrics: MetricsDep
+) -> CandidatePublic:
+    """Status, progress, and the decision once the assay is done."""
+    with metrics.gate_check_seconds.time():
+        row = queries.candidate(session, candidate_id)
+        if row is None:
+            raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
+        return candidate_public(session, row)
+
+
+@router.get(
+    "",
+    response_model=CandidatePage,
+    responses={k: ERROR_RESPONSES[k] for k in (400, 503)},
+)
+def list_candidates(
+    session: SessionDep,
+    system: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
+) -> CandidatePage:
+    """Newest first. Follow `next_cursor` until it is null."""
+    before = decode_cursor(cursor) if cursor else None
+    rows = queries.candidates(session, system=system, limit=limit + 1, before=before)
+    page = rows[:limit]
+    return CandidatePage(
+        items=[candidate_public(session, row) for row in page],
+        next_cursor=encode_cursor(page[-1]) if len(rows) > limit else None,
+    )

@@ -1,0 +1,49 @@
+"""Liveness, readiness and metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service.api.deps import DispatcherDep, EngineDep, MetricsDep
+from service.api.errors import ServiceUnavailable
+from service.api.schemas import Health, Readiness
+from service.db.session import DATABASE_ERRORS, ping
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", response_model=Health)
+def healthz() -> Health:
+    """The process is up. Says nothing about the database or the broker (see /readyz)."""
+    return Health()
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "database or broker unreachable"}},
+)
+def readyz(engine: EngineDep, dispatcher: DispatcherDep) -> JSONResponse:
+    """Ready to accept submissions: the database and the broker both answer."""
+    checks: dict[str, str] = {}
+    try:
+        ping(engine)
+        checks["database"] = "ok"
+    except DATABASE_ERRORS as exc:
+        checks["database"] = f"unreachable ({exc.__class__.__name__})"
+    try:
+        dispatcher.ping()
+        checks["broker"] = "ok"
+    except ServiceUnavailable as exc:
+        checks["broker"] = exc.message
+    ready = all(v == "ok" for v in checks.values())
+    body = Readiness(status="ok" if ready else "unavailable", checks=checks)
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(metrics: MetricsDep) -> Response:
+    """Prometheus text exposition."""
+    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service.api.deps import SessionDep
+from service.api.errors import ERROR_RESPONSES
+from service.api.present import aware, candidate_public
+from service.api.schemas import SystemList, SystemPublic
+from service.db import queries
+
+router = APIRouter(prefix="/v1/systems", tags=["systems"])
+
+
+@router.get("", response_model=SystemList, responses={503: ERROR_RESPONSES[503]})
+def list_systems(session: SessionDep) -> SystemList:
+    """Every system that has submitted a candidate, with its latest one."""
+    return SystemList(
+        items=[
+            SystemPublic(
+                id=row.system.id,
+                name=row.system.name,
+                created_at=aware(row.system.created_at),
+                candidates=row.candidates,
+                latest=candidate_public(session, row.latest) if row.latest else None,
+            )
+            for row in queries.systems(session)
+        ]
+    )

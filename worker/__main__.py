@@ -1,0 +1,36 @@
+"""`python -m worker [celery worker options]`: one Celery worker for the configured queue."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from service.settings import get_settings
+from worker.app import make_celery
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = get_settings()
+    if settings.broker_url.startswith("filesystem"):
+        for folder in ("queue", "processed"):
+            (settings.broker_dir / folder).mkdir(parents=True, exist_ok=True)
+    extra = list(sys.argv[1:] if argv is None else argv)
+    args = [
+        "worker",
+        "--queues",
+        settings.queue,
+        "--loglevel",
+        settings.log_level,
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
+    if not any(a.startswith(("-c", "--concurrency")) for a in extra):
+        args += ["--concurrency", str(settings.worker_concurrency)]
+    if not any(a.startswith(("-n", "--hostname")) for a in extra):
+        args += ["--hostname", f"assaygate-{os.getpid()}@%h"]
+    make_celery(settings).worker_main(args + extra)
+
+
+if __name__ == "__main__":
+    main()
