@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="assaygate", description="Typed failure injection as release evidence.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     cli_engine.register(sub)
+    cli_engine.register_evidence(sub)
     cli_service.register(sub)
     return parser
 

@@ -39,3 +39,7 @@ class TargetUnsupported(AssaygateError):
 
 class EvidenceMissing(AssaygateError):
     code = "evidence_missing"
+
+
+class SignatureInvalid(AssaygateError):
+    code = "signature_invalid"

@@ -100,3 +100,39 @@ def test_replay_prints_the_trace_of_one_trial(capsys: pytest.CaptureFixture[str]
 def test_replay_of_a_trial_outside_the_run_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", TYPED, "--trial", "99999", "--trials", "10"]) == 2
     assert "trial must be in" in capsys.readouterr().err
+
+
+def test_verify_says_exactly_which_check_failed(tmp_path: Path) -> None:
+    from tests.core.conftest import ASSETS
+
+    golden = json.loads((ASSETS / "golden_dossier.json").read_text())
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"keys": golden["keys"]}))
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(golden["envelope"]))
+    ok = subprocess.run(
+        [sys.executable, "-m", "service.cli", "verify", str(good), "--keys", str(keys)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ok.returncode == 0 and ok.stdout.strip().endswith("verified")
+    tampered = dict(golden["envelope"], payloadType="application/json")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(tampered))
+    no = subprocess.run(
+        [sys.executable, "-m", "service.cli", "verify", str(bad), "--keys", str(keys)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert no.returncode == 1
+    assert "NOT VERIFIED: payload_type failed" in no.stdout
+
+
+def test_plan_computes_the_trials_a_violation_bound_needs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--max-violation-rate", "0.005", "--faults", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["trials_per_fault"] == 765 and out["total_trials"] == 1530

@@ -1,0 +1,343 @@
+"""Fault dossiers: an in-toto Statement v1 in a DSSE envelope, signed with Ed25519.
+
+Sign bytes, not objects: the statement is canonicalised once with RFC 8785, the signature covers
+the DSSE pre-authentication encoding of exactly those bytes, and verification works from the
+stored bytes without re-serialising anything. Key ids follow securesystemslib's default (SHA-256
+over the canonical JSON of keytype, scheme and keyval), so its verifier needs no configuration.
+Signatures are base64, as the DSSE specification writes them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from service.core.errors import SignatureInvalid
+from service.core.manifest import canonical
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://assaygate.dev/fault-dossier/v1"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE v1 pre-authentication encoding."""
+    t = payload_type.encode("utf-8")
+    return b"DSSEv1 %d %b %d %b" % (len(t), t, len(payload), payload)
+
+
+def public_hex(key: Ed25519PublicKey) -> str:
+    return key.public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+
+
+def key_dict(public: str) -> dict[str, Any]:
+    return {"keytype": "ed25519", "scheme": "ed25519", "keyval": {"public": public}}
+
+
+def keyid_of(public: str) -> str:
+    return hashlib.sha256(canonical(key_dict(public))).hexdigest()
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    keyid: str
+    public: str  # raw Ed25519 public key, hex
+    not_before: str | None = None
+    not_after: str | None = None
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "keyid": self.keyid,
+            **key_dict(self.public),
+            "not_before": self.not_before,
+            "not_after": self.not_after,
+        }
+
+
+class Signer:
+    """An Ed25519 signing key held in memory; loading it from disk is the caller's I/O."""
+
+    def __init__(self, private: Ed25519PrivateKey) -> None:
+        self._key = private
+        self.public = public_hex(private.public_key())
+        self.keyid = keyid_of(self.public)
+
+    def sign(self, message: bytes) -> bytes:
+        return self._key.sign(message)
+
+
+def statement(
+    subject_name: str, manifest_digest: str, predicate: Mapping[str, Any]
+) -> dict[str, Any]:
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": subject_name, "digest": {"sha256": manifest_digest}}],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": dict(predicate),
+    }
+
+
+def seal(stmt: Mapping[str, Any], signer: Signer) -> tuple[bytes, dict[str, Any]]:
+    """Canonical payload bytes and the DSSE envelope signing them."""
+    payload = canonical(dict(stmt))
+    sig = signer.sign(pae(PAYLOAD_TYPE, payload))
+    envelope = {
+        "payloadType": PAYLOAD_TYPE,
+        "payload": base64.b64encode(payload).decode("ascii"),
+        "signatures": [{"keyid": signer.keyid, "sig": base64.b64encode(sig).decode("ascii")}],
+    }
+    return payload, envelope
+
+
+def payload_digest(payload: bytes) -> str:
+    """The digest that chains one dossier version to the next."""
+    return hashlib.sha256(payload).hexdigest()
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def view(self) -> dict[str, Any]:
+        return {"check": self.name, "ok": self.ok, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Verification:
+    checks: tuple[Check, ...]
+    statement: dict[str, Any] | None
+    digest: str | None
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def failed(self) -> Check | None:
+        return next((c for c in self.checks if not c.ok), None)
+
+
+def _decode_sig(sig: str) -> bytes | None:
+    try:
+        raw = base64.b64decode(sig, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw if len(raw) == 64 else None
+
+
+def verify(
+    envelope: Mapping[str, Any],
+    keys: Mapping[str, PublicKey],
+    expected_digest: str | None = None,
+    previous_digest: str | None = None,
+    check_chain: bool = False,
+) -> Verification:
+    """Check payload type, signature, statement shape, subject digest and chain link.
+
+    Every check is reported; the first failing one names what is wrong.
+    """
+    checks: list[Check] = []
+    ptype = envelope.get("payloadType")
+    checks.append(
+        Check(
+            "payload_type",
+            ptype == PAYLOAD_TYPE,
+            f"payloadType is {ptype!r}, expected {PAYLOAD_TYPE!r}"
+            if ptype != PAYLOAD_TYPE
+            else PAYLOAD_TYPE,
+        )
+    )
+    try:
+        payload = base64.b64decode(str(envelope.get("payload", "")), validate=True)
+    except (binascii.Error, ValueError):
+        checks.append(Check("payload", False, "payload is not valid base64"))
+        return Verification(tuple(checks), None, None)
+    message = pae(str(ptype), payload)
+    sigs = envelope.get("signatures") or []
+    verified_by: str | None = None
+    problems: list[str] = []
+    for s in sigs if isinstance(sigs, list) else []:
+        keyid = str(s.get("keyid", "")) if isinstance(s, dict) else ""
+        key = keys.get(keyid)
+        if key is None:
+            problems.append(f"no published key has keyid {keyid[:16]}…")
+            continue
+        raw = _decode_sig(str(s.get("sig", "")))
+        if raw is None:
+            problems.append(f"signature by {keyid[:16]}… is not a base64 64-byte Ed25519 signature")
+            continue
+        try:
+            Ed25519PublicKey.from_public_bytes(bytes.fromhex(key.public)).verify(raw, message)
+        except InvalidSignature:
+            problems.append(f"signature by {keyid[:16]}… does not match the payload")
+            continue
+        verified_by = keyid
+        break
+    if not sigs:
+        problems.append("the envelope carries no signature")
+    checks.append(
+        Check(
+            "signature",
+            verified_by is not None,
+            f"verified by key {verified_by}" if verified_by else "; ".join(problems),
+        )
+    )
+    digest = payload_digest(payload)
+    try:
+        stmt = json.loads(payload)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        checks.append(Check("statement", False, "payload is not JSON"))
+        return Verification(tuple(checks), None, digest)
+    shape_ok = (
+        isinstance(stmt, dict)
+        and stmt.get("_type") == STATEMENT_TYPE
+        and stmt.get("predicateType") == PREDICATE_TYPE
+        and isinstance(stmt.get("subject"), list)
+        and len(stmt["subject"]) == 1
+    )
+    checks.append(
+        Check(
+            "statement",
+            shape_ok,
+            "in-toto Statement v1 with an Assaygate dossier"
+            if shape_ok
+            else "not an in-toto Statement v1 carrying a dossier",
+        )
+    )
+    if not shape_ok:
+        return Verification(tuple(checks), None, digest)
+    subject_digest = stmt["subject"][0].get("digest", {}).get("sha256")
+    predicate = stmt.get("predicate") or {}
+    manifest_digest = (predicate.get("manifest") or {}).get("digest")
+    want = expected_digest or manifest_digest
+    checks.append(
+        Check(
+            "subject_digest",
+            subject_digest == want and subject_digest is not None,
+            f"subject digest {subject_digest} matches the manifest"
+            if subject_digest == want
+            else f"subject digest {subject_digest} differs from the manifest digest {want}",
+        )
+    )
+    if check_chain or previous_digest is not None:
+        prev = predicate.get("previous")
+        ok = prev == previous_digest
+        checks.append(
+            Check(
+                "chain",
+                ok,
+                f"links to {prev}"
+                if ok
+                else f"links to {prev}, but the previous version's digest is {previous_digest}",
+            )
+        )
+    return Verification(tuple(checks), stmt, digest)
+
+
+def require(v: Verification) -> Verification:
+    failed = v.failed()
+    if failed is not None:
+        raise SignatureInvalid(f"{failed.name}: {failed.detail}", field=failed.name)
+    return v
+
+
+@dataclass(frozen=True)
+class CandidateRef:
+    id: str
+    system: str
+    version: str
+    source_revision: str | None = None
+    submitter: str | None = None
+
+    def subject_name(self) -> str:
+        return f"assaygate:candidate/{self.id}"
+
+
+def _fault_run(f: Mapping[str, Any]) -> dict[str, Any]:
+    sig = f["signature"]
+    samples = list(f.get("samples") or [])
+    if f.get("first_violation") and f["first_violation"] not in samples:
+        samples.append(f["first_violation"])
+    return {
+        "id": f["id"],
+        "coverage_key": f["coverage_key"],
+        "planned": f["planned"],
+        "exercised": f["exercised"],
+        "not_exercised": f["not_exercised"],
+        "target_errors": f["target_errors"],
+        "intervention": {
+            "counts": sig["counts"],
+            "intervals": sig["intervals"],
+            "upper_bounds_95": sig["upper_bounds"],
+        },
+        "baseline": f.get("baseline"),
+        "transfer": f.get("transfer"),
+        "counterfactual": f.get("counterfactual"),
+        "storm": f.get("storm"),
+        "diagnosis": f.get("diagnosis"),
+        # Receipt and readback samples: the injections, ledger, evidence and claim the oracle read.
+        "samples": samples[:2],
+    }
+
+
+def predicate_from_report(
+    report: Mapping[str, Any],
+    candidate: CandidateRef,
+    *,
+    version: int,
+    previous: str | None,
+    issued_at: str,
+    triggers: Mapping[str, Any],
+    holds: list[dict[str, Any]] | None = None,
+    waivers: list[dict[str, Any]] | None = None,
+    stop_conditions: Mapping[str, Any] | None = None,
+    decision: str | None = None,
+    reasons: list[dict[str, Any]] | None = None,
+    change: str | None = None,
+) -> dict[str, Any]:
+    """Everything DESIGN.md lists for a dossier, from a merged assay report."""
+    faults = list(report.get("faults") or [])
+    return {
+        "dossier_version": version,
+        "previous": previous,
+        "issued_at": issued_at,
+        "change": change,
+        "candidate": {
+            "id": candidate.id,
+            "system": candidate.system,
+            "version": candidate.version,
+            "source_revision": candidate.source_revision,
+            "submitter": candidate.submitter,
+        },
+        "manifest": {
+            "digest": report["manifest_digest"],
+            "component_hashes": report["component_hashes"],
+        },
+        "catalogue_version": report["catalogue_version"],
+        "plan": report.get("plan"),
+        "fault_specs": [f["spec"] for f in faults],
+        "runs": [_fault_run(f) for f in faults],
+        "by_domain": {
+            d: {k: v for k, v in s.items() if k not in ("intervals",)}
+            for d, s in (report.get("by_domain") or {}).items()
+        },
+        "overall": report.get("overall"),
+        "coverage": report.get("coverage"),
+        "stop_conditions": dict(stop_conditions or {"stopped": report.get("stopped")}),
+        "holds": holds or [],
+        "waivers": waivers or [],
+        "decision": decision or report["decision"],
+        "reasons": reasons if reasons is not None else report["reasons"],
+        "change_triggers": dict(triggers),
+        "interpretation": report.get("interpretation"),
+    }

@@ -1,0 +1,151 @@
+"""Dossiers: standard DSSE over an in-toto statement, verifiable offline, tamper-evident."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from securesystemslib.dsse import Envelope
+from securesystemslib.signer import SSlibKey
+from securesystemslib.signer._utils import compute_default_keyid
+
+from service.core.assay import run_assay
+from service.core.dossier import (
+    CandidateRef,
+    PublicKey,
+    Signer,
+    key_dict,
+    payload_digest,
+    predicate_from_report,
+    seal,
+    statement,
+    verify,
+)
+from service.core.manifest import Manifest
+from service.core.plan import AssayPlan
+from tests.core.conftest import ASSETS
+
+TEST_SEED = bytes(range(32))  # the golden test key; never a real one
+
+
+def _signer(seed: bytes = TEST_SEED) -> Signer:
+    return Signer(Ed25519PrivateKey.from_private_bytes(seed))
+
+
+def _keys(*signers: Signer) -> dict[str, PublicKey]:
+    return {s.keyid: PublicKey(s.keyid, s.public) for s in signers}
+
+
+def _dossier(
+    manifest: Manifest, signer: Signer, previous: str | None = None, version: int = 1
+) -> tuple[bytes, dict[str, Any]]:
+    report = run_assay(manifest, AssayPlan(catalogue="paper", trials=100, seed=188)).to_dict()
+    cand = CandidateRef("c-1", "copperfin-returns", "1.6.0", "abc123", "ci-bot")
+    pred = predicate_from_report(
+        report,
+        cand,
+        version=version,
+        previous=previous,
+        issued_at="2026-11-30T00:00:00Z",
+        triggers={"components": ["tools", "policy", "retry"]},
+    )
+    return seal(statement(cand.subject_name(), report["manifest_digest"], pred), signer)
+
+
+def test_a_dossier_verifies_offline_with_only_the_published_key(typed_repair: Manifest) -> None:
+    signer = _signer()
+    _, env = _dossier(typed_repair, signer)
+    result = verify(env, _keys(signer))
+    assert result.ok
+    assert [c.name for c in result.checks] == [
+        "payload_type",
+        "signature",
+        "statement",
+        "subject_digest",
+    ]
+    pred = result.statement["predicate"]  # type: ignore[index]
+    assert pred["decision"] == "allow" and pred["catalogue_version"] == "paper-188/1"
+    assert {
+        "fault_specs",
+        "runs",
+        "coverage",
+        "stop_conditions",
+        "holds",
+        "waivers",
+        "change_triggers",
+        "interpretation",
+        "previous",
+    } <= set(pred)
+
+
+def test_securesystemslib_verifies_our_envelope_and_agrees_on_the_key_id(
+    typed_repair: Manifest,
+) -> None:
+    signer = _signer()
+    _, env = _dossier(typed_repair, signer)
+    assert signer.keyid == compute_default_keyid("ed25519", "ed25519", {"public": signer.public})
+    key = SSlibKey.from_dict(signer.keyid, key_dict(signer.public))
+    accepted = Envelope.from_dict(copy.deepcopy(env)).verify([key], 1)
+    assert list(accepted) == [signer.keyid]
+
+
+@pytest.mark.parametrize("where", ["payload", "sig"])
+def test_changing_any_byte_of_payload_or_signature_fails_with_a_reason(
+    typed_repair: Manifest, where: str
+) -> None:
+    signer = _signer()
+    payload, env = _dossier(typed_repair, signer)
+    for i in (0, len(payload) // 2, len(payload) - 1) if where == "payload" else (0, 17, 63):
+        bad = copy.deepcopy(env)
+        if where == "payload":
+            raw = bytearray(payload)
+            raw[i] ^= 0x01
+            bad["payload"] = base64.b64encode(bytes(raw)).decode()
+        else:
+            raw = bytearray(base64.b64decode(env["signatures"][0]["sig"]))
+            raw[i] ^= 0x01
+            bad["signatures"][0]["sig"] = base64.b64encode(bytes(raw)).decode()
+        result = verify(bad, _keys(signer))
+        assert not result.ok
+        assert result.failed() is not None
+        assert result.failed().name == "signature"  # type: ignore[union-attr]
+        assert "does not match the payload" in result.failed().detail  # type: ignore[union-attr]
+
+
+def test_a_wrong_payload_type_and_an_unknown_key_are_named(typed_repair: Manifest) -> None:
+    signer, other = _signer(), _signer(bytes(32))
+    _, env = _dossier(typed_repair, signer)
+    assert verify({**env, "payloadType": "text/plain"}, _keys(signer)).failed().name == (  # type: ignore[union-attr]
+        "payload_type"
+    )
+    unknown = verify(env, _keys(other)).failed()
+    assert unknown is not None and "no published key" in unknown.detail
+
+
+def test_after_rotation_old_dossiers_still_verify_and_new_ones_carry_the_new_key(
+    typed_repair: Manifest,
+) -> None:
+    old, new = _signer(), _signer(bytes(range(1, 33)))
+    _, env_old = _dossier(typed_repair, old)
+    payload_old = base64.b64decode(env_old["payload"])
+    _, env_new = _dossier(typed_repair, new, previous=payload_digest(payload_old), version=2)
+    published = _keys(old, new)
+    assert verify(env_old, published).ok
+    assert env_new["signatures"][0]["keyid"] == new.keyid != old.keyid
+    chained = verify(env_new, published, previous_digest=payload_digest(payload_old))
+    assert chained.ok and chained.checks[-1].name == "chain"
+    broken = verify(env_new, published, previous_digest="0" * 64)
+    assert broken.failed().name == "chain"  # type: ignore[union-attr]
+
+
+def test_the_golden_dossier_still_verifies_byte_for_byte() -> None:
+    golden = json.loads((ASSETS / "golden_dossier.json").read_text())
+    keys = {k["keyid"]: PublicKey(k["keyid"], k["keyval"]["public"]) for k in golden["keys"]}
+    assert verify(golden["envelope"], keys).ok
+    stmt = json.loads(base64.b64decode(golden["envelope"]["payload"]))
+    _, again = seal(stmt, _signer())
+    assert again == golden["envelope"]  # canonical bytes and a deterministic Ed25519 signature
