@@ -176,7 +176,9 @@ class EmbeddedWorker:
             "--concurrency",
             str(self.settings.worker_concurrency),
         ]
-        self._process = subprocess.Popen(command, env=self.settings.child_environment())
+        self._process = subprocess.Popen(
+            command, env=self.settings.child_environment(), preexec_fn=_die_with_parent
+        )
         log.info("worker started", extra={"worker": str(self._process.pid)})
 
     def _supervise(self) -> None:
@@ -223,6 +225,21 @@ class EmbeddedWorker:
             process.wait()
 
 
+def _die_with_parent() -> None:
+    """Linux: the worker child gets SIGTERM if `serve` dies without cleaning up (SIGKILL, OOM)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _exit_on_sigterm(_signum: int, _frame: object) -> None:
+    # uvicorn restores this handler and re-raises SIGTERM once it has shut down; exiting through
+    # SystemExit (not the default handler's instant death) lets `serve` stop its worker first.
+    raise SystemExit(0)
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -240,6 +257,7 @@ def _serve(args: argparse.Namespace) -> int:
         if (args.worker if args.worker is not None else settings.embedded)
         else None
     )
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if worker is not None:
         worker.start()
     try:

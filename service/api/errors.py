@@ -53,6 +53,11 @@ class BodyTooLarge(ApiError):
     code = "body_too_large"
 
 
+class FieldInvalid(ApiError):
+    status_code = 422
+    code = "field_invalid"
+
+
 class CursorInvalid(ApiError):
     status_code = 400
     code = "cursor_invalid"

@@ -119,22 +119,18 @@ def assay(session: Session, assay_id: uuid.UUID) -> Assay | None:
 
 def fault_progress(session: Session, assay_id: uuid.UUID) -> list[FaultProgress]:
     done = col(AssayShard.status) == ShardStatus.DONE.value
-    rows = (
-        session.execute(
-            sa.select(
-                col(AssayShard.fault_id),
-                sa.func.count(),
-                sa.func.sum(sa.case((done, 1), else_=0)),
-                sa.func.sum(col(AssayShard.stop) - col(AssayShard.start)),
-                sa.func.sum(sa.case((done, col(AssayShard.trials)), else_=0)),
-            )
-            .where(col(AssayShard.assay_id) == assay_id)
-            .group_by(col(AssayShard.fault_id))
-            .order_by(sa.func.min(col(AssayShard.shard_index)))
+    rows = session.execute(
+        sa.select(
+            col(AssayShard.fault_id),
+            sa.func.count(),
+            sa.func.sum(sa.case((done, 1), else_=0)),
+            sa.func.sum(col(AssayShard.stop) - col(AssayShard.start)),
+            sa.func.sum(sa.case((done, col(AssayShard.trials)), else_=0)),
         )
-        .tuples()
-        .all()
-    )
+        .where(col(AssayShard.assay_id) == assay_id)
+        .group_by(col(AssayShard.fault_id))
+        .order_by(sa.func.min(col(AssayShard.shard_index)))
+    ).all()
     return [
         FaultProgress(fault_id, int(n), int(d or 0), int(p or 0), int(t or 0))
         for fault_id, n, d, p, t in rows

@@ -24,13 +24,13 @@ from service.api.deps import DispatcherDep, MetricsDep, SessionDep, SettingsDep
 from service.api.errors import (
     ERROR_RESPONSES,
     BrokerUnavailable,
+    FieldInvalid,
     IdempotencyConflict,
     NotFound,
 )
 from service.api.present import candidate_public, decode_cursor, encode_cursor
 from service.api.schemas import CandidateCreate, CandidatePage, CandidatePublic
 from service.core.assay import plan_shards
-from service.core.errors import ManifestInvalid
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
 from service.db import queries
@@ -96,9 +96,9 @@ def submit_candidate(
     system = body.system or manifest.system
     version = body.version or manifest.version
     if system is None:
-        raise ManifestInvalid("name the system in the body or in the manifest", field="system")
+        raise FieldInvalid("name the system in the body or in the manifest", field="system")
     if version is None:
-        raise ManifestInvalid("name the version in the body or in the manifest", field="version")
+        raise FieldInvalid("name the version in the body or in the manifest", field="version")
     plan = parse_plan(body.plan.model_dump(exclude_none=True) if body.plan else {})
     shards = plan_shards(manifest, plan, trials_per_shard=settings.trials_per_shard)
     digest = request_digest(body)

@@ -1,0 +1,69 @@
+"""A PostgreSQL database, a Redis queue, two real worker processes and the API on a real port,
+shared by the API tests of one session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from service.api.app import create_app
+from service.db import migrate
+from service.db.session import make_engine
+from service.settings import Settings
+from tests.support.service import (
+    ApiServer,
+    WorkerProcess,
+    flush_redis_prefix,
+    postgres_database,
+    session_settings,
+)
+
+
+@pytest.fixture(scope="session")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    with postgres_database("api") as url:
+        settings = session_settings(url, tmp_path_factory.mktemp("api"), "api", trials_per_shard=50)
+        migrate.upgrade(settings)
+        yield settings
+        flush_redis_prefix(settings)
+
+
+@pytest.fixture(scope="session")
+def engine(settings: Settings) -> Iterator[sa.Engine]:
+    engine = make_engine(settings)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def workers(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    log_dir = tmp_path_factory.mktemp("workers")
+    started = [WorkerProcess(settings, f"api-{n}", log_dir) for n in (1, 2)]
+    try:
+        for worker in started:
+            worker.wait_ready()
+        yield
+    finally:
+        for worker in started:
+            worker.stop()
+
+
+@pytest.fixture(scope="session")
+def api_url(settings: Settings, workers: None) -> Iterator[str]:
+    with ApiServer(create_app(settings)) as server:
+        yield server.url
+
+
+@pytest.fixture
+def client(api_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=api_url, timeout=30.0) as client:
+        yield client
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path

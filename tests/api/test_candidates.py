@@ -1,0 +1,148 @@
+"""Submitting candidates over HTTP to real workers on PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from sqlmodel import Session, select
+
+from service.db.models import Event, FaultResult
+from tests.support.service import candidate_body, local_report, row_counts, wait_decided
+
+pytestmark = pytest.mark.integration
+
+
+def stored_faults(engine: sa.Engine, assay_id: str) -> list[dict[str, Any]]:
+    """The per-fault results as stored, put back together into the report's fault entries."""
+    with Session(engine) as session:
+        rows = session.exec(
+            select(FaultResult).where(FaultResult.assay_id == uuid.UUID(assay_id))
+        ).all()
+    return [{**row.signature, "samples": row.evidence} for row in rows]
+
+
+def test_typed_candidate_is_decided_with_the_local_assay_figures(
+    client: httpx.Client, engine: sa.Engine
+) -> None:
+    response = client.post("/v1/candidates", json=candidate_body("typed", trials=30, seed=11))
+    assert response.status_code == 202
+    submitted = response.json()
+    assert submitted["status"] == "queued"
+    assert response.headers["location"] == f"/v1/candidates/{submitted['id']}"
+
+    done = wait_decided(client, submitted["id"])
+    expected = local_report("typed", trials=30, seed=11)
+
+    assert done["status"] == "done"
+    assert done["decision"] == expected["decision"]
+    assert done["reasons"] == expected["reasons"]
+    assert done["progress"]["trials_done"] == done["progress"]["trials_planned"] == 18 * 30
+    by_id = {f["id"]: f for f in stored_faults(engine, done["assay_id"])}
+    assert by_id == {f["id"]: f for f in expected["faults"]}
+    assay = client.get(f"/v1/assays/{done['assay_id']}").json()
+    assert assay["report"] == expected
+    assert all(f["final"] and f["signature"] for f in assay["faults"])
+
+
+def test_an_assay_shows_per_fault_progress(client: httpx.Client) -> None:
+    body = candidate_body(
+        "typed", trials=120, seed=3, modes=["subject_swap", "timeout_after_commit"]
+    )
+    submitted = client.post("/v1/candidates", json=body).json()
+    assay = client.get(f"/v1/assays/{submitted['assay_id']}").json()
+    assert [f["id"] for f in assay["faults"]] == ["subject_swap", "timeout_after_commit"]
+    # trials_per_shard is 50 in these tests: 120 trials are shards of 50, 50 and 20.
+    assert all(f["progress"]["shard_count"] == 3 for f in assay["faults"])
+    assert all(f["progress"]["trials_planned"] == 120 for f in assay["faults"])
+    wait_decided(client, submitted["id"])
+    assay = client.get(f"/v1/assays/{submitted['assay_id']}").json()
+    assert all(f["progress"]["trials_done"] == 120 for f in assay["faults"])
+
+
+def test_a_repeated_idempotency_key_replays_the_first_response(
+    client: httpx.Client, engine: sa.Engine
+) -> None:
+    key = f"ci-{uuid.uuid4()}"
+    body = candidate_body("baseline", trials=5, seed=1)
+    first = client.post("/v1/candidates", json=body, headers={"Idempotency-Key": key})
+    wait_decided(client, first.json()["id"])
+    before = row_counts(engine)
+    again = client.post("/v1/candidates", json=body, headers={"Idempotency-Key": key})
+    assert first.status_code == again.status_code == 202
+    assert again.json() == first.json()
+    assert again.headers["idempotent-replayed"] == "true"
+    assert row_counts(engine) == before
+
+
+def test_the_same_idempotency_key_with_another_body_is_a_conflict(
+    client: httpx.Client, engine: sa.Engine
+) -> None:
+    key = f"ci-{uuid.uuid4()}"
+    first = client.post(
+        "/v1/candidates",
+        json=candidate_body("baseline", trials=5),
+        headers={"Idempotency-Key": key},
+    )
+    wait_decided(client, first.json()["id"])
+    before = row_counts(engine)
+    other = client.post(
+        "/v1/candidates",
+        json=candidate_body("baseline", trials=6),
+        headers={"Idempotency-Key": key},
+    )
+    assert other.status_code == 409
+    assert other.json()["error"]["field"] == "Idempotency-Key"
+    assert row_counts(engine) == before
+
+
+def test_candidates_are_listed_newest_first_a_page_at_a_time(client: httpx.Client) -> None:
+    system = f"paged-{uuid.uuid4().hex[:8]}"
+    ids = []
+    for n in range(5):
+        body = {**candidate_body("baseline", trials=1), "system": system, "version": f"1.{n}"}
+        ids.append(client.post("/v1/candidates", json=body).json()["id"])
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"system": system, "limit": 2}
+        if cursor:
+            params["cursor"] = cursor
+        page = client.get("/v1/candidates", params=params).json()
+        seen += [c["id"] for c in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == list(reversed(ids))
+    systems = {s["name"]: s for s in client.get("/v1/systems").json()["items"]}
+    assert systems[system]["candidates"] == 5
+    assert systems[system]["latest"]["id"] == ids[-1]
+
+
+def test_a_garbled_cursor_is_refused_naming_the_cursor(client: httpx.Client) -> None:
+    response = client.get("/v1/candidates", params={"cursor": "not-a-cursor"})
+    assert response.status_code == 400
+    assert response.json()["error"]["field"] == "cursor"
+
+
+def test_an_unknown_candidate_is_a_json_404(client: httpx.Client) -> None:
+    response = client.get(f"/v1/candidates/{uuid.uuid4()}")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+def test_every_stored_event_is_append_only(client: httpx.Client, engine: sa.Engine) -> None:
+    submitted = client.post("/v1/candidates", json=candidate_body("baseline", trials=1)).json()
+    wait_decided(client, submitted["id"])
+    with Session(engine) as session:
+        kinds = session.exec(
+            select(Event.kind).where(Event.candidate_id == uuid.UUID(submitted["id"]))
+        ).all()
+        assert {"candidate.submitted", "shard.started", "shard.stored", "assay.decided"} <= set(
+            kinds
+        )
+        with pytest.raises(sa.exc.DBAPIError, match="append-only"):
+            session.execute(sa.text("UPDATE event SET kind = 'rewritten'"))

@@ -1,0 +1,91 @@
+"""`assaygate serve` with no configuration: SQLite, a filesystem broker, a worker child process.
+The same end-to-end check as against PostgreSQL and Redis, with neither in reach."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.service import (
+    ROOT,
+    candidate_body,
+    free_port,
+    local_report,
+    wait_decided,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    data_dir = tmp_path_factory.mktemp("embedded")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    # Make any attempt to reach the real servers fail loudly rather than pass by accident.
+    env["PGHOST"] = "127.0.0.1"
+    env["PGPORT"] = "1"
+    log = (data_dir / "serve.log").open("wb")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+        cwd=data_dir,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            return httpx.get(f"{url}/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_for(ready, 60.0, "embedded service ready")
+        yield url, data_dir
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+def test_serve_with_no_configuration_keeps_everything_under_var(
+    embedded: tuple[str, Path],
+) -> None:
+    _, data_dir = embedded
+    assert (data_dir / "var" / "assaygate.sqlite3").is_file()
+    assert (data_dir / "var" / "broker" / "queue").is_dir()
+
+
+def test_embedded_mode_decides_the_typed_candidate_like_the_local_assay(
+    embedded: tuple[str, Path],
+) -> None:
+    url, _ = embedded
+    with httpx.Client(base_url=url, timeout=30.0) as client:
+        response = client.post("/v1/candidates", json=candidate_body("typed", trials=30, seed=11))
+        assert response.status_code == 202
+        done = wait_decided(client, response.json()["id"])
+        report = client.get(f"/v1/assays/{done['assay_id']}").json()["report"]
+    assert report == local_report("typed", trials=30, seed=11)
+    assert done["decision"] == report["decision"]
+
+
+def test_embedded_mode_refuses_bad_input_the_same_way(embedded: tuple[str, Path]) -> None:
+    url, _ = embedded
+    body = candidate_body("typed", trials=0)
+    response = httpx.post(f"{url}/v1/candidates", json=body)
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == "plan.trials"

@@ -1,0 +1,227 @@
+"""Real servers for the service tests: a PostgreSQL database per test session, a Redis key prefix
+and queue per session (so concurrent sessions never steal each other's tasks), Celery workers as
+subprocesses, and the API served by uvicorn on a real port."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import redis
+import sqlalchemy as sa
+import uvicorn
+from fastapi import FastAPI
+
+from service.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+PG_ADMIN_DSN = os.environ.get("ASSAYGATE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+# A Redis database of its own, so tests never touch the keys of a real deployment.
+REDIS_URL = os.environ.get("ASSAYGATE_TEST_REDIS", "redis://127.0.0.1:6379/13")
+
+TABLES = (
+    "system",
+    "manifest",
+    "component_hash",
+    "candidate",
+    "assay",
+    "assay_shard",
+    "fault_result",
+    "event",
+    "idempotency_key",
+)
+
+
+def example(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((EXAMPLES / f"copperfin-{name}.json").read_text())
+    return data
+
+
+def candidate_body(
+    name: str = "typed", *, source_revision: str = "0123abc", **plan: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"source_revision": source_revision, "manifest": example(name)}
+    if plan:
+        body["plan"] = plan
+    return body
+
+
+# -------------------------------------------------------------------------------- PostgreSQL
+
+
+@contextlib.contextmanager
+def postgres_database(label: str) -> Iterator[str]:
+    """A fresh, empty database, dropped afterwards; yields its SQLAlchemy URL."""
+    name = f"assaygate_test_{label}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = PG_ADMIN_DSN.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        yield url.replace("postgresql://", "postgresql+psycopg://", 1)
+    finally:
+        with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def row_counts(engine: sa.Engine) -> dict[str, int]:
+    with engine.connect() as connection:
+        return {
+            table: int(connection.execute(sa.text(f'SELECT count(*) FROM "{table}"')).scalar_one())
+            for table in TABLES
+        }
+
+
+# ------------------------------------------------------------------------------------- Redis
+
+
+def session_settings(database_url: str, data_dir: Path, label: str, **overrides: Any) -> Settings:
+    tag = f"assaygate-test-{label}-{os.getpid()}"
+    values: dict[str, Any] = {
+        "data_dir": data_dir,
+        "database_url": database_url,
+        "broker_url": REDIS_URL,
+        "queue": tag,
+        "redis_key_prefix": f"{tag}:",
+        # Short, so a SIGKILLed worker's shard comes back within seconds.
+        "broker_visibility_timeout": 3.0,
+        "broker_restore_interval": 1.0,
+        "log_level": "INFO",
+        **overrides,
+    }
+    return Settings(**values)
+
+
+def flush_redis_prefix(settings: Settings) -> None:
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        keys = list(client.scan_iter(match=f"{settings.redis_key_prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+# ----------------------------------------------------------------------------------- workers
+
+
+class WorkerProcess:
+    """`python -m worker` as a child process, one task at a time (solo pool), so SIGKILL takes
+    exactly the shard in hand."""
+
+    def __init__(self, settings: Settings, name: str, log_dir: Path) -> None:
+        self.name = name
+        self.log_path = log_dir / f"worker-{name}.log"
+        env = settings.child_environment()
+        env["ASSAYGATE_TRIALS_PER_SHARD"] = str(settings.trials_per_shard)
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "worker", "--pool", "solo", "--hostname", f"{name}@%h"],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        wait_for(lambda: b" ready." in self.log_path.read_bytes(), timeout, f"{self.name} ready")
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+# --------------------------------------------------------------------------------------- API
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class ApiServer:
+    """The real ASGI app on a real socket, served from a thread of the test process."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.port = free_port()
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ApiServer:
+        self.thread.start()
+        wait_for(lambda: self.server.started, 15.0, "uvicorn start")
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+# ------------------------------------------------------------------------------------ waiting
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def wait_decided(client: httpx.Client, candidate_id: str, timeout: float = 120.0) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+
+    def decided() -> bool:
+        found.update(client.get(f"/v1/candidates/{candidate_id}").json())
+        return found.get("status") in ("done", "failed")
+
+    wait_for(decided, timeout, f"candidate {candidate_id} decided")
+    return found
+
+
+def local_report(name: str, *, trials: int, seed: int, extra: list[str] | None = None) -> Any:
+    """The report of the local `assaygate assay` command for the same manifest and plan."""
+    command = [
+        sys.executable,
+        "-m",
+        "service.cli",
+        "assay",
+        str(EXAMPLES / f"copperfin-{name}.json"),
+        "--json",
+        "--trials",
+        str(trials),
+        "--seed",
+        str(seed),
+        *(extra or []),
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    output = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, check=True)
+    return json.loads(output.stdout)
