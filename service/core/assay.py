@@ -51,6 +51,25 @@ INTERPRETATION = {
 
 
 @dataclass(frozen=True)
+class Limits:
+    """Stop conditions a shard enforces, as what remains of the assay's budget."""
+
+    max_effects: int | None = None
+    max_unsafe: int | None = None
+    deadline: float | None = None
+    clock: Callable[[], float] | None = None
+
+    def tripped(self, effects: int, unsafe: int) -> str | None:
+        if self.max_effects is not None and effects > self.max_effects:
+            return f"effects above the cap ({effects} > {self.max_effects})"
+        if self.max_unsafe is not None and unsafe > self.max_unsafe:
+            return f"unsafe escapes above the limit ({unsafe} > {self.max_unsafe})"
+        if self.deadline is not None and self.clock is not None and self.clock() > self.deadline:
+            return "wall-clock deadline passed"
+        return None
+
+
+@dataclass(frozen=True)
 class ShardSpec:
     index: int
     fault_id: str | None
@@ -77,9 +96,11 @@ class Tally:
         "arms",
         "exercised",
         "first_violation",
+        "injector_refusals",
         "not_exercised",
         "planned",
         "samples",
+        "sandbox_refusals",
         "storm",
         "target_errors",
     )
@@ -95,6 +116,10 @@ class Tally:
         self.storm = [0, 0, 0, 0, 0, 0, 0]
         self.first_violation: dict[str, Any] | None = None
         self.samples: list[dict[str, Any]] = []
+        # Effects the sandbox refused (outside the credential's subject namespace) and
+        # injections the injector refused (outside the credential's scope or window).
+        self.sandbox_refusals = 0
+        self.injector_refusals = 0
 
     def add_outcome(self, arm: str, rec: TrialRecord) -> None:
         counts = self.arms[arm]
@@ -113,6 +138,8 @@ class Tally:
         self.exercised += other.exercised
         self.not_exercised += other.not_exercised
         self.target_errors += other.target_errors
+        self.sandbox_refusals += other.sandbox_refusals
+        self.injector_refusals += other.injector_refusals
         for a in ARMS:
             mine, theirs = self.arms[a], other.arms[a]
             for i in range(_ARM_LEN):
@@ -141,6 +168,8 @@ class Tally:
             "storm": list(self.storm),
             "first_violation": self.first_violation,
             "samples": list(self.samples),
+            "sandbox_refusals": self.sandbox_refusals,
+            "injector_refusals": self.injector_refusals,
         }
 
     @classmethod
@@ -152,6 +181,8 @@ class Tally:
         t.storm = [int(x) for x in d["storm"]]
         t.first_violation = d.get("first_violation")
         t.samples = list(d.get("samples", []))
+        t.sandbox_refusals = int(d.get("sandbox_refusals", 0))
+        t.injector_refusals = int(d.get("injector_refusals", 0))
         return t
 
 
@@ -161,12 +192,19 @@ class ShardResult:
     tallies: dict[str, Tally]
     trials: int
     stopped: bool = False
+    # Why the shard stopped early: an abort, or a stop condition that tripped.
+    stop_reason: str | None = None
+    effects: int = 0
+    unsafe: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "trials": self.trials,
             "stopped": self.stopped,
+            "stop_reason": self.stop_reason,
+            "effects": self.effects,
+            "unsafe": self.unsafe,
             "tallies": {k: v.to_dict() for k, v in sorted(self.tallies.items())},
         }
 
@@ -177,6 +215,9 @@ class ShardResult:
             {k: Tally.from_dict(v) for k, v in d["tallies"].items()},
             int(d["trials"]),
             bool(d.get("stopped", False)),
+            d.get("stop_reason"),
+            int(d.get("effects", 0)),
+            int(d.get("unsafe", 0)),
         )
 
 
@@ -249,9 +290,12 @@ def run_shard(
     should_stop: Callable[[], bool] | None = None,
     target: Target | None = None,
     batch: int = 50,
+    limits: Limits | None = None,
+    guard: Callable[[FaultSpec], str | None] | None = None,
+    namespace: str | None = None,
 ) -> ShardResult:
     cat = plan.resolve_catalogue()
-    rt = Runtime(manifest, cat, target)
+    rt = Runtime(manifest, cat, target, guard, namespace)
     faults = plan.faults()
     tallies: dict[str, Tally] = {}
     removals = {f.id: _Arms.removal(manifest, f) for f in faults}
@@ -274,20 +318,26 @@ def run_shard(
             return lcg.choice(by_domain[k % nd])
 
     wroot, sroot = stream_roots(plan, shard.fault_id)
-    done = 0
-    stopped = False
+    done = effects = unsafe = 0
+    reason: str | None = None
     for k in range(shard.start, shard.stop):
         if should_stop is not None and done % batch == 0 and should_stop():
-            stopped = True
+            reason = "aborted"
             break
         spec = pick(k)
         wkey, skey = derive(wroot, k), derive(sroot, k)
         tally = tallies.get(spec.id)
         if tally is None:
             tally = tallies[spec.id] = Tally()
-        _one(rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id])
+        e, u = _one(rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id])
+        effects += e
+        unsafe += u
         done += 1
-    return ShardResult(shard.index, tallies, done, stopped)
+        if limits is not None:
+            reason = limits.tripped(effects, unsafe)
+            if reason is not None:
+                break
+    return ShardResult(shard.index, tallies, done, reason is not None, reason, effects, unsafe)
 
 
 def _one(
@@ -299,13 +349,17 @@ def _one(
     wkey: int,
     skey: int,
     removal: tuple[str, frozenset[str]],
-) -> None:
+) -> tuple[int, int]:
+    """Run one trial's arms into the tally; return the sandbox effects and unsafe escapes."""
     tally.planned += 1
     rec = run_trial(rt, spec, wkey, skey)
+    tally.sandbox_refusals += len(rec.world.refusals)
+    tally.injector_refusals += len(rec.refusals)
+    effects = rec.outcome.effects
     if not rec.exercised:
         # A fault that never fired proves nothing about containment: counted apart, never graded.
         tally.not_exercised += 1
-        return
+        return effects, 0
     tally.exercised += 1
     tally.add_outcome("intervention", rec)
     if rec.target_error:
@@ -321,10 +375,13 @@ def _one(
         s[5] += bare_done
         s[6] += disc_done
     if plan.matched_baseline:
-        tally.add_outcome("baseline", run_trial(rt, None, wkey, skey))
+        base = run_trial(rt, None, wkey, skey)
+        tally.add_outcome("baseline", base)
+        effects += base.outcome.effects
     status, removed = removal
     if plan.counterfactuals and status == "run":
         cf = run_trial(rt, spec, wkey, skey, removed)
+        effects += cf.outcome.effects
         if cf.exercised:
             tally.add_outcome("counterfactual", cf)
     flags = rec.outcome.flags
@@ -335,6 +392,7 @@ def _one(
             tally.samples.append(sample)
         if violating and tally.first_violation is None:
             tally.first_violation = sample
+    return effects, int(flags[5])
 
 
 def _sample(rec: TrialRecord, trial: int) -> dict[str, Any]:
@@ -470,6 +528,8 @@ def merge(
     executed = 0
     for r in results:
         executed += r.trials
+        if stopped is None and r.stop_reason is not None:
+            stopped = r.stop_reason
         for fid, t in r.tallies.items():
             tallies.setdefault(fid, Tally()).merge(t)
     out_faults: list[dict[str, Any]] = []
@@ -499,6 +559,8 @@ def merge(
             "exercised": t.exercised,
             "not_exercised": t.not_exercised,
             "target_errors": t.target_errors,
+            "sandbox_refusals": t.sandbox_refusals,
+            "injector_refusals": t.injector_refusals,
             "signature": _signature(iv),
             "baseline": _rates(t.arms["baseline"]) if plan.matched_baseline else None,
             "transfer": _transfer(iv, t.arms["baseline"]),
@@ -531,6 +593,7 @@ def merge(
                 {name: iv[_F[name]] for name in FLAGS},
                 cf["status"],
                 t.target_errors,
+                t.sandbox_refusals,
             )
         )
     verdict = decide(evidence, manifest.envelope, stopped)

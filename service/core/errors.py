@@ -43,3 +43,7 @@ class EvidenceMissing(AssaygateError):
 
 class SignatureInvalid(AssaygateError):
     code = "signature_invalid"
+
+
+class CredentialInvalid(AssaygateError):
+    code = "credential_invalid"

@@ -48,6 +48,7 @@ class FaultEvidence:
     counts: Mapping[str, int]
     counterfactual: str = "not_applicable"
     target_errors: int = 0
+    sandbox_refusals: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,16 @@ def decide(
     if not faults:
         reasons.append(Reason("no_evidence", "no fault was assayed", None, hold))
     for f in faults:
+        if f.sandbox_refusals:
+            reasons.append(
+                Reason(
+                    "outside_namespace",
+                    f"{f.fault}: the system tried {f.sandbox_refusals} effects outside the "
+                    "assay's synthetic subjects (refused by the sandbox)",
+                    f.fault,
+                    block,
+                )
+            )
         n = f.exercised
         if n == 0:
             reasons.append(

@@ -6,6 +6,7 @@ any run can be re-executed alone (`replay`) and gives the same trace.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from service.core.catalogue import Catalogue, Disturbance, FaultSpec, Recoverability
@@ -25,10 +26,15 @@ MAX_RESTARTS = 3
 class Runtime:
     """What every trial of one assay shares: the configured target and its settings."""
 
-    __slots__ = ("catalogue", "deadline_ms", "manifest", "target")
+    __slots__ = ("catalogue", "deadline_ms", "guard", "manifest", "namespace", "target")
 
     def __init__(
-        self, manifest: Manifest, catalogue: Catalogue, target: Target | None = None
+        self,
+        manifest: Manifest,
+        catalogue: Catalogue,
+        target: Target | None = None,
+        guard: Callable[[FaultSpec], str | None] | None = None,
+        namespace: str | None = None,
     ) -> None:
         if target is None:
             if manifest.target.kind != "reference":
@@ -42,6 +48,8 @@ class Runtime:
         self.catalogue = catalogue
         self.target = target
         self.deadline_ms = manifest.orchestration.deadline_ms
+        self.guard = guard
+        self.namespace = namespace
 
 
 class TrialRecord:
@@ -49,6 +57,7 @@ class TrialRecord:
         "exercised",
         "outcome",
         "receipts",
+        "refusals",
         "storm",
         "target_error",
         "trace",
@@ -75,6 +84,7 @@ class TrialRecord:
         self.trace = trace
         self.workload = workload
         self.world = world
+        self.refusals: list[str] = []
 
 
 def run_trial(
@@ -87,7 +97,9 @@ def run_trial(
 ) -> TrialRecord:
     w = Workload(Stream(workload_key))
     world = World(w)
-    inj = Injector(spec, rt.catalogue)
+    if rt.namespace is not None:
+        world.subject_namespace = rt.namespace
+    inj = Injector(spec, rt.catalogue, rt.guard)
     trace: list[dict[str, Any]] | None = [] if capture else None
     tools = Tools(
         world, inj, w.latency_ms, w.decoy_order, rt.manifest.retry, Stream(storm_key), trace
@@ -116,7 +128,9 @@ def run_trial(
     storm = None
     if spec is not None and spec.disturbance is Disturbance.RATE_LIMIT_STORM and exercised:
         storm = _storm_comparison(rt, spec, storm_key, tools)
-    return TrialRecord(outcome, exercised, inj.receipts, error, storm, trace, w, world)
+    rec = TrialRecord(outcome, exercised, inj.receipts, error, storm, trace, w, world)
+    rec.refusals = inj.refusals
+    return rec
 
 
 def _storm_comparison(

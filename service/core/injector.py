@@ -8,6 +8,7 @@ fault arms its `then` steps, in order, only after it has fired.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from service.core.catalogue import Catalogue, FaultSpec, Persistence
@@ -38,14 +39,22 @@ class InjectionReceipt:
 
 
 class Injector:
-    __slots__ = ("armed", "calls", "catalogue", "fired", "pending", "receipts")
+    __slots__ = ("armed", "calls", "catalogue", "fired", "guard", "pending", "receipts", "refusals")
 
-    def __init__(self, spec: FaultSpec | None, catalogue: Catalogue | None = None) -> None:
+    def __init__(
+        self,
+        spec: FaultSpec | None,
+        catalogue: Catalogue | None = None,
+        guard: Callable[[FaultSpec], str | None] | None = None,
+    ) -> None:
         self.armed: dict[str, list[FaultSpec]] = {}
         self.receipts: list[InjectionReceipt] = []
         self.fired: set[str] = set()
         self.calls = 0
         self.catalogue = catalogue
+        # Checked before every injection: the injector's own credential must still allow it.
+        self.guard = guard
+        self.refusals: list[str] = []
         # Steps of an ordered composition, armed one at a time after their predecessor fires.
         self.pending: list[FaultSpec] = []
         if spec is not None:
@@ -63,6 +72,14 @@ class Injector:
             want = spec.params.get("kind")
             if want is not None and want != kind:
                 continue
+            if self.guard is not None:
+                refused = self.guard(spec)
+                if refused is not None:
+                    self.refusals.append(refused)
+                    specs.remove(spec)
+                    if not specs:
+                        del self.armed[boundary]
+                    return None
             self.calls += 1
             self.receipts.append(
                 InjectionReceipt(spec.id, spec.mode, boundary, spec.phase, call, now)
