@@ -1,0 +1,36 @@
+"""Each database test runs in a transaction of its own, rolled back afterwards, on a schema the
+real migrations built."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from service.db import migrate
+from service.db.session import make_engine
+from service.settings import Settings
+from tests.support.service import postgres_database
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sa.Engine]:
+    with postgres_database("db") as url:
+        settings = Settings(data_dir=Path(tmp_path_factory.mktemp("db")), database_url=url)
+        migrate.upgrade(settings)
+        engine = make_engine(settings)
+        yield engine
+        engine.dispose()
+
+
+@pytest.fixture
+def session(engine: sa.Engine) -> Iterator[Session]:
+    with engine.connect() as connection:
+        transaction = connection.begin()
+        # Commits inside the code under test become savepoints of this outer transaction.
+        with Session(bind=connection, join_transaction_mode="create_savepoint") as session:
+            yield session
+        transaction.rollback()

@@ -1,0 +1,130 @@
+"""The shard task body on a real database, called directly the way a redelivery would call it."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import sqlalchemy as sa
+from sqlmodel import Session, func, select
+
+from service.core.assay import ShardSpec, plan_shards, run_assay
+from service.core.manifest import parse_manifest
+from service.core.plan import parse_plan
+from service.db.assay import begin_shard, store_shard_result
+from service.db.candidate import record_submission
+from service.db.models import Assay, AssayShard, AssayStatus, Event, FaultResult
+from service.db.session import session_scope
+from service.settings import Settings
+from tests.support.service import example
+from worker.tasks import WorkerContext, execute_shard, finalize
+
+pytestmark = pytest.mark.integration
+
+
+def submit(engine: sa.Engine, trials: int = 40, **plan: object) -> uuid.UUID:
+    manifest = parse_manifest(example("typed"))
+    parsed = parse_plan({"trials": trials, "seed": 9, **plan})
+    with session_scope(engine) as session:
+        recorded = record_submission(
+            session,
+            system_name="copperfin-returns",
+            version="1.5.0",
+            source_revision="direct",
+            manifest=manifest,
+            plan_document=parsed.model_dump(mode="json"),
+            catalogue="assaygate-full/1",
+            shards=plan_shards(manifest, parsed, trials_per_shard=20),
+        )
+    return recorded.assay.id
+
+
+@pytest.fixture
+def ctx(settings: Settings) -> WorkerContext:
+    return WorkerContext(settings)
+
+
+def assay_row(engine: sa.Engine, assay_id: uuid.UUID) -> Assay:
+    with Session(engine) as session:
+        row = session.get(Assay, assay_id)
+        assert row is not None
+        return row
+
+
+def test_a_redelivered_shard_is_counted_once(ctx: WorkerContext, engine: sa.Engine) -> None:
+    assay_id = submit(engine, modes=["subject_swap"])
+    first = execute_shard(ctx, assay_id, 0, "w1")
+    again = execute_shard(ctx, assay_id, 0, "w2")
+    assert first["stored"] is True
+    assert again["stored"] is False
+    row = assay_row(engine, assay_id)
+    assert (row.shards_done, row.trials_done) == (1, 20)
+
+
+def test_a_shard_run_by_two_workers_at_once_is_stored_by_one(
+    ctx: WorkerContext, engine: sa.Engine
+) -> None:
+    # The first worker outlived the visibility timeout: the broker handed its shard to a second.
+    assay_id = submit(engine, modes=["subject_swap"])
+    with session_scope(engine) as session:
+        assert begin_shard(session, assay_id, 1, "slow") is not None
+    with session_scope(engine) as session:
+        assert begin_shard(session, assay_id, 1, "fast") is not None
+    result = {"index": 1, "trials": 20, "stopped": False, "tallies": {}}
+    with session_scope(engine) as session:
+        assert store_shard_result(session, assay_id, 1, result, 20) is True
+    with session_scope(engine) as session:
+        assert store_shard_result(session, assay_id, 1, result, 20) is False
+    with Session(engine) as session:
+        shard = session.get(AssayShard, (assay_id, 1))
+        assert shard is not None and shard.attempts == 2
+    assert assay_row(engine, assay_id).trials_done == 20
+
+
+def test_racing_merges_record_the_decision_exactly_once(
+    ctx: WorkerContext, engine: sa.Engine
+) -> None:
+    assay_id = submit(engine, trials=20, families=["tool"])
+    row = assay_row(engine, assay_id)
+    for index in range(row.shard_count):
+        execute_shard(ctx, assay_id, index, "w")
+    # Every shard's redelivery may try the merge at the same moment.
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        decisions = list(
+            pool.map(lambda _: finalize(WorkerContext(ctx.settings), assay_id), range(6))
+        )
+    with Session(engine) as session:
+        decided = session.exec(
+            select(func.count()).where(Event.assay_id == assay_id, Event.kind == "assay.decided")
+        ).one()
+        faults = session.exec(select(func.count()).where(FaultResult.assay_id == assay_id)).one()
+    expected = run_assay(
+        parse_manifest(example("typed")),
+        parse_plan({"trials": 20, "seed": 9, "families": ["tool"]}),
+    )
+    assert decided == 1
+    assert faults == len(expected.to_dict()["faults"])
+    assert assay_row(engine, assay_id).status == AssayStatus.DONE
+    assert {d for d in decisions if d is not None} <= {expected.decision}
+
+
+def test_an_engine_error_fails_the_assay_instead_of_leaving_it_running(
+    ctx: WorkerContext, engine: sa.Engine
+) -> None:
+    assay_id = submit(engine, modes=["subject_swap"])
+    with session_scope(engine) as session:
+        shard = session.get(AssayShard, (assay_id, 0))
+        assert shard is not None
+        shard.spec = ShardSpec(0, "no_such_fault", 0, 20).to_dict()
+        session.add(shard)
+    with pytest.raises(Exception, match="no_such_fault"):
+        execute_shard(ctx, assay_id, 0, "w")
+    row = assay_row(engine, assay_id)
+    assert row.status == AssayStatus.FAILED
+    assert row.report is not None and "no_such_fault" in row.report["error"]
+
+
+def test_a_shard_of_an_unknown_assay_is_dropped_quietly(ctx: WorkerContext) -> None:
+    outcome = execute_shard(ctx, uuid.uuid4(), 0, "w")
+    assert outcome["stored"] is False and outcome["decision"] is None
