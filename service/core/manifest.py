@@ -164,7 +164,7 @@ def parse_manifest(data: object) -> Manifest:
     if not isinstance(data, dict):
         raise ManifestInvalid("must be a JSON object", field="manifest")
     try:
-        return Manifest.model_validate(data)
+        manifest = Manifest.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors()
         # An unknown key explains the rest (a misspelt component is also "missing"): report it.
@@ -177,6 +177,13 @@ def parse_manifest(data: object) -> Manifest:
                 raise ManifestInvalid(f"unknown control (known: {known})", field=field) from None
             raise ManifestInvalid(f"unknown key in {parent}", field=field) from None
         raise ManifestInvalid(err["msg"], field=field) from None
+    for name in COMPONENTS:
+        try:
+            canonical(manifest.component(name))
+        except rfc8785.CanonicalizationError as exc:
+            # RFC 8785 hashes only I-JSON: integers within 2^53 - 1 and finite numbers.
+            raise ManifestInvalid(f"not canonicalisable JSON: {exc}", field=name) from None
+    return manifest
 
 
 def parse_manifest_json(text: str | bytes) -> Manifest:
