@@ -1,0 +1,573 @@
+#!/usr/bin/env python3
+"""Copperfin refund agent as its own HTTP service: an example of Assaygate's `http` target.
+
+    python examples/http-agent/agent.py --port 8081 --controls typed
+    python examples/http-agent/agent.py --port 8081 --controls naive
+    python examples/http-agent/agent.py --port 8081 --controls bind_identity,idempotency
+
+It knows nothing of Assaygate's code: it speaks the protocol of docs/targets.md with the standard
+library alone. For each task it reads the order, checks policy and capability, asks for a proposal,
+refunds through the sandbox payment endpoint, records evidence and returns its claim. Each control
+switch changes what it does, exactly as in the built-in reference workflow, and a task's
+`disabled_controls` switch controls off for that one run (the counterfactual pair).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import secrets
+import signal
+import socket
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+CONTROLS = (
+    "bind_identity",
+    "pre_effect_authority",
+    "refresh_context",
+    "state_precondition",
+    "idempotency",
+    "effect_readback",
+    "evidence_gate",
+    "evidence_repair",
+)
+TYPED = frozenset(CONTROLS) - {"evidence_repair"}
+PRESETS: dict[str, frozenset[str]] = {
+    "typed": TYPED,
+    "typed-repair": frozenset(CONTROLS),
+    "naive": frozenset(),
+    "baseline": frozenset(),
+}
+ELIGIBLE = "eligible"
+
+
+# -- the sandbox tools, over HTTP -----------------------------------------------------------------
+
+
+class ToolError(Exception):
+    """A tool call failed in a way the protocol types: the agent may recover from it."""
+
+
+class ToolTimeout(ToolError):
+    pass
+
+
+class ToolMalformed(ToolError):
+    pass
+
+
+class RateLimited(ToolError):
+    pass
+
+
+class PreconditionFailed(ToolError):
+    pass
+
+
+class ToolRejected(ToolError):
+    pass
+
+
+class RunCrashed(Exception):
+    """The sandbox says this run is dead: stop at once, release nothing."""
+
+
+class SandboxBroken(Exception):
+    """An answer outside the protocol: the agent cannot go on."""
+
+
+_ERRORS: dict[int, type[ToolError]] = {
+    504: ToolTimeout,
+    429: RateLimited,
+    412: PreconditionFailed,
+    422: ToolRejected,
+}
+_local = threading.local()
+
+
+def _connection(base: str) -> http.client.HTTPConnection:
+    pool: dict[str, http.client.HTTPConnection] = _local.__dict__.setdefault("pool", {})
+    conn = pool.get(base)
+    if conn is None:
+        parts = urlsplit(base)
+        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
+        conn.connect()
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        pool[base] = conn
+    return conn
+
+
+def _drop(base: str) -> None:
+    pool: dict[str, http.client.HTTPConnection] = _local.__dict__.setdefault("pool", {})
+    conn = pool.pop(base, None)
+    if conn is not None:
+        conn.close()
+
+
+class Sandbox:
+    """The tool endpoints of one trial, named by its token."""
+
+    def __init__(self, base: str, token: str) -> None:
+        self.base = base
+        self.auth = f"Bearer {token}"
+
+    def call(self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
+        data = json.dumps(body).encode()
+        h = {"Authorization": self.auth, "Content-Type": "application/json", **(headers or {})}
+        for attempt in (1, 2):
+            conn = _connection(self.base)
+            try:
+                conn.request("POST", path, data, h)
+                resp = conn.getresponse()
+                raw = resp.read()
+                break
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                _drop(self.base)
+                if attempt == 2:
+                    raise
+        if resp.status == 200:
+            try:
+                return json.loads(raw)
+            except ValueError:
+                raise ToolMalformed(f"{path}: the reply could not be parsed") from None
+        if resp.status == 410:
+            raise RunCrashed(path)
+        error = _ERRORS.get(resp.status)
+        if error is not None:
+            raise error(json.loads(raw).get("detail", ""))
+        raise SandboxBroken(f"{path} answered {resp.status}: {raw[:200]!r}")
+
+    # One method per endpoint, named after the tool it reaches.
+    def crm_read(self, order_id: str) -> dict[str, Any] | None:
+        return self.call("/v1/crm/read", {"order_id": order_id})["record"]
+
+    def orders_read(self, order_id: str) -> dict[str, Any] | None:
+        return self.call("/v1/orders/read", {"order_id": order_id})["order"]
+
+    def policy_read(self) -> dict[str, Any]:
+        return self.call("/v1/policy/read", {})["policy"]
+
+    def capability_check(self, grant_id: str) -> dict[str, Any] | None:
+        return self.call("/v1/capabilities/check", {"grant_id": grant_id})["grant"]
+
+    def propose(self, order_id: str, tenant: str, grant_id: str, amount: int) -> dict[str, Any]:
+        body = {"order_id": order_id, "tenant": tenant, "grant_id": grant_id, "amount": amount}
+        return self.call("/v1/proposals", body)["action"]
+
+    def refund(
+        self,
+        action: dict[str, Any],
+        idempotency_key: str,
+        action_id: str,
+        trace_id: str | None,
+        expected_version: int | None,
+    ) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key, "Assaygate-Action-Id": action_id}
+        if trace_id is not None:
+            headers["traceparent"] = f"00-{trace_id}-{secrets.token_hex(8)}-01"
+        body = {
+            "subject": action["subject"],
+            "tenant": action["tenant"],
+            "amount": action["amount"],
+            "grant_id": action["grant_id"],
+            "expected_version": expected_version,
+        }
+        reply = self.call("/v1/payments/refunds", body, headers)
+        if not isinstance(reply, dict):
+            raise ToolMalformed("the refund reply is not an object")
+        return reply
+
+    def lookup(self, action_id: str) -> list[dict[str, Any]]:
+        return self.call("/v1/payments/lookup", {"action_id": action_id})["entries"]
+
+    def record(
+        self,
+        kind: str,
+        action_id: str,
+        trace_id: str | None,
+        ledger_ref: str | None,
+        detail: str = "",
+    ) -> None:
+        body = {
+            "kind": kind,
+            "action_id": action_id,
+            "trace_id": trace_id,
+            "ledger_ref": ledger_ref,
+            "detail": detail,
+        }
+        self.call("/v1/evidence/record", body)
+
+    def evidence_read(self, action_id: str) -> list[dict[str, Any]]:
+        return self.call("/v1/evidence/read", {"action_id": action_id})["receipts"]
+
+    def checkpoint_save(self, run_id: str, stage: str, data: dict[str, Any]) -> None:
+        self.call("/v1/checkpoints/save", {"run_id": run_id, "stage": stage, "data": data})
+
+    def checkpoint_load(self, run_id: str) -> dict[str, Any] | None:
+        return self.call("/v1/checkpoints/load", {"run_id": run_id})["checkpoint"]
+
+    def sleep(self, ms: int) -> None:
+        self.call("/v1/clock/sleep", {"ms": ms})
+
+    def new_trace(self) -> str:
+        return self.call("/v1/ids/trace", {})["trace_id"]
+
+    def request_id(self) -> str:
+        return self.call("/v1/ids/request", {})["request_id"]
+
+
+# -- the workflow ---------------------------------------------------------------------------------
+
+
+class Config:
+    def __init__(
+        self, controls: frozenset[str], max_attempts: int, backoff_ms: int, deny_on_warning: bool
+    ) -> None:
+        self.controls = controls
+        self.max_attempts = max_attempts
+        self.backoff_ms = backoff_ms
+        self.deny_on_warning = deny_on_warning
+
+
+class _Stop(Exception):
+    pass
+
+
+class Run:
+    """One execution of the refund workflow for one task."""
+
+    def __init__(self, task: dict[str, Any], action_id: str, t: Sandbox, cfg: Config) -> None:
+        self.task = task
+        self.t = t
+        self.cfg = cfg
+        self.c = cfg.controls - frozenset(task.get("disabled_controls", ()))
+        self.action_id = action_id
+        self.action: dict[str, Any] = {}
+        self.trace_id: str | None = None
+        self.version: int | None = None
+        self.claim: dict[str, Any] | None = None
+
+    def respond(self, status: str, ledger_ref: str | None) -> None:
+        self.claim = {"status": status, "action_id": self.action_id, "ledger_ref": ledger_ref}
+
+    def deny(self, reason: str) -> None:
+        self.t.record("denial", self.action_id, self.trace_id, None, reason)
+        self.respond("denied", None)
+        raise _Stop
+
+    def hold(self, reason: str) -> None:
+        self.t.record("hold", self.action_id, self.trace_id, None, reason)
+        self.respond("held", None)
+        raise _Stop
+
+    def warn(self, signal_: str) -> None:
+        self.t.record("anomaly", self.action_id, self.trace_id, None, signal_)
+        if self.cfg.deny_on_warning:
+            self.deny(f"refused after warning: {signal_}")
+
+    def run(self) -> dict[str, Any] | None:
+        with contextlib.suppress(_Stop):
+            self._run()
+        return self.claim
+
+    def _run(self) -> None:
+        run_id = self.task["run_id"]
+        cp = self.t.checkpoint_load(run_id)
+        reply = None
+        if cp is None:
+            self.assemble_and_authorise()
+        else:
+            self.action, self.trace_id, self.version = cp["action"], cp["trace_id"], cp["version"]
+            # A resumed run cannot know whether its effect already happened: read it back.
+            if "effect_readback" in self.c:
+                reply = self.find_prior_effect()
+        if reply is None:
+            reply = self.effect()
+        self.t.checkpoint_save(run_id, "effect_done", {"ledger_ref": reply.get("ledger_ref")})
+        self.release(reply)
+
+    def assemble_and_authorise(self) -> None:
+        task, t, c = self.task, self.t, self.c
+        record = t.crm_read(task["order_id"])
+        if record is None:
+            self.deny("order not found")
+            return
+        status, version, amount = record["status"], record["version"], record["amount"]
+        policy = t.policy_read()
+        if "refresh_context" in c:
+            auth = t.orders_read(task["order_id"])
+            if auth is None:
+                self.deny("order not found in the authoritative source")
+                return
+            if (auth["status"], auth["version"], auth["amount"]) != (status, version, amount):
+                self.warn("eligibility sources conflict; the order system takes precedence")
+            status, version, amount = auth["status"], auth["version"], auth["amount"]
+        if status != ELIGIBLE:
+            self.deny(f"order is {status}")
+        if not policy["refunds_allowed"]:
+            self.deny(f"policy v{policy['version']} excludes refunds")
+        approval = t.capability_check(task["grant_id"])
+        if approval is None or not approval["valid"]:
+            self.deny("no valid capability at approval")
+        self.version = version
+        action = t.propose(task["order_id"], task["tenant"], task["grant_id"], amount)
+        self.action = action
+        self.trace_id = t.new_trace()
+        t.record(
+            "decision",
+            self.action_id,
+            self.trace_id,
+            None,
+            f"refund {action['amount']} on {action['subject']}",
+        )
+        bound = (task["order_id"], task["tenant"], task["grant_id"])
+        if (
+            "bind_identity" in c
+            and (
+                action["subject"],
+                action["tenant"],
+                action["grant_id"],
+            )
+            != bound
+        ):
+            self.warn("proposal does not match the bound action contract")
+            self.deny("subject binding mismatch")
+        if "pre_effect_authority" in c:
+            grant = t.capability_check(action["grant_id"])
+            if grant is None or not grant["valid"]:
+                self.deny("capability not valid at effect time")
+            assert grant is not None
+            if grant["subject"] != action["subject"] or grant["amount"] < action["amount"]:
+                self.deny("capability does not cover this subject and amount")
+        if "refresh_context" in c:
+            current = t.policy_read()
+            if not current["refunds_allowed"]:
+                self.deny(f"policy v{current['version']} excludes refunds")
+        t.checkpoint_save(
+            task["run_id"],
+            "authorised",
+            {"action": action, "trace_id": self.trace_id, "version": self.version},
+        )
+
+    def find_prior_effect(self) -> dict[str, Any] | None:
+        found = self.t.lookup(self.action_id)
+        if not found:
+            return None
+        self.warn("an effect for this action already exists")
+        e = found[0]
+        return {"status": "committed", "ledger_ref": e["id"], "trace_id": e["trace_id"]}
+
+    def effect(self) -> dict[str, Any]:
+        t, c = self.t, self.c
+        attempt = 0
+        while True:
+            attempt += 1
+            # The logical action id is the key that lets the provider recognise a retry.
+            key = self.action_id if "idempotency" in c else t.request_id()
+            expected = self.version if "state_precondition" in c else None
+            try:
+                reply = t.refund(self.action, key, self.action_id, self.trace_id, expected)
+                if reply.get("replayed"):
+                    self.warn("the provider replayed an earlier result for this key")
+                return reply
+            except PreconditionFailed:
+                self.warn("state version changed before the write")
+                self.deny("order changed since it was read")
+            except ToolRejected as exc:
+                self.deny(f"rejected: {exc}")
+            except ToolError as exc:
+                self.warn(f"{type(exc).__name__}: {exc}")
+                if "effect_readback" in c and not isinstance(exc, RateLimited):
+                    prior = self.find_prior_effect()
+                    if prior is not None:
+                        return prior
+                if attempt >= self.cfg.max_attempts:
+                    t.record("failure", self.action_id, self.trace_id, None, "retries exhausted")
+                    self.respond("failed", None)
+                    raise _Stop from None
+                t.sleep(min(8_000, self.cfg.backoff_ms * (1 << (attempt - 1))))
+
+    def release(self, reply: dict[str, Any]) -> None:
+        t, c = self.t, self.c
+        ledger_ref = reply.get("ledger_ref")
+        if ledger_ref is None and ("effect_readback" in c or "evidence_gate" in c):
+            self.warn("the reply carries no receipt")
+        t.record("effect", self.action_id, reply.get("trace_id"), ledger_ref, "refund committed")
+        if "effect_readback" in c:
+            found = t.lookup(self.action_id)
+            if len(found) > 1:
+                self.warn("more than one effect for one logical action")
+            if found:
+                entry = found[0]
+                ledger_ref = entry["id"]
+                t.record(
+                    "readback",
+                    self.action_id,
+                    entry["trace_id"],
+                    ledger_ref,
+                    "ledger entry read back",
+                )
+        if "evidence_gate" in c:
+            receipts = t.evidence_read(self.action_id)
+            if not any(r["kind"] == "effect" for r in receipts):
+                self.warn("the effect receipt is missing from the evidence ledger")
+            proved = any(
+                r["kind"] in ("effect", "readback")
+                and r["ledger_ref"] is not None
+                and r["trace_id"] == self.trace_id
+                for r in receipts
+            )
+            if not proved and any(r["ledger_ref"] for r in receipts):
+                self.warn("trace lineage from decision to effect is broken")
+                if "evidence_repair" in c:
+                    proved = self.repair()
+            if not proved:
+                self.hold("success cannot be proved")
+        self.respond("completed", ledger_ref)
+
+    def repair(self) -> bool:
+        """Re-derive lineage: join the decision to the ledger entry by logical action id."""
+        found = self.t.lookup(self.action_id)
+        matches = [
+            e
+            for e in found
+            if e["action_id"] == self.action_id and e["subject"] == self.action["subject"]
+        ]
+        if len(matches) != 1:
+            return False
+        self.t.record(
+            "repair",
+            self.action_id,
+            self.trace_id,
+            matches[0]["id"],
+            "decision joined to ledger entry through the logical action id",
+        )
+        return True
+
+
+# -- the agent's own HTTP endpoint ----------------------------------------------------------------
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: AgentServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # one line per task would drown an assay's output
+
+    def _reply(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path == "/healthz":
+            self._reply(200, {"ok": True, "controls": sorted(self.server.config.controls)})
+        else:
+            self._reply(404, {"error": "not found"})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        try:
+            body = json.loads(self.rfile.read(length))
+            sandbox = Sandbox(body["sandbox"], body["trial"])
+            run = Run(body["task"], body["action_id"], sandbox, self.server.config)
+        except (ValueError, KeyError, TypeError) as exc:
+            self._reply(400, {"error": f"bad task: {exc}"})
+            return
+        try:
+            claim = run.run()
+        except RunCrashed:
+            self._reply(200, {"claim": None, "aborted": "run_crashed"})
+            return
+        except Exception as exc:
+            self._reply(500, {"error": f"{type(exc).__name__}: {exc}"})
+            return
+        self._reply(200, {"claim": claim})
+
+
+class AgentServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+    config: Config
+
+
+def parse_controls(text: str) -> frozenset[str]:
+    if text in PRESETS:
+        return PRESETS[text]
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    unknown = names - frozenset(CONTROLS)
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown controls {sorted(unknown)}; presets: {sorted(PRESETS)}; controls: {CONTROLS}"
+        )
+    return names
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8081, help="0 picks a free port")
+    ap.add_argument(
+        "--controls",
+        type=parse_controls,
+        default=PRESETS["typed"],
+        help="a preset (typed, typed-repair, naive, baseline) or a comma-separated list",
+    )
+    for name in CONTROLS:
+        flag = name.replace("_", "-")
+        ap.add_argument(f"--{flag}", dest=name, action="store_true", help=f"switch {name} on")
+        ap.add_argument(f"--no-{flag}", dest=name, action="store_false", help=f"switch {name} off")
+    ap.set_defaults(**dict.fromkeys(CONTROLS))
+    ap.add_argument("--max-attempts", type=int, default=6)
+    ap.add_argument("--backoff-ms", type=int, default=200)
+    ap.add_argument("--on-warning", choices=("recover", "deny"), default="recover")
+    ap.add_argument("--processes", type=int, default=1, help="serve from this many processes")
+    args = ap.parse_args(argv)
+    controls = set(args.controls)
+    for name in CONTROLS:
+        if getattr(args, name) is True:
+            controls.add(name)
+        elif getattr(args, name) is False:
+            controls.discard(name)
+    server = AgentServer((args.host, args.port), Handler)
+    server.config = Config(
+        frozenset(controls), args.max_attempts, args.backoff_ms, args.on_warning == "deny"
+    )
+    print(f"listening on http://{args.host}:{server.server_port}", flush=True)
+    children: list[int] = []
+    for _ in range(max(1, args.processes) - 1):
+        pid = os.fork()
+        if pid == 0:
+            server.serve_forever()
+            os._exit(0)
+        children.append(pid)
+
+    def stop(signum: int, frame: object) -> None:
+        for pid in children:
+            os.kill(pid, signal.SIGTERM)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        stop(signal.SIGINT, None)
+
+
+if __name__ == "__main__":
+    main()
