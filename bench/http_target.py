@@ -1,0 +1,127 @@
+"""Trials per second of an assay over the HTTP target, with 1 and 2 worker processes.
+
+    .venv/bin/python bench/http_target.py [--trials 100] [--agent-processes 2]
+
+Starts the example agent (examples/http-agent, typed switches) as its own process, then assays it
+over loopback on the full catalogue: each worker process runs its shards with its own HTTP target
+adapter and sandbox tool server, as a Celery worker would. A "trial" is one planned fault trial;
+each also runs its matched baseline and, where a control is nominated, its counterfactual, so the
+agent serves more tasks than there are trials: both rates are printed. Prints figures, asserts
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from service.core.assay import ShardResult, ShardSpec, merge, plan_shards, run_shard  # noqa: E402
+from service.core.manifest import Manifest, parse_manifest  # noqa: E402
+from service.core.plan import AssayPlan, parse_plan  # noqa: E402
+from service.core.sandbox import Task, Tools  # noqa: E402
+from service.targets import HttpTarget  # noqa: E402
+
+AGENT = ROOT / "examples" / "http-agent" / "agent.py"
+
+_target: HttpTarget | None = None
+_runs = 0
+
+
+def _manifest(url: str) -> Manifest:
+    import json
+
+    data = json.loads((ROOT / "examples" / "copperfin-typed.json").read_text())
+    data["target"] = {"kind": "http", "url": url}
+    return parse_manifest(data)
+
+
+def _counting(task: Task, tools: Tools) -> None:
+    global _runs
+    _runs += 1
+    assert _target is not None
+    _target(task, tools)
+
+
+def _init(url: str) -> None:
+    global _target
+    _target = HttpTarget(url)
+
+
+def _shard(args: tuple[str, AssayPlan, ShardSpec]) -> tuple[ShardResult, int]:
+    global _runs
+    url, plan, shard = args
+    before = _runs
+    result = run_shard(_manifest(url), plan, shard, target=_counting)
+    return result, _runs - before
+
+
+def _measure(url: str, plan: AssayPlan, workers: int) -> tuple[float, int, int]:
+    manifest = _manifest(url)
+    shards = plan_shards(manifest, plan, max(1, plan.trials // 2))
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(workers, initializer=_init, initargs=(url,)) as pool:
+        out = list(pool.map(_shard, [(url, plan, s) for s in shards]))
+    elapsed = time.perf_counter() - t0
+    report = merge(manifest, plan, [r for r, _ in out]).to_dict()
+    errors = sum(f["target_errors"] for f in report["faults"])
+    if errors:
+        print(f"  warning: {errors} target errors", file=sys.stderr)
+    return elapsed, int(report["trials_executed"]), sum(n for _, n in out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--trials", type=int, default=100, help="trials per fault (full catalogue)")
+    ap.add_argument("--seed", type=int, default=188)
+    ap.add_argument(
+        "--agent-processes", type=int, default=2, help="processes serving the example agent"
+    )
+    args = ap.parse_args()
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            str(AGENT),
+            "--port",
+            "0",
+            "--controls",
+            "typed",
+            "--processes",
+            str(args.agent_processes),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert agent.stdout is not None
+        url = agent.stdout.readline().split()[-1]
+        plan = parse_plan({"catalogue": "full", "trials": args.trials, "seed": args.seed})
+        print(
+            f"HTTP target: example agent ({args.agent_processes} processes) at {url}; "
+            f"full catalogue, {args.trials} trials per fault, seed {args.seed}; "
+            f"{os.cpu_count()} CPUs"
+        )
+        _measure(url, parse_plan({"catalogue": "full", "trials": 2, "seed": 1}), 1)  # warm-up
+        print(
+            f"{'workers':>7} {'trials':>7} {'tasks':>7} {'seconds':>8} {'trials/s':>9} {'tasks/s':>8}"
+        )
+        for workers in (1, 2):
+            elapsed, trials, runs = _measure(url, plan, workers)
+            print(
+                f"{workers:>7} {trials:>7} {runs:>7} {elapsed:>8.2f} "
+                f"{trials / elapsed:>9.0f} {runs / elapsed:>8.0f}"
+            )
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
