@@ -13,6 +13,7 @@ nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -36,8 +37,6 @@ _runs = 0
 
 
 def _manifest(url: str) -> Manifest:
-    import json
-
     data = json.loads((ROOT / "examples" / "copperfin-typed.json").read_text())
     data["target"] = {"kind": "http", "url": url}
     return parse_manifest(data)
@@ -109,9 +108,8 @@ def main() -> None:
             f"{os.cpu_count()} CPUs"
         )
         _measure(url, parse_plan({"catalogue": "full", "trials": 2, "seed": 1}), 1)  # warm-up
-        print(
-            f"{'workers':>7} {'trials':>7} {'tasks':>7} {'seconds':>8} {'trials/s':>9} {'tasks/s':>8}"
-        )
+        header = ("workers", "trials", "tasks", "seconds", "trials/s", "tasks/s")
+        print("{:>7} {:>7} {:>7} {:>8} {:>9} {:>8}".format(*header))
         for workers in (1, 2):
             elapsed, trials, runs = _measure(url, plan, workers)
             print(
