@@ -56,6 +56,7 @@ def test_a_target_slower_than_its_budget_is_a_target_error(start_agent: StartAge
         ("error", "TargetServerError"),
         ("no-claim", "TargetProtocolError"),
         ("bad-claim", "TargetProtocolError"),
+        ("no-key", "TargetProtocolError"),
     ],
 )
 def test_a_target_that_answers_garbage_or_an_error_is_a_target_error(

@@ -2,7 +2,8 @@
 
     python tests/targets/agents/bad_agent.py --port 0 --mode MODE
 
-MODE: slow, garbage, error, no-claim, bad-claim, late-garbage (refunds, then answers garbage).
+MODE: slow, garbage, error, no-claim, bad-claim, late-garbage (refunds, then answers garbage),
+no-key (calls the refund endpoint without its required Idempotency-Key header).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 
-def refund_once(body: dict[str, Any]) -> None:
+def refund_once(body: dict[str, Any], keyed: bool = True) -> None:
     """Reach the payment endpoint (so the injector fires) before misbehaving."""
     task = body["task"]
     parts = urlsplit(body["sandbox"])
@@ -32,6 +33,8 @@ def refund_once(body: dict[str, Any]) -> None:
         "Idempotency-Key": body["action_id"],
         "Assaygate-Action-Id": body["action_id"],
     }
+    if not keyed:
+        del headers["Idempotency-Key"]
     conn.request("POST", "/v1/payments/refunds", json.dumps(payload), headers)
     conn.getresponse().read()
     conn.close()
@@ -63,6 +66,9 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, b'{"claim": null}')
         elif self.mode == "bad-claim":
             self._send(200, b'{"claim": {"status": "probably fine"}}')
+        elif self.mode == "no-key":
+            refund_once(body, keyed=False)
+            self._send(200, b'{"claim": {"status": "failed"}}')
         elif self.mode == "late-garbage":
             refund_once(body)
             self._send(200, b"\x00\x01 not json")
