@@ -27,3 +27,9 @@ test: venv services lint typecheck imports
 
 demo: venv
 	$(VENV)/bin/assaygate assay examples/copperfin-typed.json
+
+serve: venv
+	$(VENV)/bin/assaygate serve
+
+bench-service: venv services
+	$(PY) bench/service_latency.py

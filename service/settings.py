@@ -38,7 +38,7 @@ class Settings(BaseSettings):
     # long. It must exceed the longest shard, or a slow shard runs twice (harmless, but wasted).
     broker_visibility_timeout: float = Field(default=60.0, gt=0)
     broker_restore_interval: float = Field(default=5.0, gt=0)
-    trials_per_shard: int = Field(default=250, ge=1)
+    trials_per_shard: int = Field(default=500, ge=1)
     max_body_bytes: int = Field(default=MIB, ge=1024)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)

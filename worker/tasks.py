@@ -6,6 +6,7 @@ import logging
 import os
 import uuid
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery, Task
@@ -14,24 +15,33 @@ from sqlmodel import Session
 
 from service.core.assay import ShardResult, ShardSpec, merge, run_shard
 from service.core.manifest import Manifest, parse_manifest
-from service.core.plan import parse_plan
+from service.core.plan import AssayPlan, parse_plan
 from service.db import queries
 from service.db.assay import (
+    AssayInputs,
     FaultRow,
+    assay_inputs,
     begin_shard,
     fail_assay,
     ready_to_merge,
     record_report,
     store_shard_result,
 )
-from service.db.models import Assay, Candidate
-from service.db.models import Manifest as ManifestRow
 from service.db.session import make_engine, session_scope
 from service.settings import Settings
 
 log = logging.getLogger("assaygate.worker")
 
 RUN_SHARD = "assay.run_shard"
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """An assay's inputs, parsed once per process and reused by each of its shards."""
+
+    inputs: AssayInputs
+    manifest: Manifest
+    plan: AssayPlan
 
 
 class WorkerContext:
@@ -42,26 +52,35 @@ class WorkerContext:
         self.settings = settings
         self._engine: Engine | None = None
         self._pid = 0
-        self._manifests: OrderedDict[str, Manifest] = OrderedDict()
+        self._assays: OrderedDict[uuid.UUID, Parsed] = OrderedDict()
 
     @property
     def engine(self) -> Engine:
         if self._engine is None or self._pid != os.getpid():
             self._engine = make_engine(self.settings)
             self._pid = os.getpid()
+            self._assays.clear()
         return self._engine
 
-    def manifest(self, digest: str, document: dict[str, Any]) -> Manifest:
-        """Parse a stored manifest once per process, and refuse one whose digest moved."""
-        cached = self._manifests.get(digest)
-        if cached is None:
-            cached = parse_manifest(document)
-            if cached.digest() != digest:
-                raise RuntimeError(f"stored manifest {digest} re-parses to {cached.digest()}")
-            self._manifests[digest] = cached
-            if len(self._manifests) > 64:
-                self._manifests.popitem(last=False)
-        return cached
+    def assay(self, session: Session, assay_id: uuid.UUID) -> Parsed | None:
+        """The parsed inputs of an assay, refusing a stored manifest whose digest moved."""
+        cached = self._assays.get(assay_id)
+        if cached is not None:
+            self._assays.move_to_end(assay_id)
+            return cached
+        inputs = assay_inputs(session, assay_id)
+        if inputs is None:
+            return None
+        manifest = parse_manifest(inputs.manifest)
+        if manifest.digest() != inputs.manifest_digest:
+            raise RuntimeError(
+                f"stored manifest {inputs.manifest_digest} re-parses to {manifest.digest()}"
+            )
+        parsed = Parsed(inputs, manifest, parse_plan(inputs.plan))
+        self._assays[assay_id] = parsed
+        if len(self._assays) > 256:
+            self._assays.popitem(last=False)
+        return parsed
 
 
 def register(app: Celery, ctx: WorkerContext) -> None:
@@ -74,16 +93,21 @@ def execute_shard(
     ctx: WorkerContext, assay_id: uuid.UUID, shard_index: int, worker: str
 ) -> dict[str, Any]:
     ids: dict[str, Any] = {"assay_id": str(assay_id), "shard": shard_index, "worker": worker}
+    outcome: dict[str, Any] = {"assay_id": str(assay_id), "shard": shard_index, "stored": False}
     with session_scope(ctx.engine) as session:
-        job = begin_shard(session, assay_id, shard_index, worker)
-    stored = False
-    if job is None:
-        log.info("shard already done or unknown", extra=ids)
+        parsed = ctx.assay(session, assay_id)
+        start = begin_shard(session, parsed.inputs, shard_index, worker) if parsed else None
+    if parsed is None:
+        log.warning("shard of an unknown assay dropped", extra=ids)
+        return {**outcome, "decision": None}
+    ids["candidate_id"] = str(parsed.inputs.candidate_id)
+    if start is None:
+        log.info("shard already stored", extra=ids)
+        with Session(ctx.engine) as session:
+            complete = ready_to_merge(session, assay_id)
     else:
-        ids["candidate_id"] = str(job.candidate_id)
         try:
-            manifest = ctx.manifest(job.manifest_digest, job.manifest)
-            result = run_shard(manifest, parse_plan(job.plan), ShardSpec.from_dict(job.spec))
+            result = run_shard(parsed.manifest, parsed.plan, ShardSpec.from_dict(start.spec))
         except Exception as exc:
             log.exception("shard failed", extra=ids)
             with session_scope(ctx.engine) as session:
@@ -91,30 +115,29 @@ def execute_shard(
             raise
         with session_scope(ctx.engine) as session:
             stored = store_shard_result(
-                session, assay_id, shard_index, result.to_dict(), result.trials
+                session, parsed.inputs, shard_index, result.to_dict(), result.trials
             )
+        outcome["stored"] = stored.written
+        complete = stored.complete
         log.info(
-            "shard stored" if stored else "shard result already stored; discarded",
+            "shard stored" if stored.written else "shard result already stored; discarded",
             extra={**ids, "trials": result.trials},
         )
-    decision = finalize(ctx, assay_id)
-    return {"assay_id": str(assay_id), "shard": shard_index, "stored": stored, "decision": decision}
+    decision = finalize(ctx, parsed) if complete else None
+    return {**outcome, "decision": decision}
 
 
-def finalize(ctx: WorkerContext, assay_id: uuid.UUID) -> str | None:
-    """Merge once every shard is stored. Safe to call from any number of workers at once."""
+def finalize(ctx: WorkerContext, parsed: Parsed) -> str | None:
+    """Merge once every shard is stored. Safe to call from any number of workers at once: the
+    report is written only by the first, the others find the assay done and change nothing."""
+    assay_id = parsed.inputs.assay_id
     with Session(ctx.engine) as session:
         if not ready_to_merge(session, assay_id):
             return None
-        assay = session.get(Assay, assay_id)
-        candidate = session.get(Candidate, assay.candidate_id) if assay else None
-        row = session.get(ManifestRow, candidate.manifest_digest) if candidate else None
-        if assay is None or candidate is None or row is None:
-            return None
         results = queries.done_shard_results(session, assay_id)
-        manifest = ctx.manifest(row.digest, row.document)
-        plan = parse_plan(assay.plan)
-    report = merge(manifest, plan, [ShardResult.from_dict(r) for r in results]).to_dict()
+    report = merge(
+        parsed.manifest, parsed.plan, [ShardResult.from_dict(r) for r in results]
+    ).to_dict()
     decision = str(report["decision"])
     with session_scope(ctx.engine) as session:
         won = record_report(
@@ -125,7 +148,7 @@ def finalize(ctx: WorkerContext, assay_id: uuid.UUID) -> str | None:
             "assay decided",
             extra={
                 "assay_id": str(assay_id),
-                "candidate_id": str(candidate.id),
+                "candidate_id": str(parsed.inputs.candidate_id),
                 "decision": decision,
             },
         )

@@ -29,17 +29,28 @@ from service.db.models import (
 
 
 @dataclass(frozen=True)
-class ShardJob:
-    """Everything `run_shard` needs, loaded by ids."""
+class AssayInputs:
+    """What every shard of one assay shares. Immutable once submitted, so workers may cache it."""
 
     assay_id: uuid.UUID
     candidate_id: uuid.UUID
-    shard_index: int
-    attempt: int
     manifest_digest: str
     manifest: dict[str, Any]
     plan: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ShardStart:
+    attempt: int
     spec: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Stored:
+    """`written`: this call wrote the result. `complete`: every shard of the assay is stored."""
+
+    written: bool
+    complete: bool
 
 
 @dataclass(frozen=True)
@@ -51,18 +62,30 @@ class FaultRow:
     evidence: list[Any]
 
 
-def begin_shard(
-    session: Session, assay_id: uuid.UUID, shard_index: int, worker: str
-) -> ShardJob | None:
-    """Mark a shard running (counting the attempt); None when it is unknown or already done."""
-    shard = session.get(AssayShard, (assay_id, shard_index))
-    if shard is None or shard.status == ShardStatus.DONE:
+def assay_inputs(session: Session, assay_id: uuid.UUID) -> AssayInputs | None:
+    row = session.execute(
+        sa.select(
+            col(Assay.candidate_id), col(Assay.plan), col(Manifest.digest), col(Manifest.document)
+        )
+        .join(Candidate, col(Candidate.id) == col(Assay.candidate_id))
+        .join(Manifest, col(Manifest.digest) == col(Candidate.manifest_digest))
+        .where(col(Assay.id) == assay_id)
+    ).first()
+    if row is None:
         return None
+    candidate_id, plan, digest, document = row
+    return AssayInputs(assay_id, candidate_id, digest, document, plan)
+
+
+def begin_shard(
+    session: Session, inputs: AssayInputs, shard_index: int, worker: str
+) -> ShardStart | None:
+    """Mark a shard running and count the attempt; None when it is unknown or already done."""
     now = utcnow()
-    session.execute(
+    row = session.execute(
         sa.update(AssayShard)
         .where(
-            col(AssayShard.assay_id) == assay_id,
+            col(AssayShard.assay_id) == inputs.assay_id,
             col(AssayShard.shard_index) == shard_index,
             col(AssayShard.status) != ShardStatus.DONE.value,
         )
@@ -72,77 +95,67 @@ def begin_shard(
             worker=worker,
             started_at=now,
         )
-    )
+        .returning(col(AssayShard.attempts), col(AssayShard.spec))
+    ).first()
+    if row is None:
+        return None
+    attempt, spec = row
     session.execute(
         sa.update(Assay)
-        .where(col(Assay.id) == assay_id, col(Assay.status) == AssayStatus.QUEUED.value)
+        .where(col(Assay.id) == inputs.assay_id, col(Assay.status) == AssayStatus.QUEUED.value)
         .values(status=AssayStatus.RUNNING.value, started_at=now)
     )
-    assay = session.get(Assay, assay_id)
-    candidate = session.get(Candidate, assay.candidate_id) if assay else None
-    manifest = session.get(Manifest, candidate.manifest_digest) if candidate else None
-    if assay is None or candidate is None or manifest is None:
-        return None
-    session.refresh(shard)
     session.add(
         Event(
             kind="shard.started",
-            candidate_id=candidate.id,
-            assay_id=assay_id,
+            candidate_id=inputs.candidate_id,
+            assay_id=inputs.assay_id,
             shard_index=shard_index,
-            data={"attempt": shard.attempts, "worker": worker},
+            data={"attempt": attempt, "worker": worker},
         )
     )
-    return ShardJob(
-        assay_id=assay_id,
-        candidate_id=candidate.id,
-        shard_index=shard_index,
-        attempt=shard.attempts,
-        manifest_digest=manifest.digest,
-        manifest=manifest.document,
-        plan=assay.plan,
-        spec=shard.spec,
-    )
+    return ShardStart(int(attempt), dict(spec))
 
 
 def store_shard_result(
     session: Session,
-    assay_id: uuid.UUID,
+    inputs: AssayInputs,
     shard_index: int,
     result: dict[str, Any],
     trials: int,
-) -> bool:
-    """Write a shard's result if it has none yet. True when this call was the one that wrote it."""
+) -> Stored:
+    """Write a shard's result if it has none yet."""
     written = session.execute(
         sa.update(AssayShard)
         .where(
-            col(AssayShard.assay_id) == assay_id,
+            col(AssayShard.assay_id) == inputs.assay_id,
             col(AssayShard.shard_index) == shard_index,
             col(AssayShard.status) != ShardStatus.DONE.value,
         )
         .values(status=ShardStatus.DONE.value, result=result, trials=trials, finished_at=utcnow())
     )
     if written.rowcount != 1:  # type: ignore[attr-defined]
-        return False
-    session.execute(
+        return Stored(written=False, complete=ready_to_merge(session, inputs.assay_id))
+    # The row lock this takes orders concurrent stores: exactly one sees the last count.
+    done, total = session.execute(
         sa.update(Assay)
-        .where(col(Assay.id) == assay_id)
+        .where(col(Assay.id) == inputs.assay_id)
         .values(
             shards_done=col(Assay.shards_done) + 1,
             trials_done=col(Assay.trials_done) + trials,
         )
-    )
-    candidate_id = session.exec(select(Assay.candidate_id).where(Assay.id == assay_id)).one()
+        .returning(col(Assay.shards_done), col(Assay.shard_count))
+    ).one()
     session.add(
         Event(
             kind="shard.stored",
-            candidate_id=candidate_id,
-            assay_id=assay_id,
+            candidate_id=inputs.candidate_id,
+            assay_id=inputs.assay_id,
             shard_index=shard_index,
             data={"trials": trials},
         )
     )
-    return True
+    return Stored(written=True, complete=done == total)
 
 
 def ready_to_merge(session: Session, assay_id: uuid.UUID) -> bool:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session
 
-from service.db.assay import FaultRow, ready_to_merge, record_report, store_shard_result
+from service.db.assay import (
+    FaultRow,
+    assay_inputs,
+    ready_to_merge,
+    record_report,
+    store_shard_result,
+)
 from service.db.models import Assay
 from tests.db.test_candidate import record
 
@@ -16,8 +22,10 @@ RESULT = {"index": 0, "trials": 20, "stopped": False, "tallies": {}}
 
 def test_a_shard_result_is_stored_only_while_unset(session: Session) -> None:
     assay_id = record(session).assay.id
-    assert store_shard_result(session, assay_id, 0, RESULT, 20) is True
-    assert store_shard_result(session, assay_id, 0, RESULT, 20) is False
+    inputs = assay_inputs(session, assay_id)
+    assert inputs is not None
+    assert store_shard_result(session, inputs, 0, RESULT, 20).written
+    assert not store_shard_result(session, inputs, 0, RESULT, 20).written
     assay = session.get(Assay, assay_id)
     assert assay is not None
     session.refresh(assay)
@@ -27,12 +35,14 @@ def test_a_shard_result_is_stored_only_while_unset(session: Session) -> None:
 def test_the_merge_waits_for_every_shard(session: Session) -> None:
     recorded = record(session)
     assay_id = recorded.assay.id
+    inputs = assay_inputs(session, assay_id)
+    assert inputs is not None
     for index in range(recorded.assay.shard_count - 1):
-        store_shard_result(session, assay_id, index, RESULT, 20)
+        store_shard_result(session, inputs, index, RESULT, 20)
     assert not ready_to_merge(session, assay_id)
     report = {"decision": "hold", "reasons": []}
     assert record_report(session, assay_id, decision="hold", report=report, faults=[]) is False
-    store_shard_result(session, assay_id, recorded.assay.shard_count - 1, RESULT, 10)
+    store_shard_result(session, inputs, recorded.assay.shard_count - 1, RESULT, 10)
     session.expire_all()
     assert ready_to_merge(session, assay_id)
 
@@ -40,8 +50,10 @@ def test_the_merge_waits_for_every_shard(session: Session) -> None:
 def test_the_report_is_recorded_once(session: Session) -> None:
     recorded = record(session)
     assay_id = recorded.assay.id
+    inputs = assay_inputs(session, assay_id)
+    assert inputs is not None
     for index in range(recorded.assay.shard_count):
-        store_shard_result(session, assay_id, index, RESULT, 15)
+        store_shard_result(session, inputs, index, RESULT, 15)
     rows = [FaultRow("subject_swap", "identity", 30, {"id": "subject_swap"}, [])]
     report = {"decision": "allow", "reasons": []}
     assert record_report(session, assay_id, decision="allow", report=report, faults=rows)

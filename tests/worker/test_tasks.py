@@ -9,10 +9,10 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, func, select
 
-from service.core.assay import ShardSpec, plan_shards, run_assay
+from service.core.assay import ShardSpec, plan_shards, run_assay, run_shard
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
-from service.db.assay import begin_shard, store_shard_result
+from service.db.assay import assay_inputs, begin_shard, store_shard_result
 from service.db.candidate import record_submission
 from service.db.models import Assay, AssayShard, AssayStatus, Event, FaultResult
 from service.db.session import session_scope
@@ -68,14 +68,16 @@ def test_a_shard_run_by_two_workers_at_once_is_stored_by_one(
     # The first worker outlived the visibility timeout: the broker handed its shard to a second.
     assay_id = submit(engine, modes=["subject_swap"])
     with session_scope(engine) as session:
-        assert begin_shard(session, assay_id, 1, "slow") is not None
+        inputs = assay_inputs(session, assay_id)
+        assert inputs is not None
+        assert begin_shard(session, inputs, 1, "slow") is not None
     with session_scope(engine) as session:
-        assert begin_shard(session, assay_id, 1, "fast") is not None
+        assert begin_shard(session, inputs, 1, "fast") is not None
     result = {"index": 1, "trials": 20, "stopped": False, "tallies": {}}
     with session_scope(engine) as session:
-        assert store_shard_result(session, assay_id, 1, result, 20) is True
+        assert store_shard_result(session, inputs, 1, result, 20).written
     with session_scope(engine) as session:
-        assert store_shard_result(session, assay_id, 1, result, 20) is False
+        assert not store_shard_result(session, inputs, 1, result, 20).written
     with Session(engine) as session:
         shard = session.get(AssayShard, (assay_id, 1))
         assert shard is not None and shard.attempts == 2
@@ -86,14 +88,27 @@ def test_racing_merges_record_the_decision_exactly_once(
     ctx: WorkerContext, engine: sa.Engine
 ) -> None:
     assay_id = submit(engine, trials=20, families=["tool"])
-    row = assay_row(engine, assay_id)
-    for index in range(row.shard_count):
-        execute_shard(ctx, assay_id, index, "w")
+    with Session(engine) as session:
+        parsed = ctx.assay(session, assay_id)
+        specs = session.exec(select(AssayShard.spec).where(AssayShard.assay_id == assay_id)).all()
+    assert parsed is not None
+    for spec in specs:
+        result = run_shard(parsed.manifest, parsed.plan, ShardSpec.from_dict(spec))
+        with session_scope(engine) as session:
+            store_shard_result(
+                session, parsed.inputs, result.index, result.to_dict(), result.trials
+            )
+
     # Every shard's redelivery may try the merge at the same moment.
+    def merge_in_a_fresh_worker(_: int) -> str | None:
+        fresh = WorkerContext(ctx.settings)
+        with Session(fresh.engine) as session:
+            parsed = fresh.assay(session, assay_id)
+        assert parsed is not None
+        return finalize(fresh, parsed)
+
     with ThreadPoolExecutor(max_workers=6) as pool:
-        decisions = list(
-            pool.map(lambda _: finalize(WorkerContext(ctx.settings), assay_id), range(6))
-        )
+        decisions = list(pool.map(merge_in_a_fresh_worker, range(6)))
     with Session(engine) as session:
         decided = session.exec(
             select(func.count()).where(Event.assay_id == assay_id, Event.kind == "assay.decided")
