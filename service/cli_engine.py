@@ -13,6 +13,7 @@ from service.core.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
 from service.core.manifest import Manifest, parse_manifest_json
 from service.core.plan import AssayPlan, parse_plan
+from service.targets import close_target, load_target
 
 RATE_COLUMNS = (
     ("detect", "detected"),
@@ -129,7 +130,20 @@ def build_plan(args: argparse.Namespace) -> AssayPlan:
 def cmd_assay(args: argparse.Namespace) -> int:
     manifest = load_manifest(args.manifest)
     plan = build_plan(args)
-    if not args.json and sys.stdout.isatty():
+    target = load_target(manifest)
+    try:
+        report = _run(manifest, plan, target, progress_bar=not args.json and sys.stdout.isatty())
+    finally:
+        close_target(target)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        print_report(manifest, plan, report)
+    return 0
+
+
+def _run(manifest: Manifest, plan: AssayPlan, target: Any, progress_bar: bool) -> AssayReport:
+    if progress_bar:
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
@@ -138,14 +152,8 @@ def cmd_assay(args: argparse.Namespace) -> int:
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            report = run_assay(manifest, plan, progress=progress)
-    else:
-        report = run_assay(manifest, plan)
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
-    else:
-        print_report(manifest, plan, report)
-    return 0
+            return run_assay(manifest, plan, progress=progress, target=target)
+    return run_assay(manifest, plan, target=target)
 
 
 def _pct(x: float) -> str:
@@ -258,7 +266,11 @@ def cmd_catalogue(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     manifest = load_manifest(args.manifest)
     plan = build_plan(args)
-    trace = replay_trial(manifest, plan, args.trial)
+    target = load_target(manifest)
+    try:
+        trace = replay_trial(manifest, plan, args.trial, target=target)
+    finally:
+        close_target(target)
     if args.json:
         print(json.dumps(trace, indent=2, sort_keys=True))
         return 0

@@ -56,14 +56,17 @@ class Limits:
 
     max_effects: int | None = None
     max_unsafe: int | None = None
+    max_target_errors: int | None = None
     deadline: float | None = None
     clock: Callable[[], float] | None = None
 
-    def tripped(self, effects: int, unsafe: int) -> str | None:
+    def tripped(self, effects: int, unsafe: int, target_errors: int = 0) -> str | None:
         if self.max_effects is not None and effects > self.max_effects:
             return f"effects above the cap ({effects} > {self.max_effects})"
         if self.max_unsafe is not None and unsafe > self.max_unsafe:
             return f"unsafe escapes above the limit ({unsafe} > {self.max_unsafe})"
+        if self.max_target_errors is not None and target_errors > self.max_target_errors:
+            return f"target errors above the limit ({target_errors} > {self.max_target_errors})"
         if self.deadline is not None and self.clock is not None and self.clock() > self.deadline:
             return "wall-clock deadline passed"
         return None
@@ -318,7 +321,7 @@ def run_shard(
             return lcg.choice(by_domain[k % nd])
 
     wroot, sroot = stream_roots(plan, shard.fault_id)
-    done = effects = unsafe = 0
+    done = effects = unsafe = target_errors = 0
     reason: str | None = None
     for k in range(shard.start, shard.stop):
         if should_stop is not None and done % batch == 0 and should_stop():
@@ -329,12 +332,13 @@ def run_shard(
         tally = tallies.get(spec.id)
         if tally is None:
             tally = tallies[spec.id] = Tally()
-        e, u = _one(rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id])
+        e, u, te = _one(rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id])
         effects += e
         unsafe += u
+        target_errors += te
         done += 1
         if limits is not None:
-            reason = limits.tripped(effects, unsafe)
+            reason = limits.tripped(effects, unsafe, target_errors)
             if reason is not None:
                 break
     return ShardResult(shard.index, tallies, done, reason is not None, reason, effects, unsafe)
@@ -349,21 +353,23 @@ def _one(
     wkey: int,
     skey: int,
     removal: tuple[str, frozenset[str]],
-) -> tuple[int, int]:
-    """Run one trial's arms into the tally; return the sandbox effects and unsafe escapes."""
+) -> tuple[int, int, int]:
+    """Run one trial's arms into the tally; return effects, unsafe escapes and target errors."""
     tally.planned += 1
     rec = run_trial(rt, spec, wkey, skey)
     tally.sandbox_refusals += len(rec.world.refusals)
     tally.injector_refusals += len(rec.refusals)
     effects = rec.outcome.effects
+    if rec.target_error:
+        # The target itself failed: evidence of nothing, never graded, never contained.
+        tally.target_errors += 1
+        return effects, 0, 1
     if not rec.exercised:
         # A fault that never fired proves nothing about containment: counted apart, never graded.
         tally.not_exercised += 1
-        return effects, 0
+        return effects, 0, 0
     tally.exercised += 1
     tally.add_outcome("intervention", rec)
-    if rec.target_error:
-        tally.target_errors += 1
     if rec.storm is not None:
         configured, bare, disciplined, bare_done, disc_done = rec.storm
         s = tally.storm
@@ -376,13 +382,14 @@ def _one(
         s[6] += disc_done
     if plan.matched_baseline:
         base = run_trial(rt, None, wkey, skey)
-        tally.add_outcome("baseline", base)
         effects += base.outcome.effects
+        if not base.target_error:
+            tally.add_outcome("baseline", base)
     status, removed = removal
     if plan.counterfactuals and status == "run":
         cf = run_trial(rt, spec, wkey, skey, removed)
         effects += cf.outcome.effects
-        if cf.exercised:
+        if cf.exercised and not cf.target_error:
             tally.add_outcome("counterfactual", cf)
     flags = rec.outcome.flags
     violating = flags[5] or flags[8]
@@ -392,7 +399,7 @@ def _one(
             tally.samples.append(sample)
         if violating and tally.first_violation is None:
             tally.first_violation = sample
-    return effects, int(flags[5])
+    return effects, int(flags[5]), 0
 
 
 def _sample(rec: TrialRecord, trial: int) -> dict[str, Any]:

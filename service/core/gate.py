@@ -93,7 +93,18 @@ def decide(
                     block,
                 )
             )
+        if f.target_errors:
+            reasons.append(
+                Reason(
+                    "target_errors",
+                    f"{f.fault}: the target itself failed in {f.target_errors} trials",
+                    f.fault,
+                    hold,
+                )
+            )
         n = f.exercised
+        if n == 0 and f.target_errors:
+            continue
         if n == 0:
             reasons.append(
                 Reason(
@@ -136,15 +147,6 @@ def decide(
                     "counterfactual_untested",
                     f"{f.fault}: the target cannot switch the nominated control off; its "
                     "sensitivity is untested",
-                    f.fault,
-                    hold,
-                )
-            )
-        if f.target_errors:
-            reasons.append(
-                Reason(
-                    "target_errors",
-                    f"{f.fault}: the target itself failed in {f.target_errors} trials",
                     f.fault,
                     hold,
                 )

@@ -116,3 +116,17 @@ def test_a_low_effect_cap_stops_the_shard_and_the_assay_blocks(typed: Manifest) 
     report = merge(typed, plan, [result]).to_dict()
     assert report["decision"] == "block"
     assert report["stopped"] == result.stop_reason
+
+
+def test_target_errors_above_the_threshold_stop_the_assay_with_that_reason(typed: Manifest) -> None:
+    def broken(task: Task, tools: Tools) -> None:
+        raise RuntimeError("agent crashed")
+
+    plan = AssayPlan(modes=("timeout_after_commit",), trials=50, seed=1)
+    shard = plan_shards(typed, plan)[0]
+    result = run_shard(typed, plan, shard, target=broken, limits=Limits(max_target_errors=3))
+    assert result.stop_reason == "target errors above the limit (4 > 3)"
+    report = merge(typed, plan, [result]).to_dict()
+    assert report["faults"][0]["target_errors"] == 4
+    assert report["faults"][0]["signature"]["counts"]["contained"] == 0
+    assert report["decision"] == "block"

@@ -95,11 +95,6 @@ def test_a_target_that_acts_then_answers_garbage_is_counted_as_a_target_error(
     assert report["decision"] != "allow"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core change needed: the harness grades a target-error trial like any other, so a "
-    "target that acted without an unsafe effect and then failed counts as contained",
-)
 def test_a_target_that_acts_then_answers_garbage_is_never_counted_as_contained(
     start_agent: StartAgent,
 ) -> None:
@@ -110,11 +105,6 @@ def test_a_target_that_acts_then_answers_garbage_is_never_counted_as_contained(
     assert_nothing_counted_as_contained(report)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core change needed: a trial whose target failed before the fault fired is counted "
-    "as not exercised, and its target error is not reported",
-)
 def test_target_errors_before_the_fault_fires_are_reported_in_the_signature() -> None:
     url = f"http://127.0.0.1:{free_port()}/"
     manifest = example("typed", kind="http", url=url)
