@@ -182,12 +182,17 @@ class EmbeddedWorker:
         log.info("worker started", extra={"worker": str(self._process.pid)})
 
     def _supervise(self) -> None:
-        while not self._stopping.wait(1.0):
+        backoff = 1.0
+        while not self._stopping.wait(backoff):
             process = self._process
-            if process is not None and process.poll() is not None and not self._stopping.is_set():
-                log.warning("worker exited with %s; restarting", process.returncode)
-                self._requeue_orphans()
-                self._spawn()
+            if process is None or process.poll() is None or self._stopping.is_set():
+                backoff = 1.0
+                continue
+            # A worker that cannot start would otherwise be respawned every second forever.
+            backoff = min(backoff * 2, 60.0)
+            log.error("worker exited with %s; restarting", process.returncode)
+            self._requeue_orphans()
+            self._spawn()
 
     def _requeue_orphans(self) -> None:
         from sqlmodel import Session
@@ -432,7 +437,11 @@ def _run_demo(
         print()
         width = max(len(p.name) for p, _, _ in submitted) if submitted else 10
         for path, candidate, started in submitted:
-            done = wait_for_decision(client, candidate["id"], deadline)
+            try:
+                done = wait_for_decision(client, candidate["id"], deadline)
+            except TimeoutError as exc:
+                print(f"{path.name}: {exc}")
+                return 1
             seconds = time.monotonic() - started
             decision = done.get("decision") or done["status"]
             first = done["reasons"][0]["message"] if done.get("reasons") else ""

@@ -55,7 +55,8 @@ class Settings(BaseSettings):
         if not self.database_url:
             self.database_url = f"sqlite:///{self.data_dir / 'assaygate.sqlite3'}"
         if not self.broker_url:
-            self.broker_url = "filesystem://"
+            # The host part means nothing to this transport; naming one keeps kombu from warning.
+            self.broker_url = "filesystem://localhost/"
         if not self.result_backend and self.broker_is_redis:
             self.result_backend = self.broker_url
         return self

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import warnings
+
+from celery.exceptions import SecurityWarning
 
 from service.settings import get_settings
 from worker.app import make_celery
@@ -27,6 +31,11 @@ def main(argv: list[str] | None = None) -> None:
     ]
     if not any(a.startswith(("-c", "--concurrency")) for a in extra):
         args += ["--concurrency", str(settings.worker_concurrency)]
+    if logging.getLevelName(settings.log_level.upper()) >= logging.WARNING:
+        # No start-up banner, and no root warning (containers and CI run as root) when only
+        # warnings are wanted.
+        args.insert(0, "--quiet")
+        warnings.filterwarnings("ignore", category=SecurityWarning)
     if not any(a.startswith(("-n", "--hostname")) for a in extra):
         args += ["--hostname", f"assaygate-{os.getpid()}@%h"]
     make_celery(settings).worker_main(args + extra)
