@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     broker_visibility_timeout: float = Field(default=60.0, gt=0)
     broker_restore_interval: float = Field(default=5.0, gt=0)
     trials_per_shard: int = Field(default=500, ge=1)
+    # Huge plans get larger shards rather than millions of rows and messages.
+    max_shards_per_assay: int = Field(default=2000, ge=1)
     max_body_bytes: int = Field(default=MIB, ge=1024)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,14 +42,26 @@ def reasons(assay: Assay) -> list[dict[str, Any]]:
     return [dict(r) for r in found] if isinstance(found, list) else []
 
 
-def candidate_public(session: Session, row: queries.CandidateRow) -> CandidatePublic:
+def candidate_page(session: Session, rows: Sequence[queries.CandidateRow]) -> list[CandidatePublic]:
+    hashes = queries.component_hashes_of(session, [r.candidate.manifest_digest for r in rows])
+    return [candidate_public(session, row, hashes) for row in rows]
+
+
+def candidate_public(
+    session: Session,
+    row: queries.CandidateRow,
+    hashes: dict[str, dict[str, str]] | None = None,
+) -> CandidatePublic:
+    digest = row.candidate.manifest_digest
+    if hashes is None:
+        hashes = {digest: queries.component_hashes(session, digest)}
     return CandidatePublic(
         id=row.candidate.id,
         system=row.system.name,
         version=row.candidate.version,
         source_revision=row.candidate.source_revision,
         manifest_digest=row.candidate.manifest_digest,
-        component_hashes=queries.component_hashes(session, row.candidate.manifest_digest),
+        component_hashes=hashes.get(digest, {}),
         created_at=aware(row.candidate.created_at),
         assay_id=row.assay.id,
         status=AssayStatus(row.assay.status),

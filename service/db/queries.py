@@ -83,34 +83,43 @@ def candidates(
 
 
 def systems(session: Session) -> list[SystemRow]:
+    """Every system with its candidate count and latest candidate, in three queries."""
     counts = dict(
         session.exec(
             select(Candidate.system_id, sa.func.count()).group_by(col(Candidate.system_id))
         ).all()
     )
-    rows: list[SystemRow] = []
-    for system in session.exec(select(System).order_by(col(System.name))).all():
-        latest = session.exec(
-            _candidate_query()
-            .where(col(Candidate.system_id) == system.id)
-            .order_by(col(Candidate.created_at).desc(), col(Candidate.id).desc())
-            .limit(1)
-        ).first()
-        rows.append(
-            SystemRow(
-                system, int(counts.get(system.id, 0)), CandidateRow(*latest) if latest else None
-            )
-        )
-    return rows
+    newest = sa.select(col(Candidate.system_id), sa.func.max(col(Candidate.created_at))).group_by(
+        col(Candidate.system_id)
+    )
+    latest: dict[uuid.UUID, CandidateRow] = {}
+    for row in session.exec(
+        _candidate_query()
+        .where(sa.tuple_(col(Candidate.system_id), col(Candidate.created_at)).in_(newest))
+        .order_by(col(Candidate.id))
+    ).all():
+        latest.setdefault(row[0].system_id, CandidateRow(*row))
+    return [
+        SystemRow(system, int(counts.get(system.id, 0)), latest.get(system.id))
+        for system in session.exec(select(System).order_by(col(System.name))).all()
+    ]
 
 
 def component_hashes(session: Session, manifest_digest: str) -> dict[str, str]:
+    return component_hashes_of(session, [manifest_digest]).get(manifest_digest, {})
+
+
+def component_hashes_of(session: Session, digests: Sequence[str]) -> dict[str, dict[str, str]]:
+    """Component hashes of several manifests in one query (a page of candidates, say)."""
+    found: dict[str, dict[str, str]] = {}
     rows = session.exec(
-        select(ComponentHash.component, ComponentHash.sha256).where(
-            ComponentHash.manifest_digest == manifest_digest
-        )
+        select(ComponentHash.manifest_digest, ComponentHash.component, ComponentHash.sha256)
+        .where(col(ComponentHash.manifest_digest).in_(sorted(set(digests))))
+        .order_by(col(ComponentHash.manifest_digest), col(ComponentHash.component))
     ).all()
-    return dict(sorted(rows))
+    for digest, component, sha256 in rows:
+        found.setdefault(digest, {})[component] = sha256
+    return found
 
 
 def assay(session: Session, assay_id: uuid.UUID) -> Assay | None:

@@ -10,8 +10,19 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, select
 
+from service.api.routes.candidates import shard_size
+from service.core.assay import plan_shards
+from service.core.manifest import parse_manifest
+from service.core.plan import parse_plan
 from service.db.models import Event, FaultResult
-from tests.support.service import candidate_body, local_report, row_counts, wait_decided
+from service.settings import Settings
+from tests.support.service import (
+    candidate_body,
+    example,
+    local_report,
+    row_counts,
+    wait_decided,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -146,3 +157,11 @@ def test_every_stored_event_is_append_only(client: httpx.Client, engine: sa.Engi
         )
         with pytest.raises(sa.exc.DBAPIError, match="append-only"):
             session.execute(sa.text("UPDATE event SET kind = 'rewritten'"))
+
+
+def test_a_huge_plan_gets_larger_shards_not_more_of_them(settings: Settings) -> None:
+    plan = parse_plan({"trials": 10_000_000})
+    size = shard_size(plan, settings)
+    count = len(plan_shards(parse_manifest(example("typed")), plan, trials_per_shard=size))
+    assert count <= settings.max_shards_per_assay
+    assert shard_size(parse_plan({"trials": 30}), settings) == settings.trials_per_shard

@@ -3,6 +3,7 @@ The same end-to-end check as against PostgreSQL and Redis, with neither in reach
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import httpx
 import pytest
 
 from tests.support.service import (
+    EXAMPLES,
     ROOT,
     candidate_body,
     free_port,
@@ -89,3 +91,22 @@ def test_embedded_mode_refuses_bad_input_the_same_way(embedded: tuple[str, Path]
     response = httpx.post(f"{url}/v1/candidates", json=body)
     assert response.status_code == 422
     assert response.json()["error"]["field"] == "plan.trials"
+
+
+def test_submit_wait_exits_with_the_decision(embedded: tuple[str, Path]) -> None:
+    url, _ = embedded
+    command = [
+        sys.executable,
+        "-m",
+        "service.cli",
+        "submit",
+        str(EXAMPLES / "copperfin-baseline.json"),
+        "--url",
+        url,
+        "--trials",
+        "5",
+        "--wait",
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    decision = json.loads(done.stdout)["decision"]
+    assert done.returncode == {"allow": 0, "hold": 3, "block": 4}[decision]

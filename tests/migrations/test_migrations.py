@@ -3,6 +3,9 @@ and down and up again, on PostgreSQL and on SQLite."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,3 +56,14 @@ def test_downgrade_and_upgrade_round_trip_to_the_same_schema(empty_database: Set
 def test_the_service_never_creates_tables_behind_the_migrations_back() -> None:
     sources = [*(ROOT / "service").rglob("*.py"), *(ROOT / "worker").rglob("*.py")]
     assert not [p for p in sources if "create_all(" in p.read_text()]
+
+
+def test_the_db_upgrade_command_migrates_the_configured_database(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.sqlite3'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    env["ASSAYGATE_DATABASE_URL"] = url
+    command = [sys.executable, "-m", "service.cli", "db", "upgrade"]
+    subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True)
+    assert tables(Settings(database_url=url)) == set(TABLES)
+    check = subprocess.run([*command[:-1], "check"], cwd=ROOT, env=env, capture_output=True)
+    assert check.returncode == 0

@@ -28,11 +28,11 @@ from service.api.errors import (
     IdempotencyConflict,
     NotFound,
 )
-from service.api.present import candidate_public, decode_cursor, encode_cursor
+from service.api.present import candidate_page, candidate_public, decode_cursor, encode_cursor
 from service.api.schemas import CandidateCreate, CandidatePage, CandidatePublic
 from service.core.assay import plan_shards
 from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
+from service.core.plan import AssayPlan, parse_plan
 from service.db import queries
 from service.db.candidate import (
     Recorded,
@@ -41,6 +41,7 @@ from service.db.candidate import (
     withdraw_submission,
 )
 from service.db.models import IdempotencyKey
+from service.settings import Settings
 
 log = logging.getLogger("assaygate.api")
 
@@ -59,6 +60,13 @@ IdempotencyKeyHeader = Annotated[
 # Concurrent first submissions for one new system (or one new manifest) race on its unique
 # row; the loser retries and finds the row the winner wrote.
 _RECORD_ATTEMPTS = 3
+
+
+def shard_size(plan: AssayPlan, settings: Settings) -> int:
+    """The configured shard size, grown just enough to keep the shard count under the cap."""
+    faults = 1 if plan.paper else len(plan.faults())
+    shards_per_fault = max(1, settings.max_shards_per_assay // faults)
+    return max(settings.trials_per_shard, -(-plan.trials // shards_per_fault))
 
 
 def request_digest(body: CandidateCreate) -> str:
@@ -100,7 +108,7 @@ def submit_candidate(
     if version is None:
         raise FieldInvalid("name the version in the body or in the manifest", field="version")
     plan = parse_plan(body.plan.model_dump(exclude_none=True) if body.plan else {})
-    shards = plan_shards(manifest, plan, trials_per_shard=settings.trials_per_shard)
+    shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
     digest = request_digest(body)
 
     if idempotency_key is not None:
@@ -205,6 +213,6 @@ def list_candidates(
     rows = queries.candidates(session, system=system, limit=limit + 1, before=before)
     page = rows[:limit]
     return CandidatePage(
-        items=[candidate_public(session, row) for row in page],
+        items=candidate_page(session, page),
         next_cursor=encode_cursor(page[-1]) if len(rows) > limit else None,
     )

@@ -4,7 +4,7 @@ from fastapi import APIRouter
 
 from service.api.deps import SessionDep
 from service.api.errors import ERROR_RESPONSES
-from service.api.present import aware, candidate_public
+from service.api.present import aware, candidate_page
 from service.api.schemas import SystemList, SystemPublic
 from service.db import queries
 
@@ -14,6 +14,11 @@ router = APIRouter(prefix="/v1/systems", tags=["systems"])
 @router.get("", response_model=SystemList, responses={503: ERROR_RESPONSES[503]})
 def list_systems(session: SessionDep) -> SystemList:
     """Every system that has submitted a candidate, with its latest one."""
+    rows = queries.systems(session)
+    latest = {
+        c.system: c
+        for c in candidate_page(session, [r.latest for r in rows if r.latest is not None])
+    }
     return SystemList(
         items=[
             SystemPublic(
@@ -21,8 +26,8 @@ def list_systems(session: SessionDep) -> SystemList:
                 name=row.system.name,
                 created_at=aware(row.system.created_at),
                 candidates=row.candidates,
-                latest=candidate_public(session, row.latest) if row.latest else None,
+                latest=latest.get(row.system.name),
             )
-            for row in queries.systems(session)
+            for row in rows
         ]
     )
