@@ -57,6 +57,14 @@ def test_a_worker_killed_mid_shard_loses_nothing_and_counts_nothing_twice(
         interrupted = [s.shard_index for s in shards(engine, assay_id) if s.status == "running"]
         assert interrupted, "the kill should land inside a shard"
 
+        # Meanwhile the assay shows how far it got, with signatures over the trials so far.
+        partial = client.get(f"/v1/assays/{assay_id}").json()
+        assert partial["status"] == "running" and partial["decision"] is None
+        started = [f for f in partial["faults"] if f["progress"]["trials_done"]]
+        assert started and not any(f["final"] for f in partial["faults"])
+        for fault in started:
+            assert fault["signature"]["planned"] == fault["progress"]["trials_done"]
+
         start_worker("rescuer")
         done = wait_decided(client, submitted["id"], timeout=120.0)
         report = client.get(f"/v1/assays/{assay_id}").json()["report"]
