@@ -135,15 +135,12 @@ class Settings(BaseSettings):
         return config
 
     def child_environment(self) -> dict[str, str]:
-        """The environment that makes a child process (the embedded worker) see these settings."""
+        """The environment that makes a child process (a worker, an API process) see exactly
+        these settings, command-line overrides included."""
         env = dict(os.environ)
-        for name in ("data_dir", "database_url", "broker_url", "result_backend", "queue"):
-            env[f"ASSAYGATE_{name.upper()}"] = str(getattr(self, name))
-        env["ASSAYGATE_REDIS_KEY_PREFIX"] = self.redis_key_prefix
-        env["ASSAYGATE_BROKER_VISIBILITY_TIMEOUT"] = str(self.broker_visibility_timeout)
-        env["ASSAYGATE_BROKER_RESTORE_INTERVAL"] = str(self.broker_restore_interval)
-        env["ASSAYGATE_LOG_LEVEL"] = self.log_level
-        env["ASSAYGATE_LOG_FORMAT"] = self.log_format
+        for name, value in self.model_dump().items():
+            if value is not None:
+                env[f"ASSAYGATE_{name.upper()}"] = str(value)
         return env
 
 

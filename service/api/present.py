@@ -36,10 +36,7 @@ def progress(assay: Assay) -> Progress:
 
 
 def reasons(assay: Assay) -> list[dict[str, Any]]:
-    if assay.report is None:
-        return []
-    found = assay.report.get("reasons", [])
-    return [dict(r) for r in found] if isinstance(found, list) else []
+    return [dict(r) for r in assay.reasons or []]
 
 
 def candidate_page(session: Session, rows: Sequence[queries.CandidateRow]) -> list[CandidatePublic]:

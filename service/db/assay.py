@@ -186,6 +186,7 @@ def record_report(
         .values(
             status=AssayStatus.DONE.value,
             decision=decision,
+            reasons=list(report.get("reasons", [])),
             report=report,
             finished_at=utcnow(),
         )

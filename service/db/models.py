@@ -86,6 +86,10 @@ class Assay(SQLModel, table=True):
     trials_planned: int
     trials_done: int = 0
     decision: str | None = Field(default=None, max_length=16)
+    # Kept apart from the report so a status read does not load the whole report.
+    reasons: list[dict[str, Any]] | None = Field(
+        default=None, sa_column=sa.Column(sa.JSON(none_as_null=True))
+    )
     report: dict[str, Any] | None = Field(
         default=None, sa_column=sa.Column(sa.JSON(none_as_null=True))
     )

@@ -6,9 +6,10 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
+from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from service.db.models import (
@@ -51,6 +52,8 @@ def _candidate_query() -> Any:
         select(Candidate, System, Assay)
         .join(System, col(System.id) == col(Candidate.system_id))
         .join(Assay, col(Assay.candidate_id) == col(Candidate.id))
+        # A status read needs the decision and its reasons, not the whole report.
+        .options(defer(cast(Any, Assay.report)), defer(cast(Any, Assay.plan)))
     )
 
 
