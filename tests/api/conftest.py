@@ -40,20 +40,22 @@ def engine(settings: Settings) -> Iterator[sa.Engine]:
 
 
 @pytest.fixture(scope="session")
-def workers(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def workers(
+    settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[WorkerProcess]]:
     log_dir = tmp_path_factory.mktemp("workers")
     started = [WorkerProcess(settings, f"api-{n}", log_dir) for n in (1, 2)]
     try:
         for worker in started:
             worker.wait_ready()
-        yield
+        yield started
     finally:
         for worker in started:
             worker.stop()
 
 
 @pytest.fixture(scope="session")
-def api_url(settings: Settings, workers: None) -> Iterator[str]:
+def api_url(settings: Settings, workers: list[WorkerProcess]) -> Iterator[str]:
     with ApiServer(create_app(settings)) as server:
         yield server.url
 
