@@ -28,8 +28,8 @@ class Settings(BaseSettings):
     data_dir: Path = Path("var")
     database_url: str = ""
     broker_url: str = ""
-    # Empty: Redis brokers store results in the same Redis; other brokers keep none (results
-    # live in the database, the backend only serves `celery inspect`-style tooling).
+    # Empty: a Redis broker doubles as the result backend; other brokers keep no task results.
+    # Either way a shard's outcome lives in the database, which is what the API reads.
     result_backend: str = ""
     queue: str = "assaygate"
     # Isolates several deployments (or test sessions) sharing one Redis database.
