@@ -151,8 +151,11 @@ def _db_check(_args: argparse.Namespace) -> int:
 class EmbeddedWorker:
     """The worker child of `serve`: started, restarted if it dies, stopped with the server.
 
-    The embedded broker has no visibility timeout, so a shard that was running when the child
-    died is handed out again here, before the next child starts.
+    The embedded broker has no visibility timeout, and a message is gone from its folder once a
+    worker has read it: a shard in the hands of a child that died would never come back. So
+    before each child starts, every shard of an open assay that has no result is enqueued
+    again. Copies of shards that are still queued cost one lookup each: by the time a copy is
+    read the original has stored the result, and the copy finds the shard done.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -164,7 +167,7 @@ class EmbeddedWorker:
         )
 
     def start(self) -> None:
-        self._requeue_orphans()
+        self._requeue_unfinished()
         self._spawn()
         self._thread.start()
 
@@ -191,10 +194,10 @@ class EmbeddedWorker:
             # A worker that cannot start would otherwise be respawned every second forever.
             backoff = min(backoff * 2, 60.0)
             log.error("worker exited with %s; restarting", process.returncode)
-            self._requeue_orphans()
+            self._requeue_unfinished()
             self._spawn()
 
-    def _requeue_orphans(self) -> None:
+    def _requeue_unfinished(self) -> None:
         from sqlmodel import Session
 
         from service.api.dispatch import Dispatcher
@@ -204,15 +207,15 @@ class EmbeddedWorker:
         engine = make_engine(self.settings)
         try:
             with Session(engine) as session:
-                orphans = queries.orphaned_shards(session)
+                unfinished = queries.unfinished_shards(session)
         finally:
             engine.dispose()
-        if not orphans:
+        if not unfinished:
             return
         dispatcher = Dispatcher(self.settings)
         dispatcher.prepare()
         try:
-            for assay_id, indices in orphans.items():
+            for assay_id, indices in unfinished.items():
                 dispatcher.enqueue_shards(assay_id, indices)
         finally:
             dispatcher.close()

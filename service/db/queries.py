@@ -187,14 +187,13 @@ def totals(session: Session) -> Totals:
     return Totals(by_status, int(shards_done or 0), int(trials or 0))
 
 
-def orphaned_shards(session: Session) -> dict[uuid.UUID, list[int]]:
-    """Shards marked running, by assay. Only meaningful when no worker is alive to own them (the
-    embedded supervisor calls it before it (re)starts its worker)."""
+def unfinished_shards(session: Session) -> dict[uuid.UUID, list[int]]:
+    """Shards without a result, by assay, for assays still open."""
     rows = session.exec(
         select(AssayShard.assay_id, AssayShard.shard_index)
         .join(Assay, col(Assay.id) == col(AssayShard.assay_id))
         .where(
-            AssayShard.status == ShardStatus.RUNNING.value,
+            AssayShard.status != ShardStatus.DONE.value,
             col(Assay.status).in_([AssayStatus.QUEUED.value, AssayStatus.RUNNING.value]),
         )
         .order_by(col(AssayShard.assay_id), col(AssayShard.shard_index))

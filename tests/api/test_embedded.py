@@ -10,10 +10,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import pytest
 
+from service.core.assay import run_assay
+from service.core.manifest import parse_manifest
+from service.core.plan import parse_plan
 from tests.support.service import (
     EXAMPLES,
     ROOT,
@@ -26,9 +30,17 @@ from tests.support.service import (
 
 pytestmark = pytest.mark.integration
 
+MODES = ["subject_swap", "stale_policy", "timeout_after_commit", "fork_run"]
+
+
+class Embedded(NamedTuple):
+    url: str
+    data_dir: Path
+    server: subprocess.Popen[bytes]
+
 
 @pytest.fixture(scope="module")
-def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
     data_dir = tmp_path_factory.mktemp("embedded")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
@@ -53,7 +65,7 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pa
 
     try:
         wait_for(ready, 60.0, "embedded service ready")
-        yield url, data_dir
+        yield Embedded(url, data_dir, server)
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -65,17 +77,17 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pa
 
 
 def test_serve_with_no_configuration_keeps_everything_under_var(
-    embedded: tuple[str, Path],
+    embedded: Embedded,
 ) -> None:
-    _, data_dir = embedded
+    data_dir = embedded.data_dir
     assert (data_dir / "var" / "assaygate.sqlite3").is_file()
     assert (data_dir / "var" / "broker" / "queue").is_dir()
 
 
 def test_embedded_mode_decides_the_typed_candidate_like_the_local_assay(
-    embedded: tuple[str, Path],
+    embedded: Embedded,
 ) -> None:
-    url, _ = embedded
+    url = embedded.url
     with httpx.Client(base_url=url, timeout=30.0) as client:
         response = client.post("/v1/candidates", json=candidate_body("typed", trials=30, seed=11))
         assert response.status_code == 202
@@ -85,16 +97,16 @@ def test_embedded_mode_decides_the_typed_candidate_like_the_local_assay(
     assert done["decision"] == report["decision"]
 
 
-def test_embedded_mode_refuses_bad_input_the_same_way(embedded: tuple[str, Path]) -> None:
-    url, _ = embedded
+def test_embedded_mode_refuses_bad_input_the_same_way(embedded: Embedded) -> None:
+    url = embedded.url
     body = candidate_body("typed", trials=0)
     response = httpx.post(f"{url}/v1/candidates", json=body)
     assert response.status_code == 422
     assert response.json()["error"]["field"] == "plan.trials"
 
 
-def test_submit_wait_exits_with_the_decision(embedded: tuple[str, Path]) -> None:
-    url, _ = embedded
+def test_submit_wait_exits_with_the_decision(embedded: Embedded) -> None:
+    url = embedded.url
     command = [
         sys.executable,
         "-m",
@@ -110,3 +122,33 @@ def test_submit_wait_exits_with_the_decision(embedded: tuple[str, Path]) -> None
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     decision = json.loads(done.stdout)["decision"]
     assert done.returncode == {"allow": 0, "hold": 3, "block": 4}[decision]
+
+
+def test_a_killed_embedded_worker_is_restarted_and_its_shards_run_again(
+    embedded: Embedded,
+) -> None:
+    body = candidate_body("typed", trials=6000, seed=5, modes=MODES)
+    with httpx.Client(base_url=embedded.url, timeout=30.0) as client:
+        submitted = client.post("/v1/candidates", json=body).json()
+
+        def under_way() -> bool:
+            progress = client.get(f"/v1/candidates/{submitted['id']}").json()["progress"]
+            return 2 <= progress["shards_done"] < progress["shard_count"] - 4
+
+        wait_for(under_way, 60.0, "the assay to be under way")
+        os.kill(worker_pid(embedded.server.pid), signal.SIGKILL)
+        done = wait_decided(client, submitted["id"], timeout=120.0)
+        report = client.get(f"/v1/assays/{done['assay_id']}").json()["report"]
+    expected = run_assay(parse_manifest(body["manifest"]), parse_plan(body["plan"])).to_dict()
+    assert report == expected
+    assert done["progress"]["trials_done"] == 4 * 6000
+
+
+def worker_pid(server_pid: int) -> int:
+    children = subprocess.run(
+        ["pgrep", "-P", str(server_pid), "-f", "worker --concurrency"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert len(children) == 1, children
+    return int(children[0])
