@@ -26,7 +26,7 @@ test: venv services lint typecheck imports
 	$(PY) -m pytest
 
 demo: venv
-	$(VENV)/bin/assaygate assay examples/copperfin-typed.json
+	$(VENV)/bin/assaygate demo
 
 serve: venv
 	$(VENV)/bin/assaygate serve

@@ -50,6 +50,16 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "json"
     migrations_dir: Path | None = None
+    # Where the service's Ed25519 signing keys live; created on first start.
+    keys_dir: Path | None = None
+    # Injector credentials: the synthetic subject namespace an assay may touch, the cap on its
+    # sandbox effects, and how long past the expected duration the credential stays valid.
+    injector_namespace: str = "synthetic/"
+    injector_max_effects: int = Field(default=10_000_000, ge=1)
+    injector_margin_s: float = Field(default=600.0, gt=0)
+    stop_max_unsafe: int | None = Field(default=None, ge=0)
+    stop_deadline_s: float | None = Field(default=None, gt=0)
+    stop_max_target_errors: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _embedded_defaults(self) -> Settings:
@@ -59,6 +69,8 @@ class Settings(BaseSettings):
         if not self.broker_url:
             # The host part means nothing to this transport; naming one keeps kombu from warning.
             self.broker_url = "filesystem://localhost/"
+        if self.keys_dir is None:
+            self.keys_dir = self.data_dir / "keys"
         if not self.result_backend and self.broker_is_redis:
             self.result_backend = self.broker_url
         return self

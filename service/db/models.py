@@ -24,6 +24,8 @@ class AssayStatus(StrEnum):
     DONE = "done"
     # The engine raised: a bug or an impossible input. Never retried, never decided.
     FAILED = "failed"
+    # A stop condition tripped or a reviewer aborted: decided, and never `allow`.
+    STOPPED = "stopped"
 
 
 class ShardStatus(StrEnum):
@@ -100,6 +102,19 @@ class Assay(SQLModel, table=True):
         default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
     )
     finished_at: datetime | None = Field(
+        default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
+    )
+    # The signed injector credential every shard of this assay runs under.
+    credential: str | None = Field(default=None, sa_column=sa.Column(sa.Text()))
+    # Declared stop conditions: max_effects, max_unsafe, max_target_errors, deadline (epoch s).
+    limits: dict[str, Any] | None = Field(
+        default=None, sa_column=sa.Column(sa.JSON(none_as_null=True))
+    )
+    effects: int = 0
+    unsafe: int = 0
+    target_errors: int = 0
+    stop_reason: str | None = Field(default=None, max_length=300)
+    aborted_at: datetime | None = Field(
         default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
     )
 

@@ -1,0 +1,97 @@
+"""The service's Ed25519 signing keys on disk: created on first start, rotated, all published.
+
+A key directory holds one PEM file per key and `keys.json`, the index of every key with its
+validity window. Retired keys stay published so that everything they signed still verifies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    load_pem_private_key,
+)
+
+from service.core.dossier import PublicKey, Signer
+
+INDEX = "keys.json"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class KeyRing:
+    directory: Path
+
+    def _index(self) -> list[dict[str, str | None]]:
+        path = self.directory / INDEX
+        if not path.exists():
+            return []
+        data: list[dict[str, str | None]] = json.loads(path.read_text())
+        return data
+
+    def _write_index(self, entries: list[dict[str, str | None]]) -> None:
+        tmp = self.directory / (INDEX + ".tmp")
+        tmp.write_text(json.dumps(entries, indent=2))
+        os.replace(tmp, self.directory / INDEX)  # atomic: readers never see half an index
+
+    def _create(self, entries: list[dict[str, str | None]]) -> Signer:
+        private = Ed25519PrivateKey.generate()
+        signer = Signer(private)
+        pem = private.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+        path = self.directory / f"{signer.keyid}.pem"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(pem)
+        entries.append(
+            {
+                "keyid": signer.keyid,
+                "public": signer.public,
+                "not_before": _now(),
+                "not_after": None,
+            }
+        )
+        self._write_index(entries)
+        return signer
+
+    def load_or_create(self) -> Signer:
+        """The active signing key, creating the first one if the directory has none."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        entries = self._index()
+        active = [e for e in entries if e["not_after"] is None]
+        if not active:
+            return self._create(entries)
+        return self._load(str(active[-1]["keyid"]))
+
+    def _load(self, keyid: str) -> Signer:
+        pem = (self.directory / f"{keyid}.pem").read_bytes()
+        private = load_pem_private_key(pem, password=None)
+        if not isinstance(private, Ed25519PrivateKey):
+            raise ValueError(f"key {keyid} is not an Ed25519 key")
+        return Signer(private)
+
+    def rotate(self) -> Signer:
+        """Retire the active key (it stays published) and make a new one active."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        entries = self._index()
+        now = _now()
+        for e in entries:
+            if e["not_after"] is None:
+                e["not_after"] = now
+        return self._create(entries)
+
+    def published(self) -> list[PublicKey]:
+        return [
+            PublicKey(str(e["keyid"]), str(e["public"]), e["not_before"], e["not_after"])
+            for e in self._index()
+        ]
