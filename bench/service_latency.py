@@ -154,7 +154,7 @@ def decide(client: httpx.Client, trials: int, seed: int) -> tuple[float, dict[st
     while True:
         time.sleep(0.2)
         status = client.get(f"/v1/candidates/{candidate['id']}").json()
-        if status["status"] in ("done", "failed"):
+        if status["status"] in ("done", "stopped", "failed"):
             break
     assay = client.get(f"/v1/assays/{status['assay_id']}").json()
     created, first, finished = (

@@ -328,7 +328,7 @@ def wait_for_decision(
         response = client.get(f"/v1/candidates/{candidate_id}")
         response.raise_for_status()
         candidate: dict[str, Any] = response.json()
-        if candidate["status"] in ("done", "failed"):
+        if candidate["status"] in ("done", "stopped", "failed"):
             return candidate
         if time.monotonic() > deadline:
             raise TimeoutError(f"candidate {candidate_id} undecided after the timeout")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +15,11 @@ from celery import Celery, Task
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from service.core.assay import ShardResult, ShardSpec, merge, run_shard
+from service.core.assay import Limits, ShardResult, ShardSpec, merge, run_shard
+from service.core.copperfin import Target
+from service.core.credential import injection_guard, verify_credential
+from service.core.dossier import PublicKey
+from service.core.errors import CredentialInvalid
 from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan
 from service.db import queries
@@ -27,8 +33,18 @@ from service.db.assay import (
     record_report,
     store_shard_result,
 )
+from service.db.injector import (
+    InjectorState,
+    add_totals,
+    injector_state,
+    record_event,
+    request_stop,
+    stop_reason,
+)
 from service.db.session import make_engine, session_scope
+from service.keys import KeyRing
 from service.settings import Settings
+from service.targets import load_target
 
 log = logging.getLogger("assaygate.worker")
 
@@ -53,6 +69,8 @@ class WorkerContext:
         self._engine: Engine | None = None
         self._pid = 0
         self._assays: OrderedDict[uuid.UUID, Parsed] = OrderedDict()
+        self._keys: dict[str, PublicKey] = {}
+        self._targets: dict[str, Target | None] = {}
 
     @property
     def engine(self) -> Engine:
@@ -61,6 +79,37 @@ class WorkerContext:
             self._pid = os.getpid()
             self._assays.clear()
         return self._engine
+
+    def public_keys(self) -> dict[str, PublicKey]:
+        """The service's published keys (public halves only: no private key reaches a worker)."""
+        if not self._keys:
+            self.refresh_keys()
+        return self._keys
+
+    def refresh_keys(self) -> None:
+        assert self.settings.keys_dir is not None
+        self._keys = {k.keyid: k for k in KeyRing(self.settings.keys_dir).published()}
+
+    def target(self, assay_id: uuid.UUID, manifest: Manifest) -> Target | None:
+        """The adapter for a python or http target, one per manifest per process."""
+        key = manifest.digest()
+        if key not in self._targets:
+            self._targets[key] = load_target(manifest)
+        return self._targets[key]
+
+    def stop_flag(self, assay_id: uuid.UUID, every_s: float = 0.2) -> Callable[[], bool]:
+        """Polled between batches of trials: has a stop been recorded? At most every `every_s`."""
+        last = [0.0]
+
+        def stopped() -> bool:
+            now = time.monotonic()
+            if now - last[0] < every_s:
+                return False
+            last[0] = now
+            with Session(self.engine) as session:
+                return stop_reason(session, assay_id) is not None
+
+        return stopped
 
     def assay(self, session: Session, assay_id: uuid.UUID) -> Parsed | None:
         """The parsed inputs of an assay, refusing a stored manifest whose digest moved."""
@@ -97,17 +146,19 @@ def execute_shard(
     with session_scope(ctx.engine) as session:
         parsed = ctx.assay(session, assay_id)
         start = begin_shard(session, parsed.inputs, shard_index, worker) if parsed else None
+        state = injector_state(session, assay_id) if start else None
     if parsed is None:
         log.warning("shard of an unknown assay dropped", extra=ids)
         return {**outcome, "decision": None}
     ids["candidate_id"] = str(parsed.inputs.candidate_id)
-    if start is None:
+    if start is None or state is None:
         log.info("shard already stored", extra=ids)
         with Session(ctx.engine) as session:
             complete = ready_to_merge(session, assay_id)
     else:
+        spec = ShardSpec.from_dict(start.spec)
         try:
-            result = run_shard(parsed.manifest, parsed.plan, ShardSpec.from_dict(start.spec))
+            result = run_guarded(ctx, parsed, spec, state, ids)
         except Exception as exc:
             log.exception("shard failed", extra=ids)
             with session_scope(ctx.engine) as session:
@@ -117,14 +168,110 @@ def execute_shard(
             stored = store_shard_result(
                 session, parsed.inputs, shard_index, result.to_dict(), result.trials
             )
+            if stored.written:
+                record_shard_injector(session, parsed, shard_index, result)
         outcome["stored"] = stored.written
         complete = stored.complete
         log.info(
             "shard stored" if stored.written else "shard result already stored; discarded",
-            extra={**ids, "trials": result.trials},
+            extra={**ids, "trials": result.trials, "stop_reason": result.stop_reason},
         )
     decision = finalize(ctx, parsed) if complete else None
     return {**outcome, "decision": decision}
+
+
+def run_guarded(
+    ctx: WorkerContext, parsed: Parsed, spec: ShardSpec, state: InjectorState, ids: dict[str, Any]
+) -> ShardResult:
+    """Run a shard under the assay's injector credential and stop conditions.
+
+    A shard does not start once a stop is recorded, nor under a credential that fails any check;
+    it then stores an empty, stopped result, so the assay still completes and is decided (never
+    `allow`). A running shard re-reads the stop flag between batches of trials.
+    """
+    assay_id = parsed.inputs.assay_id
+    if state.stop_reason is not None:
+        log.info("shard not started: the assay is stopping", extra=ids)
+        return ShardResult(spec.index, {}, 0, True, state.stop_reason)
+    try:
+        try:
+            scope = verify_credential(
+                state.credential or "", ctx.public_keys(), assay=str(assay_id), now=time.time()
+            )
+        except CredentialInvalid as exc:
+            if "unknown key" not in exc.message:
+                raise
+            ctx.refresh_keys()  # a key rotated since this process last read the published keys
+            scope = verify_credential(
+                state.credential or "", ctx.public_keys(), assay=str(assay_id), now=time.time()
+            )
+    except CredentialInvalid as exc:
+        reason = f"injector credential refused: {exc}"
+        with session_scope(ctx.engine) as session:
+            record_event(
+                session,
+                "credential.refused",
+                candidate_id=parsed.inputs.candidate_id,
+                assay_id=assay_id,
+                shard_index=spec.index,
+                data={"reason": str(exc), "field": exc.field},
+            )
+            request_stop(session, assay_id, reason, kind="assay.stopped", data={})
+        log.warning("injector credential refused", extra={**ids, "reason": str(exc)})
+        return ShardResult(spec.index, {}, 0, True, reason)
+    limits = state.limits
+
+    def remaining(key: str, used: int) -> int | None:
+        cap = limits.get(key)
+        return None if cap is None else max(0, int(cap) - used)
+
+    deadline = limits.get("deadline")
+    guard_limits = Limits(
+        max_effects=remaining("max_effects", state.effects),
+        max_unsafe=remaining("max_unsafe", state.unsafe),
+        max_target_errors=remaining("max_target_errors", state.target_errors),
+        deadline=float(deadline) if deadline is not None else None,
+        clock=time.time,
+    )
+    result = run_shard(
+        parsed.manifest,
+        parsed.plan,
+        spec,
+        should_stop=ctx.stop_flag(assay_id),
+        target=ctx.target(assay_id, parsed.manifest),
+        limits=guard_limits,
+        guard=injection_guard(scope, time.time),
+        namespace=scope.namespace,
+    )
+    if result.stop_reason == "aborted":
+        # Say why, in the words the abort was recorded with.
+        with Session(ctx.engine) as session:
+            result.stop_reason = stop_reason(session, assay_id) or "aborted"
+    return result
+
+
+def record_shard_injector(
+    session: Session, parsed: Parsed, shard_index: int, result: ShardResult
+) -> None:
+    """With the stored result, once: totals, refusals and any stop condition that tripped."""
+    assay_id, candidate_id = parsed.inputs.assay_id, parsed.inputs.candidate_id
+    errors = sum(t.target_errors for t in result.tallies.values())
+    tripped = add_totals(session, assay_id, result.effects, result.unsafe, errors)
+    injector = sum(t.injector_refusals for t in result.tallies.values())
+    sandbox = sum(t.sandbox_refusals for t in result.tallies.values())
+    for kind, count in (("injection.refused", injector), ("sandbox.refused", sandbox)):
+        if count:
+            record_event(
+                session,
+                kind,
+                candidate_id=candidate_id,
+                assay_id=assay_id,
+                shard_index=shard_index,
+                data={"count": count},
+            )
+    reason = result.stop_reason
+    if tripped is None and reason is not None and not reason.startswith("aborted"):
+        request_stop(session, assay_id, reason, kind="assay.stopped", data={"shard": shard_index})
 
 
 def finalize(ctx: WorkerContext, parsed: Parsed) -> str | None:

@@ -14,6 +14,7 @@ from service.api.metrics import Metrics
 from service.api.middleware import BodyLimit, RequestLog
 from service.api.routes import assays, candidates, health, systems
 from service.db.session import make_engine
+from service.keys import KeyRing
 from service.settings import Settings
 
 
@@ -24,7 +25,10 @@ def create_app(
     dispatcher = dispatcher or Dispatcher(settings)
 
     @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        assert settings.keys_dir is not None
+        # The signing key is created on first start (or loaded); it never leaves the API.
+        app.state.signer = KeyRing(settings.keys_dir).load_or_create()
         dispatcher.prepare()
         yield
         dispatcher.close()

@@ -11,6 +11,8 @@ from sqlmodel import Session
 
 from service.api.dispatch import Dispatcher
 from service.api.metrics import Metrics
+from service.core.dossier import Signer
+from service.keys import KeyRing
 from service.settings import Settings
 
 
@@ -40,8 +42,20 @@ def get_metrics(request: Request) -> Metrics:
     return metrics
 
 
+def get_signer(request: Request) -> Signer:
+    """The active signing key; the lifespan loads it, first use loads it when there is none."""
+    signer: Signer | None = getattr(request.app.state, "signer", None)
+    if signer is None:
+        settings: Settings = request.app.state.settings
+        assert settings.keys_dir is not None
+        signer = KeyRing(settings.keys_dir).load_or_create()
+        request.app.state.signer = signer
+    return signer
+
+
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
 SessionDep = Annotated[Session, Depends(get_session)]
 DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+SignerDep = Annotated[Signer, Depends(get_signer)]

@@ -73,6 +73,11 @@ class IdempotencyConflict(ApiError):
     code = "idempotency_conflict"
 
 
+class Conflict(ApiError):
+    status_code = 409
+    code = "conflict"
+
+
 class ServiceUnavailable(ApiError):
     status_code = 503
     code = "service_unavailable"
@@ -92,7 +97,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     for status, description in {
         400: "Malformed request",
         404: "Not found",
-        409: "Idempotency key reused with another body",
+        409: "Conflict with the resource's state (or an idempotency key reused)",
         413: "Request body too large",
         422: "Invalid field",
         503: "Database or broker unavailable",

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.core.plan import StopConditions
 from service.db.models import AssayStatus
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
@@ -25,6 +26,9 @@ class PlanCreate(BaseModel):
         default=None, description="per fault (full catalogue) or in total (paper catalogue)"
     )
     seed: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)] | None = None
+    stop: StopConditions | None = Field(
+        default=None, description="stop conditions; omitted ones take the service defaults"
+    )
 
 
 class CandidateCreate(BaseModel):
@@ -99,6 +103,21 @@ class AssayPublic(BaseModel):
     reasons: list[dict[str, Any]] = Field(default_factory=list)
     faults: list[FaultPublic]
     report: dict[str, Any] | None = Field(default=None, description="the merged assay report")
+    stop_reason: str | None = Field(
+        default=None, description="why the assay stopped early (a stop condition or an abort)"
+    )
+
+
+class AbortCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+
+
+class AbortPublic(BaseModel):
+    id: uuid.UUID
+    status: AssayStatus
+    stop_reason: str | None
 
 
 class Health(BaseModel):

@@ -18,6 +18,18 @@ from service.core.errors import FaultUnknown, PlanInvalid
 MAX_TRIALS = 10_000_000
 
 
+class StopConditions(BaseModel):
+    """Declared per assay; a tripped condition halts the remaining shards and blocks release."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # None means "the service default" (on); 0 stops at the first occurrence.
+    max_effects: Annotated[int, Field(strict=True, ge=0)] | None = None
+    max_unsafe: Annotated[int, Field(strict=True, ge=0)] | None = None
+    max_target_errors: Annotated[int, Field(strict=True, ge=0)] | None = None
+    deadline_s: Annotated[float, Field(gt=0, le=7 * 86_400)] | None = None
+
+
 class AssayPlan(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -30,6 +42,7 @@ class AssayPlan(BaseModel):
     seed: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)] = 188
     matched_baseline: bool = True
     counterfactuals: bool = True
+    stop: StopConditions = StopConditions()
 
     @property
     def paper(self) -> bool:

@@ -162,7 +162,7 @@ def ready_to_merge(session: Session, assay_id: uuid.UUID) -> bool:
     assay = session.get(Assay, assay_id)
     return (
         assay is not None
-        and assay.status != AssayStatus.DONE
+        and assay.status not in (AssayStatus.DONE, AssayStatus.STOPPED)
         and assay.shards_done == assay.shard_count
     )
 
@@ -180,11 +180,12 @@ def record_report(
         sa.update(Assay)
         .where(
             col(Assay.id) == assay_id,
-            col(Assay.status) != AssayStatus.DONE.value,
+            col(Assay.status).not_in((AssayStatus.DONE.value, AssayStatus.STOPPED.value)),
             col(Assay.shards_done) == col(Assay.shard_count),
         )
         .values(
-            status=AssayStatus.DONE.value,
+            # A stopped assay is decided (never `allow`) but says that it stopped.
+            status=AssayStatus.STOPPED.value if report.get("stopped") else AssayStatus.DONE.value,
             decision=decision,
             reasons=list(report.get("reasons", [])),
             report=report,

@@ -201,7 +201,7 @@ def wait_decided(client: httpx.Client, candidate_id: str, timeout: float = 120.0
 
     def decided() -> bool:
         found.update(client.get(f"/v1/candidates/{candidate_id}").json())
-        return found.get("status") in ("done", "failed")
+        return found.get("status") in ("done", "stopped", "failed")
 
     wait_for(decided, timeout, f"candidate {candidate_id} decided")
     return found
@@ -225,3 +225,22 @@ def local_report(name: str, *, trials: int, seed: int, extra: list[str] | None =
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
     output = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, check=True)
     return json.loads(output.stdout)
+
+
+def grant_injector(session: Any, settings: Settings, assay: Any, plan: Any, **stop: Any) -> None:
+    """What the API does for every submission: mint the assay's injector credential."""
+    from service.db.injector import issue_credential
+    from service.keys import KeyRing
+
+    assert settings.keys_dir is not None
+    issue_credential(
+        session,
+        assay,
+        tenant="copperfin-returns",
+        plan=plan,
+        signer=KeyRing(settings.keys_dir).load_or_create(),
+        namespace=settings.injector_namespace,
+        max_effects=settings.injector_max_effects,
+        margin_s=settings.injector_margin_s,
+        defaults={"max_unsafe": None, "max_target_errors": None, "deadline_s": None, **stop},
+    )

@@ -17,13 +17,13 @@ from service.db.candidate import record_submission
 from service.db.models import Assay, AssayShard, AssayStatus, Event, FaultResult
 from service.db.session import session_scope
 from service.settings import Settings
-from tests.support.service import example
+from tests.support.service import example, grant_injector
 from worker.tasks import WorkerContext, execute_shard, finalize
 
 pytestmark = pytest.mark.integration
 
 
-def submit(engine: sa.Engine, trials: int = 40, **plan: object) -> uuid.UUID:
+def submit(engine: sa.Engine, settings: Settings, trials: int = 40, **plan: object) -> uuid.UUID:
     manifest = parse_manifest(example("typed"))
     parsed = parse_plan({"trials": trials, "seed": 9, **plan})
     with session_scope(engine) as session:
@@ -37,6 +37,7 @@ def submit(engine: sa.Engine, trials: int = 40, **plan: object) -> uuid.UUID:
             catalogue="assaygate-full/1",
             shards=plan_shards(manifest, parsed, trials_per_shard=20),
         )
+        grant_injector(session, settings, recorded.assay, parsed)
     return recorded.assay.id
 
 
@@ -53,7 +54,7 @@ def assay_row(engine: sa.Engine, assay_id: uuid.UUID) -> Assay:
 
 
 def test_a_redelivered_shard_is_counted_once(ctx: WorkerContext, engine: sa.Engine) -> None:
-    assay_id = submit(engine, modes=["subject_swap"])
+    assay_id = submit(engine, ctx.settings, modes=["subject_swap"])
     first = execute_shard(ctx, assay_id, 0, "w1")
     again = execute_shard(ctx, assay_id, 0, "w2")
     assert first["stored"] is True
@@ -66,7 +67,7 @@ def test_a_shard_run_by_two_workers_at_once_is_stored_by_one(
     ctx: WorkerContext, engine: sa.Engine
 ) -> None:
     # The first worker outlived the visibility timeout: the broker handed its shard to a second.
-    assay_id = submit(engine, modes=["subject_swap"])
+    assay_id = submit(engine, ctx.settings, modes=["subject_swap"])
     with session_scope(engine) as session:
         inputs = assay_inputs(session, assay_id)
         assert inputs is not None
@@ -87,7 +88,7 @@ def test_a_shard_run_by_two_workers_at_once_is_stored_by_one(
 def test_racing_merges_record_the_decision_exactly_once(
     ctx: WorkerContext, engine: sa.Engine
 ) -> None:
-    assay_id = submit(engine, trials=20, families=["tool"])
+    assay_id = submit(engine, ctx.settings, trials=20, families=["tool"])
     with Session(engine) as session:
         parsed = ctx.assay(session, assay_id)
         specs = session.exec(select(AssayShard.spec).where(AssayShard.assay_id == assay_id)).all()
@@ -127,7 +128,7 @@ def test_racing_merges_record_the_decision_exactly_once(
 def test_an_engine_error_fails_the_assay_instead_of_leaving_it_running(
     ctx: WorkerContext, engine: sa.Engine
 ) -> None:
-    assay_id = submit(engine, modes=["subject_swap"])
+    assay_id = submit(engine, ctx.settings, modes=["subject_swap"])
     with session_scope(engine) as session:
         shard = session.get(AssayShard, (assay_id, 0))
         assert shard is not None

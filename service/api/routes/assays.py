@@ -6,14 +6,15 @@ from typing import Any
 from fastapi import APIRouter
 
 from service.api.deps import MetricsDep, SessionDep
-from service.api.errors import ERROR_RESPONSES, NotFound
+from service.api.errors import ERROR_RESPONSES, Conflict, NotFound
 from service.api.present import aware, maybe_aware, progress, reasons
-from service.api.schemas import AssayPublic, FaultPublic, Progress
+from service.api.schemas import AbortCreate, AbortPublic, AssayPublic, FaultPublic, Progress
 from service.core.assay import ShardResult, merge
 from service.core.errors import AssaygateError
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
 from service.db import queries
+from service.db.injector import request_stop
 from service.db.models import Assay, AssayStatus, Candidate, Manifest
 
 router = APIRouter(prefix="/v1/assays", tags=["assays"])
@@ -21,7 +22,7 @@ router = APIRouter(prefix="/v1/assays", tags=["assays"])
 
 def _signatures(session: Any, assay: Assay) -> dict[str, dict[str, Any]]:
     """Per-fault signatures: the stored final ones, or a merge of the shards done so far."""
-    if assay.status == AssayStatus.DONE:
+    if assay.status in (AssayStatus.DONE, AssayStatus.STOPPED):
         return {f.fault_id: f.signature for f in queries.fault_results(session, assay.id)}
     results = queries.done_shard_results(session, assay.id)
     if not results:
@@ -59,7 +60,7 @@ def get_assay(assay_id: uuid.UUID, session: SessionDep, metrics: MetricsDep) -> 
                     trials_planned=p.trials_planned,
                     trials_done=p.trials_done,
                 ),
-                final=assay.status == AssayStatus.DONE,
+                final=assay.status in (AssayStatus.DONE, AssayStatus.STOPPED),
                 signature=signatures.get(p.fault_id) if p.fault_id else None,
             )
             for p in queries.fault_progress(session, assay_id)
@@ -78,4 +79,33 @@ def get_assay(assay_id: uuid.UUID, session: SessionDep, metrics: MetricsDep) -> 
             reasons=reasons(assay),
             faults=faults,
             report=assay.report,
+            stop_reason=assay.stop_reason,
         )
+
+
+@router.post(
+    "/{assay_id}/abort",
+    status_code=202,
+    response_model=AbortPublic,
+    responses={k: ERROR_RESPONSES[k] for k in (404, 409, 503)},
+)
+def abort_assay(
+    assay_id: uuid.UUID, session: SessionDep, body: AbortCreate | None = None
+) -> AbortPublic:
+    """Stop an assay: no shard starts after this is recorded, running shards stop at their next
+    batch, and what was already recorded is kept. An aborted assay is decided `block`."""
+    assay = queries.assay(session, assay_id)
+    if assay is None:
+        raise NotFound(f"no assay {assay_id}", field="assay_id")
+    reason = f"aborted: {body.reason}" if body and body.reason else "aborted"
+    recorded = request_stop(session, assay_id, reason, kind="assay.aborted", data={})
+    session.commit()
+    if not recorded:
+        current = queries.assay(session, assay_id)
+        if current is not None and current.stop_reason is None:
+            raise Conflict(f"assay {assay_id} is already {current.status}", field="assay_id")
+    current = queries.assay(session, assay_id)
+    assert current is not None
+    return AbortPublic(
+        id=assay_id, status=AssayStatus(current.status), stop_reason=current.stop_reason
+    )

@@ -20,7 +20,7 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
 from sqlmodel import Session
 
-from service.api.deps import DispatcherDep, MetricsDep, SessionDep, SettingsDep
+from service.api.deps import DispatcherDep, MetricsDep, SessionDep, SettingsDep, SignerDep
 from service.api.errors import (
     ERROR_RESPONSES,
     BrokerUnavailable,
@@ -40,6 +40,7 @@ from service.db.candidate import (
     record_submission,
     withdraw_submission,
 )
+from service.db.injector import issue_credential
 from service.db.models import IdempotencyKey
 from service.settings import Settings
 
@@ -96,6 +97,7 @@ def submit_candidate(
     settings: SettingsDep,
     dispatcher: DispatcherDep,
     metrics: MetricsDep,
+    signer: SignerDep,
     idempotency_key: IdempotencyKeyHeader = None,
 ) -> JSONResponse:
     """Record a release candidate and queue its assay; answers before the assay runs."""
@@ -128,6 +130,21 @@ def submit_candidate(
                 plan_document=plan.model_dump(mode="json"),
                 catalogue=plan.resolve_catalogue().version,
                 shards=shards,
+            )
+            issue_credential(
+                session,
+                recorded.assay,
+                tenant=system,
+                plan=plan,
+                signer=signer,
+                namespace=settings.injector_namespace,
+                max_effects=settings.injector_max_effects,
+                margin_s=settings.injector_margin_s,
+                defaults={
+                    "max_unsafe": settings.stop_max_unsafe,
+                    "max_target_errors": settings.stop_max_target_errors,
+                    "deadline_s": settings.stop_deadline_s,
+                },
             )
             row = queries.CandidateRow(recorded.candidate, recorded.system, recorded.assay)
             response = candidate_public(session, row).model_dump(mode="json")
