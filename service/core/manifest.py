@@ -159,10 +159,37 @@ def _field(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc) or "manifest"
 
 
+MAX_DEPTH = 32
+MAX_NODES = 20_000
+
+
+def _shape(value: object, field: str, depth: int = 0, budget: list[int] | None = None) -> None:
+    """Refuse documents nested deeper than MAX_DEPTH or larger than MAX_NODES values.
+
+    Walked iteratively enough to stay far from the interpreter's recursion limit.
+    """
+    budget = budget if budget is not None else [MAX_NODES]
+    stack: list[tuple[object, int]] = [(value, depth)]
+    while stack:
+        node, d = stack.pop()
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise ManifestInvalid(f"more than {MAX_NODES} values", field=field)
+        if d > MAX_DEPTH:
+            raise ManifestInvalid(f"nested deeper than {MAX_DEPTH} levels", field=field)
+        if isinstance(node, dict):
+            stack.extend((v, d + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, d + 1) for v in node)
+
+
 def parse_manifest(data: object) -> Manifest:
     """Validate a decoded manifest; the first problem becomes a ManifestInvalid naming its field."""
     if not isinstance(data, dict):
         raise ManifestInvalid("must be a JSON object", field="manifest")
+    budget = [MAX_NODES]
+    for key, value in data.items():
+        _shape(value, str(key), 1, budget)
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:

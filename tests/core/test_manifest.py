@@ -73,3 +73,24 @@ def test_invalid_manifests_name_the_field_and_the_rule(mutate, field: str, rule:
 def test_malformed_json_is_a_manifest_error() -> None:
     with pytest.raises(ManifestInvalid, match="malformed JSON"):
         parse_manifest_json("{not json")
+
+
+def test_a_manifest_nested_too_deep_is_refused_naming_the_component() -> None:
+    data = example_dict("typed")
+    deep: dict[str, object] = {}
+    node = deep
+    for _ in range(40):
+        node["x"] = {}
+        node = node["x"]  # type: ignore[assignment]
+    data["tools"] = deep
+    with pytest.raises(ManifestInvalid) as err:
+        parse_manifest(data)
+    assert err.value.field == "tools" and "deeper than" in err.value.message
+
+
+def test_a_manifest_with_too_many_values_is_refused() -> None:
+    data = example_dict("typed")
+    data["policy"] = {f"k{i}": i for i in range(25_000)}
+    with pytest.raises(ManifestInvalid) as err:
+        parse_manifest(data)
+    assert err.value.field == "policy"
