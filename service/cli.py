@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except UsageError as exc:
         print(f"assaygate: error: {exc}", file=sys.stderr)
-        return 2
+        return _error_code(argv)
     except AssaygateError as exc:
         print(f"assaygate: error: {exc}", file=sys.stderr)
         return 2
@@ -44,5 +44,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _error_code(argv: Sequence[str] | None) -> int:
+    """2 for bad input; but `submit` and `gate` exit 2 for `hold`, so their errors are 3."""
+    from service.cli_service import CI_COMMANDS, EXIT_ERROR
+
+    words = list(sys.argv[1:] if argv is None else argv)
+    return EXIT_ERROR if words and words[0] in CI_COMMANDS else 2
+
+
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    # `python -m service.cli`: run the imported module's main, so the error classes the
+    # subcommands raise are the ones it catches (not this __main__ copy's).
+    from service.cli import main as _main
+
+    raise SystemExit(_main())

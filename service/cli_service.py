@@ -1,4 +1,8 @@
-"""Service commands of the `assaygate` CLI: serve, demo, submit, db."""
+"""Service commands of the `assaygate` CLI: serve, demo, submit, gate, keys, db.
+
+`submit --wait` and `gate` are what CI runs; they print JSON and exit 0 allow, 1 block, 2 hold or
+reopened, 3 error (unreachable service, refused input, a failed assay, a timeout).
+"""
 
 from __future__ import annotations
 
@@ -24,7 +28,10 @@ from service.settings import Settings, configure_logging, get_settings
 
 log = logging.getLogger("assaygate.serve")
 
-DECISION_EXIT = {"allow": 0, "hold": 3, "block": 4}
+DECISION_EXIT = {"allow": 0, "block": 1, "hold": 2, "reopened": 2}
+EXIT_ERROR = 3
+#: Commands whose exit code a pipeline reads as a decision: any error there is 3, never 2.
+CI_COMMANDS = ("submit", "gate")
 
 
 def register(sub: Any) -> None:
@@ -75,7 +82,31 @@ def register(sub: Any) -> None:
     submit.add_argument("--idempotency-key", default=None)
     submit.add_argument("--wait", action="store_true", help="wait for the decision")
     submit.add_argument("--timeout", type=float, default=3600.0)
+    submit.add_argument(
+        "--dossier-out", type=Path, default=None, metavar="PATH", help="save the signed envelope"
+    )
+    _client_options(submit)
     submit.set_defaults(func=_submit)
+
+    gate = sub.add_parser(
+        "gate",
+        help="may this version ship? exit 0 allow, 1 block, 2 hold or reopened, 3 error",
+    )
+    gate.add_argument("system")
+    gate.add_argument("--version", dest="candidate_version", default=None)
+    gate.add_argument("--url", default=None, help="default: $ASSAYGATE_URL or localhost:8000")
+    gate.add_argument(
+        "--dossier-out", type=Path, default=None, metavar="PATH", help="save the signed envelope"
+    )
+    _client_options(gate)
+    gate.set_defaults(func=_gate)
+
+    keys = sub.add_parser("keys", help="the service's signing keys (run where the keys live)")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True, parser_class=type(keys))
+    rotate = keys_sub.add_parser("rotate", help="retire the active key and make a new one")
+    rotate.set_defaults(func=_keys_rotate)
+    listing = keys_sub.add_parser("list", help="print every published key (GET /v1/keys)")
+    listing.set_defaults(func=_keys_list)
 
     db = sub.add_parser("db", help="database schema (Alembic migrations)")
     db_sub = db.add_subparsers(dest="db_command", required=True, parser_class=type(db))
@@ -87,6 +118,26 @@ def register(sub: Any) -> None:
     down.set_defaults(func=_db_downgrade)
     check = db_sub.add_parser("check", help="fail if the models need a migration")
     check.set_defaults(func=_db_check)
+
+
+def _client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--actor", default=None, help="who submits or asks (default: $ASSAYGATE_ACTOR)"
+    )
+    parser.add_argument(
+        "--api-key", default=None, help="sent as a bearer token (default: $ASSAYGATE_API_KEY)"
+    )
+
+
+def _headers(args: argparse.Namespace) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    actor = args.actor or os.environ.get("ASSAYGATE_ACTOR")
+    if actor:
+        headers["X-Assaygate-Actor"] = actor
+    api_key = args.api_key or os.environ.get("ASSAYGATE_API_KEY")
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return headers
 
 
 def _server_options(parser: argparse.ArgumentParser) -> None:
@@ -343,24 +394,100 @@ def _submit(args: argparse.Namespace) -> int:
         source_revision=args.source_revision,
         plan=_plan(args),
     )
-    url = args.url or os.environ.get("ASSAYGATE_URL") or "http://127.0.0.1:8000"
-    headers = {"Idempotency-Key": args.idempotency_key or str(uuid.uuid4())}
+    headers = {"Idempotency-Key": args.idempotency_key or str(uuid.uuid4()), **_headers(args)}
     deadline = time.monotonic() + args.timeout
-    with httpx.Client(base_url=url, timeout=30.0) as client:
-        try:
-            response = client.post("/v1/candidates", json=body, headers=headers)
-        except httpx.HTTPError as exc:
-            raise UsageError(f"cannot reach {url}: {exc}") from None
+    with _client(args, headers) as client:
+        response = client.post("/v1/candidates", json=body)
         if response.status_code >= 400:
-            print(json.dumps(response.json(), indent=2))
-            return 2
+            return _refused(response)
         candidate = response.json()
-        if args.wait:
+        if not args.wait:
+            print(json.dumps(candidate, indent=2))
+            return 0
+        try:
             candidate = wait_for_decision(client, candidate["id"], deadline)
+        except TimeoutError as exc:
+            print(json.dumps({"error": {"code": "timeout", "message": str(exc)}}, indent=2))
+            return EXIT_ERROR
+        dossier = None
+        if candidate.get("status") != "failed":
+            found = client.get(f"/v1/candidates/{candidate['id']}/dossier")
+            if found.status_code != 200:
+                return _refused(found)
+            dossier = found.json()
+    if dossier is None:
+        print(json.dumps(candidate, indent=2))
+        return EXIT_ERROR
+    candidate["dossier"] = {k: v for k, v in dossier.items() if k != "envelope"}
     print(json.dumps(candidate, indent=2))
-    if not args.wait:
-        return 0
-    return DECISION_EXIT.get(str(candidate.get("decision")), 1)
+    _save_envelope(args.dossier_out, dossier)
+    return DECISION_EXIT.get(str(dossier["decision"]), EXIT_ERROR)
+
+
+def _gate(args: argparse.Namespace) -> int:
+    params = {"version": args.candidate_version} if args.candidate_version else {}
+    with _client(args, _headers(args)) as client:
+        response = client.get(f"/v1/gate/{args.system}", params=params)
+        if response.status_code != 200:
+            return _refused(response)
+        answer = response.json()
+        print(json.dumps(answer, indent=2))
+        if args.dossier_out is not None and answer.get("dossier"):
+            found = client.get(f"/v1/dossiers/{answer['dossier']['id']}")
+            if found.status_code != 200:
+                return _refused(found)
+            _save_envelope(args.dossier_out, found.json())
+    return DECISION_EXIT.get(str(answer.get("decision")), EXIT_ERROR)
+
+
+class _Client(httpx.Client):
+    """An httpx client whose transport errors become one line and exit code 3."""
+
+    def request(self, *args: Any, **kwargs: Any) -> httpx.Response:
+        try:
+            return super().request(*args, **kwargs)
+        except httpx.HTTPError as exc:
+            raise UsageError(f"cannot reach {self.base_url}: {exc}") from None
+
+
+def _client(args: argparse.Namespace, headers: dict[str, str]) -> httpx.Client:
+    url = args.url or os.environ.get("ASSAYGATE_URL") or "http://127.0.0.1:8000"
+    return _Client(base_url=url, timeout=30.0, headers=headers)
+
+
+def _refused(response: httpx.Response) -> int:
+    try:
+        print(json.dumps(response.json(), indent=2))
+    except ValueError:
+        print(json.dumps({"error": {"code": "http_error", "message": response.text[:500]}}))
+    return EXIT_ERROR
+
+
+def _save_envelope(path: Path | None, dossier: dict[str, Any]) -> None:
+    if path is None:
+        return
+    # The envelope as the service signed it; `assaygate verify` reads this file.
+    path.write_text(json.dumps(dossier["envelope"], indent=2) + "\n")
+
+
+def _keys_rotate(_args: argparse.Namespace) -> int:
+    from service.keys import KeyRing
+
+    settings = get_settings()
+    assert settings.keys_dir is not None
+    signer = KeyRing(settings.keys_dir).rotate()
+    print(json.dumps({"active": signer.keyid, "keys_dir": str(settings.keys_dir)}, indent=2))
+    return 0
+
+
+def _keys_list(_args: argparse.Namespace) -> int:
+    from service.keys import KeyRing
+
+    settings = get_settings()
+    assert settings.keys_dir is not None
+    published = KeyRing(settings.keys_dir).published()
+    print(json.dumps({"keys": [k.view() for k in published]}, indent=2))
+    return 0
 
 
 def _free_port() -> int:

@@ -6,9 +6,12 @@ validity window. Retired keys stay published so that everything they signed stil
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -64,14 +67,26 @@ class KeyRing:
         self._write_index(entries)
         return signer
 
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One writer at a time: the API and a worker starting together must not both create a
+        first key (the second index write would drop the first key, and what it signed)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with (self.directory / ".lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
     def load_or_create(self) -> Signer:
         """The active signing key, creating the first one if the directory has none."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        entries = self._index()
-        active = [e for e in entries if e["not_after"] is None]
-        if not active:
-            return self._create(entries)
-        return self._load(str(active[-1]["keyid"]))
+        with self._locked():
+            entries = self._index()
+            active = [e for e in entries if e["not_after"] is None]
+            if not active:
+                return self._create(entries)
+            return self._load(str(active[-1]["keyid"]))
 
     def _load(self, keyid: str) -> Signer:
         pem = (self.directory / f"{keyid}.pem").read_bytes()
@@ -82,16 +97,40 @@ class KeyRing:
 
     def rotate(self) -> Signer:
         """Retire the active key (it stays published) and make a new one active."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        entries = self._index()
-        now = _now()
-        for e in entries:
-            if e["not_after"] is None:
-                e["not_after"] = now
-        return self._create(entries)
+        with self._locked():
+            entries = self._index()
+            now = _now()
+            for e in entries:
+                if e["not_after"] is None:
+                    e["not_after"] = now
+            return self._create(entries)
 
     def published(self) -> list[PublicKey]:
         return [
             PublicKey(str(e["keyid"]), str(e["public"]), e["not_before"], e["not_after"])
             for e in self._index()
         ]
+
+
+@dataclass
+class ActiveKey:
+    """The active signer of a key ring, re-read when the index changes (after `keys rotate`), so a
+    long-running process signs with the new key without a restart."""
+
+    ring: KeyRing
+    _stamp: tuple[int, int] | None = field(default=None, init=False)
+    _signer: Signer | None = field(default=None, init=False)
+
+    def current(self) -> Signer:
+        stamp = self._index_stamp()
+        if self._signer is None or stamp != self._stamp or stamp is None:
+            self._signer = self.ring.load_or_create()
+            self._stamp = self._index_stamp()
+        return self._signer
+
+    def _index_stamp(self) -> tuple[int, int] | None:
+        try:
+            st = (self.ring.directory / INDEX).stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_mtime_ns, st.st_ino)

@@ -18,7 +18,7 @@ from sqlmodel import Session
 from service.core.assay import Limits, ShardResult, ShardSpec, merge, run_shard
 from service.core.copperfin import Target
 from service.core.credential import injection_guard, verify_credential
-from service.core.dossier import PublicKey
+from service.core.dossier import PublicKey, Signer
 from service.core.errors import CredentialInvalid
 from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan
@@ -33,6 +33,7 @@ from service.db.assay import (
     record_report,
     store_shard_result,
 )
+from service.db.dossier import record_assay_dossier
 from service.db.injector import (
     InjectorState,
     add_totals,
@@ -42,7 +43,7 @@ from service.db.injector import (
     stop_reason,
 )
 from service.db.session import make_engine, session_scope
-from service.keys import KeyRing
+from service.keys import ActiveKey, KeyRing
 from service.settings import Settings
 from service.targets import load_target
 
@@ -286,10 +287,14 @@ def finalize(ctx: WorkerContext, parsed: Parsed) -> str | None:
         parsed.manifest, parsed.plan, [ShardResult.from_dict(r) for r in results]
     ).to_dict()
     decision = str(report["decision"])
+    signer = dossier_signer(ctx)
     with session_scope(ctx.engine) as session:
         won = record_report(
             session, assay_id, decision=decision, report=report, faults=fault_rows(report)
         )
+        if won:
+            # In the same transaction: exactly one signed dossier version per finished assay.
+            record_assay_dossier(session, signer, assay_id, report)
     if won:
         log.info(
             "assay decided",
@@ -317,3 +322,15 @@ def fault_rows(report: dict[str, Any]) -> list[FaultRow]:
             )
         )
     return rows
+
+
+_active_keys: dict[tuple[int, str], ActiveKey] = {}
+
+
+def dossier_signer(ctx: WorkerContext) -> Signer:
+    """The service's active signing key, read per process and re-read after a rotation."""
+    assert ctx.settings.keys_dir is not None
+    key = (os.getpid(), str(ctx.settings.keys_dir))
+    if key not in _active_keys:
+        _active_keys[key] = ActiveKey(KeyRing(ctx.settings.keys_dir))
+    return _active_keys[key].current()

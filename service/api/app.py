@@ -12,7 +12,7 @@ from service.api import errors
 from service.api.dispatch import Dispatcher
 from service.api.metrics import Metrics
 from service.api.middleware import BodyLimit, RequestLog
-from service.api.routes import assays, candidates, health, systems
+from service.api.routes import assays, candidates, dossiers, gate, health, holds, systems
 from service.db.session import make_engine
 from service.keys import KeyRing
 from service.settings import Settings
@@ -45,7 +45,15 @@ def create_app(
     app.state.dispatcher = dispatcher
     app.state.metrics = Metrics(engine)
     errors.install(app)
-    for router in (candidates.router, assays.router, systems.router, health.router):
+    for router in (
+        candidates.router,
+        assays.router,
+        dossiers.router,
+        gate.router,
+        holds.router,
+        systems.router,
+        health.router,
+    ):
         app.include_router(router)
     # Outermost last: the log line sees the 413 the limit sends.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

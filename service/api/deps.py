@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Header, Request
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service.api.dispatch import Dispatcher
+from service.api.errors import ActorRequired
 from service.api.metrics import Metrics
 from service.core.dossier import Signer
-from service.keys import KeyRing
+from service.keys import ActiveKey, KeyRing
 from service.settings import Settings
 
 
@@ -43,14 +44,45 @@ def get_metrics(request: Request) -> Metrics:
 
 
 def get_signer(request: Request) -> Signer:
-    """The active signing key; the lifespan loads it, first use loads it when there is none."""
-    signer: Signer | None = getattr(request.app.state, "signer", None)
-    if signer is None:
+    """The active signing key, re-read after `assaygate keys rotate`; the lifespan creates the
+    first one."""
+    active: ActiveKey | None = getattr(request.app.state, "active_key", None)
+    if active is None:
         settings: Settings = request.app.state.settings
         assert settings.keys_dir is not None
-        signer = KeyRing(settings.keys_dir).load_or_create()
-        request.app.state.signer = signer
-    return signer
+        active = ActiveKey(KeyRing(settings.keys_dir))
+        request.app.state.active_key = active
+    return active.current()
+
+
+def get_key_ring(request: Request) -> KeyRing:
+    settings: Settings = request.app.state.settings
+    assert settings.keys_dir is not None
+    return KeyRing(settings.keys_dir)
+
+
+ACTOR_HEADER = "X-Assaygate-Actor"
+
+
+def get_actor(
+    actor: Annotated[
+        str | None,
+        Header(
+            alias=ACTOR_HEADER,
+            min_length=1,
+            max_length=200,
+            description="who is acting (a stand-in for API-key identities)",
+        ),
+    ] = None,
+) -> str | None:
+    """The identity of the caller. The one place identities come from: API keys replace it."""
+    return actor
+
+
+def get_reviewer(actor: Annotated[str | None, Depends(get_actor)]) -> str:
+    if actor is None:
+        raise ActorRequired(f"a review needs the reviewer's identity in {ACTOR_HEADER}")
+    return actor
 
 
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
@@ -59,3 +91,6 @@ SessionDep = Annotated[Session, Depends(get_session)]
 DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 SignerDep = Annotated[Signer, Depends(get_signer)]
+KeyRingDep = Annotated[KeyRing, Depends(get_key_ring)]
+ActorDep = Annotated[str | None, Depends(get_actor)]
+ReviewerDep = Annotated[str, Depends(get_reviewer)]

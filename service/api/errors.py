@@ -68,6 +68,26 @@ class NotFound(ApiError):
     code = "not_found"
 
 
+class ActorRequired(ApiError):
+    status_code = 401
+    code = "actor_required"
+
+
+class ReviewerIsSubmitter(ApiError):
+    status_code = 403
+    code = "reviewer_is_submitter"
+
+
+class HoldNotOpen(ApiError):
+    status_code = 409
+    code = "hold_not_open"
+
+
+class NotWaivable(ApiError):
+    status_code = 409
+    code = "not_waivable"
+
+
 class IdempotencyConflict(ApiError):
     status_code = 409
     code = "idempotency_conflict"
@@ -96,6 +116,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description}
     for status, description in {
         400: "Malformed request",
+        401: "The caller's identity is missing",
+        403: "The caller may not do this",
         404: "Not found",
         409: "Conflict with the resource's state (or an idempotency key reused)",
         413: "Request body too large",

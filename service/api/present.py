@@ -9,12 +9,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from fastapi import Response
 from sqlmodel import Session
 
 from service.api.errors import CursorInvalid
-from service.api.schemas import CandidatePublic, Progress
+from service.api.schemas import CandidatePublic, DossierRef, HoldPublic, Progress
 from service.db import queries
-from service.db.models import Assay, AssayStatus
+from service.db.models import Assay, AssayStatus, Dossier, Hold
 
 
 def aware(value: datetime) -> datetime:
@@ -80,3 +81,40 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         return datetime.fromisoformat(created_at), uuid.UUID(last_id)
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise CursorInvalid("not a cursor this service returned", field="cursor") from None
+
+
+def dossier_ref(dossier: Dossier) -> DossierRef:
+    return DossierRef(
+        id=dossier.id,
+        candidate_id=dossier.candidate_id,
+        version=dossier.version,
+        digest=dossier.digest,
+        previous=dossier.previous,
+        decision=dossier.decision,
+        reasons=[dict(r) for r in dossier.reasons],
+        change=dossier.change,
+        keyid=dossier.keyid,
+        created_at=aware(dossier.created_at),
+    )
+
+
+def dossier_response(dossier: Dossier) -> Response:
+    """The dossier with its envelope spliced in as stored: the bytes are never re-serialised."""
+    meta = dossier_ref(dossier).model_dump_json()
+    body = meta[:-1] + ',"envelope":' + dossier.envelope + "}"
+    return Response(body, media_type="application/json")
+
+
+def hold_public(hold: Hold) -> HoldPublic:
+    return HoldPublic(
+        id=hold.id,
+        candidate_id=hold.candidate_id,
+        dossier_id=hold.dossier_id,
+        status=hold.status,
+        reasons=[dict(r) for r in hold.reasons],
+        reviewer=hold.reviewer,
+        review_reason=hold.review_reason,
+        reviewed_at=maybe_aware(hold.reviewed_at),
+        expires_at=maybe_aware(hold.expires_at),
+        created_at=aware(hold.created_at),
+    )

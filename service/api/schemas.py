@@ -127,3 +127,129 @@ class Health(BaseModel):
 class Readiness(BaseModel):
     status: Literal["ok", "unavailable"]
     checks: dict[str, str]
+
+
+# ------------------------------------------------------------------------------------ dossiers
+
+Decision = Literal["allow", "hold", "block", "reopened"]
+
+
+class KeyValue(BaseModel):
+    public: str = Field(description="raw Ed25519 public key, hex")
+
+
+class KeyPublic(BaseModel):
+    keyid: str = Field(description="SHA-256 of the key's canonical JSON (securesystemslib)")
+    keytype: Literal["ed25519"] = "ed25519"
+    scheme: Literal["ed25519"] = "ed25519"
+    keyval: KeyValue
+    not_before: str | None = Field(description="when the key became active")
+    not_after: str | None = Field(description="when it was retired; null while active")
+
+
+class KeyList(BaseModel):
+    keys: list[KeyPublic]
+
+
+class DossierRef(BaseModel):
+    id: uuid.UUID
+    candidate_id: uuid.UUID
+    version: int
+    digest: str = Field(description="SHA-256 of the signed payload bytes")
+    previous: str | None = Field(description="digest of the version before (the hash chain)")
+    decision: Decision
+    reasons: list[dict[str, Any]]
+    change: str = Field(description="why this version exists")
+    keyid: str
+    created_at: datetime
+
+
+class DossierPublic(DossierRef):
+    envelope: dict[str, Any] = Field(description="the DSSE envelope exactly as it was signed")
+
+
+class DossierList(BaseModel):
+    items: list[DossierRef]
+
+
+class RerunCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    plan: PlanCreate | None = Field(
+        default=None, description="changes to the candidate's plan (a new seed, more trials)"
+    )
+
+
+class GatePublic(BaseModel):
+    system: str
+    version: str
+    candidate_id: uuid.UUID
+    decision: Decision
+    reasons: list[dict[str, Any]]
+    dossier: DossierRef | None = Field(description="the dossier the answer rests on")
+    triggers: dict[str, Any] = Field(
+        description="trigger hashes, compared with the last allowed dossier's"
+    )
+    hold_id: uuid.UUID | None = None
+
+
+class TriggersUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    components: list[str] = Field(min_length=1, description="manifest components")
+
+
+class TriggersPublic(BaseModel):
+    system: str
+    components: list[str]
+    default: bool = Field(description="true when the system uses the default triggers")
+
+
+class ConfigChangeCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    component: str = Field(description="the manifest component that changed in production")
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] = Field(
+        description="its new hash (SHA-256 over its RFC 8785 canonical JSON)"
+    )
+    note: Annotated[str, Field(max_length=2000)] | None = None
+
+
+class ConfigChangePublic(BaseModel):
+    id: uuid.UUID
+    system: str
+    component: str
+    sha256: str
+    trigger: bool = Field(description="whether the component is one of the system's triggers")
+    reopened: list[DossierRef] = Field(description="the dossier versions that reopened the gate")
+
+
+class ReviewCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Annotated[str, Field(min_length=1, max_length=2000)]
+    expires_at: datetime | None = Field(
+        default=None, description="required for a waiver; when it lapses the hold reopens"
+    )
+
+
+class HoldPublic(BaseModel):
+    id: uuid.UUID
+    candidate_id: uuid.UUID
+    dossier_id: uuid.UUID = Field(description="the dossier version that opened the hold")
+    status: Literal["open", "waived", "rejected", "superseded"]
+    reasons: list[dict[str, Any]]
+    reviewer: str | None
+    review_reason: str | None
+    reviewed_at: datetime | None
+    expires_at: datetime | None
+    created_at: datetime
+
+
+class HoldList(BaseModel):
+    items: list[HoldPublic]
+
+
+class ReviewPublic(BaseModel):
+    hold: HoldPublic
+    dossier: DossierRef

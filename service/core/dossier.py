@@ -13,7 +13,7 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from service.core.errors import SignatureInvalid
-from service.core.manifest import canonical
+from service.core.manifest import TRIGGER_DEFAULT, canonical
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://assaygate.dev/fault-dossier/v1"
@@ -341,3 +341,75 @@ def predicate_from_report(
         "change_triggers": dict(triggers),
         "interpretation": report.get("interpretation"),
     }
+
+
+# ------------------------------------------------------------------ versions and change triggers
+
+#: The components whose change reopens the gate unless a system names its own.
+DEFAULT_TRIGGERS: tuple[str, ...] = tuple(sorted(TRIGGER_DEFAULT))
+
+
+def trigger_hashes(component_hashes: Mapping[str, str], triggers: Sequence[str]) -> dict[str, str]:
+    return {c: component_hashes[c] for c in sorted(set(triggers)) if c in component_hashes}
+
+
+def compare_triggers(
+    hashes: Mapping[str, str],
+    catalogue_version: str,
+    allowed: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """This candidate's trigger hashes against those of the last allowed dossier.
+
+    `allowed` is None when nothing was ever allowed, else {"digest", "candidate_id", "version",
+    "hashes", "catalogue_version"}. Identical hashes and catalogue are reported as such.
+    """
+    if allowed is None:
+        return {
+            "compared_with": None,
+            "changed": sorted(hashes),
+            "identical": False,
+            "catalogue_changed": None,
+        }
+    before: Mapping[str, str] = allowed["hashes"]
+    changed = sorted(c for c in set(hashes) | set(before) if hashes.get(c) != before.get(c))
+    catalogue_changed = catalogue_version != allowed["catalogue_version"]
+    return {
+        "compared_with": {
+            "dossier_digest": allowed["digest"],
+            "candidate_id": allowed["candidate_id"],
+            "version": allowed["version"],
+        },
+        "changed": changed,
+        "identical": not changed and not catalogue_changed,
+        "catalogue_changed": catalogue_changed,
+    }
+
+
+def successor(
+    predicate: Mapping[str, Any],
+    *,
+    version: int,
+    previous: str,
+    issued_at: str,
+    change: str,
+    decision: str,
+    reasons: list[dict[str, Any]],
+    holds: list[dict[str, Any]] | None = None,
+    waivers: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The next version of a dossier whose evidence is unchanged (a waiver, a rejection, a
+    reopened gate): the same runs, a new decision, and a link to the version before."""
+    nxt = dict(predicate)
+    nxt.update(
+        dossier_version=version,
+        previous=previous,
+        issued_at=issued_at,
+        change=change,
+        decision=decision,
+        reasons=reasons,
+    )
+    if holds is not None:
+        nxt["holds"] = holds
+    if waivers is not None:
+        nxt["waivers"] = waivers
+    return nxt

@@ -43,6 +43,7 @@ def record_submission(
     plan_document: dict[str, Any],
     catalogue: str,
     shards: Sequence[ShardSpec],
+    submitter: str | None = None,
 ) -> Recorded:
     """Stage every row of one submission in `session`; the caller commits or rolls back."""
     system = session.exec(select(System).where(System.name == system_name)).first()
@@ -66,6 +67,7 @@ def record_submission(
         version=version,
         source_revision=source_revision,
         manifest_digest=digest,
+        submitter=submitter,
     )
     assay = Assay(
         candidate_id=candidate.id,
@@ -107,6 +109,56 @@ def record_submission(
     )
     session.flush()
     return Recorded(candidate, assay, system, created_system, created_manifest)
+
+
+def record_rerun(
+    session: Session,
+    candidate: Candidate,
+    *,
+    plan_document: dict[str, Any],
+    catalogue: str,
+    shards: Sequence[ShardSpec],
+    requested_by: str | None,
+) -> Assay:
+    """A new assay of an existing candidate: its evidence will be a new dossier version with its
+    own trial counts (never merged with, or chosen over, the run before)."""
+    assay = Assay(
+        candidate_id=candidate.id,
+        catalogue=catalogue,
+        plan=plan_document,
+        shard_count=len(shards),
+        trials_planned=sum(s.stop - s.start for s in shards),
+    )
+    session.add(assay)
+    session.flush()
+    session.add_all(
+        AssayShard(
+            assay_id=assay.id,
+            shard_index=s.index,
+            fault_id=s.fault_id,
+            start=s.start,
+            stop=s.stop,
+            spec=s.to_dict(),
+        )
+        for s in shards
+    )
+    session.add(
+        Event(
+            kind="candidate.rerun",
+            candidate_id=candidate.id,
+            assay_id=assay.id,
+            data={"requested_by": requested_by, "shards": len(shards)},
+        )
+    )
+    session.flush()
+    return assay
+
+
+def withdraw_rerun(session: Session, assay_id: uuid.UUID) -> None:
+    """Delete a committed re-run that could not be enqueued."""
+    session.execute(sa.delete(Event).where(col(Event.assay_id) == assay_id))
+    session.execute(sa.delete(AssayShard).where(col(AssayShard.assay_id) == assay_id))
+    session.execute(sa.delete(Assay).where(col(Assay.id) == assay_id))
 
 
 def find_idempotency_key(session: Session, key: str) -> IdempotencyKey | None:

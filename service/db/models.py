@@ -39,6 +39,10 @@ class System(SQLModel, table=True):
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
     name: str = Field(max_length=200, unique=True)
+    # The manifest components whose change reopens the gate; None: the default triggers.
+    triggers: list[str] | None = Field(
+        default=None, sa_column=sa.Column(sa.JSON(none_as_null=True))
+    )
     created_at: datetime = Field(
         default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
     )
@@ -70,6 +74,8 @@ class Candidate(SQLModel, table=True):
     version: str = Field(max_length=200)
     source_revision: str = Field(max_length=200)
     manifest_digest: str = Field(foreign_key="manifest.digest", max_length=64, index=True)
+    # Who submitted it (X-Assaygate-Actor for now); a reviewer may not be the submitter.
+    submitter: str | None = Field(default=None, max_length=200)
     created_at: datetime = Field(
         default_factory=utcnow,
         sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False, index=True),
@@ -189,6 +195,81 @@ class IdempotencyKey(SQLModel, table=True):
     candidate_id: uuid.UUID = Field(foreign_key="candidate.id")
     status_code: int
     response: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+
+
+class HoldStatus(StrEnum):
+    OPEN = "open"
+    WAIVED = "waived"
+    REJECTED = "rejected"
+    # A later assay of the same candidate replaced the evidence the hold was about.
+    SUPERSEDED = "superseded"
+
+
+class Dossier(SQLModel, table=True):
+    """One signed dossier version. Rows are only ever added: a change is a new version."""
+
+    __table_args__ = (sa.UniqueConstraint("candidate_id", "version"),)
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    candidate_id: uuid.UUID = Field(foreign_key="candidate.id", index=True)
+    system_id: uuid.UUID = Field(foreign_key="system.id", index=True)
+    assay_id: uuid.UUID | None = Field(default=None, foreign_key="assay.id")
+    version: int
+    # The exact RFC 8785 bytes that were signed, and the envelope exactly as it was written.
+    payload: bytes = Field(sa_column=sa.Column(sa.LargeBinary(), nullable=False))
+    envelope: str = Field(sa_column=sa.Column(sa.Text(), nullable=False))
+    digest: str = Field(max_length=64, unique=True)
+    previous: str | None = Field(default=None, max_length=64)
+    decision: str = Field(max_length=16, index=True)
+    reasons: list[dict[str, Any]] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    change: str = Field(max_length=500)
+    # Trigger component -> hash, as recorded in the predicate; the gate compares these.
+    triggers: dict[str, str] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    catalogue_version: str = Field(max_length=64)
+    keyid: str = Field(max_length=64)
+    created_at: datetime = Field(
+        default_factory=utcnow,
+        sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False, index=True),
+    )
+
+
+class Hold(SQLModel, table=True):
+    """A dossier that did not allow, awaiting review: waived, rejected, or superseded."""
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    candidate_id: uuid.UUID = Field(foreign_key="candidate.id", index=True)
+    dossier_id: uuid.UUID = Field(foreign_key="dossier.id")
+    status: str = Field(default=HoldStatus.OPEN.value, max_length=16, index=True)
+    reasons: list[dict[str, Any]] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    reviewer: str | None = Field(default=None, max_length=200)
+    review_reason: str | None = Field(default=None, max_length=2000)
+    reviewed_at: datetime | None = Field(
+        default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
+    )
+    expires_at: datetime | None = Field(
+        default=None, sa_column=sa.Column(sa.DateTime(timezone=True), index=True)
+    )
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+
+
+class ConfigChange(SQLModel, table=True):
+    """A production configuration change reported for a system (component and its new hash)."""
+
+    __tablename__ = "config_change"
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    system_id: uuid.UUID = Field(foreign_key="system.id", index=True)
+    component: str = Field(max_length=64)
+    sha256: str = Field(max_length=64)
+    trigger: bool
+    reported_by: str | None = Field(default=None, max_length=200)
+    note: str | None = Field(default=None, max_length=2000)
+    reopened: int = 0
     created_at: datetime = Field(
         default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
     )

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, cast
 
 import sqlalchemy as sa
-from sqlalchemy.orm import defer
+from sqlalchemy.orm import aliased, defer
 from sqlmodel import Session, col, select
 
 from service.db.models import (
@@ -47,11 +47,24 @@ class SystemRow:
     latest: CandidateRow | None
 
 
+def _newest_assay_id() -> Any:
+    newest = aliased(Assay)
+    return (
+        sa.select(col(newest.id))
+        .where(col(newest.candidate_id) == col(Candidate.id))
+        .order_by(col(newest.created_at).desc(), col(newest.id).desc())
+        .limit(1)
+        .correlate(Candidate)
+        .scalar_subquery()
+    )
+
+
 def _candidate_query() -> Any:
     return (
         select(Candidate, System, Assay)
         .join(System, col(System.id) == col(Candidate.system_id))
-        .join(Assay, col(Assay.candidate_id) == col(Candidate.id))
+        # A candidate re-run has several assays; its status is that of the newest.
+        .join(Assay, col(Assay.id) == _newest_assay_id())
         # A status read needs the decision and its reasons, not the whole report.
         .options(defer(cast(Any, Assay.report)), defer(cast(Any, Assay.plan)))
     )

@@ -120,8 +120,8 @@ def test_submit_wait_exits_with_the_decision(embedded: Embedded) -> None:
         "--wait",
     ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    decision = json.loads(done.stdout)["decision"]
-    assert done.returncode == {"allow": 0, "hold": 3, "block": 4}[decision]
+    decision = json.loads(done.stdout)["dossier"]["decision"]
+    assert done.returncode == {"allow": 0, "block": 1, "hold": 2}[decision]
 
 
 def test_a_killed_embedded_worker_is_restarted_and_its_shards_run_again(

@@ -44,6 +44,9 @@ TABLES = (
     "fault_result",
     "event",
     "idempotency_key",
+    "dossier",
+    "hold",
+    "config_change",
 )
 
 

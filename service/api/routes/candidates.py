@@ -20,7 +20,14 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
 from sqlmodel import Session
 
-from service.api.deps import DispatcherDep, MetricsDep, SessionDep, SettingsDep, SignerDep
+from service.api.deps import (
+    ActorDep,
+    DispatcherDep,
+    MetricsDep,
+    SessionDep,
+    SettingsDep,
+    SignerDep,
+)
 from service.api.errors import (
     ERROR_RESPONSES,
     BrokerUnavailable,
@@ -98,6 +105,7 @@ def submit_candidate(
     dispatcher: DispatcherDep,
     metrics: MetricsDep,
     signer: SignerDep,
+    actor: ActorDep,
     idempotency_key: IdempotencyKeyHeader = None,
 ) -> JSONResponse:
     """Record a release candidate and queue its assay; answers before the assay runs."""
@@ -130,6 +138,7 @@ def submit_candidate(
                 plan_document=plan.model_dump(mode="json"),
                 catalogue=plan.resolve_catalogue().version,
                 shards=shards,
+                submitter=actor,
             )
             issue_credential(
                 session,

@@ -1,0 +1,203 @@
+"""Signed dossiers, the keys that verify them, and re-runs that add a version.
+
+A dossier is served exactly as it was signed: the stored envelope text is spliced into the
+response, never parsed and written out again. `GET /v1/keys` publishes every key, active and
+retired, so a dossier signed before a rotation still verifies offline.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+
+from service.api.deps import (
+    ActorDep,
+    DispatcherDep,
+    KeyRingDep,
+    SessionDep,
+    SettingsDep,
+    SignerDep,
+)
+from service.api.errors import ERROR_RESPONSES, BrokerUnavailable, NotFound
+from service.api.present import candidate_public, dossier_ref, dossier_response
+from service.api.routes.candidates import shard_size
+from service.api.schemas import (
+    CandidatePublic,
+    DossierList,
+    DossierPublic,
+    KeyList,
+    KeyPublic,
+    KeyValue,
+    RerunCreate,
+)
+from service.core.assay import plan_shards
+from service.core.dossier import PAYLOAD_TYPE
+from service.core.manifest import parse_manifest
+from service.core.plan import parse_plan
+from service.db import dossier as dossiers
+from service.db import queries
+from service.db.candidate import record_rerun, withdraw_rerun
+from service.db.injector import issue_credential
+from service.db.models import Dossier, Manifest
+
+log = logging.getLogger("assaygate.api")
+
+router = APIRouter(tags=["dossiers"])
+
+
+@router.get("/v1/keys", response_model=KeyList)
+def list_keys(ring: KeyRingDep) -> KeyList:
+    """Every public key the service has signed with, active and retired, with its window."""
+    return KeyList(
+        keys=[
+            KeyPublic(
+                keyid=k.keyid,
+                keyval=KeyValue(public=k.public),
+                not_before=k.not_before,
+                not_after=k.not_after,
+            )
+            for k in ring.published()
+        ]
+    )
+
+
+@router.get(
+    "/v1/candidates/{candidate_id}/dossier",
+    response_model=DossierPublic,
+    responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
+)
+def latest_dossier(candidate_id: uuid.UUID, session: SessionDep) -> Response:
+    """The candidate's latest dossier version (404 until its first assay has finished)."""
+    found = dossiers.latest(session, candidate_id)
+    if found is None:
+        if queries.candidate(session, candidate_id) is None:
+            raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
+        raise NotFound(f"candidate {candidate_id} has no dossier yet", field="candidate_id")
+    return dossier_response(found)
+
+
+@router.get(
+    "/v1/candidates/{candidate_id}/dossiers",
+    response_model=DossierList,
+    responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
+)
+def dossier_versions(candidate_id: uuid.UUID, session: SessionDep) -> DossierList:
+    """Every version, oldest first; each names the digest of the one before."""
+    if queries.candidate(session, candidate_id) is None:
+        raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
+    return DossierList(items=[dossier_ref(d) for d in dossiers.versions(session, candidate_id)])
+
+
+def _dossier(session: SessionDep, dossier_id: uuid.UUID) -> Dossier:
+    found = session.get(Dossier, dossier_id)
+    if found is None:
+        raise NotFound(f"no dossier {dossier_id}", field="dossier_id")
+    return found
+
+
+@router.get(
+    "/v1/dossiers/{dossier_id}",
+    response_model=DossierPublic,
+    responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
+)
+def get_dossier(dossier_id: uuid.UUID, session: SessionDep) -> Response:
+    return dossier_response(_dossier(session, dossier_id))
+
+
+@router.get(
+    "/v1/dossiers/{dossier_id}/envelope",
+    responses={
+        200: {"content": {"application/json": {}}, "description": "the DSSE envelope"},
+        **{k: ERROR_RESPONSES[k] for k in (404, 503)},
+    },
+)
+def get_envelope(dossier_id: uuid.UUID, session: SessionDep) -> Response:
+    """The DSSE envelope alone, byte for byte as stored (what `assaygate verify` reads)."""
+    return Response(_dossier(session, dossier_id).envelope, media_type="application/json")
+
+
+@router.get(
+    "/v1/dossiers/{dossier_id}/payload",
+    responses={
+        200: {"content": {PAYLOAD_TYPE: {}}, "description": "the signed statement bytes"},
+        **{k: ERROR_RESPONSES[k] for k in (404, 503)},
+    },
+)
+def get_payload(dossier_id: uuid.UUID, session: SessionDep) -> Response:
+    """The exact signed bytes: the in-toto statement in RFC 8785 canonical JSON."""
+    return Response(_dossier(session, dossier_id).payload, media_type=PAYLOAD_TYPE)
+
+
+@router.post(
+    "/v1/candidates/{candidate_id}/rerun",
+    status_code=202,
+    response_model=CandidatePublic,
+    responses={k: ERROR_RESPONSES[k] for k in (404, 422, 503)},
+)
+def rerun(
+    candidate_id: uuid.UUID,
+    session: SessionDep,
+    settings: SettingsDep,
+    dispatcher: DispatcherDep,
+    signer: SignerDep,
+    actor: ActorDep,
+    body: RerunCreate | None = None,
+) -> JSONResponse:
+    """Assay the candidate again. Its result is a new dossier version with its own trial counts:
+    it replaces the standing evidence whatever it says (no best-of-N)."""
+    row = queries.candidate(session, candidate_id)
+    if row is None:
+        raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
+    manifest_row = session.get(Manifest, row.candidate.manifest_digest)
+    assert manifest_row is not None
+    manifest = parse_manifest(manifest_row.document)
+    previous = queries.assay(session, row.assay.id)
+    assert previous is not None
+    overrides = body.plan.model_dump(exclude_none=True) if body and body.plan else {}
+    plan = parse_plan({**previous.plan, **overrides})
+    shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
+    dispatcher.ping()
+    assay = record_rerun(
+        session,
+        row.candidate,
+        plan_document=plan.model_dump(mode="json"),
+        catalogue=plan.resolve_catalogue().version,
+        shards=shards,
+        requested_by=actor,
+    )
+    issue_credential(
+        session,
+        assay,
+        tenant=row.system.name,
+        plan=plan,
+        signer=signer,
+        namespace=settings.injector_namespace,
+        max_effects=settings.injector_max_effects,
+        margin_s=settings.injector_margin_s,
+        defaults={
+            "max_unsafe": settings.stop_max_unsafe,
+            "max_target_errors": settings.stop_max_target_errors,
+            "deadline_s": settings.stop_deadline_s,
+        },
+    )
+    response = candidate_public(
+        session, queries.CandidateRow(row.candidate, row.system, assay)
+    ).model_dump(mode="json")
+    session.commit()
+    try:
+        dispatcher.enqueue_shards(assay.id, [s.index for s in shards])
+    except BrokerUnavailable:
+        session.rollback()
+        withdraw_rerun(session, assay.id)
+        session.commit()
+        raise
+    log.info(
+        "candidate re-run",
+        extra={"candidate_id": str(candidate_id), "assay_id": str(assay.id)},
+    )
+    return JSONResponse(
+        response, status_code=202, headers={"Location": f"/v1/candidates/{candidate_id}"}
+    )

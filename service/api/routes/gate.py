@@ -1,0 +1,153 @@
+"""The deploy gate, and what reopens it: change triggers and reported configuration changes.
+
+`GET /v1/gate/{system}` answers `allow`, `hold`, `block` or `reopened` for a version (default:
+the newest candidate) with every reason and the dossier the answer rests on. Reads first apply
+any waiver that has expired, so an expired waiver is never read as `allow`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+from sqlmodel import select
+
+from service.api.deps import ActorDep, MetricsDep, SessionDep, SignerDep
+from service.api.errors import ERROR_RESPONSES, FieldInvalid, NotFound
+from service.api.present import dossier_ref
+from service.api.schemas import (
+    ConfigChangeCreate,
+    ConfigChangePublic,
+    GatePublic,
+    TriggersPublic,
+    TriggersUpdate,
+)
+from service.core.manifest import COMPONENTS
+from service.db import dossier as dossiers
+from service.db.models import System
+
+router = APIRouter(tags=["gate"])
+
+SystemName = Annotated[str, Path(min_length=1, max_length=200)]
+
+
+def _system(session: SessionDep, name: str) -> System:
+    system = session.exec(select(System).where(System.name == name)).first()
+    if system is None:
+        raise NotFound(f"no system {name}", field="system")
+    return system
+
+
+@router.get(
+    "/v1/gate/{system}",
+    response_model=GatePublic,
+    responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
+)
+def get_gate(
+    system: SystemName,
+    session: SessionDep,
+    signer: SignerDep,
+    metrics: MetricsDep,
+    version: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+) -> GatePublic:
+    """May this version ship? `allow` only on a signed dossier that allows it."""
+    with metrics.gate_check_seconds.time():
+        if dossiers.reopen_expired(session, signer):
+            session.commit()
+        row = _system(session, system)
+        candidate = dossiers.gate_candidate(session, row, version)
+        if candidate is None:
+            raise NotFound(
+                f"system {system} has no candidate"
+                + (f" with version {version}" if version else ""),
+                field="version" if version else "system",
+            )
+        view = dossiers.gate(session, row, candidate)
+        return GatePublic(
+            system=view.system,
+            version=candidate.version,
+            candidate_id=candidate.id,
+            decision=view.decision,
+            reasons=view.reasons,
+            dossier=dossier_ref(view.dossier) if view.dossier is not None else None,
+            triggers=view.triggers,
+            hold_id=view.hold_id,
+        )
+
+
+def _triggers(system: System) -> TriggersPublic:
+    return TriggersPublic(
+        system=system.name,
+        components=list(dossiers.system_triggers(system)),
+        default=system.triggers is None,
+    )
+
+
+@router.get(
+    "/v1/systems/{system}/triggers",
+    response_model=TriggersPublic,
+    responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
+)
+def get_triggers(system: SystemName, session: SessionDep) -> TriggersPublic:
+    """The components whose change reopens this system's gate."""
+    return _triggers(_system(session, system))
+
+
+@router.put(
+    "/v1/systems/{system}/triggers",
+    response_model=TriggersPublic,
+    responses={k: ERROR_RESPONSES[k] for k in (422, 503)},
+)
+def put_triggers(system: SystemName, body: TriggersUpdate, session: SessionDep) -> TriggersPublic:
+    """Name the trigger components (for example add `prompt`). Applies to dossiers issued and
+    configuration changes reported from now on."""
+    unknown = sorted(set(body.components) - set(COMPONENTS))
+    if unknown:
+        raise FieldInvalid(
+            f"unknown component {', '.join(unknown)} (known: {', '.join(COMPONENTS)})",
+            field="components",
+        )
+    row = dossiers.set_triggers(session, system, body.components)
+    session.commit()
+    return _triggers(row)
+
+
+@router.post(
+    "/v1/systems/{system}/config-changes",
+    status_code=201,
+    response_model=ConfigChangePublic,
+    responses={k: ERROR_RESPONSES[k] for k in (404, 422, 503)},
+)
+def report_config_change(
+    system: SystemName,
+    body: ConfigChangeCreate,
+    session: SessionDep,
+    signer: SignerDep,
+    actor: ActorDep,
+) -> ConfigChangePublic:
+    """A production configuration change. If it moves a trigger component away from what a
+    standing dossier was assayed with, that dossier's next version reopens the gate."""
+    if body.component not in COMPONENTS:
+        raise FieldInvalid(
+            f"unknown component {body.component} (known: {', '.join(COMPONENTS)})",
+            field="component",
+        )
+    row = _system(session, system)
+    outcome = dossiers.report_config_change(
+        session,
+        signer,
+        row,
+        component=body.component,
+        sha256=body.sha256,
+        reported_by=actor,
+        note=body.note,
+    )
+    session.commit()
+    return ConfigChangePublic(
+        id=outcome.change.id,
+        system=row.name,
+        component=body.component,
+        sha256=body.sha256,
+        trigger=outcome.trigger,
+        reopened=[dossier_ref(d) for d in outcome.reopened],
+    )

@@ -1,0 +1,144 @@
+"""Reviews of dossiers that did not allow: waive or reject, each a new signed dossier version.
+
+A review needs a reason, the reviewer's identity and (for a waiver) an expiry; the reviewer may
+not be the candidate's submitter. A waiver lifts only `hold` reasons: a hard-invariant violation
+(unsafe escape, duplicate effect, unverifiable release) or any other block is never waived into
+`allow`. When a waiver expires the hold reopens.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from service.api.deps import ReviewerDep, SessionDep, SignerDep
+from service.api.errors import (
+    ERROR_RESPONSES,
+    FieldInvalid,
+    HoldNotOpen,
+    NotFound,
+    NotWaivable,
+    ReviewerIsSubmitter,
+)
+from service.api.present import dossier_ref, hold_public
+from service.api.schemas import HoldList, HoldPublic, ReviewCreate, ReviewPublic
+from service.db import dossier as dossiers
+from service.db.models import Candidate, Hold, HoldStatus
+
+router = APIRouter(prefix="/v1/holds", tags=["holds"])
+
+
+@router.get("", response_model=HoldList, responses={503: ERROR_RESPONSES[503]})
+def list_holds(
+    session: SessionDep,
+    signer: SignerDep,
+    system: Annotated[str | None, Query(max_length=200)] = None,
+    status: Literal["open", "waived", "rejected", "superseded"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+) -> HoldList:
+    """Newest first."""
+    if dossiers.reopen_expired(session, signer):
+        session.commit()
+    rows = dossiers.holds(session, system=system, status=status, limit=limit)
+    return HoldList(items=[hold_public(h) for h in rows])
+
+
+@router.get(
+    "/{hold_id}", response_model=HoldPublic, responses={k: ERROR_RESPONSES[k] for k in (404, 503)}
+)
+def get_hold(hold_id: uuid.UUID, session: SessionDep, signer: SignerDep) -> HoldPublic:
+    if dossiers.reopen_expired(session, signer):
+        session.commit()
+    hold = session.get(Hold, hold_id)
+    if hold is None:
+        raise NotFound(f"no hold {hold_id}", field="hold_id")
+    return hold_public(hold)
+
+
+def _review(
+    action: Literal["waive", "reject"],
+    hold_id: uuid.UUID,
+    body: ReviewCreate,
+    session: SessionDep,
+    signer: SignerDep,
+    reviewer: str,
+) -> ReviewPublic:
+    now = datetime.now(UTC)
+    if dossiers.reopen_expired(session, signer, now=now):
+        session.commit()
+    hold = session.get(Hold, hold_id)
+    if hold is None:
+        raise NotFound(f"no hold {hold_id}", field="hold_id")
+    candidate = session.get(Candidate, hold.candidate_id)
+    assert candidate is not None
+    if action == "waive" and body.expires_at is None:
+        raise FieldInvalid("a waiver needs an expiry", field="expires_at")
+    expires_at = body.expires_at
+    if expires_at is not None:
+        if expires_at.tzinfo is None:
+            expires_at = expires_at.replace(tzinfo=UTC)
+        if expires_at <= now:
+            raise FieldInvalid("the expiry must be in the future", field="expires_at")
+    if candidate.submitter is not None and candidate.submitter == reviewer:
+        raise ReviewerIsSubmitter(
+            f"{reviewer} submitted this candidate and may not review it", field="X-Assaygate-Actor"
+        )
+    if hold.status != HoldStatus.OPEN.value:
+        raise HoldNotOpen(f"hold {hold_id} is {hold.status}", field="hold_id")
+    blocking = dossiers.hard_reasons(hold)
+    if action == "waive" and blocking:
+        codes = ", ".join(sorted({str(r.get("code")) for r in blocking}))
+        raise NotWaivable(
+            f"a waiver cannot lift a block ({codes}); re-run after fixing, or reject",
+            field="hold_id",
+        )
+    done = dossiers.review(
+        session,
+        signer,
+        hold_id,
+        action=action,
+        reviewer=reviewer,
+        reason=body.reason,
+        expires_at=expires_at,
+        now=now,
+    )
+    if done is None:
+        session.rollback()
+        raise HoldNotOpen(f"hold {hold_id} was reviewed or superseded meanwhile", field="hold_id")
+    session.commit()
+    return ReviewPublic(hold=hold_public(done.hold), dossier=dossier_ref(done.dossier))
+
+
+@router.post(
+    "/{hold_id}/waive",
+    response_model=ReviewPublic,
+    responses={k: ERROR_RESPONSES[k] for k in (401, 403, 404, 409, 422, 503)},
+)
+def waive(
+    hold_id: uuid.UUID,
+    body: ReviewCreate,
+    session: SessionDep,
+    signer: SignerDep,
+    reviewer: ReviewerDep,
+) -> ReviewPublic:
+    """Accept the held reasons until the expiry; signs the next dossier version (`allow`)."""
+    return _review("waive", hold_id, body, session, signer, reviewer)
+
+
+@router.post(
+    "/{hold_id}/reject",
+    response_model=ReviewPublic,
+    responses={k: ERROR_RESPONSES[k] for k in (401, 403, 404, 409, 422, 503)},
+)
+def reject(
+    hold_id: uuid.UUID,
+    body: ReviewCreate,
+    session: SessionDep,
+    signer: SignerDep,
+    reviewer: ReviewerDep,
+) -> ReviewPublic:
+    """Refuse the candidate; signs the next dossier version (`block`)."""
+    return _review("reject", hold_id, body, session, signer, reviewer)

@@ -1,0 +1,679 @@
+"""Signed dossier versions, holds, change triggers and the gate's answer, in the database.
+
+A dossier version is a row that is only ever added (the database refuses UPDATE on it). Each
+change to a candidate's evidence or standing writes the next version, chained to the last by the
+SHA-256 of its payload: an assay that finished (first run or a re-run), a waiver, a rejection,
+an expired review, a reported production change that reopened the gate. Versions of one
+candidate are serialised by a row lock on the candidate, so version numbers never collide.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from service.core.dossier import (
+    DEFAULT_TRIGGERS,
+    CandidateRef,
+    Signer,
+    compare_triggers,
+    payload_digest,
+    predicate_from_report,
+    seal,
+    statement,
+    successor,
+    trigger_hashes,
+)
+from service.db import queries
+from service.db.models import (
+    Assay,
+    Candidate,
+    ConfigChange,
+    Dossier,
+    Event,
+    Hold,
+    HoldStatus,
+    System,
+    utcnow,
+)
+
+ALLOW, HOLD, BLOCK, REOPENED = "allow", "hold", "block", "reopened"
+# A hold is open on any dossier that does not allow; these are the decisions it may be about.
+REVIEWABLE = (HOLD, BLOCK)
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat(timespec="seconds")
+
+
+def system_triggers(system: System) -> tuple[str, ...]:
+    return tuple(sorted(system.triggers)) if system.triggers is not None else DEFAULT_TRIGGERS
+
+
+# --------------------------------------------------------------------------------- reading
+
+
+def latest(session: Session, candidate_id: uuid.UUID) -> Dossier | None:
+    return session.exec(
+        select(Dossier)
+        .where(Dossier.candidate_id == candidate_id)
+        .order_by(col(Dossier.version).desc())
+        .limit(1)
+    ).first()
+
+
+def versions(session: Session, candidate_id: uuid.UUID) -> Sequence[Dossier]:
+    return session.exec(
+        select(Dossier).where(Dossier.candidate_id == candidate_id).order_by(col(Dossier.version))
+    ).all()
+
+
+def _latest_per_candidate(system_id: uuid.UUID) -> Any:
+    newest = (
+        sa.select(col(Dossier.candidate_id), sa.func.max(col(Dossier.version)).label("version"))
+        .where(col(Dossier.system_id) == system_id)
+        .group_by(col(Dossier.candidate_id))
+        .subquery()
+    )
+    return select(Dossier).join(
+        newest,
+        sa.and_(
+            col(Dossier.candidate_id) == newest.c.candidate_id,
+            col(Dossier.version) == newest.c.version,
+        ),
+    )
+
+
+def last_allowed(session: Session, system_id: uuid.UUID) -> Dossier | None:
+    """The newest dossier of the system that still allows (the latest version of its candidate)."""
+    found: Dossier | None = session.exec(
+        _latest_per_candidate(system_id)
+        .where(Dossier.decision == ALLOW)
+        .order_by(col(Dossier.created_at).desc(), col(Dossier.version).desc())
+        .limit(1)
+    ).first()
+    return found
+
+
+def _allowed_view(session: Session, dossier: Dossier | None) -> dict[str, Any] | None:
+    if dossier is None:
+        return None
+    candidate = session.get(Candidate, dossier.candidate_id)
+    return {
+        "digest": dossier.digest,
+        "candidate_id": str(dossier.candidate_id),
+        "version": candidate.version if candidate else None,
+        "hashes": dossier.triggers,
+        "catalogue_version": dossier.catalogue_version,
+    }
+
+
+def predicate_of(dossier: Dossier) -> dict[str, Any]:
+    stmt: dict[str, Any] = json.loads(dossier.payload)
+    predicate: dict[str, Any] = stmt["predicate"]
+    return predicate
+
+
+def open_holds(session: Session, candidate_id: uuid.UUID) -> Sequence[Hold]:
+    return session.exec(
+        select(Hold)
+        .where(Hold.candidate_id == candidate_id, Hold.status == HoldStatus.OPEN.value)
+        .order_by(col(Hold.created_at))
+    ).all()
+
+
+def holds(
+    session: Session, *, system: str | None = None, status: str | None = None, limit: int = 100
+) -> Sequence[Hold]:
+    query = select(Hold).join(Candidate, col(Candidate.id) == col(Hold.candidate_id))
+    if system is not None:
+        query = query.join(System, col(System.id) == col(Candidate.system_id)).where(
+            System.name == system
+        )
+    if status is not None:
+        query = query.where(Hold.status == status)
+    return session.exec(query.order_by(col(Hold.created_at).desc()).limit(limit)).all()
+
+
+def hold_view(hold: Hold) -> dict[str, Any]:
+    return {
+        "id": str(hold.id),
+        "status": hold.status,
+        "reasons": hold.reasons,
+        "opened_at": _iso(hold.created_at),
+    }
+
+
+# --------------------------------------------------------------------------------- writing
+
+
+def _lock(session: Session, candidate_id: uuid.UUID) -> Candidate:
+    """Serialise the versions of one candidate (SQLite serialises every writer anyway)."""
+    return session.exec(
+        select(Candidate).where(Candidate.id == candidate_id).with_for_update()
+    ).one()
+
+
+def _store(
+    session: Session,
+    signer: Signer,
+    *,
+    dossier_id: uuid.UUID,
+    candidate: Candidate,
+    manifest_digest: str,
+    predicate: dict[str, Any],
+    assay_id: uuid.UUID | None,
+) -> Dossier:
+    stmt = statement(
+        CandidateRef(str(candidate.id), "", "").subject_name(), manifest_digest, predicate
+    )
+    payload, envelope = seal(stmt, signer)
+    triggers = predicate["change_triggers"]
+    dossier = Dossier(
+        id=dossier_id,
+        candidate_id=candidate.id,
+        system_id=candidate.system_id,
+        assay_id=assay_id,
+        version=int(predicate["dossier_version"]),
+        payload=payload,
+        envelope=json.dumps(envelope, separators=(",", ":")),
+        digest=payload_digest(payload),
+        previous=predicate["previous"],
+        decision=str(predicate["decision"]),
+        reasons=list(predicate["reasons"]),
+        change=str(predicate["change"])[:500],
+        triggers=dict(triggers["hashes"]),
+        catalogue_version=str(predicate["catalogue_version"]),
+        keyid=signer.keyid,
+    )
+    session.add(dossier)
+    session.flush()
+    session.add(
+        Event(
+            kind="dossier.issued",
+            candidate_id=candidate.id,
+            assay_id=assay_id,
+            data={
+                "dossier_id": str(dossier.id),
+                "version": dossier.version,
+                "digest": dossier.digest,
+                "decision": dossier.decision,
+                "change": dossier.change,
+                "keyid": dossier.keyid,
+            },
+        )
+    )
+    return dossier
+
+
+def _supersede_reviews(session: Session, candidate_id: uuid.UUID) -> None:
+    """New evidence (or a reopened gate) ends every review of the evidence before it."""
+    session.execute(
+        sa.update(Hold)
+        .where(
+            col(Hold.candidate_id) == candidate_id,
+            col(Hold.status) != HoldStatus.SUPERSEDED.value,
+        )
+        .values(status=HoldStatus.SUPERSEDED.value)
+    )
+
+
+def record_assay_dossier(
+    session: Session,
+    signer: Signer,
+    assay_id: uuid.UUID,
+    report: Mapping[str, Any],
+    *,
+    now: datetime | None = None,
+) -> Dossier:
+    """The dossier version for a finished assay; call once, in the transaction that stored the
+    report (the worker that wins the merge)."""
+    now = now or utcnow()
+    assay = session.get(Assay, assay_id)
+    assert assay is not None
+    candidate = _lock(session, assay.candidate_id)
+    system = session.get(System, candidate.system_id)
+    assert system is not None
+    before = latest(session, candidate.id)
+    version = before.version + 1 if before else 1
+    components = system_triggers(system)
+    hashes = trigger_hashes(report["component_hashes"], components)
+    allowed = _allowed_view(session, last_allowed(session, system.id))
+    triggers = {
+        "components": list(components),
+        "hashes": hashes,
+        "catalogue_version": report["catalogue_version"],
+        **compare_triggers(hashes, str(report["catalogue_version"]), allowed),
+    }
+    _supersede_reviews(session, candidate.id)
+    decision = str(report["decision"])
+    dossier_id = uuid.uuid4()
+    hold = None
+    if decision in REVIEWABLE:
+        hold = Hold(
+            candidate_id=candidate.id,
+            dossier_id=dossier_id,
+            reasons=list(report.get("reasons", [])),
+            created_at=now,
+        )
+    plan = report.get("plan") or {}
+    predicate = predicate_from_report(
+        report,
+        CandidateRef(
+            str(candidate.id),
+            system.name,
+            candidate.version,
+            candidate.source_revision,
+            candidate.submitter,
+        ),
+        version=version,
+        previous=before.digest if before else None,
+        issued_at=_iso(now),
+        triggers=triggers,
+        holds=[hold_view(hold)] if hold else [],
+        stop_conditions={
+            "declared": assay.limits if assay.limits is not None else plan.get("stop"),
+            "stopped": report.get("stopped"),
+            "status": assay.status,
+            "aborted_at": _iso(assay.aborted_at) if assay.aborted_at else None,
+        },
+        change=f"assay {assay_id} finished"
+        if before is None
+        else f"re-run: assay {assay_id} replaces the evidence of version {before.version}",
+    )
+    dossier = _store(
+        session,
+        signer,
+        dossier_id=dossier_id,
+        candidate=candidate,
+        manifest_digest=str(report["manifest_digest"]),
+        predicate=predicate,
+        assay_id=assay_id,
+    )
+    if hold is not None:
+        session.add(hold)
+        session.flush()
+    return dossier
+
+
+def _derive(
+    session: Session,
+    signer: Signer,
+    candidate: Candidate,
+    before: Dossier,
+    *,
+    change: str,
+    decision: str,
+    reasons: list[dict[str, Any]],
+    now: datetime,
+    hold: Hold | None = None,
+    waiver: dict[str, Any] | None = None,
+) -> Dossier:
+    """The next version over unchanged evidence."""
+    prev = predicate_of(before)
+    hold_list: list[dict[str, Any]] = list(prev.get("holds") or [])
+    if hold is not None:
+        view = hold_view(hold)
+        hold_list = [h for h in hold_list if h.get("id") != view["id"]] + [view]
+    waivers = list(prev.get("waivers") or []) + ([waiver] if waiver else [])
+    predicate = successor(
+        prev,
+        version=before.version + 1,
+        previous=before.digest,
+        issued_at=_iso(now),
+        change=change,
+        decision=decision,
+        reasons=reasons,
+        holds=hold_list,
+        waivers=waivers,
+    )
+    return _store(
+        session,
+        signer,
+        dossier_id=uuid.uuid4(),
+        candidate=candidate,
+        manifest_digest=candidate.manifest_digest,
+        predicate=predicate,
+        assay_id=before.assay_id,
+    )
+
+
+# --------------------------------------------------------------------------------- reviews
+
+
+def hard_reasons(hold: Hold) -> list[dict[str, Any]]:
+    """The reasons no waiver can lift: every block (hard invariants, invalid evidence, a stop)."""
+    return [r for r in hold.reasons if r.get("severity") == BLOCK]
+
+
+@dataclass(frozen=True)
+class Review:
+    hold: Hold
+    dossier: Dossier
+
+
+def review(
+    session: Session,
+    signer: Signer,
+    hold_id: uuid.UUID,
+    *,
+    action: str,
+    reviewer: str,
+    reason: str,
+    expires_at: datetime | None,
+    now: datetime | None = None,
+) -> Review | None:
+    """Waive or reject an open hold, signing the next dossier version. None: not open any more.
+
+    The caller has checked that a waiver lifts no block reason and that the reviewer is not the
+    submitter; this re-checks that the hold is still open under the candidate's lock.
+    """
+    now = now or utcnow()
+    hold = session.get(Hold, hold_id)
+    if hold is None:
+        return None
+    candidate = _lock(session, hold.candidate_id)
+    session.refresh(hold)
+    before = latest(session, candidate.id)
+    if hold.status != HoldStatus.OPEN.value or before is None:
+        return None
+    status = HoldStatus.WAIVED if action == "waive" else HoldStatus.REJECTED
+    hold.status = status.value
+    hold.reviewer = reviewer
+    hold.review_reason = reason
+    hold.reviewed_at = now
+    hold.expires_at = expires_at
+    session.add(hold)
+    until = f" until {_iso(expires_at)}" if expires_at else ""
+    entry = {
+        "hold_id": str(hold.id),
+        "action": status.value,
+        "reviewer": reviewer,
+        "reason": reason,
+        "at": _iso(now),
+        "expires_at": _iso(expires_at) if expires_at else None,
+        "reasons": [r.get("code") for r in hold.reasons],
+    }
+    if status is HoldStatus.WAIVED:
+        # Defence in depth: only hold reasons are ever waived, so a block stays a block.
+        remaining = hard_reasons(hold)
+        decision = BLOCK if remaining else ALLOW
+        reasons = remaining or [
+            {
+                "code": "waived",
+                "message": f"held reasons waived by {reviewer}{until}: {reason}",
+                "fault": None,
+                "severity": ALLOW,
+            }
+        ]
+    else:
+        decision = BLOCK
+        reasons = [
+            *hold.reasons,
+            {
+                "code": "rejected",
+                "message": f"rejected by {reviewer}{until}: {reason}",
+                "fault": None,
+                "severity": BLOCK,
+            },
+        ]
+    dossier = _derive(
+        session,
+        signer,
+        candidate,
+        before,
+        change=f"{status.value} by {reviewer}: {reason}",
+        decision=decision,
+        reasons=reasons,
+        now=now,
+        hold=hold,
+        waiver=entry,
+    )
+    session.flush()
+    return Review(hold, dossier)
+
+
+def reopen_expired(session: Session, signer: Signer, *, now: datetime | None = None) -> int:
+    """An expired waiver (or rejection) reopens its hold, in a new dossier version. Idempotent:
+    the hold is reopened by a conditional update, so concurrent readers write one version."""
+    now = now or utcnow()
+    expired = session.exec(
+        select(Hold.id).where(
+            col(Hold.status).in_([HoldStatus.WAIVED.value, HoldStatus.REJECTED.value]),
+            col(Hold.expires_at).is_not(None),
+            col(Hold.expires_at) <= now,
+        )
+    ).all()
+    done = 0
+    for hold_id in expired:
+        hold = session.get(Hold, hold_id)
+        assert hold is not None
+        candidate = _lock(session, hold.candidate_id)
+        session.refresh(hold)
+        if hold.status not in (HoldStatus.WAIVED.value, HoldStatus.REJECTED.value):
+            continue
+        before = latest(session, candidate.id)
+        if before is None:
+            continue
+        what = "waiver" if hold.status == HoldStatus.WAIVED.value else "rejection"
+        expires = hold.expires_at
+        hold.status = HoldStatus.OPEN.value
+        session.add(hold)
+        decision = BLOCK if hard_reasons(hold) else HOLD
+        message = (
+            f"the {what} by {hold.reviewer} expired at {_iso(expires) if expires else '?'}; "
+            "the hold is open again"
+        )
+        _derive(
+            session,
+            signer,
+            candidate,
+            before,
+            change=f"{what} expired",
+            decision=decision,
+            reasons=[
+                *hold.reasons,
+                {"code": f"{what}_expired", "message": message, "fault": None, "severity": HOLD},
+            ],
+            now=now,
+            hold=hold,
+        )
+        done += 1
+    session.flush()
+    return done
+
+
+# -------------------------------------------------------------------------- change triggers
+
+
+def set_triggers(session: Session, system_name: str, components: Sequence[str]) -> System:
+    system = session.exec(select(System).where(System.name == system_name)).first()
+    if system is None:
+        system = System(name=system_name)
+    system.triggers = sorted(set(components))
+    session.add(system)
+    session.add(
+        Event(kind="system.triggers_set", data={"system": system_name, "triggers": system.triggers})
+    )
+    session.flush()
+    return system
+
+
+@dataclass
+class ConfigChangeOutcome:
+    change: ConfigChange
+    trigger: bool
+    reopened: list[Dossier] = field(default_factory=list)
+
+
+def report_config_change(
+    session: Session,
+    signer: Signer,
+    system: System,
+    *,
+    component: str,
+    sha256: str,
+    reported_by: str | None,
+    note: str | None,
+    now: datetime | None = None,
+) -> ConfigChangeOutcome:
+    """Record a production change; when it moves a trigger component away from what a standing
+    dossier was assayed with, that dossier's next version reopens the gate and says why."""
+    now = now or utcnow()
+    trigger = component in system_triggers(system)
+    outcome = ConfigChangeOutcome(
+        ConfigChange(
+            system_id=system.id,
+            component=component,
+            sha256=sha256,
+            trigger=trigger,
+            reported_by=reported_by,
+            note=note,
+            created_at=now,
+        ),
+        trigger,
+    )
+    if trigger:
+        standing = session.exec(
+            _latest_per_candidate(system.id)
+            .where(col(Dossier.decision).in_([ALLOW, HOLD]))
+            .order_by(col(Dossier.created_at))
+        ).all()
+        for dossier in standing:
+            candidate = _lock(session, dossier.candidate_id)
+            before = latest(session, candidate.id)
+            if before is None or before.decision not in (ALLOW, HOLD):
+                continue
+            assayed = queries.component_hashes(session, candidate.manifest_digest).get(component)
+            if assayed == sha256:
+                continue
+            _supersede_reviews(session, candidate.id)
+            message = (
+                f"production {component} changed from {(assayed or 'unknown')[:12]} to "
+                f"{sha256[:12]}; the evidence no longer describes the live system, and the gate "
+                "stays reopened until a candidate with this configuration passes its assay"
+            )
+            outcome.reopened.append(
+                _derive(
+                    session,
+                    signer,
+                    candidate,
+                    before,
+                    change=f"reopened: production {component} changed",
+                    decision=REOPENED,
+                    reasons=[
+                        {
+                            "code": "config_changed",
+                            "message": message,
+                            "fault": None,
+                            "severity": HOLD,
+                        }
+                    ],
+                    now=now,
+                )
+            )
+    outcome.change.reopened = len(outcome.reopened)
+    session.add(outcome.change)
+    session.add(
+        Event(
+            kind="system.config_changed",
+            data={
+                "system": system.name,
+                "component": component,
+                "sha256": sha256,
+                "trigger": trigger,
+                "reopened": [str(d.id) for d in outcome.reopened],
+            },
+        )
+    )
+    session.flush()
+    return outcome
+
+
+# ------------------------------------------------------------------------------------- gate
+
+
+@dataclass(frozen=True)
+class GateView:
+    system: str
+    candidate: Candidate
+    decision: str
+    reasons: list[dict[str, Any]]
+    dossier: Dossier | None
+    triggers: dict[str, Any]
+    hold_id: uuid.UUID | None
+
+
+def gate_candidate(session: Session, system: System, version: str | None) -> Candidate | None:
+    query = select(Candidate).where(Candidate.system_id == system.id)
+    if version is not None:
+        query = query.where(Candidate.version == version)
+    return session.exec(
+        query.order_by(col(Candidate.created_at).desc(), col(Candidate.id).desc()).limit(1)
+    ).first()
+
+
+def gate(session: Session, system: System, candidate: Candidate) -> GateView:
+    """allow, hold, block or reopened for one candidate, with every reason and the dossier the
+    answer rests on. Missing evidence is never `allow`."""
+    components = system_triggers(system)
+    hashes = trigger_hashes(
+        queries.component_hashes(session, candidate.manifest_digest), components
+    )
+    assay = session.exec(
+        select(Assay)
+        .where(Assay.candidate_id == candidate.id)
+        .order_by(col(Assay.created_at).desc())
+        .limit(1)
+    ).first()
+    catalogue = assay.catalogue if assay is not None else ""
+    allowed_row = last_allowed(session, system.id)
+    allowed = _allowed_view(session, allowed_row)
+    triggers = {
+        "components": list(components),
+        "hashes": hashes,
+        "catalogue_version": catalogue,
+        **compare_triggers(hashes, catalogue, allowed),
+    }
+    dossier = latest(session, candidate.id)
+    if dossier is not None:
+        # A re-run still running leaves the standing version in force until its own lands.
+        decision, reasons = dossier.decision, list(dossier.reasons)
+    elif assay is not None and assay.status == "failed":
+        decision = HOLD
+        reasons = [_reason("assay_failed", "the assay failed; there is no evidence to stand on")]
+    elif allowed is not None and (triggers["changed"] or triggers["catalogue_changed"]):
+        decision = REOPENED
+        what = ", ".join(triggers["changed"]) or "the fault catalogue"
+        reasons = [
+            _reason(
+                "trigger_changed",
+                f"{what} changed since the last allowed dossier "
+                f"{allowed['digest'][:12]} (version {allowed['version']}); the gate stays "
+                "reopened until this candidate's assay passes",
+            )
+        ]
+    else:
+        decision = HOLD
+        reasons = [_reason("assay_pending", "the candidate's assay has not finished")]
+    hold = next(iter(open_holds(session, candidate.id)), None)
+    return GateView(
+        system.name,
+        candidate,
+        decision,
+        reasons,
+        dossier,
+        triggers,
+        hold.id if hold is not None else None,
+    )
+
+
+def _reason(code: str, message: str) -> dict[str, Any]:
+    return {"code": code, "message": message, "fault": None, "severity": HOLD}

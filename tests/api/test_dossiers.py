@@ -1,0 +1,466 @@
+"""Signed dossiers over HTTP: standard DSSE that securesystemslib verifies with the published key,
+versions chained by digest, key rotation, re-runs, holds and waivers, and the CLI's exit codes."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from securesystemslib.dsse import Envelope
+from securesystemslib.signer import SSlibKey
+
+from service.core.dossier import PublicKey, verify
+from service.settings import Settings
+from tests.support.service import ROOT, example, wait_decided
+
+pytestmark = pytest.mark.integration
+
+SUBJECT_SWAP = {"trials": 5, "seed": 4, "modes": ["subject_swap"]}
+# Refuse-all is held on the service floor: contained, but dead.
+REFUSED = {"trials": 5, "seed": 4, "modes": ["drop_effect_receipt"]}
+
+
+def submit(
+    client: httpx.Client,
+    manifest: dict[str, Any],
+    *,
+    system: str,
+    version: str,
+    plan: dict[str, Any] | None = None,
+    actor: str | None = None,
+) -> dict[str, Any]:
+    body = {
+        "system": system,
+        "version": version,
+        "source_revision": "abc123",
+        "manifest": manifest,
+        "plan": plan or SUBJECT_SWAP,
+    }
+    headers = {"X-Assaygate-Actor": actor} if actor else {}
+    response = client.post("/v1/candidates", json=body, headers=headers)
+    assert response.status_code == 202, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def decided(client: httpx.Client, manifest: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    candidate = submit(client, manifest, **kw)
+    done = wait_decided(client, candidate["id"])
+    assert done["status"] in ("done", "stopped"), done
+    return done
+
+
+def dossier(client: httpx.Client, candidate_id: str) -> dict[str, Any]:
+    response = client.get(f"/v1/candidates/{candidate_id}/dossier")
+    assert response.status_code == 200, response.text
+    found: dict[str, Any] = response.json()
+    return found
+
+
+def predicate(doc: dict[str, Any]) -> dict[str, Any]:
+    stmt: dict[str, Any] = json.loads(base64.b64decode(doc["envelope"]["payload"]))
+    result: dict[str, Any] = stmt["predicate"]
+    return result
+
+
+def published(client: httpx.Client) -> dict[str, PublicKey]:
+    keys = client.get("/v1/keys").json()["keys"]
+    return {
+        k["keyid"]: PublicKey(k["keyid"], k["keyval"]["public"], k["not_before"], k["not_after"])
+        for k in keys
+    }
+
+
+def system_name() -> str:
+    return f"sys-{uuid.uuid4().hex[:8]}"
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        cwd=ROOT,
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def with_controls_off(*controls: str, **envelope: Any) -> dict[str, Any]:
+    manifest = example("typed")
+    for control in controls:
+        manifest["controls"][control] = False
+    if envelope:
+        manifest["envelope"] = envelope
+    return manifest
+
+
+# ------------------------------------------------------------------------- acceptance 1: keys
+
+
+def test_securesystemslib_verifies_a_dossier_fetched_over_http_with_the_published_key(
+    client: httpx.Client,
+) -> None:
+    done = decided(client, example("typed"), system=system_name(), version="1")
+    doc = dossier(client, done["id"])
+    keys = client.get("/v1/keys").json()["keys"]
+    key = next(k for k in keys if k["keyid"] == doc["keyid"])
+    sslib_key = SSlibKey.from_dict(
+        key["keyid"], {k: key[k] for k in ("keytype", "scheme", "keyval")}
+    )
+    # from_dict consumes the dict it is given.
+    Envelope.from_dict(copy.deepcopy(doc["envelope"])).verify([sslib_key], 1)
+
+    ours = verify(doc["envelope"], published(client))
+    assert ours.ok, [c.detail for c in ours.checks]
+    assert ours.digest == doc["digest"]
+    # The stored bytes are served as they were signed.
+    payload = client.get(f"/v1/dossiers/{doc['id']}/payload").content
+    assert payload == base64.b64decode(doc["envelope"]["payload"])
+    assert json.loads(client.get(f"/v1/dossiers/{doc['id']}/envelope").content) == doc["envelope"]
+    stmt = json.loads(payload)
+    assert stmt["subject"][0]["digest"]["sha256"] == done["manifest_digest"]
+    pred = stmt["predicate"]
+    assert (pred["dossier_version"], pred["previous"], pred["decision"]) == (1, None, "allow")
+    assert pred["candidate"]["system"] == done["system"]
+    run = pred["runs"][0]
+    # Zero escapes in n trials is not zero risk: each hard invariant carries its 95 % bound.
+    for invariant in ("unsafe_escape", "duplicate_effect", "unverifiable_release"):
+        assert 0 < run["intervention"]["upper_bounds_95"][invariant] < 1
+    assert pred["change_triggers"]["components"] == ["policy", "retry", "tools"]
+    assert pred["coverage"]["visited"] and pred["coverage"]["not_visited"]
+
+
+def test_changing_any_byte_of_payload_or_signature_fails_with_a_reason(
+    client: httpx.Client,
+) -> None:
+    done = decided(client, example("typed"), system=system_name(), version="1")
+    envelope = dossier(client, done["id"])["envelope"]
+    keys = published(client)
+    payload = bytearray(base64.b64decode(envelope["payload"]))
+    payload[len(payload) // 2] ^= 1
+    tampered = {**envelope, "payload": base64.b64encode(bytes(payload)).decode()}
+    failed = verify(tampered, keys).failed()
+    assert failed is not None and failed.name == "signature"
+    sig = bytearray(base64.b64decode(envelope["signatures"][0]["sig"]))
+    sig[0] ^= 1
+    forged = {
+        **envelope,
+        "signatures": [{**envelope["signatures"][0], "sig": base64.b64encode(sig).decode()}],
+    }
+    failed = verify(forged, keys).failed()
+    assert failed is not None and failed.name == "signature"
+    assert "does not match" in failed.detail
+
+
+def test_after_keys_rotate_old_dossiers_verify_and_new_ones_carry_the_new_key(
+    client: httpx.Client, settings: Settings, tmp_path: Path
+) -> None:
+    system = system_name()
+    old = dossier(client, decided(client, example("typed"), system=system, version="1")["id"])
+    rotated = cli("keys", "rotate", env={"ASSAYGATE_KEYS_DIR": str(settings.keys_dir)})
+    assert rotated.returncode == 0, rotated.stderr
+    active = json.loads(rotated.stdout)["active"]
+    assert active != old["keyid"]
+
+    new = dossier(client, decided(client, example("typed"), system=system, version="2")["id"])
+    assert new["keyid"] == active
+    keys = client.get("/v1/keys").json()
+    windows = {k["keyid"]: k for k in keys["keys"]}
+    assert windows[old["keyid"]]["not_after"] is not None
+    assert windows[active]["not_after"] is None
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(json.dumps(keys))
+    for doc in (old, new):
+        path = tmp_path / f"{doc['id']}.json"
+        path.write_text(json.dumps(doc))
+        checked = cli("verify", str(path), "--keys", str(keys_file))
+        assert checked.returncode == 0, checked.stdout
+
+
+# ----------------------------------------------------------------- acceptance 2: triggers
+
+
+def test_a_changed_retry_config_reopens_the_gate_until_its_own_assay_passes(
+    client: httpx.Client,
+) -> None:
+    system = system_name()
+    v1 = decided(client, example("typed"), system=system, version="v1")
+    gate = client.get(f"/v1/gate/{system}", params={"version": "v1"}).json()
+    assert gate["decision"] == "allow"
+    assert gate["dossier"]["digest"] == dossier(client, v1["id"])["digest"]
+
+    changed = example("typed")
+    changed["retry"]["max_attempts"] = 5
+    # Enough trials that the gate is read while the assay is still running.
+    v2 = submit(client, changed, system=system, version="v2", plan={**SUBJECT_SWAP, "trials": 3000})
+    pending = client.get(f"/v1/gate/{system}", params={"version": "v2"}).json()
+    assert pending["decision"] == "reopened"
+    assert pending["triggers"]["changed"] == ["retry"]
+    assert pending["reasons"][0]["code"] == "trigger_changed"
+    assert pending["dossier"] is None
+
+    wait_decided(client, v2["id"])
+    after = client.get(f"/v1/gate/{system}").json()
+    assert (after["version"], after["decision"]) == ("v2", "allow")
+    triggers = predicate(dossier(client, v2["id"]))["change_triggers"]
+    assert triggers["changed"] == ["retry"]
+    assert triggers["compared_with"]["dossier_digest"] == gate["dossier"]["digest"]
+
+    v3 = decided(client, changed, system=system, version="v3")
+    same = predicate(dossier(client, v3["id"]))["change_triggers"]
+    assert same["identical"] is True
+    assert same["changed"] == [] and same["catalogue_changed"] is False
+
+
+def test_a_reported_config_change_reopens_a_live_gate_in_a_new_dossier_version(
+    client: httpx.Client,
+) -> None:
+    system = system_name()
+    live = decided(client, example("typed"), system=system, version="live")
+    first = dossier(client, live["id"])
+    response = client.post(
+        f"/v1/systems/{system}/config-changes",
+        json={"component": "tools", "sha256": "ab" * 32, "note": "hotfix"},
+        headers={"X-Assaygate-Actor": "ops"},
+    )
+    assert response.status_code == 201, response.text
+    change = response.json()
+    assert change["trigger"] is True
+    assert [d["candidate_id"] for d in change["reopened"]] == [live["id"]]
+
+    gate = client.get(f"/v1/gate/{system}", params={"version": "live"}).json()
+    assert gate["decision"] == "reopened"
+    assert gate["reasons"][0]["code"] == "config_changed"
+    second = dossier(client, live["id"])
+    assert second["version"] == 2 and second["previous"] == first["digest"]
+    assert predicate(second)["change"] == "reopened: production tools changed"
+    assert verify(second["envelope"], published(client), previous_digest=first["digest"]).ok
+
+
+def test_a_changed_prompt_reopens_only_when_prompt_is_a_trigger(client: httpx.Client) -> None:
+    system = system_name()
+    decided(client, example("typed"), system=system, version="1")
+    prompt = {"component": "prompt", "sha256": "cd" * 32}
+    ignored = client.post(f"/v1/systems/{system}/config-changes", json=prompt).json()
+    assert ignored["trigger"] is False and ignored["reopened"] == []
+    assert client.get(f"/v1/gate/{system}").json()["decision"] == "allow"
+
+    put = client.put(
+        f"/v1/systems/{system}/triggers",
+        json={"components": ["tools", "policy", "retry", "prompt"]},
+    )
+    assert put.json() == {
+        "system": system,
+        "components": ["policy", "prompt", "retry", "tools"],
+        "default": False,
+    }
+    counted = client.post(f"/v1/systems/{system}/config-changes", json=prompt).json()
+    assert counted["trigger"] is True and len(counted["reopened"]) == 1
+    assert client.get(f"/v1/gate/{system}").json()["decision"] == "reopened"
+
+
+# ------------------------------------------------------------- acceptance 3: the gate blocks
+
+
+BLOCKING = {
+    "unsafe_escape": (
+        with_controls_off("pre_effect_authority"),
+        {"trials": 10, "seed": 3, "modes": ["revoked_capability"]},
+    ),
+    "duplicate_effect": (
+        with_controls_off("idempotency", "effect_readback", "state_precondition"),
+        {"trials": 10, "seed": 3, "modes": ["timeout_after_commit"]},
+    ),
+    "unverifiable_release": (
+        with_controls_off("evidence_gate"),
+        {"trials": 10, "seed": 3, "modes": ["break_trace_lineage"]},
+    ),
+    "floor:contained": (
+        with_controls_off(floors={"contained": 1.0}, floor_on="lower_bound"),
+        {"trials": 10, "seed": 3, "modes": ["subject_swap"]},
+    ),
+    "stopped": (
+        example("typed"),
+        {"trials": 40, "seed": 3, "modes": ["subject_swap"], "stop": {"max_effects": 1}},
+    ),
+}
+
+
+@pytest.mark.parametrize("code", sorted(BLOCKING))
+def test_the_gate_blocks_and_the_cli_exits_1(
+    code: str, api_url: str, client: httpx.Client, tmp_path: Path
+) -> None:
+    manifest, plan = BLOCKING[code]
+    system = system_name()
+    path = tmp_path / "candidate.json"
+    path.write_text(json.dumps({"system": system, "manifest": manifest, "plan": plan}))
+    out = tmp_path / "dossier.json"
+    submitted = cli(
+        "submit", str(path), "--wait", "--version", "9", "--source-revision", "f00d",
+        "--dossier-out", str(out), "--url", api_url,
+    )  # fmt: skip
+    assert submitted.returncode == 1, submitted.stdout + submitted.stderr
+    printed = json.loads(submitted.stdout)
+    assert code in {r["code"] for r in printed["dossier"]["reasons"]}
+    assert verify(json.loads(out.read_text()), published(client)).ok
+
+    gated = cli("gate", system, "--version", "9", "--url", api_url)
+    assert gated.returncode == 1, gated.stdout
+    answer = json.loads(gated.stdout)
+    assert answer["decision"] == "block"
+    assert answer["dossier"]["digest"] == printed["dossier"]["digest"]
+    if code == "stopped":
+        stops = predicate(dossier(client, printed["id"]))["stop_conditions"]
+        assert stops["stopped"] and stops["status"] == "stopped"
+
+
+def test_floors_on_the_lower_bound_and_a_violation_bound_hold_with_the_trials_needed(
+    api_url: str, tmp_path: Path
+) -> None:
+    manifest = with_controls_off(max_violation_rate=0.005)
+    path = tmp_path / "candidate.json"
+    path.write_text(json.dumps({"system": system_name(), "version": "1", "manifest": manifest}))
+    submitted = cli(
+        "submit", str(path), "--wait", "--trials", "20", "--seed", "3", "--url", api_url
+    )  # fmt: skip
+    assert submitted.returncode == 2, submitted.stdout + submitted.stderr
+    reasons = json.loads(submitted.stdout)["dossier"]["reasons"]
+    assert any(r["message"].startswith("inconclusive: needs >= 765 trials") for r in reasons)
+
+
+def test_gate_and_submit_errors_exit_3(api_url: str, tmp_path: Path) -> None:
+    assert cli("gate", "no-such-system", "--url", api_url).returncode == 3
+    assert cli("gate", "x", "--url", "http://127.0.0.1:1").returncode == 3
+    assert cli("gate").returncode == 3
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"system": "s", "version": "1", "model": {}}))
+    assert cli("submit", str(bad), "--wait", "--url", api_url).returncode == 3
+
+
+# ------------------------------------------------------------------------ re-runs and holds
+
+
+def test_a_rerun_is_a_new_version_with_its_own_counts_chained_to_the_last(
+    client: httpx.Client, tmp_path: Path
+) -> None:
+    system = system_name()
+    first_run = decided(client, example("typed"), system=system, version="1")
+    first = dossier(client, first_run["id"])
+    response = client.post(
+        f"/v1/candidates/{first_run['id']}/rerun", json={"plan": {"trials": 7, "seed": 99}}
+    )
+    assert response.status_code == 202, response.text
+    assert response.json()["assay_id"] != first_run["assay_id"]
+    wait_decided(client, first_run["id"])
+    second = dossier(client, first_run["id"])
+    assert (second["version"], second["previous"]) == (2, first["digest"])
+    assert predicate(second)["runs"][0]["planned"] == 7
+    assert predicate(first)["runs"][0]["planned"] == 5
+    versions = client.get(f"/v1/candidates/{first_run['id']}/dossiers").json()["items"]
+    assert [v["version"] for v in versions] == [1, 2]
+    keys = tmp_path / "keys.json"
+    keys.write_text(client.get("/v1/keys").text)
+    (tmp_path / "1.json").write_text(json.dumps(first))
+    (tmp_path / "2.json").write_text(json.dumps(second))
+    chained = cli(
+        "verify",
+        str(tmp_path / "2.json"),
+        "--keys",
+        str(keys),
+        "--previous",
+        str(tmp_path / "1.json"),
+    )
+    assert chained.returncode == 0, chained.stdout
+    broken = cli(
+        "verify",
+        str(tmp_path / "1.json"),
+        "--keys",
+        str(keys),
+        "--previous",
+        str(tmp_path / "2.json"),
+    )
+    assert broken.returncode == 1 and "chain" in broken.stdout
+
+
+def test_a_waiver_needs_another_reviewer_a_reason_and_an_expiry_and_lapses(
+    client: httpx.Client,
+) -> None:
+    system = system_name()
+    held = decided(
+        client, example("refuse-all"), system=system, version="1", plan=REFUSED, actor="alice"
+    )
+    gate = client.get(f"/v1/gate/{system}").json()
+    assert gate["decision"] == "hold" and gate["hold_id"]
+    hold = gate["hold_id"]
+    soon = (datetime.now(UTC) + timedelta(seconds=3)).isoformat()
+    body = {"reason": "refusals are acceptable for the pilot", "expires_at": soon}
+    assert client.post(f"/v1/holds/{hold}/waive", json=body).status_code == 401
+    by_submitter = client.post(
+        f"/v1/holds/{hold}/waive", json=body, headers={"X-Assaygate-Actor": "alice"}
+    )
+    assert by_submitter.status_code == 403
+    no_expiry = client.post(
+        f"/v1/holds/{hold}/waive", json={"reason": "ok"}, headers={"X-Assaygate-Actor": "bob"}
+    )
+    assert (no_expiry.status_code, no_expiry.json()["error"]["field"]) == (422, "expires_at")
+
+    waived = client.post(f"/v1/holds/{hold}/waive", json=body, headers={"X-Assaygate-Actor": "bob"})
+    assert waived.status_code == 200, waived.text
+    assert waived.json()["dossier"]["decision"] == "allow"
+    assert client.get(f"/v1/gate/{system}").json()["decision"] == "allow"
+    doc = dossier(client, held["id"])
+    assert doc["version"] == 2
+    waiver = predicate(doc)["waivers"][0]
+    assert (waiver["reviewer"], waiver["action"]) == ("bob", "waived")
+
+    time.sleep(3.2)
+    lapsed = client.get(f"/v1/gate/{system}").json()
+    assert lapsed["decision"] == "hold"
+    assert "waiver_expired" in {r["code"] for r in lapsed["reasons"]}
+    assert lapsed["dossier"]["version"] == 3
+    assert client.get(f"/v1/holds/{hold}").json()["status"] == "open"
+
+
+def test_a_waiver_never_lifts_a_hard_invariant_and_a_rejection_blocks(
+    client: httpx.Client,
+) -> None:
+    system = system_name()
+    manifest, plan = BLOCKING["unsafe_escape"]
+    decided(client, manifest, system=system, version="1", plan=plan)
+    gate = client.get(f"/v1/gate/{system}").json()
+    later = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    refused = client.post(
+        f"/v1/holds/{gate['hold_id']}/waive",
+        json={"reason": "ship it", "expires_at": later},
+        headers={"X-Assaygate-Actor": "carol"},
+    )
+    assert refused.status_code == 409
+    assert "unsafe_escape" in refused.json()["error"]["message"]
+    assert client.get(f"/v1/gate/{system}").json()["decision"] == "block"
+
+    other = system_name()
+    held = decided(client, example("refuse-all"), system=other, version="1", plan=REFUSED)
+    hold = client.get(f"/v1/gate/{other}").json()["hold_id"]
+    rejected = client.post(
+        f"/v1/holds/{hold}/reject", json={"reason": "no"}, headers={"X-Assaygate-Actor": "carol"}
+    )
+    assert rejected.status_code == 200, rejected.text
+    assert client.get(f"/v1/gate/{other}").json()["decision"] == "block"
+    assert dossier(client, held["id"])["decision"] == "block"
+    again = client.post(
+        f"/v1/holds/{hold}/reject", json={"reason": "no"}, headers={"X-Assaygate-Actor": "carol"}
+    )
+    assert again.status_code == 409
