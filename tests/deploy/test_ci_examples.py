@@ -1,0 +1,80 @@
+"""The CI examples in deploy/ci are valid YAML and call only the documented `assaygate` CLI:
+every command line parses with the real parser, and every command and flag is in the README."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from service.cli import build_parser
+from tests.support.service import ROOT
+
+CI = ROOT / "deploy" / "ci"
+README = (ROOT / "README.md").read_text()
+
+
+def scripts(node: Any) -> list[str]:
+    """Every shell line a workflow runs (`run:` steps, GitLab `script:` items)."""
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "run" and isinstance(value, str):
+                found.extend(value.splitlines() if "\n" in value.strip() else [value])
+            elif key == "script" and isinstance(value, list):
+                found.extend(str(v) for v in value)
+            else:
+                found.extend(scripts(value))
+    elif isinstance(node, list):
+        for item in node:
+            found.extend(scripts(item))
+    return found
+
+
+def assaygate_calls(path: Path) -> list[list[str]]:
+    document = yaml.safe_load(path.read_text())
+    calls: list[list[str]] = []
+    for line in scripts(document):
+        # CI expressions (${{ github.sha }}, $CI_COMMIT_SHA) become plain words.
+        line = re.sub(r"\$\{\{[^}]*\}\}", "VALUE", line)
+        for command in re.split(r"&&|;|\|\|", line):
+            words = shlex.split(command)
+            if words and words[0] == "assaygate":
+                calls.append(words[1:])
+    return calls
+
+
+@pytest.mark.parametrize("name", ["github-actions.yml", "gitlab-ci.yml"])
+def test_the_ci_example_is_valid_yaml_calling_only_the_documented_cli(name: str) -> None:
+    calls = assaygate_calls(CI / name)
+    assert {c[0] for c in calls} == {"submit", "gate"}
+    parser = build_parser()
+    for words in calls:
+        args = parser.parse_args(words)  # raises on an unknown command or flag
+        assert args.func is not None
+        assert f"assaygate {words[0]}" in README
+        for flag in (w for w in words if w.startswith("--")):
+            assert flag in README, f"{flag} is not documented in the README"
+
+
+def test_the_github_workflow_keeps_the_dossier_and_gates_the_deploy() -> None:
+    workflow = yaml.safe_load((CI / "github-actions.yml").read_text())
+    jobs = workflow["jobs"]
+    assert jobs["deploy"]["needs"] == "assay"
+    uploads = [s for s in jobs["assay"]["steps"] if "upload-artifact" in str(s.get("uses"))]
+    assert uploads and uploads[0]["with"]["path"] == "dossier.json"
+    assert uploads[0]["if"] == "always()"
+    runs = " ".join(str(s.get("run", "")) for s in jobs["deploy"]["steps"])
+    assert "assaygate gate" in runs
+
+
+def test_the_argo_template_reads_the_gate_endpoint() -> None:
+    template = yaml.safe_load((CI / "argo-analysis-template.yaml").read_text())
+    metric = template["spec"]["metrics"][0]
+    assert "/v1/gate/" in metric["provider"]["web"]["url"]
+    assert metric["provider"]["web"]["jsonPath"] == "{$.decision}"
+    assert metric["successCondition"] == 'result == "allow"'

@@ -1,0 +1,103 @@
+"""Dossier assembly in the worker: exactly one signed version per finished assay, however many
+workers finish it; evidence a custom catalogue makes invalid blocks the gate."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlmodel import Session, select
+
+from service.core.assay import plan_shards
+from service.core.catalogue import custom_catalogue, full_catalogue
+from service.core.dossier import verify
+from service.core.manifest import parse_manifest
+from service.core.plan import parse_plan
+from service.db import dossier as dossiers
+from service.db.candidate import record_submission
+from service.db.models import AssayShard, Dossier, Event, Hold, System
+from service.db.session import session_scope
+from service.keys import KeyRing
+from service.settings import Settings
+from tests.support.service import example, grant_injector
+from worker.tasks import WorkerContext, execute_shard, finalize
+
+pytestmark = pytest.mark.integration
+
+
+def submit(engine: sa.Engine, settings: Settings, plan: dict[str, Any]) -> tuple[uuid.UUID, str]:
+    manifest = parse_manifest(example("typed"))
+    parsed = parse_plan(plan)
+    system = f"worker-{uuid.uuid4().hex[:8]}"
+    with session_scope(engine) as session:
+        recorded = record_submission(
+            session,
+            system_name=system,
+            version="1",
+            source_revision="direct",
+            manifest=manifest,
+            plan_document=parsed.model_dump(mode="json"),
+            catalogue=parsed.resolve_catalogue().version,
+            shards=plan_shards(manifest, parsed, trials_per_shard=10),
+        )
+        grant_injector(session, settings, recorded.assay, parsed)
+    return recorded.assay.id, system
+
+
+def run_all(ctx: WorkerContext, engine: sa.Engine, assay_id: uuid.UUID) -> None:
+    with Session(engine) as session:
+        indices = session.exec(
+            select(AssayShard.shard_index).where(AssayShard.assay_id == assay_id)
+        ).all()
+    for index in indices:
+        execute_shard(ctx, assay_id, index, "w1")
+
+
+def test_a_finished_assay_gets_exactly_one_signed_dossier_however_often_it_is_finalized(
+    settings: Settings, engine: sa.Engine
+) -> None:
+    ctx = WorkerContext(settings)
+    assay_id, _ = submit(engine, settings, {"trials": 20, "seed": 2, "modes": ["subject_swap"]})
+    run_all(ctx, engine, assay_id)
+    with Session(engine) as session:
+        parsed = ctx.assay(session, assay_id)
+    assert parsed is not None
+    finalize(ctx, parsed)
+    execute_shard(ctx, assay_id, 0, "w2")  # a redelivered last shard finds everything done
+    with Session(engine) as session:
+        rows = session.exec(select(Dossier).where(Dossier.assay_id == assay_id)).all()
+        issued = session.exec(
+            select(Event).where(Event.assay_id == assay_id, Event.kind == "dossier.issued")
+        ).all()
+    assert len(rows) == 1 and len(issued) == 1
+    assert settings.keys_dir is not None
+    keys = {k.keyid: k for k in KeyRing(settings.keys_dir).published()}
+    envelope = json.loads(rows[0].envelope)
+    assert verify(envelope, keys).ok
+
+
+def test_invalid_counterfactual_evidence_blocks_the_gate(
+    settings: Settings, engine: sa.Engine
+) -> None:
+    # The nominated control is one that has nothing to do with this fault: removing it changes
+    # nothing, so a green result here could not have been red.
+    spec = full_catalogue().by_id("timeout_after_commit").model_dump(mode="json")
+    spec["nominated_control"] = ["bind_identity"]
+    catalogue = custom_catalogue("test-invalid-counterfactual/1", [spec])
+    plan = {"trials": 20, "seed": 3, "catalogue": catalogue.model_dump(mode="json")}
+    ctx = WorkerContext(settings)
+    assay_id, system = submit(engine, settings, plan)
+    run_all(ctx, engine, assay_id)
+    with Session(engine) as session:
+        row = session.exec(select(System).where(System.name == system)).one()
+        candidate = dossiers.gate_candidate(session, row, "1")
+        assert candidate is not None
+        view = dossiers.gate(session, row, candidate)
+        holds = session.exec(select(Hold).where(Hold.candidate_id == candidate.id)).all()
+    assert view.decision == "block"
+    assert "counterfactual_invalid" in {r["code"] for r in view.reasons}
+    assert view.dossier is not None and view.dossier.catalogue_version.startswith("test-invalid")
+    assert len(holds) == 1 and dossiers.hard_reasons(holds[0])
