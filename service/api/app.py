@@ -16,6 +16,7 @@ from service.api.routes import assays, candidates, dossiers, gate, health, holds
 from service.db.session import make_engine
 from service.keys import KeyRing
 from service.settings import Settings
+from service.web import routes as web
 
 
 def create_app(
@@ -55,6 +56,7 @@ def create_app(
         health.router,
     ):
         app.include_router(router)
+    app.include_router(web.router)
     # Outermost last: the log line sees the 413 the limit sends.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestLog)

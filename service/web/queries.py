@@ -1,0 +1,160 @@
+"""Read-only queries for the dashboard: one page of rows per query, never a whole table.
+
+The API's own reads live in `service.db.queries`; these add what only the pages need (a page of
+systems with their latest candidates, the event log) and never write.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session, col, select
+
+from service.db import queries
+from service.db.models import Assay, Candidate, Event, Manifest, System
+
+
+@dataclass(frozen=True)
+class SystemsPage:
+    rows: list[queries.SystemRow]
+    total: int
+    offset: int
+    limit: int
+
+    @property
+    def has_next(self) -> bool:
+        return self.offset + self.limit < self.total
+
+
+def systems_page(
+    session: Session, *, limit: int, offset: int = 0, name: str | None = None
+) -> SystemsPage:
+    """A page of systems by name, each with its candidate count and latest candidate: three
+    queries whatever the page size."""
+    base = select(System)
+    count = select(sa.func.count()).select_from(System)
+    if name:
+        pattern = f"%{name.replace('%', '').replace('_', '')}%"
+        base = base.where(col(System.name).ilike(pattern))
+        count = count.where(col(System.name).ilike(pattern))
+    total = int(session.exec(count).one())
+    systems = list(session.exec(base.order_by(col(System.name)).offset(offset).limit(limit)).all())
+    ids = [s.id for s in systems]
+    if not ids:
+        return SystemsPage([], total, offset, limit)
+    counts = dict(
+        session.exec(
+            select(Candidate.system_id, sa.func.count())
+            .where(col(Candidate.system_id).in_(ids))
+            .group_by(col(Candidate.system_id))
+        ).all()
+    )
+    newest = (
+        sa.select(col(Candidate.system_id), sa.func.max(col(Candidate.created_at)))
+        .where(col(Candidate.system_id).in_(ids))
+        .group_by(col(Candidate.system_id))
+    )
+    latest: dict[uuid.UUID, queries.CandidateRow] = {}
+    for row in session.exec(
+        queries._candidate_query()
+        .where(sa.tuple_(col(Candidate.system_id), col(Candidate.created_at)).in_(newest))
+        .order_by(col(Candidate.id))
+    ).all():
+        latest.setdefault(row[0].system_id, queries.CandidateRow(*row))
+    rows = [queries.SystemRow(s, int(counts.get(s.id, 0)), latest.get(s.id)) for s in systems]
+    return SystemsPage(rows, total, offset, limit)
+
+
+def system_by_name(session: Session, name: str) -> System | None:
+    return session.exec(select(System).where(col(System.name) == name)).first()
+
+
+def candidate_count(session: Session, system_id: uuid.UUID) -> int:
+    return int(
+        session.exec(
+            select(sa.func.count()).select_from(Candidate).where(Candidate.system_id == system_id)
+        ).one()
+    )
+
+
+@dataclass(frozen=True)
+class CandidateDetail:
+    row: queries.CandidateRow
+    # The full report once the assay is decided; None while it runs.
+    report: dict[str, Any] | None
+    manifest: dict[str, Any]
+    component_hashes: dict[str, str]
+    progress: list[queries.FaultProgress]
+
+
+def candidate_detail(session: Session, candidate_id: uuid.UUID) -> CandidateDetail | None:
+    row = queries.candidate(session, candidate_id)
+    if row is None:
+        return None
+    report = session.exec(select(Assay.report).where(Assay.id == row.assay.id)).first()
+    manifest = session.get(Manifest, row.candidate.manifest_digest)
+    return CandidateDetail(
+        row=row,
+        report=dict(report) if report else None,
+        manifest=dict(manifest.document) if manifest else {},
+        component_hashes=queries.component_hashes(session, row.candidate.manifest_digest),
+        progress=queries.fault_progress(session, row.assay.id),
+    )
+
+
+@dataclass(frozen=True)
+class EventsPage:
+    events: Sequence[Event]
+    # The id to pass as `before` for the next (older) page, or None on the last page.
+    next_before: int | None
+
+
+def events_page(
+    session: Session,
+    *,
+    limit: int,
+    before: int | None = None,
+    kind: str | None = None,
+    candidate_id: uuid.UUID | None = None,
+) -> EventsPage:
+    """Newest first, keyset-paginated on the event id (the table only ever grows)."""
+    query = select(Event)
+    if before is not None:
+        query = query.where(col(Event.id) < before)
+    if kind:
+        query = query.where(col(Event.kind) == kind)
+    if candidate_id is not None:
+        query = query.where(col(Event.candidate_id) == candidate_id)
+    rows = list(session.exec(query.order_by(col(Event.id).desc()).limit(limit + 1)).all())
+    page = rows[:limit]
+    return EventsPage(page, page[-1].id if len(rows) > limit and page else None)
+
+
+def last_allowed_digests(session: Session, system_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The manifest digest of each system's newest allowed candidate, in one query."""
+    if not system_ids:
+        return {}
+    allowed = (
+        sa.select(
+            col(Candidate.system_id), col(Candidate.manifest_digest), col(Candidate.created_at)
+        )
+        .join(Assay, col(Assay.candidate_id) == col(Candidate.id))
+        .where(col(Candidate.system_id).in_(system_ids), col(Assay.decision) == "allow")
+        .order_by(col(Candidate.system_id), col(Candidate.created_at).desc())
+    )
+    newest = (
+        sa.select(col(Candidate.system_id), sa.func.max(col(Candidate.created_at)))
+        .join(Assay, col(Assay.candidate_id) == col(Candidate.id))
+        .where(col(Candidate.system_id).in_(system_ids), col(Assay.decision) == "allow")
+        .group_by(col(Candidate.system_id))
+    )
+    found: dict[uuid.UUID, str] = {}
+    for system_id, digest, _at in session.execute(
+        allowed.where(sa.tuple_(col(Candidate.system_id), col(Candidate.created_at)).in_(newest))
+    ).all():
+        found.setdefault(system_id, digest)
+    return found

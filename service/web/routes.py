@@ -1,0 +1,488 @@
+"""The dashboard: server-rendered pages for reviewers, one router included by the app.
+
+Pages read through `service.db.queries` and `service.web.queries`, one page of rows at a time.
+Templates autoescape everything; the SVG charts escape their own text and are the only markup
+passed through unescaped. Static files are served from `service/web/static` (no CDN).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import inspect
+import json
+import mimetypes
+import uuid
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+
+import jinja2
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from markupsafe import Markup
+from pydantic import ValidationError
+
+from service.api.deps import (
+    DispatcherDep,
+    MetricsDep,
+    SessionDep,
+    SettingsDep,
+    SignerDep,
+)
+from service.api.errors import ApiError
+from service.api.routes.candidates import submit_candidate
+from service.api.schemas import CandidateCreate
+from service.core.errors import AssaygateError
+from service.db import queries
+from service.web import charts, present
+from service.web import queries as web_queries
+from service.web.auth import (
+    COOKIE,
+    CsrfInvalid,
+    WebSession,
+    WebSessionDep,
+    check_csrf,
+    csrf_token,
+    encode_session,
+    secret_of,
+)
+
+HERE = Path(__file__).resolve().parent
+STATIC = HERE / "static"
+PAGE = 50
+DEFAULT_TRIGGERS = ("policy", "retry", "tools")
+KNOWN_EVENTS = (
+    "candidate.submitted",
+    "candidate.rerun",
+    "credential.minted",
+    "shard.started",
+    "shard.stored",
+    "assay.decided",
+    "assay.stopped",
+    "assay.aborted",
+    "assay.failed",
+    "dossier.issued",
+    "hold.waived",
+    "hold.rejected",
+    "system.config_changed",
+    "system.triggers_set",
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+}
+
+router = APIRouter(include_in_schema=False)
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        pct=present.pct,
+        signed=present.signed,
+        when=present.when,
+        short=lambda s, n=12: str(s)[:n],
+        words=lambda s: str(s).replace("_", " "),
+    )
+    env.globals.update(
+        signature_bars=lambda sig: Markup(charts.signature_bars(sig)),
+        envelope_chart=lambda faults: Markup(charts.envelope_chart(faults)),
+        coverage_matrix=lambda v, n: Markup(charts.coverage_matrix(v, n)),
+    )
+    return env
+
+
+def render(
+    request: Request,
+    ws: WebSession,
+    template: str,
+    context: dict[str, Any],
+    *,
+    status_code: int = 200,
+) -> HTMLResponse:
+    secret = secret_of(request)
+    html = (
+        environment()
+        .get_template(template)
+        .render(
+            request=request,
+            identity=ws.identity,
+            csrf=csrf_token(secret, ws),
+            **context,
+        )
+    )
+    response = HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)
+    if ws.fresh:
+        set_session_cookie(request, response, secret, ws)
+    return response
+
+
+def set_session_cookie(request: Request, response: Response, secret: bytes, ws: WebSession) -> None:
+    response.set_cookie(
+        COOKIE,
+        encode_session(secret, ws),
+        max_age=max(0, ws.expires - int(datetime.now().timestamp())),
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+
+
+def not_found(request: Request, ws: WebSession, what: str) -> HTMLResponse:
+    return render(
+        request, ws, "error.html", {"title": "Not found", "message": what}, status_code=404
+    )
+
+
+# ------------------------------------------------------------------------------- cursors
+
+
+def encode_cursor(row: queries.CandidateRow) -> str:
+    raw = f"{row.candidate.created_at.isoformat()}|{row.candidate.id}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> tuple[datetime, uuid.UUID] | None:
+    if not cursor:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created_at, last_id = raw.split("|", 1)
+        return datetime.fromisoformat(created_at), uuid.UUID(last_id)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        return None
+
+
+# --------------------------------------------------------------------------------- pages
+
+
+@router.get("/", response_class=HTMLResponse)
+def systems_page(
+    request: Request,
+    session: SessionDep,
+    ws: WebSessionDep,
+    page: Annotated[int, Query(ge=1, le=100_000)] = 1,
+    q: Annotated[str | None, Query(max_length=200)] = None,
+) -> HTMLResponse:
+    """Every system's gate state with its reasons, and what changed since it was last allowed."""
+    found = web_queries.systems_page(session, limit=PAGE, offset=(page - 1) * PAGE, name=q)
+    ids = [r.system.id for r in found.rows]
+    allowed = web_queries.last_allowed_digests(session, ids)
+    latest_digests = [r.latest.candidate.manifest_digest for r in found.rows if r.latest]
+    hashes = queries.component_hashes_of(session, [*latest_digests, *allowed.values()])
+    rows: list[dict[str, Any]] = []
+    counts: dict[str, int] = {}
+    for r in found.rows:
+        changed: list[tuple[str, bool]] = []
+        triggers = tuple(r.system.triggers) if r.system.triggers is not None else DEFAULT_TRIGGERS
+        if r.latest is not None and r.system.id in allowed:
+            now = hashes.get(r.latest.candidate.manifest_digest, {})
+            then = hashes.get(allowed[r.system.id], {})
+            changed = [
+                (c, c in triggers)
+                for c in sorted(set(now) | set(then))
+                if now.get(c) != then.get(c)
+            ]
+        gate = present.state_of(r.latest)
+        counts[gate.state] = counts.get(gate.state, 0) + 1
+        rows.append(
+            {
+                "system": r.system,
+                "candidates": r.candidates,
+                "latest": r.latest,
+                "gate": gate,
+                "progress": present.progress_fraction(r.latest) if r.latest else 0.0,
+                "changed": changed,
+                "ever_allowed": r.system.id in allowed,
+            }
+        )
+    return render(
+        request,
+        ws,
+        "systems.html",
+        {
+            "title": "Systems",
+            "rows": rows,
+            "page": page,
+            "found": found,
+            "q": q or "",
+            "counts": counts,
+        },
+    )
+
+
+@router.get("/systems/{name}", response_class=HTMLResponse)
+def system_page(
+    name: str,
+    request: Request,
+    session: SessionDep,
+    ws: WebSessionDep,
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
+) -> HTMLResponse:
+    system = web_queries.system_by_name(session, name)
+    if system is None:
+        return not_found(request, ws, f"no system named {name}")
+    return _candidate_list(request, session, ws, cursor, system.name, f"System {system.name}")
+
+
+@router.get("/candidates", response_class=HTMLResponse)
+def candidates_page(
+    request: Request,
+    session: SessionDep,
+    ws: WebSessionDep,
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
+) -> HTMLResponse:
+    return _candidate_list(request, session, ws, cursor, None, "Candidates")
+
+
+def _candidate_list(
+    request: Request,
+    session: Any,
+    ws: WebSession,
+    cursor: str | None,
+    system: str | None,
+    title: str,
+) -> HTMLResponse:
+    rows = queries.candidates(session, system=system, limit=PAGE + 1, before=decode_cursor(cursor))
+    page = rows[:PAGE]
+    items = [
+        {"row": r, "gate": present.state_of(r), "progress": present.progress_fraction(r)}
+        for r in page
+    ]
+    return render(
+        request,
+        ws,
+        "candidates.html",
+        {
+            "title": title,
+            "system": system,
+            "items": items,
+            "cursor": cursor,
+            "next_cursor": encode_cursor(page[-1]) if len(rows) > PAGE and page else None,
+        },
+    )
+
+
+@router.get("/candidates/{candidate_id}", response_class=HTMLResponse)
+def candidate_page(
+    candidate_id: str, request: Request, session: SessionDep, ws: WebSessionDep
+) -> HTMLResponse:
+    """Live progress while the assay runs; the whole containment evidence once it is decided."""
+    try:
+        cid = uuid.UUID(candidate_id)
+    except ValueError:
+        return not_found(request, ws, "not a candidate id")
+    detail = web_queries.candidate_detail(session, cid)
+    if detail is None:
+        return not_found(request, ws, f"no candidate {cid}")
+    row = detail.row
+    reasons = present.worst_first(row.assay.reasons or [])
+    severities: dict[str, int] = {}
+    for r in reasons:
+        sev = str(r.get("severity", "hold"))
+        severities[sev] = severities.get(sev, 0) + 1
+    view = present.report_view(detail.report, reasons) if detail.report else None
+    running = row.assay.status in ("queued", "running")
+    return render(
+        request,
+        ws,
+        "candidate.html",
+        {
+            "title": f"{row.system.name} {row.candidate.version}",
+            "row": row,
+            "gate": present.state_of(row),
+            "running": running,
+            "progress": present.progress_fraction(row),
+            "faults_progress": detail.progress,
+            "view": view,
+            "reasons": reasons,
+            "severities": severities,
+            "hashes": detail.component_hashes,
+            "envelope_points": [
+                {"id": f.id, "signature": f.signature} for f in (view.faults if view else [])
+            ],
+        },
+    )
+
+
+@router.get("/events", response_class=HTMLResponse)
+def events_page(
+    request: Request,
+    session: SessionDep,
+    ws: WebSessionDep,
+    before: Annotated[int | None, Query(ge=1)] = None,
+    kind: Annotated[str | None, Query(max_length=64)] = None,
+    candidate: Annotated[str | None, Query(max_length=64)] = None,
+) -> HTMLResponse:
+    """The append-only event log: submissions, credential mintings, stops, aborts, decisions."""
+    try:
+        candidate_id = uuid.UUID(candidate) if candidate else None
+    except ValueError:
+        candidate_id = None
+    found = web_queries.events_page(
+        session, limit=PAGE, before=before, kind=kind or None, candidate_id=candidate_id
+    )
+    events = [
+        {
+            "event": e,
+            "data": json.dumps(e.data, sort_keys=True, separators=(", ", ": ")) if e.data else "",
+        }
+        for e in found.events
+    ]
+    return render(
+        request,
+        ws,
+        "events.html",
+        {
+            "title": "Event log",
+            "events": events,
+            "next_before": found.next_before,
+            "kind": kind or "",
+            "kinds": KNOWN_EVENTS,
+            "candidate": str(candidate_id) if candidate_id else "",
+        },
+    )
+
+
+# ------------------------------------------------------------------------------ submitting
+
+
+def _submitter(ws: WebSession) -> dict[str, Any]:
+    """The signed-in identity as the submission's actor, where the API records one."""
+    if "actor" in inspect.signature(submit_candidate).parameters:
+        return {"actor": ws.identity.name if ws.identity else None}
+    return {}
+
+
+@router.get("/submit", response_class=HTMLResponse)
+def submit_form(request: Request, ws: WebSessionDep) -> HTMLResponse:
+    form = dict.fromkeys(("manifest", "source_revision", "trials", "seed", "catalogue"), "")
+    return render(
+        request, ws, "submit.html", {"title": "Submit a candidate", "error": None, "form": form}
+    )
+
+
+@router.post("/submit", response_class=HTMLResponse)
+def submit(
+    request: Request,
+    ws: WebSessionDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    dispatcher: DispatcherDep,
+    metrics: MetricsDep,
+    signer: SignerDep,
+    manifest: Annotated[str, Form(max_length=512 * 1024)],
+    source_revision: Annotated[str, Form(max_length=200)],
+    csrf: Annotated[str | None, Form()] = None,
+    trials: Annotated[str | None, Form(max_length=12)] = None,
+    seed: Annotated[str | None, Form(max_length=20)] = None,
+    catalogue: Annotated[str | None, Form(max_length=8)] = None,
+) -> Response:
+    """Submit a candidate from the browser; the same path as `POST /v1/candidates`."""
+    form = {
+        "manifest": manifest,
+        "source_revision": source_revision,
+        "trials": trials or "",
+        "seed": seed or "",
+        "catalogue": catalogue or "",
+    }
+    try:
+        check_csrf(secret_of(request), ws, csrf)
+    except CsrfInvalid as exc:
+        return render(
+            request, ws, "error.html", {"title": "Refused", "message": str(exc)}, status_code=403
+        )
+
+    def again(message: str, status: int = 400) -> HTMLResponse:
+        return render(
+            request,
+            ws,
+            "submit.html",
+            {"title": "Submit a candidate", "error": message, "form": form},
+            status_code=status,
+        )
+
+    try:
+        document = json.loads(manifest)
+    except ValueError as exc:
+        return again(f"the manifest is not JSON: {exc}")
+    plan: dict[str, Any] = {}
+    try:
+        if trials:
+            plan["trials"] = int(trials)
+        if seed:
+            plan["seed"] = int(seed)
+    except ValueError:
+        return again("trials and seed are whole numbers")
+    if catalogue:
+        plan["catalogue"] = catalogue
+    try:
+        body = CandidateCreate.model_validate(
+            {
+                "source_revision": source_revision or "dashboard",
+                "manifest": document,
+                **({"plan": plan} if plan else {}),
+            }
+        )
+        response = submit_candidate(
+            body=body,
+            session=session,
+            settings=settings,
+            dispatcher=dispatcher,
+            metrics=metrics,
+            signer=signer,
+            **_submitter(ws),
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return again(f"{where}: {first.get('msg', 'invalid')}")
+    except (AssaygateError, ApiError) as exc:
+        status = getattr(exc, "status_code", 400)
+        field_name = getattr(exc, "field", None)
+        return again(f"{field_name + ': ' if field_name else ''}{exc}", status)
+    created = json.loads(bytes(response.body))
+    return RedirectResponse(f"/candidates/{created['id']}", status_code=303)
+
+
+# ------------------------------------------------------------------------------- static
+
+
+@lru_cache(maxsize=1)
+def _static_files() -> dict[str, tuple[bytes, str, str]]:
+    found: dict[str, tuple[bytes, str, str]] = {}
+    for path in STATIC.iterdir():
+        if path.is_file():
+            data = path.read_bytes()
+            kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+            found[path.name] = (data, kind, hashlib.sha256(data).hexdigest()[:16])
+    return found
+
+
+@router.get("/static/{name}")
+def static(name: str, request: Request) -> Response:
+    """Only the files shipped in `service/web/static`, by exact name: no path traversal."""
+    found = _static_files().get(name)
+    if found is None:
+        return Response("not found", status_code=404, media_type="text/plain")
+    data, kind, etag = found
+    headers = {"ETag": f'"{etag}"', "Cache-Control": "public, max-age=300"}
+    if request.headers.get("if-none-match") == f'"{etag}"':
+        return Response(status_code=304, headers=headers)
+    return Response(data, media_type=kind, headers=headers)

@@ -1,0 +1,80 @@
+"""The dashboard in-process: the real app on a SQLite database the real migrations built, with
+decided candidates seeded through the db layer (no workers: these tests read pages)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+from sqlmodel import Session
+
+from service.api.app import create_app
+from service.db import migrate
+from service.db.session import make_engine
+from service.settings import Settings
+from tests.web.seed import report_of, seed_candidate
+
+EVIL = '<script>alert("x")</script>'
+
+
+@dataclass(frozen=True)
+class Seeded:
+    baseline: str
+    typed: str
+    evil: str
+    running: str
+
+
+@pytest.fixture(scope="session")
+def web_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    root = Path(tmp_path_factory.mktemp("web"))
+    settings = Settings(data_dir=root, database_url=f"sqlite:///{root / 'web.sqlite3'}")
+    migrate.upgrade(settings)
+    return settings
+
+
+@pytest.fixture(scope="session")
+def web_engine(web_settings: Settings) -> Iterator[sa.Engine]:
+    engine = make_engine(web_settings)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def seeded(web_engine: sa.Engine) -> Seeded:
+    with Session(web_engine, expire_on_commit=False) as session:
+        baseline = seed_candidate(
+            session, system="copperfin-returns", version="1.0.0", example_name="baseline"
+        )
+        typed = seed_candidate(session, system="copperfin-returns", version="1.1.0")
+        evil_report = report_of("baseline")
+        evil_report["reasons"][0]["message"] = f"{EVIL} in a reason"
+        evil_report["faults"][0]["id"] = f"{EVIL}fault"
+        evil = seed_candidate(
+            session,
+            system=f"{EVIL} system",
+            version=f"{EVIL}1",
+            example_name="baseline",
+            report=evil_report,
+            source_revision=EVIL,
+        )
+        running = seed_candidate(session, system="still-running", version="0.1", decided=False)
+        session.commit()
+        return Seeded(
+            str(baseline.candidate.id),
+            str(typed.candidate.id),
+            str(evil.candidate.id),
+            str(running.candidate.id),
+        )
+
+
+@pytest.fixture(scope="session")
+def web_client(
+    web_settings: Settings, web_engine: sa.Engine, seeded: Seeded
+) -> Iterator[TestClient]:
+    with TestClient(create_app(web_settings, engine=web_engine)) as client:
+        yield client

@@ -1,0 +1,179 @@
+"""The dashboard's pages, rendered by the real app from rows the db layer wrote."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+from sqlmodel import Session
+
+from service.db.models import Event, System
+from tests.web.conftest import EVIL, Seeded
+from tests.web.seed import example
+
+
+def test_systems_page_shows_each_systems_decision_with_its_reasons(
+    web_client: TestClient, seeded: Seeded
+) -> None:
+    page = web_client.get("/")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    row = re.search(
+        r'<tr class="row-(\w+)">\s*<td class="name"><a href="/systems/copperfin-returns"', page.text
+    )
+    assert row and row.group(1) == "hold"  # the typed candidate is the latest
+    assert "break_trace_lineage" in page.text
+    assert 'class="pill pill-running"' in page.text  # the system whose assay still runs
+
+
+def test_html_in_system_names_versions_and_reasons_is_escaped(
+    web_client: TestClient, seeded: Seeded
+) -> None:
+    for url in ("/", "/candidates", f"/candidates/{seeded.evil}", "/events"):
+        page = web_client.get(url)
+        assert page.status_code == 200, url
+        assert EVIL not in page.text, url
+        assert "&lt;script&gt;" in page.text, url
+
+
+def test_every_page_forbids_inline_scripts_and_framing(web_client: TestClient) -> None:
+    page = web_client.get("/")
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    assert page.headers["x-content-type-options"] == "nosniff"
+    assert "<script>" not in page.text
+
+
+def test_baseline_candidate_page_shows_block_its_reasons_and_the_evidence(
+    web_client: TestClient, seeded: Seeded
+) -> None:
+    page = web_client.get(f"/candidates/{seeded.baseline}").text
+    decision = page[page.index('id="decision"') :]
+    assert "pill-block" in decision[:400]
+    assert "unsafe_escape" in decision and "subject_swap: unsafe escape in 20 of 20" in decision
+    assert page.count('class="sig"') == 18  # a signature per fault of the full catalogue
+    assert 'class="envelope"' in page and 'class="coverage"' in page
+    assert "Diagnosis of negative results" in page and "narrow authority" in page
+    assert "Transfer" in page and "Counterfactual" in page
+    assert "progress.js" not in page  # decided: no polling
+
+
+def test_typed_candidate_counts_valid_counterfactuals(
+    web_client: TestClient, seeded: Seeded
+) -> None:
+    page = web_client.get(f"/candidates/{seeded.typed}").text
+    stat = re.search(r'<span class="n">(\d+)<small> / (\d+) / (\d+)</small>', page)
+    assert stat is not None
+    valid, invalid, _masked = (int(x) for x in stat.groups())
+    assert valid > 0 and invalid == 0
+    assert 'class="cf cf-valid"' in page
+
+
+def test_a_running_candidate_polls_for_progress(web_client: TestClient, seeded: Seeded) -> None:
+    page = web_client.get(f"/candidates/{seeded.running}").text
+    assert '<script src="/static/progress.js" defer></script>' in page
+    assert 'id="overall-progress"' in page and 'http-equiv="refresh"' in page
+    assert 'id="decision"' not in page
+
+
+def test_unknown_candidates_and_systems_are_404_pages(web_client: TestClient) -> None:
+    for url in (
+        "/candidates/not-a-uuid",
+        f"/candidates/{'0' * 8}-0000-0000-0000-{'0' * 12}",
+        "/systems/nope",
+    ):
+        page = web_client.get(url)
+        assert page.status_code == 404 and "Not found" in page.text
+
+
+def test_static_files_are_served_by_exact_name_only(web_client: TestClient) -> None:
+    css = web_client.get("/static/dashboard.css")
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+    assert "@media print" in css.text
+    again = web_client.get("/static/dashboard.css", headers={"If-None-Match": css.headers["etag"]})
+    assert again.status_code == 304
+    assert web_client.get("/static/..%2Froutes.py").status_code == 404
+    assert web_client.get("/static/missing.js").status_code == 404
+
+
+def test_systems_are_paginated_fifty_to_a_page(
+    web_client: TestClient, web_engine: sa.Engine, seeded: Seeded
+) -> None:
+    with Session(web_engine) as session:
+        session.add_all(System(name=f"zz-paged-{i:03d}") for i in range(55))
+        session.commit()
+    first = web_client.get("/").text
+    assert first.count('<td class="name">') == 50 and 'rel="next"' in first
+    second = web_client.get("/?page=2").text
+    assert 'rel="prev"' in second and "zz-paged-054" in second
+    filtered = web_client.get("/?q=zz-paged-01").text
+    assert filtered.count('<td class="name">') == 10
+
+
+def test_event_log_is_paginated_newest_first_and_filters_by_kind(
+    web_client: TestClient, web_engine: sa.Engine, seeded: Seeded
+) -> None:
+    with Session(web_engine) as session:
+        session.add_all(Event(kind="shard.started", data={"n": i}) for i in range(60))
+        session.commit()
+    page = web_client.get("/events").text
+    ids = [int(x) for x in re.findall(r'<td class="num muted">(\d+)</td>', page)]
+    assert len(ids) == 50 and ids == sorted(ids, reverse=True)
+    older = web_client.get(f"/events?before={ids[-1]}").text
+    older_ids = [int(x) for x in re.findall(r'<td class="num muted">(\d+)</td>', older)]
+    assert older_ids and max(older_ids) < ids[-1]
+    decided = web_client.get("/events?kind=assay.decided").text
+    kinds = set(re.findall(r'<span class="kind">([^<]+)</span>', decided))
+    assert kinds == {"assay.decided"}
+
+
+def test_submit_form_refuses_a_post_without_its_token(web_client: TestClient) -> None:
+    body = {"manifest": "{}", "source_revision": "abc"}
+    fresh = TestClient(web_client.app)
+    refused = fresh.post("/submit", data=body, follow_redirects=False)
+    assert refused.status_code == 403
+    form = web_client.get("/submit").text
+    token = re.search(r'name="csrf" value="([^"]+)"', form)
+    assert token is not None
+    forged = web_client.post("/submit", data={**body, "csrf": token.group(1)[:-2] + "xx"})
+    assert forged.status_code == 403
+
+
+def test_submit_form_records_a_candidate_and_redirects_to_it(web_client: TestClient) -> None:
+    form = web_client.get("/submit").text
+    token = re.search(r'name="csrf" value="([^"]+)"', form)
+    assert token is not None
+    manifest = example("typed")
+    manifest["system"] = "submitted-from-the-form"
+    answer = web_client.post(
+        "/submit",
+        data={
+            "manifest": json.dumps(manifest),
+            "source_revision": "f00d",
+            "trials": "10",
+            "csrf": token.group(1),
+        },
+        follow_redirects=False,
+    )
+    assert answer.status_code == 303, answer.text
+    assert answer.headers["location"].startswith("/candidates/")
+    page = web_client.get(answer.headers["location"]).text
+    assert "submitted-from-the-form" in page and "f00d" in page
+
+
+def test_submit_form_shows_what_is_wrong_with_a_manifest(web_client: TestClient) -> None:
+    form = web_client.get("/submit").text
+    token = re.search(r'name="csrf" value="([^"]+)"', form)
+    assert token is not None
+    answer = web_client.post(
+        "/submit",
+        data={
+            "manifest": '{"model": 1, "surprise": true}',
+            "source_revision": "x",
+            "csrf": token.group(1),
+        },
+    )
+    assert answer.status_code in (400, 422)
+    assert 'role="alert"' in answer.text and "surprise" in answer.text
