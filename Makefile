@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 VENV ?= .venv
 
-.PHONY: venv lint typecheck imports test test-fast demo bench
+.PHONY: venv lint typecheck imports services browser test test-fast demo bench
 
 venv:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -22,7 +22,10 @@ imports:
 services:
 	@bash deploy/ensure-services.sh
 
-test: venv services lint typecheck imports
+browser:
+	@bash deploy/ensure-chromium.sh
+
+test: venv services browser lint typecheck imports
 	$(PY) -m pytest
 
 demo: venv
@@ -33,3 +36,6 @@ serve: venv
 
 bench-service: venv services
 	$(PY) bench/service_latency.py
+
+bench-dashboard: venv services
+	$(PY) bench/dashboard_render.py

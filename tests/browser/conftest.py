@@ -1,0 +1,109 @@
+"""Debian's Chromium, headless, driven by Playwright against the real service: PostgreSQL,
+Redis, two Celery worker processes and the API (with the dashboard) on a real port.
+
+The browser is never downloaded (`playwright install` is not used): `make test` installs
+Debian's `chromium` package, and these tests skip, saying why, only when it is not there."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.api.app import create_app
+from service.db import migrate
+from service.settings import Settings
+from tests.support.service import (
+    ROOT,
+    ApiServer,
+    WorkerProcess,
+    flush_redis_prefix,
+    postgres_database,
+    session_settings,
+)
+
+CHROMIUM = os.environ.get("ASSAYGATE_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "browser: drives Debian's Chromium through Playwright")
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip(
+            f"{CHROMIUM} is missing and could not be installed (make test runs "
+            "deploy/ensure-chromium.sh, which needs root and Debian's apt)"
+        )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    opened = context.new_page()
+    opened.set_default_timeout(15_000)
+    try:
+        yield opened
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    with postgres_database("browser") as url:
+        settings = session_settings(
+            url, tmp_path_factory.mktemp("browser"), "browser", trials_per_shard=40
+        )
+        migrate.upgrade(settings)
+        yield settings
+        flush_redis_prefix(settings)
+
+
+@pytest.fixture(scope="session")
+def server_url(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log_dir = tmp_path_factory.mktemp("browser-workers")
+    workers = [WorkerProcess(settings, f"browser-{n}", log_dir) for n in (1, 2)]
+    try:
+        for worker in workers:
+            worker.wait_ready()
+        with ApiServer(create_app(settings)) as server:
+            yield server.url
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+@pytest.fixture
+def api(server_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server_url, timeout=30.0) as client:
+        yield client

@@ -1,0 +1,105 @@
+"""A reviewer's morning in the browser: submit the baseline and the typed examples, watch the
+assays finish, read why the baseline is blocked, and look at the evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.service import example
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.timeout(300)]
+
+PLAN = {"trials": 40, "seed": 188}
+
+
+def shot(page: Any, artifacts: Path, name: str) -> None:
+    page.screenshot(path=str(artifacts / f"{name}.png"), full_page=True)
+
+
+def submit_in_the_browser(page: Any, base: str, name: str, system: str) -> None:
+    manifest = example(name)
+    manifest["system"] = system
+    page.goto(f"{base}/submit")
+    page.fill("#manifest", json.dumps(manifest, indent=2))
+    page.fill("input[name=source_revision]", f"{name}-0001")
+    page.fill("input[name=trials]", str(PLAN["trials"]))
+    page.fill("input[name=seed]", str(PLAN["seed"]))
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/candidates/*")
+
+
+def test_baseline_submitted_in_the_browser_is_blocked_with_its_reasons(
+    page: Any, server_url: str, artifacts: Path
+) -> None:
+    page.goto(server_url + "/")
+    assert page.title() == "Systems · Assaygate"
+    shot(page, artifacts, "01-systems-before")
+
+    submit_in_the_browser(page, server_url, "baseline", "copperfin-browser")
+    # The page polls the assay while it runs and reloads itself once it is decided.
+    assert page.locator("#progress").count() == 1 or page.locator("#decision").count() == 1
+    shot(page, artifacts, "02-candidate-progress")
+    page.wait_for_selector("#decision", timeout=120_000)
+    decision = page.locator("#decision")
+    assert decision.locator(".pill-block").count() == 1
+    text = decision.inner_text()
+    assert "unsafe escape" in text and "subject_swap" in text
+    assert page.locator("svg.sig").count() == 18
+    assert page.locator("svg.envelope").count() == 1
+    assert page.locator("table.coverage").count() == 1
+    assert page.locator("#diagnosis").is_visible()
+    shot(page, artifacts, "03-candidate-baseline-block")
+
+
+def test_typed_candidate_submitted_by_ci_shows_progress_then_its_evidence(
+    page: Any, server_url: str, api: httpx.Client, artifacts: Path
+) -> None:
+    manifest = example("typed")
+    manifest["system"] = "copperfin-typed-browser"
+    created = api.post(
+        "/v1/candidates",
+        json={"source_revision": "typed-0001", "manifest": manifest, "plan": PLAN},
+    )
+    assert created.status_code == 202, created.text
+    candidate = created.json()["id"]
+    page.goto(f"{server_url}/candidates/{candidate}")
+    page.wait_for_selector("#decision", timeout=120_000)
+    assert page.locator("#decision .pill-hold, #decision .pill-allow").count() == 1
+    assert page.locator(".cf-valid").count() > 0
+    assert page.locator("svg.sig").count() == 18
+    shot(page, artifacts, "04-candidate-typed")
+
+    page.goto(server_url + "/")
+    row = page.locator("tr", has=page.locator("a", has_text="copperfin-typed-browser"))
+    assert row.locator(".pill").inner_text().lower() in ("hold", "allow")
+    shot(page, artifacts, "05-systems-after")
+
+    page.goto(server_url + "/events")
+    kinds = page.locator("span.kind").all_inner_texts()
+    assert "credential.minted" in kinds and "assay.decided" in kinds
+    shot(page, artifacts, "06-events")
+
+    page.goto(f"{server_url}/systems/copperfin-typed-browser")
+    assert page.locator("table.candidates tbody tr").count() == 1
+    shot(page, artifacts, "07-system")
+
+
+def test_html_in_a_system_name_is_shown_as_text(
+    page: Any, server_url: str, api: httpx.Client
+) -> None:
+    manifest = example("typed")
+    manifest["system"] = '<img src=x onerror="document.title=1">'
+    created = api.post(
+        "/v1/candidates",
+        json={"source_revision": "<b>bold</b>", "manifest": manifest, "plan": {"trials": 1}},
+    )
+    assert created.status_code == 202, created.text
+    page.goto(server_url + "/")
+    assert page.get_by_text('<img src=x onerror="document.title=1">').count() >= 1
+    assert page.title() == "Systems · Assaygate"
+    assert page.locator("main img").count() == 0
