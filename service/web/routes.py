@@ -338,13 +338,7 @@ def events_page(
     found = web_queries.events_page(
         session, limit=PAGE, before=before, kind=kind or None, candidate_id=candidate_id
     )
-    events = [
-        {
-            "event": e,
-            "data": json.dumps(e.data, sort_keys=True, separators=(", ", ": ")) if e.data else "",
-        }
-        for e in found.events
-    ]
+    events = [{"event": e, "data": _brief(e.data)} for e in found.events]
     return render(
         request,
         ws,
@@ -358,6 +352,14 @@ def events_page(
             "candidate": str(candidate_id) if candidate_id else "",
         },
     )
+
+
+def _brief(data: dict[str, Any] | None, limit: int = 240) -> str:
+    """An event's data on one line, cut short: the log is for scanning, the pages for detail."""
+    if not data:
+        return ""
+    text = json.dumps(data, sort_keys=True, separators=(", ", ": "), default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # ------------------------------------------------------------------------------ submitting
