@@ -36,8 +36,9 @@ from service.api.errors import ApiError
 from service.api.routes.candidates import submit_candidate
 from service.api.schemas import CandidateCreate
 from service.core.errors import AssaygateError
+from service.db import dossier as dossiers
 from service.db import queries
-from service.web import charts, present
+from service.web import charts, present, review
 from service.web import queries as web_queries
 from service.web.auth import (
     COOKIE,
@@ -81,6 +82,7 @@ SECURITY_HEADERS = {
 }
 
 router = APIRouter(include_in_schema=False)
+router.include_router(review.router)
 
 
 @lru_cache(maxsize=1)
@@ -200,6 +202,11 @@ def systems_page(
                 if now.get(c) != then.get(c)
             ]
         gate = present.state_of(r.latest)
+        if r.latest is not None:
+            # The deploy gate's own answer: allow, hold, block or reopened, with its reasons.
+            view = dossiers.gate(session, r.system, r.latest.candidate)
+            if not (gate.state == "running" and view.dossier is None and view.decision == "hold"):
+                gate = present.GateState(view.decision, present.worst_first(view.reasons))
         counts[gate.state] = counts.get(gate.state, 0) + 1
         rows.append(
             {

@@ -15,6 +15,7 @@ from sqlmodel import Session
 from service.api.app import create_app
 from service.db import migrate
 from service.db.session import make_engine
+from service.keys import KeyRing
 from service.settings import Settings
 from tests.web.seed import report_of, seed_candidate
 
@@ -45,12 +46,18 @@ def web_engine(web_settings: Settings) -> Iterator[sa.Engine]:
 
 
 @pytest.fixture(scope="session")
-def seeded(web_engine: sa.Engine) -> Seeded:
+def seeded(web_settings: Settings, web_engine: sa.Engine) -> Seeded:
+    assert web_settings.keys_dir is not None
+    signer = KeyRing(web_settings.keys_dir).load_or_create()
     with Session(web_engine, expire_on_commit=False) as session:
         baseline = seed_candidate(
-            session, system="copperfin-returns", version="1.0.0", example_name="baseline"
+            session,
+            system="copperfin-returns",
+            version="1.0.0",
+            example_name="baseline",
+            signer=signer,
         )
-        typed = seed_candidate(session, system="copperfin-returns", version="1.1.0")
+        typed = seed_candidate(session, system="copperfin-returns", version="1.1.0", signer=signer)
         evil_report = report_of("baseline")
         evil_report["reasons"][0]["message"] = f"{EVIL} in a reason"
         evil_report["faults"][0]["id"] = f"{EVIL}fault"
@@ -61,6 +68,7 @@ def seeded(web_engine: sa.Engine) -> Seeded:
             example_name="baseline",
             report=evil_report,
             source_revision=EVIL,
+            signer=signer,
         )
         running = seed_candidate(session, system="still-running", version="0.1", decided=False)
         session.commit()

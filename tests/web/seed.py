@@ -13,10 +13,12 @@ from typing import Any
 from sqlmodel import Session
 
 from service.core.assay import plan_shards, run_assay
+from service.core.dossier import Signer
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
 from service.db.assay import FaultRow, record_report
 from service.db.candidate import Recorded, record_submission
+from service.db.dossier import record_assay_dossier
 from service.db.models import AssayShard, ShardStatus
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -54,6 +56,7 @@ def seed_candidate(
     created_at: datetime | None = None,
     source_revision: str = "0123abc",
     with_shards: bool = True,
+    signer: Signer | None = None,
 ) -> Recorded:
     """One candidate of `system`, decided with `report` (the example's own by default)."""
     document = example(example_name)
@@ -96,6 +99,9 @@ def seed_candidate(
         for f in report.get("faults", [])
     ]
     record_report(session, assay.id, decision=str(report["decision"]), report=report, faults=faults)
+    if signer is not None:
+        # What the worker that wins the merge does: the first signed dossier version.
+        record_assay_dossier(session, signer, assay.id, report)
     session.flush()
     session.refresh(assay)
     return recorded

@@ -1,0 +1,309 @@
+"""Review pages: sign-in, dossiers (verified on every request) and the holds queue.
+
+Review actions go through the same service functions as the API (`/v1/holds/{id}/waive`,
+`/reject`, `/v1/candidates/{id}/rerun`), with the signed-in reviewer as the actor; every form
+carries the session's CSRF token, and an action without a signed-in reviewer is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import ValidationError
+
+from service.api.deps import DispatcherDep, KeyRingDep, SessionDep, SettingsDep, SignerDep
+from service.api.errors import ApiError
+from service.api.routes import dossiers as dossier_routes
+from service.api.routes import holds as hold_routes
+from service.api.schemas import ReviewCreate
+from service.core.dossier import verify
+from service.core.errors import AssaygateError
+from service.db import dossier as dossiers
+from service.db import queries
+from service.db.models import Candidate, Dossier, Hold, HoldStatus
+from service.web import auth
+from service.web.auth import WebSessionDep
+
+router = APIRouter(include_in_schema=False)
+
+
+def _render(
+    request: Request,
+    ws: auth.WebSession,
+    template: str,
+    context: dict[str, Any],
+    status_code: int = 200,
+) -> HTMLResponse:
+    from service.web.routes import render
+
+    return render(request, ws, template, context, status_code=status_code)
+
+
+def _refuse(request: Request, ws: auth.WebSession, message: str, status: int) -> HTMLResponse:
+    return _render(request, ws, "error.html", {"title": "Refused", "message": message}, status)
+
+
+def _guard(request: Request, ws: auth.WebSession, csrf: str | None) -> HTMLResponse | None:
+    """The checks every review action makes first: a valid form token, a signed-in reviewer."""
+    try:
+        auth.check_csrf(auth.secret_of(request), ws, csrf)
+    except auth.CsrfInvalid as exc:
+        return _refuse(request, ws, str(exc), 403)
+    try:
+        auth.require_reviewer(ws)
+    except auth.SignInRequired as exc:
+        return _refuse(request, ws, str(exc), 401)
+    return None
+
+
+# ------------------------------------------------------------------------------ sign-in
+
+
+@router.get("/signin", response_class=HTMLResponse)
+def signin_form(
+    request: Request, ws: WebSessionDep, next: Annotated[str, Query(max_length=300)] = "/"
+) -> HTMLResponse:
+    return _render(request, ws, "signin.html", {"title": "Sign in", "error": None, "next": next})
+
+
+@router.post("/signin", response_class=HTMLResponse)
+def signin(
+    request: Request,
+    ws: WebSessionDep,
+    session: SessionDep,
+    credential: Annotated[str, Form(max_length=400)],
+    csrf: Annotated[str | None, Form()] = None,
+    next: Annotated[str, Form(max_length=300)] = "/",
+) -> Response:
+    secret = auth.secret_of(request)
+    try:
+        auth.check_csrf(secret, ws, csrf)
+    except auth.CsrfInvalid as exc:
+        return _refuse(request, ws, str(exc), 403)
+    identity = auth.authenticate(session, credential)
+    if identity is None:
+        return _render(
+            request,
+            ws,
+            "signin.html",
+            {"title": "Sign in", "error": "that credential is not valid", "next": next},
+            401,
+        )
+    # A new session id on sign-in: a token from before cannot ride along (session fixation).
+    fresh = auth.new_session(identity)
+    target = next if next.startswith("/") and not next.startswith("//") else "/"
+    response = RedirectResponse(target, status_code=303)
+    from service.web.routes import set_session_cookie
+
+    set_session_cookie(request, response, secret, fresh)
+    return response
+
+
+@router.post("/signout")
+def signout(
+    request: Request, ws: WebSessionDep, csrf: Annotated[str | None, Form()] = None
+) -> Response:
+    try:
+        auth.check_csrf(auth.secret_of(request), ws, csrf)
+    except auth.CsrfInvalid as exc:
+        return _refuse(request, ws, str(exc), 403)
+    response = RedirectResponse("/", status_code=303)
+    response.delete_cookie(auth.COOKIE, path="/")
+    return response
+
+
+# ------------------------------------------------------------------------------ dossiers
+
+
+def _hash_diff(before: dict[str, str], after: dict[str, str]) -> list[dict[str, str | None]]:
+    return [
+        {"component": c, "before": before.get(c), "after": after.get(c)}
+        for c in sorted(set(before) | set(after))
+        if before.get(c) != after.get(c)
+    ]
+
+
+@router.get("/candidates/{candidate_id}/dossier", response_class=HTMLResponse)
+def dossier_page(
+    candidate_id: str, request: Request, session: SessionDep, ws: WebSessionDep, ring: KeyRingDep
+) -> HTMLResponse:
+    """Every version with its chain link, each verified now against the published keys."""
+    try:
+        cid = uuid.UUID(candidate_id)
+    except ValueError:
+        cid = None
+    row = queries.candidate(session, cid) if cid else None
+    if row is None:
+        return _render(
+            request, ws, "error.html", {"title": "Not found", "message": "no such candidate"}, 404
+        )
+    keys = {k.keyid: k for k in ring.published()}
+    versions: list[dict[str, Any]] = []
+    previous: Dossier | None = None
+    previous_hashes: dict[str, str] = {}
+    for d in dossiers.versions(session, row.candidate.id):
+        envelope = json.loads(d.envelope)
+        checked = verify(
+            envelope,
+            keys,
+            previous_digest=previous.digest if previous else d.previous,
+            check_chain=True,
+        )
+        predicate = (checked.statement or {}).get("predicate") or {}
+        hashes = dict((predicate.get("manifest") or {}).get("component_hashes") or {})
+        versions.append(
+            {
+                "dossier": d,
+                "ok": checked.ok,
+                "checks": list(checked.checks),
+                "diff": _hash_diff(previous_hashes, hashes) if previous else [],
+                "decision_changed": previous is not None and previous.decision != d.decision,
+                "waivers": predicate.get("waivers") or [],
+            }
+        )
+        previous, previous_hashes = d, hashes
+    allowed = dossiers.last_allowed(session, row.system.id)
+    against_allowed: list[dict[str, str | None]] = []
+    if allowed is not None and previous is not None and allowed.id != previous.id:
+        allowed_pred = dossiers.predicate_of(allowed)
+        against_allowed = _hash_diff(
+            dict((allowed_pred.get("manifest") or {}).get("component_hashes") or {}),
+            previous_hashes,
+        )
+    holds = [h for h in _holds_of(session, row.candidate.id)]
+    return _render(
+        request,
+        ws,
+        "dossier.html",
+        {
+            "title": f"Dossier {row.system.name} {row.candidate.version}",
+            "row": row,
+            "versions": list(reversed(versions)),
+            "allowed": allowed,
+            "against_allowed": against_allowed,
+            "holds": holds,
+            "keys": len(keys),
+        },
+    )
+
+
+def _holds_of(session: Any, candidate_id: uuid.UUID) -> list[Hold]:
+    from sqlmodel import col, select
+
+    return list(
+        session.exec(
+            select(Hold).where(Hold.candidate_id == candidate_id).order_by(col(Hold.created_at))
+        ).all()
+    )
+
+
+# ------------------------------------------------------------------------------- holds
+
+
+@router.get("/holds", response_class=HTMLResponse)
+def holds_page(
+    request: Request,
+    session: SessionDep,
+    ws: WebSessionDep,
+    signer: SignerDep,
+    status: Annotated[str, Query(max_length=16)] = "open",
+) -> HTMLResponse:
+    if dossiers.reopen_expired(session, signer):
+        session.commit()
+    wanted = status if status in {s.value for s in HoldStatus} else None
+    rows = dossiers.holds(session, status=wanted, limit=100)
+    candidates = {
+        c.id: c
+        for c in (session.get(Candidate, cid) for cid in {h.candidate_id for h in rows})
+        if c is not None
+    }
+    items = []
+    for h in rows:
+        cand = candidates.get(h.candidate_id)
+        row = queries.candidate(session, h.candidate_id) if cand else None
+        items.append(
+            {
+                "hold": h,
+                "row": row,
+                "blocking": bool(dossiers.hard_reasons(h)),
+                "own": bool(
+                    ws.identity and cand is not None and cand.submitter == ws.identity.name
+                ),
+            }
+        )
+    default_expiry = (datetime.now(UTC) + timedelta(days=7)).strftime("%Y-%m-%dT%H:%M")
+    return _render(
+        request,
+        ws,
+        "holds.html",
+        {
+            "title": "Holds",
+            "items": items,
+            "status": status,
+            "default_expiry": default_expiry,
+            "error": request.query_params.get("error"),
+        },
+    )
+
+
+@router.post("/holds/{hold_id}/{action}", response_class=HTMLResponse)
+def review_hold(
+    hold_id: uuid.UUID,
+    action: str,
+    request: Request,
+    ws: WebSessionDep,
+    session: SessionDep,
+    signer: SignerDep,
+    reason: Annotated[str, Form(max_length=2000)] = "",
+    expires_at: Annotated[str, Form(max_length=40)] = "",
+    csrf: Annotated[str | None, Form()] = None,
+) -> Response:
+    """Waive (with an expiry) or reject (with a reason) through the API's own review path."""
+    refused = _guard(request, ws, csrf)
+    if refused is not None:
+        return refused
+    assert ws.identity is not None
+    if action not in ("waive", "reject"):
+        return _refuse(request, ws, "the action is waive or reject", 404)
+    if not reason.strip():
+        return _refuse(request, ws, "a review needs a reason", 422)
+    try:
+        expiry = datetime.fromisoformat(expires_at).replace(tzinfo=UTC) if expires_at else None
+        body = ReviewCreate(reason=reason.strip(), expires_at=expiry)
+        call = hold_routes.waive if action == "waive" else hold_routes.reject
+        done = call(hold_id, body, session, signer, ws.identity.name)
+    except (ValueError, ValidationError) as exc:
+        return _refuse(request, ws, f"expires_at: {exc}", 422)
+    except (ApiError, AssaygateError) as exc:
+        return _refuse(request, ws, str(exc), getattr(exc, "status_code", 400))
+    return RedirectResponse(f"/candidates/{done.hold.candidate_id}/dossier", status_code=303)
+
+
+@router.post("/candidates/{candidate_id}/rerun", response_class=HTMLResponse)
+def rerun(
+    candidate_id: uuid.UUID,
+    request: Request,
+    ws: WebSessionDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    dispatcher: DispatcherDep,
+    signer: SignerDep,
+    csrf: Annotated[str | None, Form()] = None,
+) -> Response:
+    """A new assay of the same candidate: a new dossier version, never a replacement."""
+    refused = _guard(request, ws, csrf)
+    if refused is not None:
+        return refused
+    assert ws.identity is not None
+    try:
+        dossier_routes.rerun(
+            candidate_id, session, settings, dispatcher, signer, ws.identity.name, None
+        )
+    except (ApiError, AssaygateError) as exc:
+        return _refuse(request, ws, str(exc), getattr(exc, "status_code", 400))
+    return RedirectResponse(f"/candidates/{candidate_id}", status_code=303)

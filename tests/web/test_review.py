@@ -1,0 +1,113 @@
+"""Sign-in, dossiers verified on the page, and the holds queue: every review action needs a
+signed-in reviewer and the form token of their session."""
+
+from __future__ import annotations
+
+import re
+
+from fastapi.testclient import TestClient
+
+from tests.web.conftest import Seeded
+
+
+def token(client: TestClient, url: str = "/signin") -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', client.get(url).text)
+    assert found is not None
+    return found.group(1)
+
+
+def signed_in(client: TestClient, name: str = "rita") -> TestClient:
+    reviewer = TestClient(client.app)
+    answer = reviewer.post(
+        "/signin",
+        data={"credential": name, "csrf": token(reviewer), "next": "/holds"},
+        follow_redirects=False,
+    )
+    assert answer.status_code == 303 and answer.headers["location"] == "/holds"
+    return reviewer
+
+
+def open_hold_of(client: TestClient, candidate: str) -> str:
+    page = client.get("/holds").text
+    block = page[: page.index(f'href="/candidates/{candidate}"')]
+    return block.rsplit('id="hold-', 1)[1].split('"', 1)[0]
+
+
+def test_the_dossier_page_verifies_every_version_against_the_published_keys(
+    web_client: TestClient, seeded: Seeded
+) -> None:
+    page = web_client.get(f"/candidates/{seeded.baseline}/dossier").text
+    assert "✔ verified" in page and "does not verify" not in page
+    assert "Version 1" in page and "pill-block" in page
+    assert 'href="/v1/dossiers/' in page and "/envelope" in page
+    envelope = re.search(r'href="(/v1/dossiers/[^"]+/envelope)"', page)
+    assert envelope is not None
+    assert web_client.get(envelope.group(1)).json()["payloadType"]
+
+
+def test_review_actions_are_refused_without_sign_in_or_without_the_form_token(
+    web_client: TestClient, seeded: Seeded
+) -> None:
+    hold = open_hold_of(web_client, seeded.typed)
+    anonymous = TestClient(web_client.app)
+    form = {"reason": "fine", "expires_at": "2999-01-01T00:00", "csrf": token(anonymous)}
+    assert anonymous.post(f"/holds/{hold}/waive", data=form).status_code == 401
+    assert anonymous.post(f"/candidates/{seeded.typed}/rerun", data=form).status_code == 401
+    reviewer = signed_in(web_client)
+    forged = {**form, "csrf": "not-the-token"}
+    assert reviewer.post(f"/holds/{hold}/waive", data=forged).status_code == 403
+    missing = {k: v for k, v in form.items() if k != "csrf"}
+    assert reviewer.post(f"/holds/{hold}/waive", data=missing).status_code == 403
+    # Another browser's token does not fit this session either.
+    assert reviewer.post(f"/holds/{hold}/waive", data=form).status_code == 403
+
+
+def test_a_waiver_needs_a_reason_and_signs_a_new_dossier_version(
+    web_client: TestClient, seeded: Seeded
+) -> None:
+    reviewer = signed_in(web_client)
+    hold = open_hold_of(reviewer, seeded.typed)
+    csrf = token(reviewer, "/holds")
+    no_reason = reviewer.post(
+        f"/holds/{hold}/waive", data={"reason": " ", "expires_at": "2999-01-01T00:00", "csrf": csrf}
+    )
+    assert no_reason.status_code == 422
+    done = reviewer.post(
+        f"/holds/{hold}/waive",
+        data={
+            "reason": "lineage repair ships next week",
+            "expires_at": "2999-01-01T00:00",
+            "csrf": csrf,
+        },
+        follow_redirects=False,
+    )
+    assert done.status_code == 303, done.text
+    page = reviewer.get(done.headers["location"]).text
+    assert "Version 2" in page and "Version 1" in page
+    assert page.count("✔ verified") == 2
+    assert "waived by rita" in page and "lineage repair ships next week" in page
+    events = reviewer.get("/events?kind=dossier.issued").text
+    assert "dossier.issued" in events
+
+
+def test_a_block_cannot_be_waived_from_the_queue(web_client: TestClient, seeded: Seeded) -> None:
+    reviewer = signed_in(web_client)
+    hold = open_hold_of(reviewer, seeded.baseline)
+    answer = reviewer.post(
+        f"/holds/{hold}/waive",
+        data={
+            "reason": "ship it",
+            "expires_at": "2999-01-01T00:00",
+            "csrf": token(reviewer, "/holds"),
+        },
+    )
+    assert answer.status_code in (409, 422) and "cannot lift a block" in answer.text
+
+
+def test_sign_out_ends_the_session(web_client: TestClient) -> None:
+    reviewer = signed_in(web_client)
+    assert "Sign out" in reviewer.get("/").text
+    out = reviewer.post("/signout", data={"csrf": token(reviewer, "/")}, follow_redirects=False)
+    assert out.status_code == 303
+    reviewer.cookies.clear()
+    assert "Sign in" in reviewer.get("/").text
