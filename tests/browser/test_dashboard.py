@@ -103,3 +103,40 @@ def test_html_in_a_system_name_is_shown_as_text(
     assert page.get_by_text('<img src=x onerror="document.title=1">').count() >= 1
     assert page.title() == "Systems · Assaygate"
     assert page.locator("main img").count() == 0
+
+
+def test_reviewer_signs_in_sees_the_dossier_verified_and_waives_a_hold(
+    page: Any, server_url: str, api: httpx.Client, artifacts: Path
+) -> None:
+    manifest = example("typed")
+    manifest["system"] = "copperfin-review-browser"
+    created = api.post(
+        "/v1/candidates",
+        json={"source_revision": "typed-0002", "manifest": manifest, "plan": PLAN},
+        headers={"X-Assaygate-Actor": "ci-bot"},
+    )
+    assert created.status_code == 202, created.text
+    candidate = created.json()["id"]
+
+    page.goto(f"{server_url}/signin?next=/holds")
+    page.fill("#credential", "rita")
+    page.click("form.submit button[type=submit]")
+    page.wait_for_url(f"{server_url}/holds")
+    assert page.locator(".identity").inner_text() == "rita"
+
+    page.goto(f"{server_url}/candidates/{candidate}")
+    page.wait_for_selector("#decision", timeout=120_000)
+    page.click("#dossier-link")
+    assert page.locator(".verify.ok").count() == 1
+    shot(page, artifacts, "08-dossier-verified")
+
+    page.goto(f"{server_url}/holds")
+    hold = page.locator("article.hold", has=page.locator(f'a[href="/candidates/{candidate}"]'))
+    shot(page, artifacts, "09-holds")
+    hold.locator("form[action$='/waive'] input[name=reason]").fill("lineage repair lands in 1.3")
+    hold.locator("form[action$='/waive'] button").click()
+    page.wait_for_url(f"{server_url}/candidates/{candidate}/dossier")
+    assert page.locator("li.version").count() == 2
+    assert page.locator(".verify.ok").count() == 2
+    assert "waived by rita" in page.locator("#v2").inner_text()
+    shot(page, artifacts, "10-dossier-after-waiver")
