@@ -30,6 +30,7 @@ from sqlmodel import Session
 from service.api.app import create_app
 from service.db import migrate
 from service.db.session import make_engine
+from service.keys import KeyRing
 from service.settings import Settings
 from tests.web.seed import report_of, seed_candidate
 
@@ -52,6 +53,8 @@ def database(use_sqlite: bool, root: Path) -> Iterator[tuple[str, str]]:
 
 def seed(settings: Settings, systems: int, candidates: int) -> tuple[list[str], list[str]]:
     engine = make_engine(settings)
+    assert settings.keys_dir is not None
+    signer = KeyRing(settings.keys_dir).load_or_create()
     names = [f"system-{i:03d}" for i in range(systems)]
     ids: list[str] = []
     start = datetime.now(UTC) - timedelta(days=30)
@@ -67,6 +70,7 @@ def seed(settings: Settings, systems: int, candidates: int) -> tuple[list[str], 
                 example_name=EXAMPLES[n % len(EXAMPLES)],
                 created_at=start + timedelta(minutes=n),
                 source_revision=f"{n:07x}",
+                signer=signer,
             )
             ids.append(str(recorded.candidate.id))
             if n % 100 == 99:
@@ -110,6 +114,8 @@ def main() -> None:
                 "system (20 candidates)": f"/systems/{names[0]}",
                 "candidate, blocked baseline": f"/candidates/{ids[0]}",
                 "candidate, typed": f"/candidates/{ids[1]}",
+                "dossier (verified per request)": f"/candidates/{ids[0]}/dossier",
+                "holds queue (open)": "/holds",
                 "event log": "/events",
                 "event log, filtered": "/events?kind=assay.decided",
             }

@@ -9,13 +9,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
+from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from service.db import queries
-from service.db.models import Assay, Candidate, Event, Manifest, System
+from service.db.models import Assay, Candidate, Dossier, Event, Manifest, System
 
 
 @dataclass(frozen=True)
@@ -158,3 +159,22 @@ def last_allowed_digests(session: Session, system_ids: Sequence[uuid.UUID]) -> d
     ).all():
         found.setdefault(system_id, digest)
     return found
+
+
+def latest_dossiers(
+    session: Session, candidate_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, Dossier]:
+    """Each candidate's newest dossier version, in one query, without the signed bytes."""
+    if not candidate_ids:
+        return {}
+    newest = (
+        sa.select(col(Dossier.candidate_id), sa.func.max(col(Dossier.version)))
+        .where(col(Dossier.candidate_id).in_(candidate_ids))
+        .group_by(col(Dossier.candidate_id))
+    )
+    rows = session.exec(
+        select(Dossier)
+        .where(sa.tuple_(col(Dossier.candidate_id), col(Dossier.version)).in_(newest))
+        .options(defer(cast(Any, Dossier.payload)), defer(cast(Any, Dossier.envelope)))
+    ).all()
+    return {d.candidate_id: d for d in rows}

@@ -188,6 +188,9 @@ def systems_page(
     allowed = web_queries.last_allowed_digests(session, ids)
     latest_digests = [r.latest.candidate.manifest_digest for r in found.rows if r.latest]
     hashes = queries.component_hashes_of(session, [*latest_digests, *allowed.values()])
+    standing_dossiers = web_queries.latest_dossiers(
+        session, [r.latest.candidate.id for r in found.rows if r.latest]
+    )
     rows: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
     for r in found.rows:
@@ -202,8 +205,12 @@ def systems_page(
                 if now.get(c) != then.get(c)
             ]
         gate = present.state_of(r.latest)
-        if r.latest is not None:
-            # The deploy gate's own answer: allow, hold, block or reopened, with its reasons.
+        standing = standing_dossiers.get(r.latest.candidate.id) if r.latest else None
+        if standing is not None:
+            # What the deploy gate answers when the candidate has a dossier: its latest version.
+            gate = present.GateState(standing.decision, present.worst_first(standing.reasons))
+        elif r.latest is not None:
+            # No dossier yet: the gate decides between reopened, hold (pending) and failed.
             view = dossiers.gate(session, r.system, r.latest.candidate)
             if not (gate.state == "running" and view.dossier is None and view.decision == "hold"):
                 gate = present.GateState(view.decision, present.worst_first(view.reasons))
