@@ -35,6 +35,9 @@ def _now() -> str:
 @dataclass
 class KeyRing:
     directory: Path
+    # Where a copy of the public index is kept for processes that must verify but never sign
+    # (workers verifying injector credentials mount only this directory).
+    public_dir: Path | None = None
 
     def _index(self) -> list[dict[str, str | None]]:
         path = self.directory / INDEX
@@ -44,9 +47,13 @@ class KeyRing:
         return data
 
     def _write_index(self, entries: list[dict[str, str | None]]) -> None:
-        tmp = self.directory / (INDEX + ".tmp")
-        tmp.write_text(json.dumps(entries, indent=2))
-        os.replace(tmp, self.directory / INDEX)  # atomic: readers never see half an index
+        for directory in (self.directory, self.public_dir):
+            if directory is None:
+                continue
+            directory.mkdir(parents=True, exist_ok=True)
+            tmp = directory / (INDEX + ".tmp")
+            tmp.write_text(json.dumps(entries, indent=2))
+            os.replace(tmp, directory / INDEX)  # atomic: readers never see half an index
 
     def _create(self, entries: list[dict[str, str | None]]) -> Signer:
         private = Ed25519PrivateKey.generate()

@@ -19,6 +19,8 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.keys import KeyRing
+
 MIB = 1024 * 1024
 
 
@@ -50,8 +52,13 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "json"
     migrations_dir: Path | None = None
-    # Where the service's Ed25519 signing keys live; created on first start.
+    # Where the service's Ed25519 dossier-signing keys live; created on first start.
     keys_dir: Path | None = None
+    # The injector-credential keys: a separate ring whose private half only the API holds, so a
+    # worker (which signs dossiers) can verify credentials but never mint one.
+    injector_keys_dir: Path | None = None
+    # The injector ring's public index, the only part of it a worker reads.
+    injector_public_dir: Path | None = None
     # Injector credentials: the synthetic subject namespace an assay may touch, the cap on its
     # sandbox effects, and how long past the expected duration the credential stays valid.
     injector_namespace: str = "synthetic/"
@@ -71,9 +78,18 @@ class Settings(BaseSettings):
             self.broker_url = "filesystem://localhost/"
         if self.keys_dir is None:
             self.keys_dir = self.data_dir / "keys"
+        if self.injector_keys_dir is None:
+            self.injector_keys_dir = self.data_dir / "injector-keys"
+        if self.injector_public_dir is None:
+            self.injector_public_dir = self.data_dir / "injector-public"
         if not self.result_backend and self.broker_is_redis:
             self.result_backend = self.broker_url
         return self
+
+    def injector_ring(self) -> KeyRing:
+        """The API's view of the injector ring: private keys here, public index mirrored."""
+        assert self.injector_keys_dir is not None
+        return KeyRing(self.injector_keys_dir, self.injector_public_dir)
 
     @property
     def broker_is_redis(self) -> bool:

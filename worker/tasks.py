@@ -88,8 +88,9 @@ class WorkerContext:
         return self._keys
 
     def refresh_keys(self) -> None:
-        assert self.settings.keys_dir is not None
-        self._keys = {k.keyid: k for k in KeyRing(self.settings.keys_dir).published()}
+        # Only the public index of the injector ring: no credential-minting key reaches a worker.
+        assert self.settings.injector_public_dir is not None
+        self._keys = {k.keyid: k for k in KeyRing(self.settings.injector_public_dir).published()}
 
     def target(self, assay_id: uuid.UUID, manifest: Manifest) -> Target | None:
         """The adapter for a python or http target, one per manifest per process."""

@@ -28,8 +28,9 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         assert settings.keys_dir is not None
-        # The signing key is created on first start (or loaded); it never leaves the API.
+        # Both keys are created on first start (or loaded); the injector key never leaves the API.
         app.state.signer = KeyRing(settings.keys_dir).load_or_create()
+        app.state.injector_signer = settings.injector_ring().load_or_create()
         dispatcher.prepare()
         yield
         dispatcher.close()

@@ -55,6 +55,16 @@ def get_signer(request: Request) -> Signer:
     return active.current()
 
 
+def get_injector_signer(request: Request) -> Signer:
+    """The key that mints injector credentials: held by the API alone, never by a worker."""
+    signer: Signer | None = getattr(request.app.state, "injector_signer", None)
+    if signer is None:
+        settings: Settings = request.app.state.settings
+        signer = settings.injector_ring().load_or_create()
+        request.app.state.injector_signer = signer
+    return signer
+
+
 def get_key_ring(request: Request) -> KeyRing:
     settings: Settings = request.app.state.settings
     assert settings.keys_dir is not None
@@ -91,6 +101,7 @@ SessionDep = Annotated[Session, Depends(get_session)]
 DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 SignerDep = Annotated[Signer, Depends(get_signer)]
+InjectorSignerDep = Annotated[Signer, Depends(get_injector_signer)]
 KeyRingDep = Annotated[KeyRing, Depends(get_key_ring)]
 ActorDep = Annotated[str | None, Depends(get_actor)]
 ReviewerDep = Annotated[str, Depends(get_reviewer)]

@@ -233,15 +233,13 @@ def local_report(name: str, *, trials: int, seed: int, extra: list[str] | None =
 def grant_injector(session: Any, settings: Settings, assay: Any, plan: Any, **stop: Any) -> None:
     """What the API does for every submission: mint the assay's injector credential."""
     from service.db.injector import issue_credential
-    from service.keys import KeyRing
 
-    assert settings.keys_dir is not None
     issue_credential(
         session,
         assay,
         tenant="copperfin-returns",
         plan=plan,
-        signer=KeyRing(settings.keys_dir).load_or_create(),
+        signer=settings.injector_ring().load_or_create(),
         namespace=settings.injector_namespace,
         max_effects=settings.injector_max_effects,
         margin_s=settings.injector_margin_s,

@@ -105,10 +105,8 @@ def test_a_bad_credential_is_refused_before_any_injection_with_its_reason(
     with Session(engine) as session:
         good = session.get(Assay, assay_id).credential  # type: ignore[union-attr]
     assert good is not None
-    from service.keys import KeyRing
 
-    assert settings.keys_dir is not None
-    service_key = KeyRing(settings.keys_dir).load_or_create()
+    service_key = settings.injector_ring().load_or_create()
     token = {
         "forged": lambda: mint(_claims(assay_id), Signer(Ed25519PrivateKey.generate())),
         "tampered": lambda: good.split(".")[0][:-4] + "AAAA." + good.split(".")[1],

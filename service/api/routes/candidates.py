@@ -23,10 +23,10 @@ from sqlmodel import Session
 from service.api.deps import (
     ActorDep,
     DispatcherDep,
+    InjectorSignerDep,
     MetricsDep,
     SessionDep,
     SettingsDep,
-    SignerDep,
 )
 from service.api.errors import (
     ERROR_RESPONSES,
@@ -104,7 +104,7 @@ def submit_candidate(
     settings: SettingsDep,
     dispatcher: DispatcherDep,
     metrics: MetricsDep,
-    signer: SignerDep,
+    signer: InjectorSignerDep,
     actor: ActorDep,
     idempotency_key: IdempotencyKeyHeader = None,
 ) -> JSONResponse:

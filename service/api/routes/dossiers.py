@@ -16,10 +16,10 @@ from fastapi.responses import JSONResponse
 from service.api.deps import (
     ActorDep,
     DispatcherDep,
+    InjectorSignerDep,
     KeyRingDep,
     SessionDep,
     SettingsDep,
-    SignerDep,
 )
 from service.api.errors import ERROR_RESPONSES, BrokerUnavailable, NotFound
 from service.api.present import candidate_public, dossier_ref, dossier_response
@@ -142,7 +142,7 @@ def rerun(
     session: SessionDep,
     settings: SettingsDep,
     dispatcher: DispatcherDep,
-    signer: SignerDep,
+    signer: InjectorSignerDep,
     actor: ActorDep,
     body: RerunCreate | None = None,
 ) -> JSONResponse:
