@@ -178,3 +178,15 @@ def latest_dossiers(
         .options(defer(cast(Any, Dossier.payload)), defer(cast(Any, Dossier.envelope)))
     ).all()
     return {d.candidate_id: d for d in rows}
+
+
+def candidate_rows(
+    session: Session, candidate_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, queries.CandidateRow]:
+    """Several candidates with their systems and newest assays, in one query."""
+    if not candidate_ids:
+        return {}
+    rows = session.exec(
+        queries._candidate_query().where(col(Candidate.id).in_(sorted(set(candidate_ids))))
+    ).all()
+    return {row[0].id: queries.CandidateRow(*row) for row in rows}

@@ -16,7 +16,14 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
-from service.api.deps import DispatcherDep, KeyRingDep, SessionDep, SettingsDep, SignerDep
+from service.api.deps import (
+    DispatcherDep,
+    InjectorSignerDep,
+    KeyRingDep,
+    SessionDep,
+    SettingsDep,
+    SignerDep,
+)
 from service.api.errors import ApiError
 from service.api.routes import dossiers as dossier_routes
 from service.api.routes import holds as hold_routes
@@ -25,11 +32,14 @@ from service.core.dossier import verify
 from service.core.errors import AssaygateError
 from service.db import dossier as dossiers
 from service.db import queries
-from service.db.models import Candidate, Dossier, Hold, HoldStatus
+from service.db.models import Dossier, Hold, HoldStatus
 from service.web import auth
+from service.web import queries as web_queries
 from service.web.auth import WebSessionDep
 
 router = APIRouter(include_in_schema=False)
+# The queue shows the newest holds first; older ones are reached by their status filter.
+HOLDS_PAGE = 50
 
 
 def _render(
@@ -216,24 +226,18 @@ def holds_page(
     if dossiers.reopen_expired(session, signer):
         session.commit()
     wanted = status if status in {s.value for s in HoldStatus} else None
-    rows = dossiers.holds(session, status=wanted, limit=100)
-    candidates = {
-        c.id: c
-        for c in (session.get(Candidate, cid) for cid in {h.candidate_id for h in rows})
-        if c is not None
-    }
+    rows = dossiers.holds(session, status=wanted, limit=HOLDS_PAGE)
+    found = web_queries.candidate_rows(session, [h.candidate_id for h in rows])
     items = []
     for h in rows:
-        cand = candidates.get(h.candidate_id)
-        row = queries.candidate(session, h.candidate_id) if cand else None
+        row = found.get(h.candidate_id)
+        submitter = row.candidate.submitter if row else None
         items.append(
             {
                 "hold": h,
                 "row": row,
                 "blocking": bool(dossiers.hard_reasons(h)),
-                "own": bool(
-                    ws.identity and cand is not None and cand.submitter == ws.identity.name
-                ),
+                "own": bool(ws.identity and submitter == ws.identity.name),
             }
         )
     default_expiry = (datetime.now(UTC) + timedelta(days=7)).strftime("%Y-%m-%dT%H:%M")
@@ -292,7 +296,7 @@ def rerun(
     session: SessionDep,
     settings: SettingsDep,
     dispatcher: DispatcherDep,
-    signer: SignerDep,
+    signer: InjectorSignerDep,
     csrf: Annotated[str | None, Form()] = None,
 ) -> Response:
     """A new assay of the same candidate: a new dossier version, never a replacement."""

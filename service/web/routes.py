@@ -27,10 +27,10 @@ from pydantic import ValidationError
 
 from service.api.deps import (
     DispatcherDep,
+    InjectorSignerDep,
     MetricsDep,
     SessionDep,
     SettingsDep,
-    SignerDep,
 )
 from service.api.errors import ApiError
 from service.api.routes.candidates import submit_candidate
@@ -402,7 +402,7 @@ def submit(
     settings: SettingsDep,
     dispatcher: DispatcherDep,
     metrics: MetricsDep,
-    signer: SignerDep,
+    signer: InjectorSignerDep,
     manifest: Annotated[str, Form(max_length=512 * 1024)],
     source_revision: Annotated[str, Form(max_length=200)],
     csrf: Annotated[str | None, Form()] = None,
