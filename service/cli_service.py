@@ -101,12 +101,36 @@ def register(sub: Any) -> None:
     _client_options(gate)
     gate.set_defaults(func=_gate)
 
-    keys = sub.add_parser("keys", help="the service's signing keys (run where the keys live)")
+    keys = sub.add_parser(
+        "keys",
+        help="signing keys (rotate, list) and API keys (create, revoke, list-api); run where "
+        "the keys and the database are configured",
+    )
     keys_sub = keys.add_subparsers(dest="keys_command", required=True, parser_class=type(keys))
     rotate = keys_sub.add_parser("rotate", help="retire the active key and make a new one")
     rotate.set_defaults(func=_keys_rotate)
     listing = keys_sub.add_parser("list", help="print every published key (GET /v1/keys)")
     listing.set_defaults(func=_keys_list)
+    create = keys_sub.add_parser(
+        "create", help="create an API key for a tenant (created if new); prints the key once"
+    )
+    create.add_argument("--tenant", required=True, help="the team the key acts for")
+    create.add_argument(
+        "--role",
+        dest="roles",
+        action="append",
+        required=True,
+        choices=("submitter", "reviewer", "admin"),
+        help="repeat for several roles",
+    )
+    create.add_argument("--name", default=None, help="what the key is for, e.g. ci-main")
+    create.set_defaults(func=_keys_create)
+    revoke = keys_sub.add_parser("revoke", help="revoke an API key by its id (refused at once)")
+    revoke.add_argument("key_id")
+    revoke.set_defaults(func=_keys_revoke)
+    list_api = keys_sub.add_parser("list-api", help="list API keys (never the keys themselves)")
+    list_api.add_argument("--tenant", default=None)
+    list_api.set_defaults(func=_keys_list_api)
 
     db = sub.add_parser("db", help="database schema (Alembic migrations)")
     db_sub = db.add_subparsers(dest="db_command", required=True, parser_class=type(db))
@@ -122,18 +146,12 @@ def register(sub: Any) -> None:
 
 def _client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--actor", default=None, help="who submits or asks (default: $ASSAYGATE_ACTOR)"
-    )
-    parser.add_argument(
         "--api-key", default=None, help="sent as a bearer token (default: $ASSAYGATE_API_KEY)"
     )
 
 
 def _headers(args: argparse.Namespace) -> dict[str, str]:
     headers: dict[str, str] = {}
-    actor = args.actor or os.environ.get("ASSAYGATE_ACTOR")
-    if actor:
-        headers["X-Assaygate-Actor"] = actor
     api_key = args.api_key or os.environ.get("ASSAYGATE_API_KEY")
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -311,6 +329,8 @@ def _serve(args: argparse.Namespace) -> int:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     if args.migrate if args.migrate is not None else settings.embedded:
         migrate.upgrade(settings)
+    if settings.embedded:
+        _first_admin_key(settings)
     worker = (
         EmbeddedWorker(settings)
         if (args.worker if args.worker is not None else settings.embedded)
@@ -490,6 +510,145 @@ def _keys_list(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _keys_create(args: argparse.Namespace) -> int:
+    from sqlmodel import Session
+
+    from service.db.apikey import create_key
+    from service.db.models import Role
+    from service.db.session import make_engine
+
+    tenant = args.tenant.strip()
+    if not tenant or len(tenant) > 100:
+        raise UsageError("--tenant must be 1 to 100 characters")
+    engine = make_engine(get_settings())
+    try:
+        with Session(engine) as session:
+            created = create_key(
+                session, tenant=tenant, roles=[Role(r) for r in args.roles], name=args.name
+            )
+            session.commit()
+            view = _key_view(created.key, created.tenant.name)
+    finally:
+        engine.dispose()
+    print(json.dumps({**view, "key": created.secret}, indent=2))
+    print("Keep the key now: it is stored only as a hash and never shown again.", file=sys.stderr)
+    return 0
+
+
+def _keys_revoke(args: argparse.Namespace) -> int:
+    from sqlmodel import Session
+
+    from service.db.apikey import get_key, revoke
+    from service.db.models import Tenant
+    from service.db.session import make_engine
+
+    try:
+        key_id = uuid.UUID(args.key_id)
+    except ValueError as exc:
+        raise UsageError(f"not a key id: {args.key_id}") from exc
+    engine = make_engine(get_settings())
+    try:
+        with Session(engine) as session:
+            key = get_key(session, key_id, None)
+            if key is None:
+                raise UsageError(f"no API key {key_id}")
+            revoke(session, key)
+            session.commit()
+            tenant = session.get(Tenant, key.tenant_id)
+            print(json.dumps(_key_view(key, tenant.name if tenant else "?"), indent=2))
+    finally:
+        engine.dispose()
+    return 0
+
+
+def _keys_list_api(args: argparse.Namespace) -> int:
+    from sqlmodel import Session
+
+    from service.db.apikey import keys, tenant_by_name
+    from service.db.session import make_engine
+
+    engine = make_engine(get_settings())
+    try:
+        with Session(engine) as session:
+            tenant_id = None
+            if args.tenant is not None:
+                tenant = tenant_by_name(session, args.tenant)
+                if tenant is None:
+                    raise UsageError(f"no tenant {args.tenant}")
+                tenant_id = tenant.id
+            items = [_key_view(k, t.name) for k, t in keys(session, tenant_id)]
+    finally:
+        engine.dispose()
+    print(json.dumps({"items": items}, indent=2))
+    return 0
+
+
+def _key_view(key: Any, tenant: str) -> dict[str, Any]:
+    return {
+        "id": str(key.id),
+        "tenant": tenant,
+        "roles": list(key.roles),
+        "name": key.name,
+        "prefix": key.prefix,
+        "created_at": key.created_at.isoformat(),
+        "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
+    }
+
+
+def _first_admin_key(settings: Settings) -> None:
+    """Embedded first start: with no API key at all, make one and print it this once."""
+    from sqlmodel import Session
+
+    from service.db.apikey import DEFAULT_TENANT, any_key, create_key
+    from service.db.models import Role
+    from service.db.session import make_engine
+
+    engine = make_engine(settings)
+    try:
+        with Session(engine) as session:
+            if any_key(session):
+                return
+            created = create_key(
+                session, tenant=DEFAULT_TENANT, roles=list(Role), name="first admin key"
+            )
+            session.commit()
+    finally:
+        engine.dispose()
+    print(
+        f"First API key (tenant {DEFAULT_TENANT}; admin, submitter, reviewer), shown only now:\n"
+        f"  {created.secret}\n"
+        "Send it as `Authorization: Bearer <key>` (or ASSAYGATE_API_KEY for the CLI); create "
+        "more with `assaygate keys create` or POST /v1/api-keys.",
+        flush=True,
+    )
+
+
+def demo_key(data_dir: Path) -> str:
+    """Migrate the demo's database and give the demo a submitter key of its own."""
+    from sqlmodel import Session
+
+    from service.db import migrate
+    from service.db.apikey import create_key
+    from service.db.models import Role
+    from service.db.session import make_engine
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    settings = Settings(
+        data_dir=data_dir,
+        database_url=f"sqlite:///{data_dir / 'assaygate.sqlite3'}",
+        broker_url="filesystem://localhost/",
+    )
+    migrate.upgrade(settings)
+    engine = make_engine(settings)
+    try:
+        with Session(engine) as session:
+            created = create_key(session, tenant="demo", roles=[Role.SUBMITTER], name="demo")
+            session.commit()
+    finally:
+        engine.dispose()
+    return created.secret
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -522,11 +681,12 @@ def _demo(args: argparse.Namespace) -> int:
             command += ["--workers", str(args.workers)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
         env["ASSAYGATE_LOG_LEVEL"] = "WARNING"
+        key = demo_key(Path(data_dir))
         print(f"Starting the embedded service on http://127.0.0.1:{port} (data in {data_dir})")
         server = subprocess.Popen(command, env=env)
         try:
             return _run_demo(
-                f"http://127.0.0.1:{port}", bodies, time.monotonic() + args.timeout, server
+                f"http://127.0.0.1:{port}", bodies, time.monotonic() + args.timeout, server, key
             )
         finally:
             server.send_signal(signal.SIGTERM)
@@ -542,8 +702,10 @@ def _run_demo(
     bodies: list[tuple[Path, dict[str, Any]]],
     deadline: float,
     server: subprocess.Popen[bytes],
+    key: str,
 ) -> int:
-    with httpx.Client(base_url=url, timeout=30.0) as client:
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=url, timeout=30.0, headers=headers) as client:
         while True:
             if server.poll() is not None:
                 raise UsageError("the embedded service exited during start-up")

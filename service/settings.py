@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     # Huge plans get larger shards rather than millions of rows and messages.
     max_shards_per_assay: int = Field(default=2000, ge=1)
     max_body_bytes: int = Field(default=MIB, ge=1024)
+    # Plan limits, checked before anything is written: trials of one fault (in paper mode, the
+    # whole plan) and trials of the whole assay (every fault, before baseline/counterfactual arms).
+    max_trials_per_fault: int = Field(default=100_000, ge=1)
+    max_trials_per_assay: int = Field(default=2_000_000, ge=1)
+    # Submissions (and re-runs) per API key per minute; 0 turns the limit off.
+    submissions_per_minute: int = Field(default=60, ge=0)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     worker_concurrency: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)

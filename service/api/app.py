@@ -4,15 +4,28 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from sqlalchemy.engine import Engine
 
 from service.api import errors
+from service.api.access import authorize
 from service.api.dispatch import Dispatcher
+from service.api.limits import SubmissionLimit
 from service.api.metrics import Metrics
 from service.api.middleware import BodyLimit, RequestLog
-from service.api.routes import assays, candidates, dossiers, gate, health, holds, systems
+from service.api.routes import (
+    api_keys,
+    assays,
+    candidates,
+    dossiers,
+    events,
+    gate,
+    health,
+    holds,
+    systems,
+)
 from service.db.session import make_engine
 from service.keys import KeyRing
 from service.settings import Settings
@@ -33,6 +46,7 @@ def create_app(
         app.state.injector_signer = settings.injector_ring().load_or_create()
         dispatcher.prepare()
         yield
+        app.state.submission_limit.close()
         dispatcher.close()
         engine.dispose()
 
@@ -46,7 +60,13 @@ def create_app(
     app.state.engine = engine
     app.state.dispatcher = dispatcher
     app.state.metrics = Metrics(engine)
+    app.state.submission_limit = SubmissionLimit(settings)
     errors.install(app)
+    # Every API route runs `authorize` (key, then the route's roles from the access table) and
+    # documents what it may answer because of it, or because its input was refused.
+    refusals: dict[int | str, dict[str, Any]] = {
+        k: errors.ERROR_RESPONSES[k] for k in (400, 401, 403, 404, 413, 422, 429, 503)
+    }
     for router in (
         candidates.router,
         assays.router,
@@ -54,9 +74,11 @@ def create_app(
         gate.router,
         holds.router,
         systems.router,
+        events.router,
+        api_keys.router,
         health.router,
     ):
-        app.include_router(router)
+        app.include_router(router, dependencies=[Depends(authorize)], responses=refusals)
     app.include_router(web.router)
     # Outermost last: the log line sees the 413 the limit sends.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

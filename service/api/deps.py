@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from service.api.access import ROUTE_ROLES, require_principal
 from service.api.dispatch import Dispatcher
-from service.api.errors import ActorRequired
+from service.api.errors import Forbidden, Unauthenticated
+from service.api.limits import SubmissionLimit
 from service.api.metrics import Metrics
 from service.core.dossier import Signer
+from service.db.apikey import Principal, principal_by_id
 from service.keys import ActiveKey, KeyRing
 from service.settings import Settings
 
@@ -43,6 +47,11 @@ def get_metrics(request: Request) -> Metrics:
     return metrics
 
 
+def get_submission_limit(request: Request) -> SubmissionLimit | None:
+    limit: SubmissionLimit = request.app.state.submission_limit
+    return limit
+
+
 def get_signer(request: Request) -> Signer:
     """The active signing key, re-read after `assaygate keys rotate`; the lifespan creates the
     first one."""
@@ -71,28 +80,30 @@ def get_key_ring(request: Request) -> KeyRing:
     return KeyRing(settings.keys_dir)
 
 
-ACTOR_HEADER = "X-Assaygate-Actor"
+Caller = Principal | str | None
+"""Who acts on a write: the request's key, or — when the dashboard calls a route in process —
+the id of the key its session signed in with, checked again by `resolve()` on every call."""
 
 
-def get_actor(
-    actor: Annotated[
-        str | None,
-        Header(
-            alias=ACTOR_HEADER,
-            min_length=1,
-            max_length=200,
-            description="who is acting (a stand-in for API-key identities)",
-        ),
-    ] = None,
-) -> str | None:
-    """The identity of the caller. The one place identities come from: API keys replace it."""
-    return actor
+def get_caller(principal: Annotated[Principal, Depends(require_principal)]) -> Caller:
+    return principal
 
 
-def get_reviewer(actor: Annotated[str | None, Depends(get_actor)]) -> str:
-    if actor is None:
-        raise ActorRequired(f"a review needs the reviewer's identity in {ACTOR_HEADER}")
-    return actor
+def resolve(session: Session, caller: Caller, route: tuple[str, str]) -> Principal:
+    """The caller as a principal allowed on `route` (a key in the access table)."""
+    if isinstance(caller, Principal):
+        return caller
+    principal = None
+    if caller:
+        try:
+            principal = principal_by_id(session, uuid.UUID(caller))
+        except ValueError:
+            principal = None
+    if principal is None:
+        raise Unauthenticated("sign in with an API key that is not revoked")
+    if not principal.has_any(ROUTE_ROLES.get(route, frozenset())):
+        raise Forbidden("this key may not do this")
+    return principal
 
 
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
@@ -103,5 +114,8 @@ MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 SignerDep = Annotated[Signer, Depends(get_signer)]
 InjectorSignerDep = Annotated[Signer, Depends(get_injector_signer)]
 KeyRingDep = Annotated[KeyRing, Depends(get_key_ring)]
-ActorDep = Annotated[str | None, Depends(get_actor)]
-ReviewerDep = Annotated[str, Depends(get_reviewer)]
+# Optional for the dashboard, which calls routes in process (it has no request to count).
+SubmissionLimitDep = Annotated[SubmissionLimit | None, Depends(get_submission_limit)]
+PrincipalDep = Annotated[Principal, Depends(require_principal)]
+ActorDep = Annotated[Caller, Depends(get_caller)]
+ReviewerDep = Annotated[Caller, Depends(get_caller)]

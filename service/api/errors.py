@@ -36,6 +36,7 @@ class ApiError(Exception):
 
     status_code = 400
     code = "bad_request"
+    headers: dict[str, str] | None = None
 
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
@@ -68,9 +69,30 @@ class NotFound(ApiError):
     code = "not_found"
 
 
-class ActorRequired(ApiError):
+class Unauthenticated(ApiError):
     status_code = 401
-    code = "actor_required"
+    code = "unauthenticated"
+
+    def __init__(self, message: str, field: str | None = "Authorization") -> None:
+        super().__init__(message, field)
+        self.headers = {"WWW-Authenticate": "Bearer"}
+
+
+class Forbidden(ApiError):
+    status_code = 403
+    code = "forbidden"
+
+    def __init__(self, message: str, field: str | None = "Authorization") -> None:
+        super().__init__(message, field)
+
+
+class RateLimited(ApiError):
+    status_code = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after: int, field: str | None = None) -> None:
+        super().__init__(message, field)
+        self.headers = {"Retry-After": str(retry_after)}
 
 
 class ReviewerIsSubmitter(ApiError):
@@ -116,12 +138,13 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description}
     for status, description in {
         400: "Malformed request",
-        401: "The caller's identity is missing",
-        403: "The caller may not do this",
+        401: "No API key, or an unknown or revoked one",
+        403: "The key's roles do not allow this",
         404: "Not found",
         409: "Conflict with the resource's state (or an idempotency key reused)",
         413: "Request body too large",
         422: "Invalid field",
+        429: "Too many submissions for this key; see Retry-After",
         503: "Database or broker unavailable",
     }.items()
 }
@@ -162,7 +185,7 @@ def _validation_field(loc: tuple[int | str, ...]) -> str:
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status_code, exc.code, exc.message, exc.field)
+        return error_response(exc.status_code, exc.code, exc.message, exc.field, exc.headers)
 
     @app.exception_handler(AssaygateError)
     async def _core_error(_request: Request, exc: AssaygateError) -> JSONResponse:

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.core.plan import StopConditions
-from service.db.models import AssayStatus
+from service.db.models import AssayStatus, Role
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 
@@ -253,3 +253,45 @@ class HoldList(BaseModel):
 class ReviewPublic(BaseModel):
     hold: HoldPublic
     dossier: DossierRef
+
+
+class ApiKeyCreate(BaseModel):
+    """A key for the caller's own tenant (new tenants come from `assaygate keys create`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    roles: list[Role] = Field(min_length=1, max_length=3, description="submitter, reviewer, admin")
+    name: Name | None = Field(default=None, description="what the key is for, e.g. `ci-main`")
+
+
+class ApiKeyPublic(BaseModel):
+    id: uuid.UUID
+    tenant: str
+    roles: list[Role]
+    name: str | None
+    prefix: str = Field(description="the key's first characters, to recognise it")
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class ApiKeyCreated(ApiKeyPublic):
+    key: str = Field(description="the key itself: shown this once, stored only as its SHA-256")
+
+
+class ApiKeyList(BaseModel):
+    items: list[ApiKeyPublic]
+
+
+class EventPublic(BaseModel):
+    id: int
+    at: datetime
+    kind: str
+    candidate_id: uuid.UUID | None
+    assay_id: uuid.UUID | None
+    shard_index: int | None
+    data: dict[str, Any]
+
+
+class EventPage(BaseModel):
+    items: list[EventPublic]
+    next_before: int | None = Field(description="pass as `before` for the next (older) page")

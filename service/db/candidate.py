@@ -36,6 +36,7 @@ class Recorded:
 def record_submission(
     session: Session,
     *,
+    tenant_id: uuid.UUID,
     system_name: str,
     version: str,
     source_revision: str,
@@ -46,10 +47,12 @@ def record_submission(
     submitter: str | None = None,
 ) -> Recorded:
     """Stage every row of one submission in `session`; the caller commits or rolls back."""
-    system = session.exec(select(System).where(System.name == system_name)).first()
+    system = session.exec(
+        select(System).where(System.name == system_name, System.tenant_id == tenant_id)
+    ).first()
     created_system = system is None
     if system is None:
-        system = System(name=system_name)
+        system = System(name=system_name, tenant_id=tenant_id)
         session.add(system)
         session.flush()
 

@@ -130,16 +130,44 @@ def open_holds(session: Session, candidate_id: uuid.UUID) -> Sequence[Hold]:
 
 
 def holds(
-    session: Session, *, system: str | None = None, status: str | None = None, limit: int = 100
+    session: Session,
+    *,
+    system: str | None = None,
+    status: str | None = None,
+    limit: int = 100,
+    tenant_id: uuid.UUID | None = None,
 ) -> Sequence[Hold]:
-    query = select(Hold).join(Candidate, col(Candidate.id) == col(Hold.candidate_id))
+    query = (
+        select(Hold)
+        .join(Candidate, col(Candidate.id) == col(Hold.candidate_id))
+        .join(System, col(System.id) == col(Candidate.system_id))
+    )
+    if tenant_id is not None:
+        query = query.where(System.tenant_id == tenant_id)
     if system is not None:
-        query = query.join(System, col(System.id) == col(Candidate.system_id)).where(
-            System.name == system
-        )
+        query = query.where(System.name == system)
     if status is not None:
         query = query.where(Hold.status == status)
     return session.exec(query.order_by(col(Hold.created_at).desc()).limit(limit)).all()
+
+
+def hold_of_tenant(session: Session, hold_id: uuid.UUID, tenant_id: uuid.UUID) -> Hold | None:
+    return session.exec(
+        select(Hold)
+        .join(Candidate, col(Candidate.id) == col(Hold.candidate_id))
+        .join(System, col(System.id) == col(Candidate.system_id))
+        .where(Hold.id == hold_id, System.tenant_id == tenant_id)
+    ).first()
+
+
+def dossier_of_tenant(
+    session: Session, dossier_id: uuid.UUID, tenant_id: uuid.UUID
+) -> Dossier | None:
+    return session.exec(
+        select(Dossier)
+        .join(System, col(System.id) == col(Dossier.system_id))
+        .where(Dossier.id == dossier_id, System.tenant_id == tenant_id)
+    ).first()
 
 
 def hold_view(hold: Hold) -> dict[str, Any]:
@@ -493,14 +521,22 @@ def reopen_expired(session: Session, signer: Signer, *, now: datetime | None = N
 # -------------------------------------------------------------------------- change triggers
 
 
-def set_triggers(session: Session, system_name: str, components: Sequence[str]) -> System:
-    system = session.exec(select(System).where(System.name == system_name)).first()
+def set_triggers(
+    session: Session, system_name: str, components: Sequence[str], *, tenant_id: uuid.UUID
+) -> System:
+    system = session.exec(
+        select(System).where(System.name == system_name, System.tenant_id == tenant_id)
+    ).first()
     if system is None:
-        system = System(name=system_name)
+        system = System(name=system_name, tenant_id=tenant_id)
     system.triggers = sorted(set(components))
     session.add(system)
     session.add(
-        Event(kind="system.triggers_set", data={"system": system_name, "triggers": system.triggers})
+        Event(
+            kind="system.triggers_set",
+            tenant_id=tenant_id,
+            data={"system": system_name, "triggers": system.triggers},
+        )
     )
     session.flush()
     return system

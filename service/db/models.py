@@ -34,11 +34,54 @@ class ShardStatus(StrEnum):
     DONE = "done"
 
 
-class System(SQLModel, table=True):
-    """A configured system that releases candidates (one Copperfin refund agent, say)."""
+class Role(StrEnum):
+    """What an API key may do; its wire form is the value."""
+
+    SUBMITTER = "submitter"  # CI: submit candidates, ask the gate, report config changes
+    REVIEWER = "reviewer"  # holds, waivers, rejections, aborts, re-runs
+    ADMIN = "admin"  # API keys, systems and trigger configuration
+
+
+class Tenant(SQLModel, table=True):
+    """A team: every system, and through it every candidate, assay, dossier, hold and event,
+    belongs to exactly one tenant, and a key sees only its own tenant's."""
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
-    name: str = Field(max_length=200, unique=True)
+    name: str = Field(max_length=100, unique=True)
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+
+
+class ApiKey(SQLModel, table=True):
+    """An API key: only the SHA-256 of the secret is kept, with a short prefix to recognise it."""
+
+    __tablename__ = "api_key"
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    tenant_id: uuid.UUID = Field(foreign_key="tenant.id", index=True)
+    roles: list[str] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    name: str | None = Field(default=None, max_length=200)
+    prefix: str = Field(max_length=16)
+    key_sha256: str = Field(max_length=64, unique=True)
+    created_by: uuid.UUID | None = Field(default=None)
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+    revoked_at: datetime | None = Field(
+        default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
+    )
+
+
+class System(SQLModel, table=True):
+    """A configured system that releases candidates (one Copperfin refund agent, say). Its name
+    is unique within its tenant: two teams may both call theirs `refunds`."""
+
+    __table_args__ = (sa.UniqueConstraint("tenant_id", "name"),)
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    tenant_id: uuid.UUID = Field(foreign_key="tenant.id", index=True)
+    name: str = Field(max_length=200)
     # The manifest components whose change reopens the gate; None: the default triggers.
     triggers: list[str] | None = Field(
         default=None, sa_column=sa.Column(sa.JSON(none_as_null=True))
@@ -74,7 +117,7 @@ class Candidate(SQLModel, table=True):
     version: str = Field(max_length=200)
     source_revision: str = Field(max_length=200)
     manifest_digest: str = Field(foreign_key="manifest.digest", max_length=64, index=True)
-    # Who submitted it (X-Assaygate-Actor for now); a reviewer may not be the submitter.
+    # The id of the API key that submitted it; a reviewer may not be the submitter.
     submitter: str | None = Field(default=None, max_length=200)
     created_at: datetime = Field(
         default_factory=utcnow,
@@ -177,6 +220,8 @@ class Event(SQLModel, table=True):
         sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False, index=True),
     )
     kind: str = Field(max_length=64)
+    # Set on audit events (and readable through the candidate for the rest).
+    tenant_id: uuid.UUID | None = Field(default=None, index=True)
     candidate_id: uuid.UUID | None = Field(default=None, index=True)
     assay_id: uuid.UUID | None = Field(default=None, index=True)
     shard_index: int | None = None
@@ -190,7 +235,8 @@ class IdempotencyKey(SQLModel, table=True):
 
     __tablename__ = "idempotency_key"
 
-    key: str = Field(primary_key=True, max_length=200)
+    # "<tenant id hex>:<the client's key>": one tenant's keys never replay another's responses.
+    key: str = Field(primary_key=True, max_length=240)
     request_sha256: str = Field(max_length=64)
     candidate_id: uuid.UUID = Field(foreign_key="candidate.id")
     status_code: int

@@ -70,8 +70,14 @@ def _candidate_query() -> Any:
     )
 
 
-def candidate(session: Session, candidate_id: uuid.UUID) -> CandidateRow | None:
-    row = session.exec(_candidate_query().where(col(Candidate.id) == candidate_id)).first()
+def candidate(
+    session: Session, candidate_id: uuid.UUID, *, tenant_id: uuid.UUID | None = None
+) -> CandidateRow | None:
+    """A candidate; with `tenant_id`, only if its system belongs to that tenant."""
+    query = _candidate_query().where(col(Candidate.id) == candidate_id)
+    if tenant_id is not None:
+        query = query.where(col(System.tenant_id) == tenant_id)
+    row = session.exec(query).first()
     return CandidateRow(*row) if row else None
 
 
@@ -81,9 +87,12 @@ def candidates(
     system: str | None,
     limit: int,
     before: tuple[datetime, uuid.UUID] | None,
+    tenant_id: uuid.UUID | None = None,
 ) -> list[CandidateRow]:
     """Newest first; `before` is the (created_at, id) of the last row of the previous page."""
     query = _candidate_query()
+    if tenant_id is not None:
+        query = query.where(col(System.tenant_id) == tenant_id)
     if system is not None:
         query = query.where(col(System.name) == system)
     if before is not None:
@@ -98,15 +107,25 @@ def candidates(
     return [CandidateRow(*row) for row in session.exec(query).all()]
 
 
-def systems(session: Session) -> list[SystemRow]:
-    """Every system with its candidate count and latest candidate, in three queries."""
+def systems(session: Session, *, tenant_id: uuid.UUID | None = None) -> list[SystemRow]:
+    """Every system (of one tenant, if given) with its candidate count and latest candidate, in
+    three queries."""
+    mine: Any = sa.true()
+    if tenant_id is not None:
+        mine = col(Candidate.system_id).in_(
+            sa.select(col(System.id)).where(col(System.tenant_id) == tenant_id)
+        )
     counts = dict(
         session.exec(
-            select(Candidate.system_id, sa.func.count()).group_by(col(Candidate.system_id))
+            select(Candidate.system_id, sa.func.count())
+            .where(mine)
+            .group_by(col(Candidate.system_id))
         ).all()
     )
-    newest = sa.select(col(Candidate.system_id), sa.func.max(col(Candidate.created_at))).group_by(
-        col(Candidate.system_id)
+    newest = (
+        sa.select(col(Candidate.system_id), sa.func.max(col(Candidate.created_at)))
+        .where(mine)
+        .group_by(col(Candidate.system_id))
     )
     latest: dict[uuid.UUID, CandidateRow] = {}
     for row in session.exec(
@@ -115,9 +134,12 @@ def systems(session: Session) -> list[SystemRow]:
         .order_by(col(Candidate.id))
     ).all():
         latest.setdefault(row[0].system_id, CandidateRow(*row))
+    query = select(System).order_by(col(System.name))
+    if tenant_id is not None:
+        query = query.where(System.tenant_id == tenant_id)
     return [
         SystemRow(system, int(counts.get(system.id, 0)), latest.get(system.id))
-        for system in session.exec(select(System).order_by(col(System.name))).all()
+        for system in session.exec(query).all()
     ]
 
 
@@ -138,8 +160,30 @@ def component_hashes_of(session: Session, digests: Sequence[str]) -> dict[str, d
     return found
 
 
-def assay(session: Session, assay_id: uuid.UUID) -> Assay | None:
-    return session.get(Assay, assay_id)
+def assay(
+    session: Session, assay_id: uuid.UUID, *, tenant_id: uuid.UUID | None = None
+) -> Assay | None:
+    """An assay; with `tenant_id`, only if its candidate's system belongs to that tenant."""
+    found = session.get(Assay, assay_id)
+    if found is None or tenant_id is None:
+        return found
+    owner = session.exec(
+        select(System.tenant_id)
+        .join(Candidate, col(Candidate.system_id) == col(System.id))
+        .where(Candidate.id == found.candidate_id)
+    ).first()
+    return found if owner == tenant_id else None
+
+
+def system_named(session: Session, name: str, tenant_id: uuid.UUID | None) -> System | None:
+    query = select(System).where(System.name == name)
+    if tenant_id is not None:
+        query = query.where(System.tenant_id == tenant_id)
+    return session.exec(query.order_by(col(System.created_at))).first()
+
+
+def tenant_of_system(session: Session, system_id: uuid.UUID) -> uuid.UUID | None:
+    return session.exec(select(System.tenant_id).where(System.id == system_id)).first()
 
 
 def fault_progress(session: Session, assay_id: uuid.UUID) -> list[FaultProgress]:

@@ -26,6 +26,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlmodel import Session
 
+from service.db.apikey import authenticate as authenticate_key
 from service.settings import Settings
 
 COOKIE = "assaygate_session"
@@ -61,16 +62,16 @@ class WebSession:
 
 
 def authenticate(session: Session, credential: str) -> Identity | None:
-    """Exchange what the sign-in form received for an identity, or None.
+    """Exchange what the sign-in form received — an API key — for an identity, or None.
 
-    Stand-in until API keys exist: the credential is the reviewer's name, as trusted as the
-    API's `X-Assaygate-Actor` header. API keys replace the body of this function only.
+    The identity's name is the key's id (never the key): each review or submission made through
+    the dashboard looks that key up again, so a revoked key stops working at once. Its roles are
+    the key's roles.
     """
-    _ = session
-    name = credential.strip()
-    if not name or len(name) > 200 or any(ord(c) < 32 for c in name):
+    principal = authenticate_key(session, credential.strip())
+    if principal is None:
         return None
-    return Identity(name=name, roles=frozenset({"reviewer", "submitter"}))
+    return Identity(name=principal.actor, roles=frozenset(r.value for r in principal.roles))
 
 
 # ------------------------------------------------------------------------------ the secret

@@ -14,6 +14,7 @@ from service.api.app import create_app
 from service.db import migrate
 from service.db.session import make_engine
 from service.settings import Settings
+from tests.support.keys import KeyBook
 from tests.support.service import (
     ApiServer,
     WorkerProcess,
@@ -60,8 +61,20 @@ def api_url(settings: Settings, workers: list[WorkerProcess]) -> Iterator[str]:
         yield server.url
 
 
+@pytest.fixture(scope="session")
+def keys(engine: sa.Engine) -> KeyBook:
+    """Keys by name and tenant; the default client acts as `ci` of tenant `acme` (every role)."""
+    return KeyBook(engine)
+
+
 @pytest.fixture
-def client(api_url: str) -> Iterator[httpx.Client]:
+def client(api_url: str, keys: KeyBook) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=api_url, timeout=30.0, headers=keys.headers("ci")) as client:
+        yield client
+
+
+@pytest.fixture
+def anonymous(api_url: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=api_url, timeout=30.0) as client:
         yield client
 

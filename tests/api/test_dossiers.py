@@ -22,6 +22,7 @@ from securesystemslib.signer import SSlibKey
 
 from service.core.dossier import PublicKey, verify
 from service.settings import Settings
+from tests.support.keys import KeyBook
 from tests.support.service import ROOT, example, wait_decided
 
 pytestmark = pytest.mark.integration
@@ -38,7 +39,7 @@ def submit(
     system: str,
     version: str,
     plan: dict[str, Any] | None = None,
-    actor: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     body = {
         "system": system,
@@ -47,7 +48,6 @@ def submit(
         "manifest": manifest,
         "plan": plan or SUBJECT_SWAP,
     }
-    headers = {"X-Assaygate-Actor": actor} if actor else {}
     response = client.post("/v1/candidates", json=body, headers=headers)
     assert response.status_code == 202, response.text
     result: dict[str, Any] = response.json()
@@ -226,7 +226,7 @@ def test_a_changed_retry_config_reopens_the_gate_until_its_own_assay_passes(
 
 
 def test_a_reported_config_change_reopens_a_live_gate_in_a_new_dossier_version(
-    client: httpx.Client,
+    client: httpx.Client, keys: KeyBook
 ) -> None:
     system = system_name()
     live = decided(client, example("typed"), system=system, version="live")
@@ -234,7 +234,7 @@ def test_a_reported_config_change_reopens_a_live_gate_in_a_new_dossier_version(
     response = client.post(
         f"/v1/systems/{system}/config-changes",
         json={"component": "tools", "sha256": "ab" * 32, "note": "hotfix"},
-        headers={"X-Assaygate-Actor": "ops"},
+        headers=keys.headers("ops"),
     )
     assert response.status_code == 201, response.text
     change = response.json()
@@ -396,35 +396,38 @@ def test_a_rerun_is_a_new_version_with_its_own_counts_chained_to_the_last(
 
 
 def test_a_waiver_needs_another_reviewer_a_reason_and_an_expiry_and_lapses(
-    client: httpx.Client,
+    client: httpx.Client, anonymous: httpx.Client, keys: KeyBook
 ) -> None:
     system = system_name()
     held = decided(
-        client, example("refuse-all"), system=system, version="1", plan=REFUSED, actor="alice"
+        client,
+        example("refuse-all"),
+        system=system,
+        version="1",
+        plan=REFUSED,
+        headers=keys.headers("alice"),
     )
     gate = client.get(f"/v1/gate/{system}").json()
     assert gate["decision"] == "hold" and gate["hold_id"]
     hold = gate["hold_id"]
     soon = (datetime.now(UTC) + timedelta(seconds=3)).isoformat()
     body = {"reason": "refusals are acceptable for the pilot", "expires_at": soon}
-    assert client.post(f"/v1/holds/{hold}/waive", json=body).status_code == 401
-    by_submitter = client.post(
-        f"/v1/holds/{hold}/waive", json=body, headers={"X-Assaygate-Actor": "alice"}
-    )
+    assert anonymous.post(f"/v1/holds/{hold}/waive", json=body).status_code == 401
+    by_submitter = client.post(f"/v1/holds/{hold}/waive", json=body, headers=keys.headers("alice"))
     assert by_submitter.status_code == 403
     no_expiry = client.post(
-        f"/v1/holds/{hold}/waive", json={"reason": "ok"}, headers={"X-Assaygate-Actor": "bob"}
+        f"/v1/holds/{hold}/waive", json={"reason": "ok"}, headers=keys.headers("bob")
     )
     assert (no_expiry.status_code, no_expiry.json()["error"]["field"]) == (422, "expires_at")
 
-    waived = client.post(f"/v1/holds/{hold}/waive", json=body, headers={"X-Assaygate-Actor": "bob"})
+    waived = client.post(f"/v1/holds/{hold}/waive", json=body, headers=keys.headers("bob"))
     assert waived.status_code == 200, waived.text
     assert waived.json()["dossier"]["decision"] == "allow"
     assert client.get(f"/v1/gate/{system}").json()["decision"] == "allow"
     doc = dossier(client, held["id"])
     assert doc["version"] == 2
     waiver = predicate(doc)["waivers"][0]
-    assert (waiver["reviewer"], waiver["action"]) == ("bob", "waived")
+    assert (waiver["reviewer"], waiver["action"]) == (str(keys.key("bob").id), "waived")
 
     time.sleep(3.2)
     lapsed = client.get(f"/v1/gate/{system}").json()
@@ -435,7 +438,7 @@ def test_a_waiver_needs_another_reviewer_a_reason_and_an_expiry_and_lapses(
 
 
 def test_a_waiver_never_lifts_a_hard_invariant_and_a_rejection_blocks(
-    client: httpx.Client,
+    client: httpx.Client, keys: KeyBook
 ) -> None:
     system = system_name()
     manifest, plan = BLOCKING["unsafe_escape"]
@@ -445,7 +448,7 @@ def test_a_waiver_never_lifts_a_hard_invariant_and_a_rejection_blocks(
     refused = client.post(
         f"/v1/holds/{gate['hold_id']}/waive",
         json={"reason": "ship it", "expires_at": later},
-        headers={"X-Assaygate-Actor": "carol"},
+        headers=keys.headers("carol"),
     )
     assert refused.status_code == 409
     assert "unsafe_escape" in refused.json()["error"]["message"]
@@ -455,12 +458,12 @@ def test_a_waiver_never_lifts_a_hard_invariant_and_a_rejection_blocks(
     held = decided(client, example("refuse-all"), system=other, version="1", plan=REFUSED)
     hold = client.get(f"/v1/gate/{other}").json()["hold_id"]
     rejected = client.post(
-        f"/v1/holds/{hold}/reject", json={"reason": "no"}, headers={"X-Assaygate-Actor": "carol"}
+        f"/v1/holds/{hold}/reject", json={"reason": "no"}, headers=keys.headers("carol")
     )
     assert rejected.status_code == 200, rejected.text
     assert client.get(f"/v1/gate/{other}").json()["decision"] == "block"
     assert dossier(client, held["id"])["decision"] == "block"
     again = client.post(
-        f"/v1/holds/{hold}/reject", json={"reason": "no"}, headers={"X-Assaygate-Actor": "carol"}
+        f"/v1/holds/{hold}/reject", json={"reason": "no"}, headers=keys.headers("carol")
     )
     assert again.status_code == 409

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,6 +38,15 @@ class Embedded(NamedTuple):
     url: str
     data_dir: Path
     server: subprocess.Popen[bytes]
+    # The first admin key, printed once by the first start.
+    key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+FIRST_KEY = re.compile(rb"\b(ag_[A-Za-z0-9_-]{43})\b")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +75,9 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
 
     try:
         wait_for(ready, 60.0, "embedded service ready")
-        yield Embedded(url, data_dir, server)
+        keys = FIRST_KEY.findall((data_dir / "serve.log").read_bytes())
+        assert len(keys) == 1, "the first start prints exactly one key"
+        yield Embedded(url, data_dir, server, keys[0].decode())
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -88,7 +100,7 @@ def test_embedded_mode_decides_the_typed_candidate_like_the_local_assay(
     embedded: Embedded,
 ) -> None:
     url = embedded.url
-    with httpx.Client(base_url=url, timeout=30.0) as client:
+    with httpx.Client(base_url=url, timeout=30.0, headers=embedded.headers) as client:
         response = client.post("/v1/candidates", json=candidate_body("typed", trials=30, seed=11))
         assert response.status_code == 202
         done = wait_decided(client, response.json()["id"])
@@ -100,7 +112,8 @@ def test_embedded_mode_decides_the_typed_candidate_like_the_local_assay(
 def test_embedded_mode_refuses_bad_input_the_same_way(embedded: Embedded) -> None:
     url = embedded.url
     body = candidate_body("typed", trials=0)
-    response = httpx.post(f"{url}/v1/candidates", json=body)
+    assert httpx.post(f"{url}/v1/candidates", json=body).status_code == 401
+    response = httpx.post(f"{url}/v1/candidates", json=body, headers=embedded.headers)
     assert response.status_code == 422
     assert response.json()["error"]["field"] == "plan.trials"
 
@@ -119,7 +132,8 @@ def test_submit_wait_exits_with_the_decision(embedded: Embedded) -> None:
         "5",
         "--wait",
     ]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "ASSAYGATE_API_KEY": embedded.key}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     decision = json.loads(done.stdout)["dossier"]["decision"]
     assert done.returncode == {"allow": 0, "block": 1, "hold": 2}[decision]
 
@@ -128,7 +142,7 @@ def test_a_killed_embedded_worker_is_restarted_and_its_shards_run_again(
     embedded: Embedded,
 ) -> None:
     body = candidate_body("typed", trials=6000, seed=5, modes=MODES)
-    with httpx.Client(base_url=embedded.url, timeout=30.0) as client:
+    with httpx.Client(base_url=embedded.url, timeout=30.0, headers=embedded.headers) as client:
         submitted = client.post("/v1/candidates", json=body).json()
 
         def under_way() -> bool:

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from service.core.assay import run_assay
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
+from tests.support.keys import KeyBook
 from tests.support.service import candidate_body, row_counts, wait_decided
 
 pytestmark = pytest.mark.integration
@@ -27,13 +28,14 @@ def submission(n: int) -> tuple[str, dict[str, Any]]:
 
 
 def test_twenty_concurrent_candidates_all_complete_with_correct_results(
-    api_url: str, engine: sa.Engine
+    api_url: str, engine: sa.Engine, keys: KeyBook
 ) -> None:
+    auth = keys.headers("ci")
     submissions = [submission(n) for n in range(20)]
     keys = [f"load-{uuid.uuid4()}" for _ in submissions]
 
     def post(i: int) -> httpx.Response:
-        with httpx.Client(base_url=api_url, timeout=60.0) as client:
+        with httpx.Client(base_url=api_url, timeout=60.0, headers=auth) as client:
             return client.post(
                 "/v1/candidates", json=submissions[i][1], headers={"Idempotency-Key": keys[i]}
             )
@@ -44,7 +46,7 @@ def test_twenty_concurrent_candidates_all_complete_with_correct_results(
     ids = [r.json()["id"] for r in responses]
     assert len(set(ids)) == 20
 
-    with httpx.Client(base_url=api_url, timeout=30.0) as client:
+    with httpx.Client(base_url=api_url, timeout=30.0, headers=auth) as client:
         decided = [wait_decided(client, candidate_id) for candidate_id in ids]
         for (name, body), done in zip(submissions, decided, strict=True):
             expected = run_assay(parse_manifest(body["manifest"]), parse_plan(body["plan"]))

@@ -14,6 +14,7 @@ from service.api.app import create_app
 from service.api.dispatch import Dispatcher
 from service.api.errors import BrokerUnavailable
 from service.settings import Settings
+from tests.support.keys import KeyBook
 from tests.support.service import ApiServer, candidate_body, row_counts
 
 pytestmark = pytest.mark.integration
@@ -24,26 +25,33 @@ DEAD_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:1/assaygate"
 
 
 @pytest.fixture
-def unchanged(engine: sa.Engine) -> Iterator[None]:
+def auth(keys: KeyBook) -> dict[str, str]:
+    return keys.headers("ci")
+
+
+@pytest.fixture
+def unchanged(engine: sa.Engine, auth: dict[str, str]) -> Iterator[None]:
     before = row_counts(engine)
     yield
     assert row_counts(engine) == before
 
 
 @contextlib.contextmanager
-def client_for(settings: Settings, dispatcher: Dispatcher | None = None) -> Iterator[httpx.Client]:
+def client_for(
+    settings: Settings, auth: dict[str, str], dispatcher: Dispatcher | None = None
+) -> Iterator[httpx.Client]:
     with (
         ApiServer(create_app(settings, dispatcher=dispatcher)) as server,
-        httpx.Client(base_url=server.url, timeout=30.0) as client,
+        httpx.Client(base_url=server.url, timeout=30.0, headers=auth) as client,
     ):
         yield client
 
 
 def test_with_the_broker_down_readiness_fails_and_submissions_write_nothing(
-    settings: Settings, unchanged: None
+    settings: Settings, auth: dict[str, str], unchanged: None
 ) -> None:
     broken = settings.model_copy(update={"broker_url": DEAD_REDIS, "result_backend": DEAD_REDIS})
-    with client_for(broken) as client:
+    with client_for(broken, auth) as client:
         ready = client.get("/readyz")
         assert ready.status_code == 503
         assert ready.json()["checks"]["database"] == "ok"
@@ -53,18 +61,18 @@ def test_with_the_broker_down_readiness_fails_and_submissions_write_nothing(
         assert response.json()["error"]["code"] == "broker_unavailable"
 
 
-def test_with_the_broker_down_reads_still_answer(settings: Settings) -> None:
+def test_with_the_broker_down_reads_still_answer(settings: Settings, auth: dict[str, str]) -> None:
     broken = settings.model_copy(update={"broker_url": DEAD_REDIS, "result_backend": DEAD_REDIS})
-    with client_for(broken) as client:
+    with client_for(broken, auth) as client:
         assert client.get("/v1/systems").status_code == 200
         assert client.get("/healthz").status_code == 200
 
 
 def test_with_the_database_down_readiness_fails_and_submissions_are_503(
-    settings: Settings, unchanged: None
+    settings: Settings, auth: dict[str, str], unchanged: None
 ) -> None:
     broken = settings.model_copy(update={"database_url": DEAD_POSTGRES})
-    with client_for(broken) as client:
+    with client_for(broken, auth) as client:
         ready = client.get("/readyz")
         assert ready.status_code == 503
         assert ready.json()["checks"]["database"] != "ok"
@@ -90,9 +98,9 @@ class BrokerDiesAfterThePing(Dispatcher):
 
 
 def test_a_submission_the_broker_refuses_after_commit_is_withdrawn_whole(
-    settings: Settings, unchanged: None
+    settings: Settings, auth: dict[str, str], unchanged: None
 ) -> None:
-    with client_for(settings, BrokerDiesAfterThePing(settings)) as client:
+    with client_for(settings, auth, BrokerDiesAfterThePing(settings)) as client:
         body = {**candidate_body("typed", trials=5), "system": f"new-{uuid.uuid4().hex[:8]}"}
         response = client.post(
             "/v1/candidates", json=body, headers={"Idempotency-Key": str(uuid.uuid4())}

@@ -9,6 +9,7 @@ from service.core.assay import plan_shards
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
 from service.db import queries
+from service.db.apikey import ensure_tenant
 from service.db.candidate import Recorded, record_submission, withdraw_submission
 from service.db.models import (
     Assay,
@@ -29,6 +30,7 @@ def record(session: Session, system: str = "copperfin-returns", trials: int = 30
     plan = parse_plan({"trials": trials, "modes": ["subject_swap", "fork_run"]})
     recorded = record_submission(
         session,
+        tenant_id=ensure_tenant(session, "acme").id,
         system_name=system,
         version="1.5.0",
         source_revision="abc",

@@ -35,6 +35,8 @@ PG_ADMIN_DSN = os.environ.get("ASSAYGATE_TEST_PG", "postgresql://postgres@127.0.
 REDIS_URL = os.environ.get("ASSAYGATE_TEST_REDIS", "redis://127.0.0.1:6379/13")
 
 TABLES = (
+    "tenant",
+    "api_key",
     "system",
     "manifest",
     "component_hash",
@@ -104,6 +106,8 @@ def session_settings(database_url: str, data_dir: Path, label: str, **overrides:
         "broker_visibility_timeout": 3.0,
         "broker_restore_interval": 1.0,
         "log_level": "INFO",
+        # The suite submits far faster than CI would; the limit has its own test.
+        "submissions_per_minute": 0,
         **overrides,
     }
     return Settings(**values)

@@ -3,6 +3,7 @@ decided candidates seeded through the db layer (no workers: these tests read pag
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,9 +15,11 @@ from sqlmodel import Session
 
 from service.api.app import create_app
 from service.db import migrate
+from service.db.models import Role
 from service.db.session import make_engine
 from service.keys import KeyRing
 from service.settings import Settings
+from tests.support.keys import Key, make_key
 from tests.web.seed import report_of, seed_candidate
 
 EVIL = '<script>alert("x")</script>'
@@ -86,3 +89,30 @@ def web_client(
 ) -> Iterator[TestClient]:
     with TestClient(create_app(web_settings, engine=web_engine)) as client:
         yield client
+
+
+_KEYS: dict[tuple[int, str], Key] = {}
+
+
+def key_for(client: TestClient, name: str) -> Key:
+    """`name`'s API key in the seeded tenant (reviewer and submitter), one per app and name."""
+    engine: sa.Engine = client.app.state.engine  # type: ignore[attr-defined]
+    where = (id(engine), name)
+    if where not in _KEYS:
+        _KEYS[where] = make_key(engine, "acme", (Role.REVIEWER, Role.SUBMITTER), name)
+    return _KEYS[where]
+
+
+def signed_in(client: TestClient, name: str = "rita", next_url: str = "/holds") -> TestClient:
+    """A new browser signed in to the dashboard with `name`'s API key."""
+    browser = TestClient(client.app)
+    form = browser.get("/signin").text
+    found = re.search(r'name="csrf" value="([^"]+)"', form)
+    assert found is not None
+    answer = browser.post(
+        "/signin",
+        data={"credential": key_for(client, name).secret, "csrf": found.group(1), "next": next_url},
+        follow_redirects=False,
+    )
+    assert answer.status_code == 303 and answer.headers["location"] == next_url
+    return browser

@@ -16,6 +16,7 @@ from service.core.assay import plan_shards, run_assay
 from service.core.dossier import Signer
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
+from service.db.apikey import ensure_tenant
 from service.db.assay import FaultRow, record_report
 from service.db.candidate import Recorded, record_submission
 from service.db.dossier import record_assay_dossier
@@ -65,6 +66,7 @@ def seed_candidate(
     shards = plan_shards(manifest, plan, trials_per_shard=PLAN["trials"])
     recorded = record_submission(
         session,
+        tenant_id=ensure_tenant(session, "acme").id,
         system_name=system,
         version=version,
         source_revision=source_revision,

@@ -9,8 +9,9 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlmodel import Session
 
+from service.db.apikey import ensure_tenant
 from service.db.models import Event, System
-from tests.web.conftest import EVIL, Seeded
+from tests.web.conftest import EVIL, Seeded, signed_in
 from tests.web.seed import example
 
 
@@ -102,7 +103,8 @@ def test_systems_are_paginated_fifty_to_a_page(
     web_client: TestClient, web_engine: sa.Engine, seeded: Seeded
 ) -> None:
     with Session(web_engine) as session:
-        session.add_all(System(name=f"zz-paged-{i:03d}") for i in range(55))
+        tenant = ensure_tenant(session, "acme")
+        session.add_all(System(name=f"zz-paged-{i:03d}", tenant_id=tenant.id) for i in range(55))
         session.commit()
     first = web_client.get("/").text
     assert first.count('<td class="name">') == 50 and 'rel="next"' in first
@@ -142,6 +144,7 @@ def test_submit_form_refuses_a_post_without_its_token(web_client: TestClient) ->
 
 
 def test_submit_form_records_a_candidate_and_redirects_to_it(web_client: TestClient) -> None:
+    web_client = signed_in(web_client, "sam", "/submit")
     form = web_client.get("/submit").text
     token = re.search(r'name="csrf" value="([^"]+)"', form)
     assert token is not None
@@ -164,6 +167,7 @@ def test_submit_form_records_a_candidate_and_redirects_to_it(web_client: TestCli
 
 
 def test_submit_form_shows_what_is_wrong_with_a_manifest(web_client: TestClient) -> None:
+    web_client = signed_in(web_client, "sam", "/submit")
     form = web_client.get("/submit").text
     token = re.search(r'name="csrf" value="([^"]+)"', form)
     assert token is not None

@@ -7,24 +7,13 @@ import re
 
 from fastapi.testclient import TestClient
 
-from tests.web.conftest import Seeded
+from tests.web.conftest import Seeded, key_for, signed_in
 
 
 def token(client: TestClient, url: str = "/signin") -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', client.get(url).text)
     assert found is not None
     return found.group(1)
-
-
-def signed_in(client: TestClient, name: str = "rita") -> TestClient:
-    reviewer = TestClient(client.app)
-    answer = reviewer.post(
-        "/signin",
-        data={"credential": name, "csrf": token(reviewer), "next": "/holds"},
-        follow_redirects=False,
-    )
-    assert answer.status_code == 303 and answer.headers["location"] == "/holds"
-    return reviewer
 
 
 def open_hold_of(client: TestClient, candidate: str) -> str:
@@ -42,7 +31,8 @@ def test_the_dossier_page_verifies_every_version_against_the_published_keys(
     assert 'href="/v1/dossiers/' in page and "/envelope" in page
     envelope = re.search(r'href="(/v1/dossiers/[^"]+/envelope)"', page)
     assert envelope is not None
-    assert web_client.get(envelope.group(1)).json()["payloadType"]
+    download = web_client.get(envelope.group(1), headers=key_for(web_client, "rita").headers)
+    assert download.json()["payloadType"]
 
 
 def test_review_actions_are_refused_without_sign_in_or_without_the_form_token(
@@ -85,7 +75,10 @@ def test_a_waiver_needs_a_reason_and_signs_a_new_dossier_version(
     page = reviewer.get(done.headers["location"]).text
     assert "Version 2" in page and "Version 1" in page
     assert page.count("✔ verified") == 2
-    assert "waived by rita" in page and "lineage repair ships next week" in page
+    assert (
+        f"waived by {key_for(web_client, 'rita').id}" in page
+        and "lineage repair ships next week" in page
+    )
     events = reviewer.get("/events?kind=dossier.issued").text
     assert "dossier.issued" in events
 
@@ -111,3 +104,14 @@ def test_sign_out_ends_the_session(web_client: TestClient) -> None:
     assert out.status_code == 303
     reviewer.cookies.clear()
     assert "Sign in" in reviewer.get("/").text
+
+
+def test_sign_in_takes_an_api_key_and_refuses_anything_else(web_client: TestClient) -> None:
+    browser = TestClient(web_client.app)
+    answer = browser.post(
+        "/signin",
+        data={"credential": "rita", "csrf": token(browser), "next": "/holds"},
+        follow_redirects=False,
+    )
+    assert answer.status_code != 303
+    assert "Sign out" in signed_in(web_client, "rita").get("/").text

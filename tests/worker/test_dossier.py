@@ -17,6 +17,7 @@ from service.core.dossier import verify
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
 from service.db import dossier as dossiers
+from service.db.apikey import ensure_tenant
 from service.db.candidate import record_submission
 from service.db.models import AssayShard, Dossier, Event, Hold, System
 from service.db.session import session_scope
@@ -35,6 +36,7 @@ def submit(engine: sa.Engine, settings: Settings, plan: dict[str, Any]) -> tuple
     with session_scope(engine) as session:
         recorded = record_submission(
             session,
+            tenant_id=ensure_tenant(session, "acme").id,
             system_name=system,
             version="1",
             source_revision="direct",

@@ -16,6 +16,7 @@ from service.core.credential import InjectorScope, mint
 from service.core.dossier import Signer
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
+from service.db.apikey import ensure_tenant
 from service.db.candidate import record_submission
 from service.db.models import Assay, AssayShard, AssayStatus, Event
 from service.db.session import session_scope
@@ -35,6 +36,7 @@ def submit(
     with session_scope(engine) as session:
         recorded = record_submission(
             session,
+            tenant_id=ensure_tenant(session, "acme").id,
             system_name="copperfin-returns",
             version="9.9.9",
             source_revision="test",

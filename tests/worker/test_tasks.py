@@ -12,6 +12,7 @@ from sqlmodel import Session, func, select
 from service.core.assay import ShardSpec, plan_shards, run_assay, run_shard
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
+from service.db.apikey import ensure_tenant
 from service.db.assay import assay_inputs, begin_shard, store_shard_result
 from service.db.candidate import record_submission
 from service.db.models import Assay, AssayShard, AssayStatus, Event, FaultResult
@@ -29,6 +30,7 @@ def submit(engine: sa.Engine, settings: Settings, trials: int = 40, **plan: obje
     with session_scope(engine) as session:
         recorded = record_submission(
             session,
+            tenant_id=ensure_tenant(session, "acme").id,
             system_name="copperfin-returns",
             version="1.5.0",
             source_revision="direct",

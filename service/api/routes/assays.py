@@ -5,7 +5,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from service.api.deps import MetricsDep, SessionDep
+from service.api.deps import MetricsDep, PrincipalDep, SessionDep
 from service.api.errors import ERROR_RESPONSES, Conflict, NotFound
 from service.api.present import aware, maybe_aware, progress, reasons
 from service.api.schemas import AbortCreate, AbortPublic, AssayPublic, FaultPublic, Progress
@@ -14,6 +14,7 @@ from service.core.errors import AssaygateError
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
 from service.db import queries
+from service.db.apikey import audit
 from service.db.injector import request_stop
 from service.db.models import Assay, AssayStatus, Candidate, Manifest
 
@@ -44,10 +45,12 @@ def _signatures(session: Any, assay: Assay) -> dict[str, dict[str, Any]]:
 @router.get(
     "/{assay_id}", response_model=AssayPublic, responses={k: ERROR_RESPONSES[k] for k in (404, 503)}
 )
-def get_assay(assay_id: uuid.UUID, session: SessionDep, metrics: MetricsDep) -> AssayPublic:
+def get_assay(
+    assay_id: uuid.UUID, session: SessionDep, metrics: MetricsDep, principal: PrincipalDep
+) -> AssayPublic:
     """Per-fault progress, and containment signatures so far (final once the assay is done)."""
     with metrics.gate_check_seconds.time():
-        assay = queries.assay(session, assay_id)
+        assay = queries.assay(session, assay_id, tenant_id=principal.tenant_id)
         if assay is None:
             raise NotFound(f"no assay {assay_id}", field="assay_id")
         signatures = _signatures(session, assay)
@@ -90,15 +93,30 @@ def get_assay(assay_id: uuid.UUID, session: SessionDep, metrics: MetricsDep) -> 
     responses={k: ERROR_RESPONSES[k] for k in (404, 409, 503)},
 )
 def abort_assay(
-    assay_id: uuid.UUID, session: SessionDep, body: AbortCreate | None = None
+    assay_id: uuid.UUID,
+    session: SessionDep,
+    principal: PrincipalDep,
+    body: AbortCreate | None = None,
 ) -> AbortPublic:
     """Stop an assay: no shard starts after this is recorded, running shards stop at their next
     batch, and what was already recorded is kept. An aborted assay is decided `block`."""
-    assay = queries.assay(session, assay_id)
+    assay = queries.assay(session, assay_id, tenant_id=principal.tenant_id)
     if assay is None:
         raise NotFound(f"no assay {assay_id}", field="assay_id")
     reason = f"aborted: {body.reason}" if body and body.reason else "aborted"
-    recorded = request_stop(session, assay_id, reason, kind="assay.aborted", data={})
+    recorded = request_stop(
+        session, assay_id, reason, kind="assay.aborted", data={"by": principal.actor}
+    )
+    if recorded:
+        audit(
+            session,
+            principal,
+            "assay.abort",
+            f"assay:{assay_id}",
+            candidate_id=assay.candidate_id,
+            assay_id=assay_id,
+            reason=reason,
+        )
     session.commit()
     if not recorded:
         current = queries.assay(session, assay_id)

@@ -25,8 +25,11 @@ from service.api.deps import (
     DispatcherDep,
     InjectorSignerDep,
     MetricsDep,
+    PrincipalDep,
     SessionDep,
     SettingsDep,
+    SubmissionLimitDep,
+    resolve,
 )
 from service.api.errors import (
     ERROR_RESPONSES,
@@ -37,10 +40,11 @@ from service.api.errors import (
 )
 from service.api.present import candidate_page, candidate_public, decode_cursor, encode_cursor
 from service.api.schemas import CandidateCreate, CandidatePage, CandidatePublic
-from service.core.assay import plan_shards
+from service.core.assay import ShardSpec, plan_shards
 from service.core.manifest import parse_manifest
 from service.core.plan import AssayPlan, parse_plan
 from service.db import queries
+from service.db.apikey import audit
 from service.db.candidate import (
     Recorded,
     find_idempotency_key,
@@ -77,6 +81,25 @@ def shard_size(plan: AssayPlan, settings: Settings) -> int:
     return max(settings.trials_per_shard, -(-plan.trials // shards_per_fault))
 
 
+def check_trial_limits(shards: list[ShardSpec], settings: Settings) -> None:
+    """Refuse a plan over the configured trial limits before anything is written."""
+    per_fault: dict[str | None, int] = {}
+    for s in shards:
+        per_fault[s.fault_id] = per_fault.get(s.fault_id, 0) + (s.stop - s.start)
+    most = max(per_fault.values(), default=0)
+    if most > settings.max_trials_per_fault:
+        raise FieldInvalid(
+            f"{most} trials for one fault; the limit is {settings.max_trials_per_fault}",
+            field="plan.trials",
+        )
+    total = sum(per_fault.values())
+    if total > settings.max_trials_per_assay:
+        raise FieldInvalid(
+            f"{total} trials in the assay; the limit is {settings.max_trials_per_assay}",
+            field="plan.trials",
+        )
+
+
 def request_digest(body: CandidateCreate) -> str:
     canonical = rfc8785.dumps(body.model_dump(mode="json", exclude_unset=True))
     return hashlib.sha256(canonical).hexdigest()
@@ -96,7 +119,7 @@ def _replay(row: IdempotencyKey, digest: str) -> JSONResponse:
     "",
     status_code=202,
     response_model=CandidatePublic,
-    responses={k: ERROR_RESPONSES[k] for k in (400, 409, 413, 422, 503)},
+    responses={k: ERROR_RESPONSES[k] for k in (400, 409, 413, 422, 429, 503)},
 )
 def submit_candidate(
     body: CandidateCreate,
@@ -106,10 +129,12 @@ def submit_candidate(
     metrics: MetricsDep,
     signer: InjectorSignerDep,
     actor: ActorDep,
+    limit: SubmissionLimitDep = None,
     idempotency_key: IdempotencyKeyHeader = None,
 ) -> JSONResponse:
     """Record a release candidate and queue its assay; answers before the assay runs."""
     started = time.perf_counter()
+    principal = resolve(session, actor, ("POST", "/v1/candidates"))
     manifest = parse_manifest(body.manifest)
     system = body.system or manifest.system
     version = body.version or manifest.version
@@ -119,18 +144,24 @@ def submit_candidate(
         raise FieldInvalid("name the version in the body or in the manifest", field="version")
     plan = parse_plan(body.plan.model_dump(exclude_none=True) if body.plan else {})
     shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
+    check_trial_limits(shards, settings)
     digest = request_digest(body)
+    # Stored per tenant: one tenant's key never replays (or reveals) another tenant's response.
+    stored_key = f"{principal.tenant_id.hex}:{idempotency_key}" if idempotency_key else None
 
-    if idempotency_key is not None:
-        existing = find_idempotency_key(session, idempotency_key)
+    if stored_key is not None:
+        existing = find_idempotency_key(session, stored_key)
         if existing is not None:
             return _replay(existing, digest)
 
     dispatcher.ping()
+    if limit is not None:
+        limit.check(principal.key_id)
     for attempt in range(_RECORD_ATTEMPTS):
         try:
             recorded = record_submission(
                 session,
+                tenant_id=principal.tenant_id,
                 system_name=system,
                 version=version,
                 source_revision=body.source_revision,
@@ -138,7 +169,7 @@ def submit_candidate(
                 plan_document=plan.model_dump(mode="json"),
                 catalogue=plan.resolve_catalogue().version,
                 shards=shards,
-                submitter=actor,
+                submitter=principal.actor,
             )
             issue_credential(
                 session,
@@ -157,10 +188,19 @@ def submit_candidate(
             )
             row = queries.CandidateRow(recorded.candidate, recorded.system, recorded.assay)
             response = candidate_public(session, row).model_dump(mode="json")
-            if idempotency_key is not None:
+            audit(
+                session,
+                principal,
+                "candidate.submit",
+                f"candidate:{recorded.candidate.id}",
+                candidate_id=recorded.candidate.id,
+                assay_id=recorded.assay.id,
+                system=system,
+            )
+            if stored_key is not None:
                 session.add(
                     IdempotencyKey(
-                        key=idempotency_key,
+                        key=stored_key,
                         request_sha256=digest,
                         candidate_id=recorded.candidate.id,
                         status_code=202,
@@ -171,8 +211,8 @@ def submit_candidate(
             break
         except sa.exc.IntegrityError:
             session.rollback()
-            if idempotency_key is not None:
-                existing = find_idempotency_key(session, idempotency_key)
+            if stored_key is not None:
+                existing = find_idempotency_key(session, stored_key)
                 if existing is not None:
                     return _replay(existing, digest)
             if attempt == _RECORD_ATTEMPTS - 1:
@@ -213,11 +253,11 @@ def _withdraw(session: Session, recorded: Recorded) -> None:
     responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
 )
 def get_candidate(
-    candidate_id: uuid.UUID, session: SessionDep, metrics: MetricsDep
+    candidate_id: uuid.UUID, session: SessionDep, metrics: MetricsDep, principal: PrincipalDep
 ) -> CandidatePublic:
     """Status, progress, and the decision once the assay is done."""
     with metrics.gate_check_seconds.time():
-        row = queries.candidate(session, candidate_id)
+        row = queries.candidate(session, candidate_id, tenant_id=principal.tenant_id)
         if row is None:
             raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
         return candidate_public(session, row)
@@ -230,13 +270,16 @@ def get_candidate(
 )
 def list_candidates(
     session: SessionDep,
+    principal: PrincipalDep,
     system: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> CandidatePage:
     """Newest first. Follow `next_cursor` until it is null."""
     before = decode_cursor(cursor) if cursor else None
-    rows = queries.candidates(session, system=system, limit=limit + 1, before=before)
+    rows = queries.candidates(
+        session, system=system, limit=limit + 1, before=before, tenant_id=principal.tenant_id
+    )
     page = rows[:limit]
     return CandidatePage(
         items=candidate_page(session, page),

@@ -18,12 +18,15 @@ from service.api.deps import (
     DispatcherDep,
     InjectorSignerDep,
     KeyRingDep,
+    PrincipalDep,
     SessionDep,
     SettingsDep,
+    SubmissionLimitDep,
+    resolve,
 )
 from service.api.errors import ERROR_RESPONSES, BrokerUnavailable, NotFound
 from service.api.present import candidate_public, dossier_ref, dossier_response
-from service.api.routes.candidates import shard_size
+from service.api.routes.candidates import check_trial_limits, shard_size
 from service.api.schemas import (
     CandidatePublic,
     DossierList,
@@ -39,6 +42,7 @@ from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
 from service.db import dossier as dossiers
 from service.db import queries
+from service.db.apikey import audit
 from service.db.candidate import record_rerun, withdraw_rerun
 from service.db.injector import issue_credential
 from service.db.models import Dossier, Manifest
@@ -69,12 +73,14 @@ def list_keys(ring: KeyRingDep) -> KeyList:
     response_model=DossierPublic,
     responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
 )
-def latest_dossier(candidate_id: uuid.UUID, session: SessionDep) -> Response:
+def latest_dossier(
+    candidate_id: uuid.UUID, session: SessionDep, principal: PrincipalDep
+) -> Response:
     """The candidate's latest dossier version (404 until its first assay has finished)."""
+    if queries.candidate(session, candidate_id, tenant_id=principal.tenant_id) is None:
+        raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
     found = dossiers.latest(session, candidate_id)
     if found is None:
-        if queries.candidate(session, candidate_id) is None:
-            raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
         raise NotFound(f"candidate {candidate_id} has no dossier yet", field="candidate_id")
     return dossier_response(found)
 
@@ -84,15 +90,17 @@ def latest_dossier(candidate_id: uuid.UUID, session: SessionDep) -> Response:
     response_model=DossierList,
     responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
 )
-def dossier_versions(candidate_id: uuid.UUID, session: SessionDep) -> DossierList:
+def dossier_versions(
+    candidate_id: uuid.UUID, session: SessionDep, principal: PrincipalDep
+) -> DossierList:
     """Every version, oldest first; each names the digest of the one before."""
-    if queries.candidate(session, candidate_id) is None:
+    if queries.candidate(session, candidate_id, tenant_id=principal.tenant_id) is None:
         raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
     return DossierList(items=[dossier_ref(d) for d in dossiers.versions(session, candidate_id)])
 
 
-def _dossier(session: SessionDep, dossier_id: uuid.UUID) -> Dossier:
-    found = session.get(Dossier, dossier_id)
+def _dossier(session: SessionDep, dossier_id: uuid.UUID, principal: PrincipalDep) -> Dossier:
+    found = dossiers.dossier_of_tenant(session, dossier_id, principal.tenant_id)
     if found is None:
         raise NotFound(f"no dossier {dossier_id}", field="dossier_id")
     return found
@@ -103,8 +111,8 @@ def _dossier(session: SessionDep, dossier_id: uuid.UUID) -> Dossier:
     response_model=DossierPublic,
     responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
 )
-def get_dossier(dossier_id: uuid.UUID, session: SessionDep) -> Response:
-    return dossier_response(_dossier(session, dossier_id))
+def get_dossier(dossier_id: uuid.UUID, session: SessionDep, principal: PrincipalDep) -> Response:
+    return dossier_response(_dossier(session, dossier_id, principal))
 
 
 @router.get(
@@ -114,9 +122,11 @@ def get_dossier(dossier_id: uuid.UUID, session: SessionDep) -> Response:
         **{k: ERROR_RESPONSES[k] for k in (404, 503)},
     },
 )
-def get_envelope(dossier_id: uuid.UUID, session: SessionDep) -> Response:
+def get_envelope(dossier_id: uuid.UUID, session: SessionDep, principal: PrincipalDep) -> Response:
     """The DSSE envelope alone, byte for byte as stored (what `assaygate verify` reads)."""
-    return Response(_dossier(session, dossier_id).envelope, media_type="application/json")
+    return Response(
+        _dossier(session, dossier_id, principal).envelope, media_type="application/json"
+    )
 
 
 @router.get(
@@ -126,16 +136,16 @@ def get_envelope(dossier_id: uuid.UUID, session: SessionDep) -> Response:
         **{k: ERROR_RESPONSES[k] for k in (404, 503)},
     },
 )
-def get_payload(dossier_id: uuid.UUID, session: SessionDep) -> Response:
+def get_payload(dossier_id: uuid.UUID, session: SessionDep, principal: PrincipalDep) -> Response:
     """The exact signed bytes: the in-toto statement in RFC 8785 canonical JSON."""
-    return Response(_dossier(session, dossier_id).payload, media_type=PAYLOAD_TYPE)
+    return Response(_dossier(session, dossier_id, principal).payload, media_type=PAYLOAD_TYPE)
 
 
 @router.post(
     "/v1/candidates/{candidate_id}/rerun",
     status_code=202,
     response_model=CandidatePublic,
-    responses={k: ERROR_RESPONSES[k] for k in (404, 422, 503)},
+    responses={k: ERROR_RESPONSES[k] for k in (404, 422, 429, 503)},
 )
 def rerun(
     candidate_id: uuid.UUID,
@@ -145,10 +155,12 @@ def rerun(
     signer: InjectorSignerDep,
     actor: ActorDep,
     body: RerunCreate | None = None,
+    limit: SubmissionLimitDep = None,
 ) -> JSONResponse:
     """Assay the candidate again. Its result is a new dossier version with its own trial counts:
     it replaces the standing evidence whatever it says (no best-of-N)."""
-    row = queries.candidate(session, candidate_id)
+    principal = resolve(session, actor, ("POST", "/v1/candidates/{candidate_id}/rerun"))
+    row = queries.candidate(session, candidate_id, tenant_id=principal.tenant_id)
     if row is None:
         raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
     manifest_row = session.get(Manifest, row.candidate.manifest_digest)
@@ -159,14 +171,17 @@ def rerun(
     overrides = body.plan.model_dump(exclude_none=True) if body and body.plan else {}
     plan = parse_plan({**previous.plan, **overrides})
     shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
+    check_trial_limits(shards, settings)
     dispatcher.ping()
+    if limit is not None:
+        limit.check(principal.key_id)
     assay = record_rerun(
         session,
         row.candidate,
         plan_document=plan.model_dump(mode="json"),
         catalogue=plan.resolve_catalogue().version,
         shards=shards,
-        requested_by=actor,
+        requested_by=principal.actor,
     )
     issue_credential(
         session,
@@ -186,6 +201,14 @@ def rerun(
     response = candidate_public(
         session, queries.CandidateRow(row.candidate, row.system, assay)
     ).model_dump(mode="json")
+    audit(
+        session,
+        principal,
+        "candidate.rerun",
+        f"candidate:{candidate_id}",
+        candidate_id=candidate_id,
+        assay_id=assay.id,
+    )
     session.commit()
     try:
         dispatcher.enqueue_shards(assay.id, [s.index for s in shards])

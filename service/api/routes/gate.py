@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from sqlmodel import select
 
-from service.api.deps import ActorDep, MetricsDep, SessionDep, SignerDep
+from service.api.deps import MetricsDep, PrincipalDep, SessionDep, SignerDep
 from service.api.errors import ERROR_RESPONSES, FieldInvalid, NotFound
 from service.api.present import dossier_ref
 from service.api.schemas import (
@@ -24,6 +23,8 @@ from service.api.schemas import (
 )
 from service.core.manifest import COMPONENTS
 from service.db import dossier as dossiers
+from service.db import queries
+from service.db.apikey import Principal, audit
 from service.db.models import System
 
 router = APIRouter(tags=["gate"])
@@ -31,8 +32,8 @@ router = APIRouter(tags=["gate"])
 SystemName = Annotated[str, Path(min_length=1, max_length=200)]
 
 
-def _system(session: SessionDep, name: str) -> System:
-    system = session.exec(select(System).where(System.name == name)).first()
+def _system(session: SessionDep, name: str, principal: Principal) -> System:
+    system = queries.system_named(session, name, principal.tenant_id)
     if system is None:
         raise NotFound(f"no system {name}", field="system")
     return system
@@ -48,13 +49,14 @@ def get_gate(
     session: SessionDep,
     signer: SignerDep,
     metrics: MetricsDep,
+    principal: PrincipalDep,
     version: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> GatePublic:
     """May this version ship? `allow` only on a signed dossier that allows it."""
     with metrics.gate_check_seconds.time():
         if dossiers.reopen_expired(session, signer):
             session.commit()
-        row = _system(session, system)
+        row = _system(session, system, principal)
         candidate = dossiers.gate_candidate(session, row, version)
         if candidate is None:
             raise NotFound(
@@ -88,9 +90,11 @@ def _triggers(system: System) -> TriggersPublic:
     response_model=TriggersPublic,
     responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
 )
-def get_triggers(system: SystemName, session: SessionDep) -> TriggersPublic:
+def get_triggers(
+    system: SystemName, session: SessionDep, principal: PrincipalDep
+) -> TriggersPublic:
     """The components whose change reopens this system's gate."""
-    return _triggers(_system(session, system))
+    return _triggers(_system(session, system, principal))
 
 
 @router.put(
@@ -98,7 +102,9 @@ def get_triggers(system: SystemName, session: SessionDep) -> TriggersPublic:
     response_model=TriggersPublic,
     responses={k: ERROR_RESPONSES[k] for k in (422, 503)},
 )
-def put_triggers(system: SystemName, body: TriggersUpdate, session: SessionDep) -> TriggersPublic:
+def put_triggers(
+    system: SystemName, body: TriggersUpdate, session: SessionDep, principal: PrincipalDep
+) -> TriggersPublic:
     """Name the trigger components (for example add `prompt`). Applies to dossiers issued and
     configuration changes reported from now on."""
     unknown = sorted(set(body.components) - set(COMPONENTS))
@@ -107,7 +113,14 @@ def put_triggers(system: SystemName, body: TriggersUpdate, session: SessionDep) 
             f"unknown component {', '.join(unknown)} (known: {', '.join(COMPONENTS)})",
             field="components",
         )
-    row = dossiers.set_triggers(session, system, body.components)
+    row = dossiers.set_triggers(session, system, body.components, tenant_id=principal.tenant_id)
+    audit(
+        session,
+        principal,
+        "system.set_triggers",
+        f"system:{system}",
+        components=sorted(set(body.components)),
+    )
     session.commit()
     return _triggers(row)
 
@@ -123,7 +136,7 @@ def report_config_change(
     body: ConfigChangeCreate,
     session: SessionDep,
     signer: SignerDep,
-    actor: ActorDep,
+    principal: PrincipalDep,
 ) -> ConfigChangePublic:
     """A production configuration change. If it moves a trigger component away from what a
     standing dossier was assayed with, that dossier's next version reopens the gate."""
@@ -132,15 +145,24 @@ def report_config_change(
             f"unknown component {body.component} (known: {', '.join(COMPONENTS)})",
             field="component",
         )
-    row = _system(session, system)
+    row = _system(session, system, principal)
     outcome = dossiers.report_config_change(
         session,
         signer,
         row,
         component=body.component,
         sha256=body.sha256,
-        reported_by=actor,
+        reported_by=principal.actor,
         note=body.note,
+    )
+    audit(
+        session,
+        principal,
+        "system.config_change",
+        f"system:{system}",
+        component=body.component,
+        sha256=body.sha256,
+        reopened=len(outcome.reopened),
     )
     session.commit()
     return ConfigChangePublic(

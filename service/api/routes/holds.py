@@ -1,9 +1,9 @@
 """Reviews of dossiers that did not allow: waive or reject, each a new signed dossier version.
 
-A review needs a reason, the reviewer's identity and (for a waiver) an expiry; the reviewer may
-not be the candidate's submitter. A waiver lifts only `hold` reasons: a hard-invariant violation
-(unsafe escape, duplicate effect, unverifiable release) or any other block is never waived into
-`allow`. When a waiver expires the hold reopens.
+A review needs a reason, a key with the reviewer role and (for a waiver) an expiry; the key may
+not be the one that submitted the candidate. A waiver lifts only `hold` reasons: a
+hard-invariant violation (unsafe escape, duplicate effect, unverifiable release) or any other
+block is never waived into `allow`. When a waiver expires the hold reopens.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from service.api.deps import ReviewerDep, SessionDep, SignerDep
+from service.api.deps import Caller, PrincipalDep, ReviewerDep, SessionDep, SignerDep, resolve
 from service.api.errors import (
     ERROR_RESPONSES,
     FieldInvalid,
@@ -26,7 +26,8 @@ from service.api.errors import (
 from service.api.present import dossier_ref, hold_public
 from service.api.schemas import HoldList, HoldPublic, ReviewCreate, ReviewPublic
 from service.db import dossier as dossiers
-from service.db.models import Candidate, Hold, HoldStatus
+from service.db.apikey import audit
+from service.db.models import Candidate, HoldStatus
 
 router = APIRouter(prefix="/v1/holds", tags=["holds"])
 
@@ -35,6 +36,7 @@ router = APIRouter(prefix="/v1/holds", tags=["holds"])
 def list_holds(
     session: SessionDep,
     signer: SignerDep,
+    principal: PrincipalDep,
     system: Annotated[str | None, Query(max_length=200)] = None,
     status: Literal["open", "waived", "rejected", "superseded"] | None = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
@@ -42,17 +44,21 @@ def list_holds(
     """Newest first."""
     if dossiers.reopen_expired(session, signer):
         session.commit()
-    rows = dossiers.holds(session, system=system, status=status, limit=limit)
+    rows = dossiers.holds(
+        session, system=system, status=status, limit=limit, tenant_id=principal.tenant_id
+    )
     return HoldList(items=[hold_public(h) for h in rows])
 
 
 @router.get(
     "/{hold_id}", response_model=HoldPublic, responses={k: ERROR_RESPONSES[k] for k in (404, 503)}
 )
-def get_hold(hold_id: uuid.UUID, session: SessionDep, signer: SignerDep) -> HoldPublic:
+def get_hold(
+    hold_id: uuid.UUID, session: SessionDep, signer: SignerDep, principal: PrincipalDep
+) -> HoldPublic:
     if dossiers.reopen_expired(session, signer):
         session.commit()
-    hold = session.get(Hold, hold_id)
+    hold = dossiers.hold_of_tenant(session, hold_id, principal.tenant_id)
     if hold is None:
         raise NotFound(f"no hold {hold_id}", field="hold_id")
     return hold_public(hold)
@@ -64,12 +70,13 @@ def _review(
     body: ReviewCreate,
     session: SessionDep,
     signer: SignerDep,
-    reviewer: str,
+    reviewer: Caller,
 ) -> ReviewPublic:
+    principal = resolve(session, reviewer, ("POST", f"/v1/holds/{{hold_id}}/{action}"))
     now = datetime.now(UTC)
     if dossiers.reopen_expired(session, signer, now=now):
         session.commit()
-    hold = session.get(Hold, hold_id)
+    hold = dossiers.hold_of_tenant(session, hold_id, principal.tenant_id)
     if hold is None:
         raise NotFound(f"no hold {hold_id}", field="hold_id")
     candidate = session.get(Candidate, hold.candidate_id)
@@ -82,9 +89,10 @@ def _review(
             expires_at = expires_at.replace(tzinfo=UTC)
         if expires_at <= now:
             raise FieldInvalid("the expiry must be in the future", field="expires_at")
-    if candidate.submitter is not None and candidate.submitter == reviewer:
+    if candidate.submitter is not None and candidate.submitter == principal.actor:
         raise ReviewerIsSubmitter(
-            f"{reviewer} submitted this candidate and may not review it", field="X-Assaygate-Actor"
+            f"key {principal.prefix}… submitted this candidate and may not review it",
+            field="Authorization",
         )
     if hold.status != HoldStatus.OPEN.value:
         raise HoldNotOpen(f"hold {hold_id} is {hold.status}", field="hold_id")
@@ -100,7 +108,7 @@ def _review(
         signer,
         hold_id,
         action=action,
-        reviewer=reviewer,
+        reviewer=principal.actor,
         reason=body.reason,
         expires_at=expires_at,
         now=now,
@@ -108,6 +116,15 @@ def _review(
     if done is None:
         session.rollback()
         raise HoldNotOpen(f"hold {hold_id} was reviewed or superseded meanwhile", field="hold_id")
+    audit(
+        session,
+        principal,
+        f"hold.{action}",
+        f"hold:{hold_id}",
+        candidate_id=candidate.id,
+        reason=body.reason,
+        dossier_id=str(done.dossier.id),
+    )
     session.commit()
     return ReviewPublic(hold=hold_public(done.hold), dossier=dossier_ref(done.dossier))
 

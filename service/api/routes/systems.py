@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.deps import SessionDep
+from service.api.deps import PrincipalDep, SessionDep
 from service.api.errors import ERROR_RESPONSES
 from service.api.present import aware, candidate_page
 from service.api.schemas import SystemList, SystemPublic
@@ -12,9 +12,9 @@ router = APIRouter(prefix="/v1/systems", tags=["systems"])
 
 
 @router.get("", response_model=SystemList, responses={503: ERROR_RESPONSES[503]})
-def list_systems(session: SessionDep) -> SystemList:
-    """Every system that has submitted a candidate, with its latest one."""
-    rows = queries.systems(session)
+def list_systems(session: SessionDep, principal: PrincipalDep) -> SystemList:
+    """Every system of the caller's tenant, with its latest candidate."""
+    rows = queries.systems(session, tenant_id=principal.tenant_id)
     latest = {
         c.system: c
         for c in candidate_page(session, [r.latest for r in rows if r.latest is not None])

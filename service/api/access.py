@@ -1,0 +1,103 @@
+"""Who may call what: one table from (method, route path) to the roles allowed, read by the one
+dependency every API route runs. A route missing from the table is refused (fail closed), and a
+test iterates the table against the app's routes.
+
+Reads are open to every role of the tenant; writes name their role. Roles do not nest: an admin
+key manages keys, systems and triggers, but submits or reviews only with those roles too (so a
+reviewer cannot waive a hold with the key that submitted the candidate).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from service.api.errors import Forbidden, Unauthenticated
+from service.db.apikey import Principal, authenticate
+from service.db.models import Role
+
+SUBMITTER, REVIEWER, ADMIN = Role.SUBMITTER, Role.REVIEWER, Role.ADMIN
+ANY_ROLE: frozenset[Role] = frozenset(Role)
+
+#: Routes anyone may call, without a key.
+PUBLIC: frozenset[tuple[str, str]] = frozenset(
+    {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/v1/keys")}
+)
+
+#: Every authenticated route and the roles that may call it.
+ROUTE_ROLES: dict[tuple[str, str], frozenset[Role]] = {
+    ("POST", "/v1/candidates"): frozenset({SUBMITTER}),
+    ("GET", "/v1/candidates"): ANY_ROLE,
+    ("GET", "/v1/candidates/{candidate_id}"): ANY_ROLE,
+    ("GET", "/v1/candidates/{candidate_id}/dossier"): ANY_ROLE,
+    ("GET", "/v1/candidates/{candidate_id}/dossiers"): ANY_ROLE,
+    ("POST", "/v1/candidates/{candidate_id}/rerun"): frozenset({REVIEWER}),
+    ("GET", "/v1/assays/{assay_id}"): ANY_ROLE,
+    ("POST", "/v1/assays/{assay_id}/abort"): frozenset({REVIEWER}),
+    ("GET", "/v1/dossiers/{dossier_id}"): ANY_ROLE,
+    ("GET", "/v1/dossiers/{dossier_id}/envelope"): ANY_ROLE,
+    ("GET", "/v1/dossiers/{dossier_id}/payload"): ANY_ROLE,
+    ("GET", "/v1/gate/{system}"): ANY_ROLE,
+    ("GET", "/v1/holds"): ANY_ROLE,
+    ("GET", "/v1/holds/{hold_id}"): ANY_ROLE,
+    ("POST", "/v1/holds/{hold_id}/waive"): frozenset({REVIEWER}),
+    ("POST", "/v1/holds/{hold_id}/reject"): frozenset({REVIEWER}),
+    ("GET", "/v1/systems"): ANY_ROLE,
+    ("GET", "/v1/systems/{system}/triggers"): ANY_ROLE,
+    ("PUT", "/v1/systems/{system}/triggers"): frozenset({ADMIN}),
+    # Reporting a production change only ever reopens a gate, so CI may do it too.
+    ("POST", "/v1/systems/{system}/config-changes"): frozenset({SUBMITTER, ADMIN}),
+    ("GET", "/v1/events"): ANY_ROLE,
+    ("GET", "/v1/api-keys"): frozenset({ADMIN}),
+    ("POST", "/v1/api-keys"): frozenset({ADMIN}),
+    ("DELETE", "/v1/api-keys/{key_id}"): frozenset({ADMIN}),
+    # Counts across every tenant: operators only.
+    ("GET", "/metrics"): frozenset({ADMIN}),
+}
+
+bearer = HTTPBearer(
+    auto_error=False,
+    description="An API key (`ag_…`) from `assaygate keys create` or `POST /v1/api-keys`.",
+)
+
+
+def roles_for(method: str, path: str) -> frozenset[Role] | None:
+    """The roles allowed on a route; None for a public route; empty for an unknown one."""
+    if (method, path) in PUBLIC:
+        return None
+    return ROUTE_ROLES.get((method, path), frozenset())
+
+
+def authorize(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Principal | None:
+    """Authenticate the bearer key (read afresh: a revoked key fails at once) and check the
+    route's roles. None only on a public route."""
+    route = request.scope.get("route")
+    path = getattr(route, "path", request.url.path)
+    allowed = roles_for(request.method, path)
+    if allowed is None:
+        return None
+    if credentials is None or not credentials.credentials:
+        raise Unauthenticated("send an API key as `Authorization: Bearer <key>`")
+    engine: Engine = request.app.state.engine
+    with Session(engine) as session:
+        principal = authenticate(session, credentials.credentials)
+    if principal is None:
+        raise Unauthenticated("the API key is unknown or revoked")
+    if not principal.has_any(allowed):
+        need = ", ".join(sorted(r.value for r in allowed)) or "a route in the access table"
+        raise Forbidden(f"this key may not do this (needs: {need})")
+    request.state.principal = principal
+    return principal
+
+
+def require_principal(principal: Annotated[Principal | None, Depends(authorize)]) -> Principal:
+    if principal is None:  # a public route declared a principal: a programming error
+        raise Unauthenticated("this route needs an API key")
+    return principal

@@ -1,0 +1,61 @@
+"""The event log of the caller's tenant, newest first: its audit records and everything that
+happened to its candidates and assays."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Query
+from sqlmodel import col, select
+
+from service.api.deps import PrincipalDep, SessionDep
+from service.api.errors import ERROR_RESPONSES
+from service.api.present import aware
+from service.api.schemas import EventPage, EventPublic
+from service.db.models import Candidate, Event, System
+
+router = APIRouter(prefix="/v1/events", tags=["events"])
+
+
+@router.get("", response_model=EventPage, responses={503: ERROR_RESPONSES[503]})
+def list_events(
+    session: SessionDep,
+    principal: PrincipalDep,
+    candidate_id: uuid.UUID | None = None,
+    kind: Annotated[str | None, Query(min_length=1, max_length=64)] = None,
+    before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> EventPage:
+    mine = (
+        sa.select(col(Candidate.id))
+        .join(System, col(System.id) == col(Candidate.system_id))
+        .where(col(System.tenant_id) == principal.tenant_id)
+    )
+    query = select(Event).where(
+        sa.or_(col(Event.tenant_id) == principal.tenant_id, col(Event.candidate_id).in_(mine))
+    )
+    if candidate_id is not None:
+        query = query.where(Event.candidate_id == candidate_id)
+    if kind is not None:
+        query = query.where(Event.kind == kind)
+    if before is not None:
+        query = query.where(col(Event.id) < before)
+    rows = session.exec(query.order_by(col(Event.id).desc()).limit(limit + 1)).all()
+    page = rows[:limit]
+    return EventPage(
+        items=[
+            EventPublic(
+                id=int(e.id or 0),
+                at=aware(e.at),
+                kind=e.kind,
+                candidate_id=e.candidate_id,
+                assay_id=e.assay_id,
+                shard_index=e.shard_index,
+                data=e.data,
+            )
+            for e in page
+        ],
+        next_before=int(page[-1].id or 0) if len(rows) > limit and page[-1].id else None,
+    )

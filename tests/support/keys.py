@@ -1,0 +1,59 @@
+"""API keys for tests: created straight in the database (as `assaygate keys create` does), one
+per (tenant, name), cached for the session so the suite stays fast."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from service.db.apikey import create_key
+from service.db.models import Role
+
+ALL_ROLES: tuple[Role, ...] = (Role.SUBMITTER, Role.REVIEWER, Role.ADMIN)
+
+
+@dataclass(frozen=True)
+class Key:
+    id: uuid.UUID
+    tenant: str
+    roles: frozenset[Role]
+    secret: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.secret}"}
+
+
+def make_key(engine: sa.Engine, tenant: str, roles: Iterable[Role], name: str | None = None) -> Key:
+    with Session(engine) as session:
+        created = create_key(session, tenant=tenant, roles=roles, name=name)
+        session.commit()
+        return Key(
+            created.key.id, tenant, frozenset(Role(r) for r in created.key.roles), created.secret
+        )
+
+
+@dataclass
+class KeyBook:
+    """`book.key("alice")`: alice's key in the default tenant, with every role unless told."""
+
+    engine: sa.Engine
+    tenant: str = "acme"
+    _keys: dict[tuple[str, str], Key] = field(default_factory=dict)
+
+    def key(
+        self, name: str, *, tenant: str | None = None, roles: Iterable[Role] = ALL_ROLES
+    ) -> Key:
+        where = (tenant or self.tenant, name)
+        if where not in self._keys:
+            self._keys[where] = make_key(self.engine, where[0], roles, name)
+        return self._keys[where]
+
+    def headers(
+        self, name: str, *, tenant: str | None = None, roles: Iterable[Role] = ALL_ROLES
+    ) -> dict[str, str]:
+        return self.key(name, tenant=tenant, roles=roles).headers
