@@ -86,12 +86,21 @@ def system_name() -> str:
     return f"sys-{uuid.uuid4().hex[:8]}"
 
 
+# The CLI acts with the `ci` key of the test client (set by the fixture below).
+CLI_ENV: dict[str, str] = {}
+
+
+@pytest.fixture(autouse=True)
+def _cli_api_key(keys: KeyBook) -> None:
+    CLI_ENV["ASSAYGATE_API_KEY"] = keys.key("ci").secret
+
+
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
     return subprocess.run(
         [sys.executable, "-m", "service.cli", *args],
         cwd=ROOT,
-        env={**base, **(env or {})},
+        env={**base, **CLI_ENV, **(env or {})},
         capture_output=True,
         text=True,
         timeout=120,

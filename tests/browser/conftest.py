@@ -16,7 +16,10 @@ import pytest
 
 from service.api.app import create_app
 from service.db import migrate
+from service.db.models import Role
+from service.db.session import make_engine
 from service.settings import Settings
+from tests.support.keys import Key, make_key
 from tests.support.service import (
     ROOT,
     ApiServer,
@@ -103,7 +106,22 @@ def server_url(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
             worker.stop()
 
 
+@pytest.fixture(scope="session")
+def browser_keys(settings: Settings) -> Iterator[dict[str, Key]]:
+    """ci-bot submits through the API, sam in the browser, rita reviews."""
+    engine = make_engine(settings)
+    try:
+        yield {
+            "ci-bot": make_key(engine, "acme", [Role.SUBMITTER], "ci-bot"),
+            "sam": make_key(engine, "acme", [Role.SUBMITTER], "sam"),
+            "rita": make_key(engine, "acme", [Role.REVIEWER], "rita"),
+        }
+    finally:
+        engine.dispose()
+
+
 @pytest.fixture
-def api(server_url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server_url, timeout=30.0) as client:
+def api(server_url: str, browser_keys: dict[str, Key]) -> Iterator[httpx.Client]:
+    headers = browser_keys["ci-bot"].headers
+    with httpx.Client(base_url=server_url, timeout=30.0, headers=headers) as client:
         yield client

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.keys import Key
 from tests.support.service import example
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.timeout(300)]
@@ -21,7 +22,15 @@ def shot(page: Any, artifacts: Path, name: str) -> None:
     page.screenshot(path=str(artifacts / f"{name}.png"), full_page=True)
 
 
-def submit_in_the_browser(page: Any, base: str, name: str, system: str) -> None:
+def sign_in(page: Any, base: str, key: Key, next_url: str) -> None:
+    page.goto(f"{base}/signin?next={next_url}")
+    page.fill("#credential", key.secret)
+    page.click("form.submit button[type=submit]")
+    page.wait_for_url(f"{base}{next_url}")
+
+
+def submit_in_the_browser(page: Any, base: str, name: str, system: str, key: Key) -> None:
+    sign_in(page, base, key, "/submit")
     manifest = example(name)
     manifest["system"] = system
     page.goto(f"{base}/submit")
@@ -34,13 +43,13 @@ def submit_in_the_browser(page: Any, base: str, name: str, system: str) -> None:
 
 
 def test_baseline_submitted_in_the_browser_is_blocked_with_its_reasons(
-    page: Any, server_url: str, artifacts: Path
+    page: Any, server_url: str, artifacts: Path, browser_keys: dict[str, Key]
 ) -> None:
     page.goto(server_url + "/")
     assert page.title() == "Systems · Assaygate"
     shot(page, artifacts, "01-systems-before")
 
-    submit_in_the_browser(page, server_url, "baseline", "copperfin-browser")
+    submit_in_the_browser(page, server_url, "baseline", "copperfin-browser", browser_keys["sam"])
     # The page polls the assay while it runs and reloads itself once it is decided.
     assert page.locator("#progress").count() == 1 or page.locator("#decision").count() == 1
     shot(page, artifacts, "02-candidate-progress")
@@ -106,23 +115,20 @@ def test_html_in_a_system_name_is_shown_as_text(
 
 
 def test_reviewer_signs_in_sees_the_dossier_verified_and_waives_a_hold(
-    page: Any, server_url: str, api: httpx.Client, artifacts: Path
+    page: Any, server_url: str, api: httpx.Client, artifacts: Path, browser_keys: dict[str, Key]
 ) -> None:
+    rita = browser_keys["rita"]
     manifest = example("typed")
     manifest["system"] = "copperfin-review-browser"
     created = api.post(
         "/v1/candidates",
         json={"source_revision": "typed-0002", "manifest": manifest, "plan": PLAN},
-        headers={"X-Assaygate-Actor": "ci-bot"},
     )
     assert created.status_code == 202, created.text
     candidate = created.json()["id"]
 
-    page.goto(f"{server_url}/signin?next=/holds")
-    page.fill("#credential", "rita")
-    page.click("form.submit button[type=submit]")
-    page.wait_for_url(f"{server_url}/holds")
-    assert page.locator(".identity").inner_text() == "rita"
+    sign_in(page, server_url, rita, "/holds")
+    assert page.locator(".identity").inner_text() == str(rita.id)
 
     page.goto(f"{server_url}/candidates/{candidate}")
     page.wait_for_selector("#decision", timeout=120_000)
@@ -138,5 +144,5 @@ def test_reviewer_signs_in_sees_the_dossier_verified_and_waives_a_hold(
     page.wait_for_url(f"{server_url}/candidates/{candidate}/dossier")
     assert page.locator("li.version").count() == 2
     assert page.locator(".verify.ok").count() == 2
-    assert "waived by rita" in page.locator("#v2").inner_text()
+    assert f"waived by {rita.id}" in page.locator("#v2").inner_text()
     shot(page, artifacts, "10-dossier-after-waiver")

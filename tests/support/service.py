@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 import redis
 import sqlalchemy as sa
@@ -203,11 +202,16 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def wait_decided(client: httpx.Client, candidate_id: str, timeout: float = 120.0) -> dict[str, Any]:
+def wait_decided(
+    client: Any,
+    candidate_id: str,
+    timeout: float = 120.0,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
     found: dict[str, Any] = {}
 
     def decided() -> bool:
-        found.update(client.get(f"/v1/candidates/{candidate_id}").json())
+        found.update(client.get(f"/v1/candidates/{candidate_id}", headers=headers).json())
         return found.get("status") in ("done", "stopped", "failed")
 
     wait_for(decided, timeout, f"candidate {candidate_id} decided")

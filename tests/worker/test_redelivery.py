@@ -18,6 +18,7 @@ from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
 from service.db.models import AssayShard, Event, ShardStatus
 from service.settings import Settings
+from tests.support.keys import ALL_ROLES, make_key
 from tests.support.service import ApiServer, WorkerProcess, candidate_body, wait_decided, wait_for
 
 pytestmark = pytest.mark.integration
@@ -43,7 +44,9 @@ def test_a_worker_killed_mid_shard_loses_nothing_and_counts_nothing_twice(
     doomed = start_worker("doomed")
     with (
         ApiServer(create_app(settings)) as server,
-        httpx.Client(base_url=server.url, timeout=30.0) as client,
+        httpx.Client(
+            base_url=server.url, timeout=30.0, headers=make_key(engine, "acme", ALL_ROLES).headers
+        ) as client,
     ):
         submitted = client.post("/v1/candidates", json=body).json()
         assay_id = uuid.UUID(submitted["assay_id"])

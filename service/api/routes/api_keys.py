@@ -56,7 +56,7 @@ def create_api_key(
         principal,
         "api_key.create",
         f"api_key:{created.key.id}",
-        roles=sorted(created.key.roles),
+        key_roles=sorted(created.key.roles),
     )
     session.commit()
     return ApiKeyCreated(**key_public(created.key, created.tenant).model_dump(), key=created.secret)
