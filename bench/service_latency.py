@@ -97,10 +97,26 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
+# The bench's API key, made by `assaygate keys create` once the database is migrated.
+HEADERS: dict[str, str] = {}
+
+
 @contextmanager
 def service(env: dict[str, str], workers: int) -> Iterator[str]:
     python = sys.executable
     subprocess.run([python, "-m", "service.cli", "db", "upgrade"], env=env, cwd=ROOT, check=True)
+    created = subprocess.run(
+        [
+            *(python, "-m", "service.cli", "keys", "create", "--tenant", "bench"),
+            *("--role", "submitter", "--role", "reviewer", "--role", "admin"),
+        ],
+        env=env,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    HEADERS["Authorization"] = "Bearer " + json.loads(created.stdout)["key"]
     port = free_port()
     api = subprocess.Popen(
         [
@@ -175,7 +191,7 @@ def get_latency(url: str, path: str, clients: int, seconds: float) -> list[float
 
     def hammer() -> None:
         mine: list[float] = []
-        with httpx.Client(base_url=url, timeout=30.0) as client:
+        with httpx.Client(base_url=url, timeout=30.0, headers=HEADERS) as client:
             while time.monotonic() < stop_at:
                 started = time.perf_counter()
                 client.get(path).raise_for_status()
@@ -221,7 +237,7 @@ def main() -> None:
             tempfile.TemporaryDirectory() as scratch,
             backend(kind, Path(scratch), args.trials_per_shard) as env,
             service(env, workers) as url,
-            httpx.Client(base_url=url, timeout=60) as client,
+            httpx.Client(base_url=url, timeout=60, headers=HEADERS) as client,
         ):
             decide(client, 5, 1)  # warm: imports, connection pools, the catalogue
             times = []

@@ -9,6 +9,7 @@ reviewer cannot waive a hold with the key that submitted the candidate).
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -17,8 +18,9 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service.api.errors import Forbidden, Unauthenticated
-from service.db.apikey import Principal, authenticate
+from service.db.apikey import Principal, authenticate, principal_by_id
 from service.db.models import Role
+from service.web import auth as web_auth
 
 SUBMITTER, REVIEWER, ADMIN = Role.SUBMITTER, Role.REVIEWER, Role.ADMIN
 ANY_ROLE: frozenset[Role] = frozenset(Role)
@@ -83,11 +85,14 @@ def authorize(
     allowed = roles_for(request.method, path)
     if allowed is None:
         return None
-    if credentials is None or not credentials.credentials:
-        raise Unauthenticated("send an API key as `Authorization: Bearer <key>`")
     engine: Engine = request.app.state.engine
-    with Session(engine) as session:
-        principal = authenticate(session, credentials.credentials)
+    if credentials is None or not credentials.credentials:
+        principal = _signed_in(request, engine)
+        if principal is None:
+            raise Unauthenticated("send an API key as `Authorization: Bearer <key>`")
+    else:
+        with Session(engine) as session:
+            principal = authenticate(session, credentials.credentials)
     if principal is None:
         raise Unauthenticated("the API key is unknown or revoked")
     if not principal.has_any(allowed):
@@ -95,6 +100,24 @@ def authorize(
         raise Forbidden(f"this key may not do this (needs: {need})")
     request.state.principal = principal
     return principal
+
+
+def _signed_in(request: Request, engine: Engine) -> Principal | None:
+    """A read from a dashboard page (its progress poll, an envelope download): the signed-in
+    session's key, looked up again so a revoked key stops working. Reads only: a write from a
+    browser goes through the dashboard's own forms, which carry a CSRF token."""
+    if request.method not in ("GET", "HEAD"):
+        return None
+    cookie = request.cookies.get(web_auth.COOKIE)
+    ws = web_auth.decode_session(web_auth.secret_of(request), cookie) if cookie else None
+    if ws is None or ws.identity is None:
+        return None
+    try:
+        key_id = uuid.UUID(ws.identity.name)
+    except ValueError:
+        return None
+    with Session(engine) as session:
+        return principal_by_id(session, key_id)
 
 
 def require_principal(principal: Annotated[Principal | None, Depends(authorize)]) -> Principal:

@@ -38,7 +38,7 @@ def submit_in_the_browser(page: Any, base: str, name: str, system: str, key: Key
     page.fill("input[name=source_revision]", f"{name}-0001")
     page.fill("input[name=trials]", str(PLAN["trials"]))
     page.fill("input[name=seed]", str(PLAN["seed"]))
-    page.click("button[type=submit]")
+    page.click("form.submit button[type=submit]")
     page.wait_for_url(f"{base}/candidates/*")
 
 
@@ -66,8 +66,10 @@ def test_baseline_submitted_in_the_browser_is_blocked_with_its_reasons(
 
 
 def test_typed_candidate_submitted_by_ci_shows_progress_then_its_evidence(
-    page: Any, server_url: str, api: httpx.Client, artifacts: Path
+    page: Any, server_url: str, api: httpx.Client, artifacts: Path, browser_keys: dict[str, Key]
 ) -> None:
+    # The page polls the API as the signed-in key.
+    sign_in(page, server_url, browser_keys["rita"], "/")
     manifest = example("typed")
     manifest["system"] = "copperfin-typed-browser"
     created = api.post(
