@@ -233,15 +233,18 @@ class _Run:
                 )
         if GATE in c:
             receipts = t.evidence_read(self.action_id)
-            if not any(r["kind"] == "effect" for r in receipts):
+            has_effect = proved = referenced = False
+            for r in receipts:
+                kind, ref = r["kind"], r["ledger_ref"]
+                if kind == "effect":
+                    has_effect = True
+                if ref is not None:
+                    referenced = True
+                    if kind in ("effect", "readback") and r["trace_id"] == self.trace_id:
+                        proved = True
+            if not has_effect:
                 self.warn("the effect receipt is missing from the evidence ledger")
-            proved = any(
-                r["kind"] in ("effect", "readback")
-                and r["ledger_ref"] is not None
-                and r["trace_id"] == self.trace_id
-                for r in receipts
-            )
-            if not proved and any(r["ledger_ref"] for r in receipts):
+            if not proved and referenced:
                 self.warn("trace lineage from decision to effect is broken")
                 if REPAIR in c:
                     proved = self.repair()

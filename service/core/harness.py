@@ -21,6 +21,8 @@ from service.core.storm import comparison_policies, simulate
 from service.core.world import Workload, World
 
 MAX_RESTARTS = 3
+_COMPLETE = Recoverability.COMPLETE
+_STORM = Disturbance.RATE_LIMIT_STORM
 
 
 class Runtime:
@@ -122,11 +124,11 @@ def run_trial(
 
     tools._fork = invoke
     invoke()
-    expected = spec.expected_recoverability if spec is not None else Recoverability.COMPLETE
+    expected = spec.expected_recoverability if spec is not None else _COMPLETE
     outcome = grade(world, task, expected, rt.deadline_ms, w.start)
     exercised = spec is None or inj.exercised(spec)
     storm = None
-    if spec is not None and spec.disturbance is Disturbance.RATE_LIMIT_STORM and exercised:
+    if spec is not None and spec.disturbance is _STORM and exercised:
         storm = _storm_comparison(rt, spec, storm_key, tools)
     rec = TrialRecord(outcome, exercised, inj.receipts, error, storm, trace, w, world)
     rec.refusals = inj.refusals

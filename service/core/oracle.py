@@ -14,6 +14,7 @@ from service.core.catalogue import Recoverability
 from service.core.sandbox import Task
 from service.core.world import ELIGIBLE, Entry, World
 
+_COMPLETE = Recoverability.COMPLETE
 DETECTION_KINDS = frozenset({"anomaly", "denial", "hold", "failure"})
 PROOF_KINDS = frozenset({"effect", "readback", "repair"})
 
@@ -105,7 +106,7 @@ def grade(
     completed = claim is not None and claim.status == "completed"
     is_proved = completed and claim is not None and proved(world, task, claim.action_id)
     unverifiable = completed and not is_proved and not unsafe
-    if expected is Recoverability.COMPLETE:
+    if expected is _COMPLETE:
         recovered = completed and on_task == 1 and not unsafe and is_proved
         verified = recovered
     else:

@@ -113,6 +113,10 @@ class _Storm:
 
 
 TIMEOUT_MS = 2_000
+# Enum members read once: attribute access on an Enum class is slow on the hot path.
+_TIMEOUT = Disturbance.TIMEOUT.value
+_MALFORMED = Disturbance.MALFORMED_REPLY.value
+_PARTIAL = Disturbance.PARTIAL_REPLY.value
 
 
 class Tools:
@@ -340,12 +344,12 @@ class Tools:
             subject, tenant, amount, idempotency_key, action_id, trace_id, grant_id
         )
         w.provider_log.append((idempotency_key, "replayed" if replayed else "committed", w.now))
-        if phase == Disturbance.TIMEOUT.value:
+        if phase == _TIMEOUT:
             w.now += TIMEOUT_MS
             if self.trace is not None:
                 self._log("payments.refund", args, "timeout")
             raise ToolTimeout("refund timed out")
-        if phase == Disturbance.MALFORMED_REPLY.value:
+        if phase == _MALFORMED:
             if self.trace is not None:
                 self._log("payments.refund", args, "malformed reply")
             raise ToolMalformed("refund reply could not be parsed")
@@ -355,7 +359,7 @@ class Tools:
             "trace_id": entry.trace_id,
             "replayed": replayed,
         }
-        if phase == Disturbance.PARTIAL_REPLY.value:
+        if phase == _PARTIAL:
             reply = {"status": "ok"}
         if self.trace is not None:
             self._log("payments.refund", args, reply)
