@@ -92,6 +92,7 @@ def issue_credential(
             candidate_id=assay.candidate_id,
             assay_id=assay.id,
             data={
+                "tenant": tenant,
                 "keyid": signer.keyid,
                 "modes": list(scope.modes),
                 "namespace": namespace,

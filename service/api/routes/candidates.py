@@ -174,7 +174,7 @@ def submit_candidate(
             issue_credential(
                 session,
                 recorded.assay,
-                tenant=system,
+                tenant=principal.tenant,
                 plan=plan,
                 signer=signer,
                 namespace=settings.injector_namespace,

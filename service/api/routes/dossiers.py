@@ -186,7 +186,7 @@ def rerun(
     issue_credential(
         session,
         assay,
-        tenant=row.system.name,
+        tenant=principal.tenant,
         plan=plan,
         signer=signer,
         namespace=settings.injector_namespace,
