@@ -18,6 +18,7 @@ from service.db.models import (
     AssayStatus,
     Candidate,
     ComponentHash,
+    Event,
     FaultResult,
     ShardStatus,
     System,
@@ -180,6 +181,17 @@ def system_named(session: Session, name: str, tenant_id: uuid.UUID | None) -> Sy
     if tenant_id is not None:
         query = query.where(System.tenant_id == tenant_id)
     return session.exec(query.order_by(col(System.created_at))).first()
+
+
+def events_of_tenant(tenant_id: uuid.UUID) -> Any:
+    """The condition on `Event` for one tenant's events: its audit records and everything that
+    happened to its candidates and assays."""
+    mine = (
+        sa.select(col(Candidate.id))
+        .join(System, col(System.id) == col(Candidate.system_id))
+        .where(col(System.tenant_id) == tenant_id)
+    )
+    return sa.or_(col(Event.tenant_id) == tenant_id, col(Event.candidate_id).in_(mine))
 
 
 def tenant_of_system(session: Session, system_id: uuid.UUID) -> uuid.UUID | None:

@@ -5,9 +5,9 @@ random session id, the signed-in identity if any, and an expiry. Every form carr
 derived from the session id, so a page on another site cannot post on a reviewer's behalf; the
 cookie is also `SameSite=Lax` and `HttpOnly`.
 
-Who may sign in is decided in one place, `authenticate()`. Until API keys and roles exist it
-accepts the same stand-in identity the API accepts in `X-Assaygate-Actor`; API keys plug in
-there and nowhere else.
+Who may sign in is decided in one place, `authenticate()`: an API key, exchanged for its id and
+roles. What a signed-in key may see and do is decided in `service.web.access`, which looks the key
+up again on every request (for its tenant, and so that a revoked key stops working at once).
 """
 
 from __future__ import annotations
@@ -36,10 +36,6 @@ SECRET_FILE = "web-session.secret"
 
 class CsrfInvalid(Exception):
     """A form post without the token of its session."""
-
-
-class SignInRequired(Exception):
-    """A review action by someone who has not signed in."""
 
 
 @dataclass(frozen=True)
@@ -182,17 +178,4 @@ def get_web_session(request: Request) -> WebSession:
     return found or new_session()
 
 
-def current_identity(ws: Annotated[WebSession, Depends(get_web_session)]) -> Identity | None:
-    return ws.identity
-
-
-def require_reviewer(ws: Annotated[WebSession, Depends(get_web_session)]) -> Identity:
-    """The one dependency every review action declares."""
-    if ws.fresh or ws.identity is None or not ws.identity.reviewer:
-        raise SignInRequired("sign in as a reviewer to do this")
-    return ws.identity
-
-
 WebSessionDep = Annotated[WebSession, Depends(get_web_session)]
-IdentityDep = Annotated[Identity | None, Depends(current_identity)]
-ReviewerDep = Annotated[Identity, Depends(require_reviewer)]

@@ -1,7 +1,9 @@
 """Read-only queries for the dashboard: one page of rows per query, never a whole table.
 
 The API's own reads live in `service.db.queries`; these add what only the pages need (a page of
-systems with their latest candidates, the event log) and never write.
+systems with their latest candidates, the event log) and never write. Every read that starts
+from nothing but a name or an id takes the signed-in key's tenant and finds only that tenant's
+rows; the helpers that take ids (a page's systems, candidates) are given ids already scoped.
 """
 
 from __future__ import annotations
@@ -32,12 +34,17 @@ class SystemsPage:
 
 
 def systems_page(
-    session: Session, *, limit: int, offset: int = 0, name: str | None = None
+    session: Session,
+    *,
+    tenant_id: uuid.UUID,
+    limit: int,
+    offset: int = 0,
+    name: str | None = None,
 ) -> SystemsPage:
-    """A page of systems by name, each with its candidate count and latest candidate: three
-    queries whatever the page size."""
-    base = select(System)
-    count = select(sa.func.count()).select_from(System)
+    """A page of one tenant's systems by name, each with its candidate count and latest
+    candidate: three queries whatever the page size."""
+    base = select(System).where(col(System.tenant_id) == tenant_id)
+    count = select(sa.func.count()).select_from(System).where(col(System.tenant_id) == tenant_id)
     if name:
         pattern = f"%{name.replace('%', '').replace('_', '')}%"
         base = base.where(col(System.name).ilike(pattern))
@@ -70,18 +77,6 @@ def systems_page(
     return SystemsPage(rows, total, offset, limit)
 
 
-def system_by_name(session: Session, name: str) -> System | None:
-    return session.exec(select(System).where(col(System.name) == name)).first()
-
-
-def candidate_count(session: Session, system_id: uuid.UUID) -> int:
-    return int(
-        session.exec(
-            select(sa.func.count()).select_from(Candidate).where(Candidate.system_id == system_id)
-        ).one()
-    )
-
-
 @dataclass(frozen=True)
 class CandidateDetail:
     row: queries.CandidateRow
@@ -92,8 +87,12 @@ class CandidateDetail:
     progress: list[queries.FaultProgress]
 
 
-def candidate_detail(session: Session, candidate_id: uuid.UUID) -> CandidateDetail | None:
-    row = queries.candidate(session, candidate_id)
+def candidate_detail(
+    session: Session, candidate_id: uuid.UUID, *, tenant_id: uuid.UUID
+) -> CandidateDetail | None:
+    """A candidate of the tenant with its report, manifest and progress; None for anyone
+    else's (the page answers 404, as the API does)."""
+    row = queries.candidate(session, candidate_id, tenant_id=tenant_id)
     if row is None:
         return None
     report = session.exec(select(Assay.report).where(Assay.id == row.assay.id)).first()
@@ -117,13 +116,15 @@ class EventsPage:
 def events_page(
     session: Session,
     *,
+    tenant_id: uuid.UUID,
     limit: int,
     before: int | None = None,
     kind: str | None = None,
     candidate_id: uuid.UUID | None = None,
 ) -> EventsPage:
-    """Newest first, keyset-paginated on the event id (the table only ever grows)."""
-    query = select(Event)
+    """The tenant's events (as `GET /v1/events` shows them), newest first, keyset-paginated on
+    the event id (the table only ever grows)."""
+    query = select(Event).where(queries.events_of_tenant(tenant_id))
     if before is not None:
         query = query.where(col(Event.id) < before)
     if kind:

@@ -1,8 +1,9 @@
 """Review pages: sign-in, dossiers (verified on every request) and the holds queue.
 
 Review actions go through the same service functions as the API (`/v1/holds/{id}/waive`,
-`/reject`, `/v1/candidates/{id}/rerun`), with the signed-in reviewer as the actor; every form
-carries the session's CSRF token, and an action without a signed-in reviewer is refused.
+`/reject`, `/v1/candidates/{id}/rerun`), with the signed-in key as the actor; every form carries
+the session's CSRF token, and `service.web.access` refuses an action without a signed-in key of
+the route's role before it starts. Pages show only the signed-in key's tenant.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
+from sqlmodel import Session
 
 from service.api.deps import (
     DispatcherDep,
@@ -23,21 +25,23 @@ from service.api.deps import (
     SessionDep,
     SettingsDep,
     SignerDep,
+    SubmissionLimitDep,
 )
 from service.api.errors import ApiError
 from service.api.routes import dossiers as dossier_routes
 from service.api.routes import holds as hold_routes
 from service.api.schemas import ReviewCreate
-from service.core.dossier import verify
+from service.core.dossier import Signer, verify
 from service.core.errors import AssaygateError
 from service.db import dossier as dossiers
 from service.db import queries
 from service.db.models import Dossier, Hold, HoldStatus
 from service.web import auth
 from service.web import queries as web_queries
+from service.web.access import PAGE_DEPENDENCIES, PageRoute, Viewer, ViewerDep, safe_next
 from service.web.auth import WebSessionDep
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=PageRoute, dependencies=PAGE_DEPENDENCIES)
 # The queue shows the newest holds first; older ones are reached by their status filter.
 HOLDS_PAGE = 50
 
@@ -59,15 +63,12 @@ def _refuse(request: Request, ws: auth.WebSession, message: str, status: int) ->
 
 
 def _guard(request: Request, ws: auth.WebSession, csrf: str | None) -> HTMLResponse | None:
-    """The checks every review action makes first: a valid form token, a signed-in reviewer."""
+    """The check every review action makes first: the form token of this session. (Sign-in and
+    the reviewer role were checked before the route ran, by `service.web.access`.)"""
     try:
         auth.check_csrf(auth.secret_of(request), ws, csrf)
     except auth.CsrfInvalid as exc:
         return _refuse(request, ws, str(exc), 403)
-    try:
-        auth.require_reviewer(ws)
-    except auth.SignInRequired as exc:
-        return _refuse(request, ws, str(exc), 401)
     return None
 
 
@@ -78,7 +79,9 @@ def _guard(request: Request, ws: auth.WebSession, csrf: str | None) -> HTMLRespo
 def signin_form(
     request: Request, ws: WebSessionDep, next: Annotated[str, Query(max_length=300)] = "/"
 ) -> HTMLResponse:
-    return _render(request, ws, "signin.html", {"title": "Sign in", "error": None, "next": next})
+    return _render(
+        request, ws, "signin.html", {"title": "Sign in", "error": None, "next": safe_next(next)}
+    )
 
 
 @router.post("/signin", response_class=HTMLResponse)
@@ -101,13 +104,13 @@ def signin(
             request,
             ws,
             "signin.html",
-            {"title": "Sign in", "error": "that credential is not valid", "next": next},
+            {"title": "Sign in", "error": "that credential is not valid", "next": safe_next(next)},
             401,
         )
     # A new session id on sign-in: a token from before cannot ride along (session fixation).
     fresh = auth.new_session(identity)
-    target = next if next.startswith("/") and not next.startswith("//") else "/"
-    response = RedirectResponse(target, status_code=303)
+    # Only a path on this site: never a redirect elsewhere.
+    response = RedirectResponse(safe_next(next), status_code=303)
     from service.web.routes import set_session_cookie
 
     set_session_cookie(request, response, secret, fresh)
@@ -140,14 +143,15 @@ def _hash_diff(before: dict[str, str], after: dict[str, str]) -> list[dict[str, 
 
 @router.get("/candidates/{candidate_id}/dossier", response_class=HTMLResponse)
 def dossier_page(
-    candidate_id: str, request: Request, session: SessionDep, ws: WebSessionDep, ring: KeyRingDep
+    candidate_id: str, request: Request, session: SessionDep, who: ViewerDep, ring: KeyRingDep
 ) -> HTMLResponse:
     """Every version with its chain link, each verified now against the published keys."""
+    ws = who.ws
     try:
         cid = uuid.UUID(candidate_id)
     except ValueError:
         cid = None
-    row = queries.candidate(session, cid) if cid else None
+    row = queries.candidate(session, cid, tenant_id=who.tenant_id) if cid else None
     if row is None:
         return _render(
             request, ws, "error.html", {"title": "Not found", "message": "no such candidate"}, 404
@@ -219,14 +223,15 @@ def _holds_of(session: Any, candidate_id: uuid.UUID) -> list[Hold]:
 def holds_page(
     request: Request,
     session: SessionDep,
-    ws: WebSessionDep,
+    who: ViewerDep,
     signer: SignerDep,
     status: Annotated[str, Query(max_length=16)] = "open",
 ) -> HTMLResponse:
+    """The tenant's holds, newest first; the review forms only for a reviewer key."""
     if dossiers.reopen_expired(session, signer):
         session.commit()
     wanted = status if status in {s.value for s in HoldStatus} else None
-    rows = dossiers.holds(session, status=wanted, limit=HOLDS_PAGE)
+    rows = dossiers.holds(session, status=wanted, limit=HOLDS_PAGE, tenant_id=who.tenant_id)
     found = web_queries.candidate_rows(session, [h.candidate_id for h in rows])
     items = []
     for h in rows:
@@ -237,50 +242,84 @@ def holds_page(
                 "hold": h,
                 "row": row,
                 "blocking": bool(dossiers.hard_reasons(h)),
-                "own": bool(ws.identity and submitter == ws.identity.name),
+                "own": submitter == who.principal.actor,
             }
         )
     default_expiry = (datetime.now(UTC) + timedelta(days=7)).strftime("%Y-%m-%dT%H:%M")
     return _render(
         request,
-        ws,
+        who.ws,
         "holds.html",
         {
             "title": "Holds",
             "items": items,
             "status": status,
+            "can_review": who.may("POST", "/holds/{hold_id}/waive"),
+            "can_rerun": who.may("POST", "/candidates/{candidate_id}/rerun"),
             "default_expiry": default_expiry,
             "error": request.query_params.get("error"),
         },
     )
 
 
-@router.post("/holds/{hold_id}/{action}", response_class=HTMLResponse)
-def review_hold(
+ReasonForm = Annotated[str, Form(max_length=2000)]
+ExpiryForm = Annotated[str, Form(max_length=40)]
+CsrfForm = Annotated[str | None, Form()]
+
+
+@router.post("/holds/{hold_id}/waive", response_class=HTMLResponse)
+def waive_hold(
     hold_id: uuid.UUID,
-    action: str,
     request: Request,
-    ws: WebSessionDep,
+    who: ViewerDep,
     session: SessionDep,
     signer: SignerDep,
-    reason: Annotated[str, Form(max_length=2000)] = "",
-    expires_at: Annotated[str, Form(max_length=40)] = "",
-    csrf: Annotated[str | None, Form()] = None,
+    reason: ReasonForm = "",
+    expires_at: ExpiryForm = "",
+    csrf: CsrfForm = None,
+) -> Response:
+    """Accept the held reasons until the expiry (`POST /v1/holds/{id}/waive`)."""
+    return _review("waive", hold_id, request, who, session, signer, reason, expires_at, csrf)
+
+
+@router.post("/holds/{hold_id}/reject", response_class=HTMLResponse)
+def reject_hold(
+    hold_id: uuid.UUID,
+    request: Request,
+    who: ViewerDep,
+    session: SessionDep,
+    signer: SignerDep,
+    reason: ReasonForm = "",
+    expires_at: ExpiryForm = "",
+    csrf: CsrfForm = None,
+) -> Response:
+    """Refuse the candidate (`POST /v1/holds/{id}/reject`)."""
+    return _review("reject", hold_id, request, who, session, signer, reason, expires_at, csrf)
+
+
+def _review(
+    action: Literal["waive", "reject"],
+    hold_id: uuid.UUID,
+    request: Request,
+    who: Viewer,
+    session: Session,
+    signer: Signer,
+    reason: str,
+    expires_at: str,
+    csrf: str | None,
 ) -> Response:
     """Waive (with an expiry) or reject (with a reason) through the API's own review path."""
+    ws = who.ws
     refused = _guard(request, ws, csrf)
     if refused is not None:
         return refused
-    assert ws.identity is not None
-    if action not in ("waive", "reject"):
-        return _refuse(request, ws, "the action is waive or reject", 404)
     if not reason.strip():
         return _refuse(request, ws, "a review needs a reason", 422)
     try:
         expiry = datetime.fromisoformat(expires_at).replace(tzinfo=UTC) if expires_at else None
         body = ReviewCreate(reason=reason.strip(), expires_at=expiry)
         call = hold_routes.waive if action == "waive" else hold_routes.reject
-        done = call(hold_id, body, session, signer, ws.identity.name)
+        done = call(hold_id, body, session, signer, who.principal)
     except (ValueError, ValidationError) as exc:
         return _refuse(request, ws, f"expires_at: {exc}", 422)
     except (ApiError, AssaygateError) as exc:
@@ -292,22 +331,26 @@ def review_hold(
 def rerun(
     candidate_id: uuid.UUID,
     request: Request,
-    ws: WebSessionDep,
+    who: ViewerDep,
     session: SessionDep,
     settings: SettingsDep,
     dispatcher: DispatcherDep,
     signer: InjectorSignerDep,
-    csrf: Annotated[str | None, Form()] = None,
+    limit: SubmissionLimitDep,
+    csrf: CsrfForm = None,
 ) -> Response:
-    """A new assay of the same candidate: a new dossier version, never a replacement."""
+    """A new assay of the same candidate: a new dossier version, never a replacement. Counted
+    against the key's submissions per minute, as the API's re-run is."""
+    ws = who.ws
     refused = _guard(request, ws, csrf)
     if refused is not None:
         return refused
-    assert ws.identity is not None
     try:
         dossier_routes.rerun(
-            candidate_id, session, settings, dispatcher, signer, ws.identity.name, None
+            candidate_id, session, settings, dispatcher, signer, who.principal, None, limit
         )
     except (ApiError, AssaygateError) as exc:
-        return _refuse(request, ws, str(exc), getattr(exc, "status_code", 400))
+        page = _refuse(request, ws, str(exc), getattr(exc, "status_code", 400))
+        page.headers.update(getattr(exc, "headers", None) or {})
+        return page
     return RedirectResponse(f"/candidates/{candidate_id}", status_code=303)

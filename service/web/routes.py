@@ -1,6 +1,8 @@
 """The dashboard: server-rendered pages for reviewers, one router included by the app.
 
-Pages read through `service.db.queries` and `service.web.queries`, one page of rows at a time.
+Every route runs `service.web.access.authorize_page` (sign-in and the route's roles, from one
+table); pages read only the signed-in key's tenant through `service.db.queries` and
+`service.web.queries`, one page of rows at a time, and answer 404 for anyone else's resource.
 Templates autoescape everything; the SVG charts escape their own text and are the only markup
 passed through unescaped. Static files are served from `service/web/static` (no CDN).
 """
@@ -10,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import inspect
 import json
 import mimetypes
 import uuid
@@ -31,6 +32,7 @@ from service.api.deps import (
     MetricsDep,
     SessionDep,
     SettingsDep,
+    SubmissionLimitDep,
 )
 from service.api.errors import ApiError
 from service.api.routes.candidates import submit_candidate
@@ -40,11 +42,11 @@ from service.db import dossier as dossiers
 from service.db import queries
 from service.web import charts, present, review
 from service.web import queries as web_queries
+from service.web.access import PAGE_DEPENDENCIES, PageRoute, Viewer, ViewerDep
 from service.web.auth import (
     COOKIE,
     CsrfInvalid,
     WebSession,
-    WebSessionDep,
     check_csrf,
     csrf_token,
     encode_session,
@@ -81,7 +83,7 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
 }
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=PageRoute, dependencies=PAGE_DEPENDENCIES)
 router.include_router(review.router)
 
 
@@ -178,12 +180,14 @@ def decode_cursor(cursor: str | None) -> tuple[datetime, uuid.UUID] | None:
 def systems_page(
     request: Request,
     session: SessionDep,
-    ws: WebSessionDep,
+    who: ViewerDep,
     page: Annotated[int, Query(ge=1, le=100_000)] = 1,
     q: Annotated[str | None, Query(max_length=200)] = None,
 ) -> HTMLResponse:
     """Every system's gate state with its reasons, and what changed since it was last allowed."""
-    found = web_queries.systems_page(session, limit=PAGE, offset=(page - 1) * PAGE, name=q)
+    found = web_queries.systems_page(
+        session, tenant_id=who.tenant_id, limit=PAGE, offset=(page - 1) * PAGE, name=q
+    )
     ids = [r.system.id for r in found.rows]
     allowed = web_queries.last_allowed_digests(session, ids)
     latest_digests = [r.latest.candidate.manifest_digest for r in found.rows if r.latest]
@@ -228,7 +232,7 @@ def systems_page(
         )
     return render(
         request,
-        ws,
+        who.ws,
         "systems.html",
         {
             "title": "Systems",
@@ -246,34 +250,40 @@ def system_page(
     name: str,
     request: Request,
     session: SessionDep,
-    ws: WebSessionDep,
+    who: ViewerDep,
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> HTMLResponse:
-    system = web_queries.system_by_name(session, name)
+    system = queries.system_named(session, name, who.tenant_id)
     if system is None:
-        return not_found(request, ws, f"no system named {name}")
-    return _candidate_list(request, session, ws, cursor, system.name, f"System {system.name}")
+        return not_found(request, who.ws, f"no system named {name}")
+    return _candidate_list(request, session, who, cursor, system.name, f"System {system.name}")
 
 
 @router.get("/candidates", response_class=HTMLResponse)
 def candidates_page(
     request: Request,
     session: SessionDep,
-    ws: WebSessionDep,
+    who: ViewerDep,
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> HTMLResponse:
-    return _candidate_list(request, session, ws, cursor, None, "Candidates")
+    return _candidate_list(request, session, who, cursor, None, "Candidates")
 
 
 def _candidate_list(
     request: Request,
     session: Any,
-    ws: WebSession,
+    who: Viewer,
     cursor: str | None,
     system: str | None,
     title: str,
 ) -> HTMLResponse:
-    rows = queries.candidates(session, system=system, limit=PAGE + 1, before=decode_cursor(cursor))
+    rows = queries.candidates(
+        session,
+        system=system,
+        limit=PAGE + 1,
+        before=decode_cursor(cursor),
+        tenant_id=who.tenant_id,
+    )
     page = rows[:PAGE]
     items = [
         {"row": r, "gate": present.state_of(r), "progress": present.progress_fraction(r)}
@@ -281,7 +291,7 @@ def _candidate_list(
     ]
     return render(
         request,
-        ws,
+        who.ws,
         "candidates.html",
         {
             "title": title,
@@ -295,16 +305,16 @@ def _candidate_list(
 
 @router.get("/candidates/{candidate_id}", response_class=HTMLResponse)
 def candidate_page(
-    candidate_id: str, request: Request, session: SessionDep, ws: WebSessionDep
+    candidate_id: str, request: Request, session: SessionDep, who: ViewerDep
 ) -> HTMLResponse:
     """Live progress while the assay runs; the whole containment evidence once it is decided."""
     try:
         cid = uuid.UUID(candidate_id)
     except ValueError:
-        return not_found(request, ws, "not a candidate id")
-    detail = web_queries.candidate_detail(session, cid)
+        return not_found(request, who.ws, "not a candidate id")
+    detail = web_queries.candidate_detail(session, cid, tenant_id=who.tenant_id)
     if detail is None:
-        return not_found(request, ws, f"no candidate {cid}")
+        return not_found(request, who.ws, f"no candidate {cid}")
     row = detail.row
     reasons = present.worst_first(row.assay.reasons or [])
     severities: dict[str, int] = {}
@@ -315,7 +325,7 @@ def candidate_page(
     running = row.assay.status in ("queued", "running")
     return render(
         request,
-        ws,
+        who.ws,
         "candidate.html",
         {
             "title": f"{row.system.name} {row.candidate.version}",
@@ -339,7 +349,7 @@ def candidate_page(
 def events_page(
     request: Request,
     session: SessionDep,
-    ws: WebSessionDep,
+    who: ViewerDep,
     before: Annotated[int | None, Query(ge=1)] = None,
     kind: Annotated[str | None, Query(max_length=64)] = None,
     candidate: Annotated[str | None, Query(max_length=64)] = None,
@@ -350,12 +360,17 @@ def events_page(
     except ValueError:
         candidate_id = None
     found = web_queries.events_page(
-        session, limit=PAGE, before=before, kind=kind or None, candidate_id=candidate_id
+        session,
+        tenant_id=who.tenant_id,
+        limit=PAGE,
+        before=before,
+        kind=kind or None,
+        candidate_id=candidate_id,
     )
     events = [{"event": e, "data": _brief(e.data)} for e in found.events]
     return render(
         request,
-        ws,
+        who.ws,
         "events.html",
         {
             "title": "Event log",
@@ -379,30 +394,32 @@ def _brief(data: dict[str, Any] | None, limit: int = 240) -> str:
 # ------------------------------------------------------------------------------ submitting
 
 
-def _submitter(ws: WebSession) -> dict[str, Any]:
-    """The signed-in identity as the submission's actor, where the API records one."""
-    if "actor" in inspect.signature(submit_candidate).parameters:
-        return {"actor": ws.identity.name if ws.identity else None}
-    return {}
-
-
 @router.get("/submit", response_class=HTMLResponse)
-def submit_form(request: Request, ws: WebSessionDep) -> HTMLResponse:
+def submit_form(request: Request, who: ViewerDep) -> HTMLResponse:
     form = dict.fromkeys(("manifest", "source_revision", "trials", "seed", "catalogue"), "")
     return render(
-        request, ws, "submit.html", {"title": "Submit a candidate", "error": None, "form": form}
+        request,
+        who.ws,
+        "submit.html",
+        {
+            "title": "Submit a candidate",
+            "error": None,
+            "form": form,
+            "can_submit": who.may("POST", "/submit"),
+        },
     )
 
 
 @router.post("/submit", response_class=HTMLResponse)
 def submit(
     request: Request,
-    ws: WebSessionDep,
+    who: ViewerDep,
     session: SessionDep,
     settings: SettingsDep,
     dispatcher: DispatcherDep,
     metrics: MetricsDep,
     signer: InjectorSignerDep,
+    limit: SubmissionLimitDep,
     manifest: Annotated[str, Form(max_length=512 * 1024)],
     source_revision: Annotated[str, Form(max_length=200)],
     csrf: Annotated[str | None, Form()] = None,
@@ -410,7 +427,9 @@ def submit(
     seed: Annotated[str | None, Form(max_length=20)] = None,
     catalogue: Annotated[str | None, Form(max_length=8)] = None,
 ) -> Response:
-    """Submit a candidate from the browser; the same path as `POST /v1/candidates`."""
+    """Submit a candidate from the browser; the same path as `POST /v1/candidates`, counted
+    against the same per-key submissions-per-minute limit."""
+    ws = who.ws
     form = {
         "manifest": manifest,
         "source_revision": source_revision,
@@ -425,14 +444,18 @@ def submit(
             request, ws, "error.html", {"title": "Refused", "message": str(exc)}, status_code=403
         )
 
-    def again(message: str, status: int = 400) -> HTMLResponse:
-        return render(
+    def again(
+        message: str, status: int = 400, headers: dict[str, str] | None = None
+    ) -> HTMLResponse:
+        page = render(
             request,
             ws,
             "submit.html",
-            {"title": "Submit a candidate", "error": message, "form": form},
+            {"title": "Submit a candidate", "error": message, "form": form, "can_submit": True},
             status_code=status,
         )
+        page.headers.update(headers or {})
+        return page
 
     try:
         document = json.loads(manifest)
@@ -463,7 +486,8 @@ def submit(
             dispatcher=dispatcher,
             metrics=metrics,
             signer=signer,
-            **_submitter(ws),
+            actor=who.principal,
+            limit=limit,
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -472,7 +496,11 @@ def submit(
     except (AssaygateError, ApiError) as exc:
         status = getattr(exc, "status_code", 400)
         field_name = getattr(exc, "field", None)
-        return again(f"{field_name + ': ' if field_name else ''}{exc}", status)
+        return again(
+            f"{field_name + ': ' if field_name else ''}{exc}",
+            status,
+            getattr(exc, "headers", None),
+        )
     created = json.loads(bytes(response.body))
     return RedirectResponse(f"/candidates/{created['id']}", status_code=303)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-import sqlalchemy as sa
 from fastapi import APIRouter, Query
 from sqlmodel import col, select
 
@@ -14,7 +13,8 @@ from service.api.deps import PrincipalDep, SessionDep
 from service.api.errors import ERROR_RESPONSES
 from service.api.present import aware
 from service.api.schemas import EventPage, EventPublic
-from service.db.models import Candidate, Event, System
+from service.db import queries
+from service.db.models import Event
 
 router = APIRouter(prefix="/v1/events", tags=["events"])
 
@@ -28,14 +28,7 @@ def list_events(
     before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> EventPage:
-    mine = (
-        sa.select(col(Candidate.id))
-        .join(System, col(System.id) == col(Candidate.system_id))
-        .where(col(System.tenant_id) == principal.tenant_id)
-    )
-    query = select(Event).where(
-        sa.or_(col(Event.tenant_id) == principal.tenant_id, col(Event.candidate_id).in_(mine))
-    )
+    query = select(Event).where(queries.events_of_tenant(principal.tenant_id))
     if candidate_id is not None:
         query = query.where(Event.candidate_id == candidate_id)
     if kind is not None:
