@@ -72,30 +72,11 @@ def record_submission(
         manifest_digest=digest,
         submitter=submitter,
     )
-    assay = Assay(
-        candidate_id=candidate.id,
-        catalogue=catalogue,
-        plan=plan_document,
-        shard_count=len(shards),
-        trials_planned=sum(s.stop - s.start for s in shards),
-    )
     # Without ORM relationships the unit of work does not order inserts by foreign key: flush
     # each parent before its children.
     session.add(candidate)
     session.flush()
-    session.add(assay)
-    session.flush()
-    session.add_all(
-        AssayShard(
-            assay_id=assay.id,
-            shard_index=s.index,
-            fault_id=s.fault_id,
-            start=s.start,
-            stop=s.stop,
-            spec=s.to_dict(),
-        )
-        for s in shards
-    )
+    assay = _stage_assay(session, candidate, plan_document, catalogue, shards)
     session.add(
         Event(
             kind="candidate.submitted",
@@ -114,17 +95,14 @@ def record_submission(
     return Recorded(candidate, assay, system, created_system, created_manifest)
 
 
-def record_rerun(
+def _stage_assay(
     session: Session,
     candidate: Candidate,
-    *,
     plan_document: dict[str, Any],
     catalogue: str,
     shards: Sequence[ShardSpec],
-    requested_by: str | None,
 ) -> Assay:
-    """A new assay of an existing candidate: its evidence will be a new dossier version with its
-    own trial counts (never merged with, or chosen over, the run before)."""
+    """An assay of `candidate` and one row per shard, flushed parent first."""
     assay = Assay(
         candidate_id=candidate.id,
         catalogue=catalogue,
@@ -145,6 +123,21 @@ def record_rerun(
         )
         for s in shards
     )
+    return assay
+
+
+def record_rerun(
+    session: Session,
+    candidate: Candidate,
+    *,
+    plan_document: dict[str, Any],
+    catalogue: str,
+    shards: Sequence[ShardSpec],
+    requested_by: str | None,
+) -> Assay:
+    """A new assay of an existing candidate: its evidence will be a new dossier version with its
+    own trial counts (never merged with, or chosen over, the run before)."""
+    assay = _stage_assay(session, candidate, plan_document, catalogue, shards)
     session.add(
         Event(
             kind="candidate.rerun",
