@@ -1,5 +1,9 @@
 """The dashboard in-process: the real app on a SQLite database the real migrations built, with
-decided candidates seeded through the db layer (no workers: these tests read pages)."""
+decided candidates seeded through the db layer (no workers: these tests read pages).
+
+Two tenants: `acme` (whose keys the tests sign in with) and `globex` (whose system, candidate,
+dossier, hold and events acme must never see). `web_client` is a browser signed in with an acme
+key that has the reviewer and submitter roles; `anonymous_client` has not signed in."""
 
 from __future__ import annotations
 
@@ -25,12 +29,18 @@ from tests.web.seed import report_of, seed_candidate
 EVIL = '<script>alert("x")</script>'
 
 
+OTHER_TENANT = "globex"
+OTHER_SYSTEM = "globex-ledger"
+
+
 @dataclass(frozen=True)
 class Seeded:
     baseline: str
     typed: str
     evil: str
     running: str
+    # Another tenant's blocked candidate (with a signed dossier and an open hold).
+    other: str
 
 
 @pytest.fixture(scope="session")
@@ -74,44 +84,75 @@ def seeded(web_settings: Settings, web_engine: sa.Engine) -> Seeded:
             signer=signer,
         )
         running = seed_candidate(session, system="still-running", version="0.1", decided=False)
+        other = seed_candidate(
+            session,
+            system=OTHER_SYSTEM,
+            version="9.9.9",
+            example_name="baseline",
+            signer=signer,
+            tenant=OTHER_TENANT,
+        )
         session.commit()
         return Seeded(
             str(baseline.candidate.id),
             str(typed.candidate.id),
             str(evil.candidate.id),
             str(running.candidate.id),
+            str(other.candidate.id),
         )
 
 
 @pytest.fixture(scope="session")
-def web_client(
+def anonymous_client(
     web_settings: Settings, web_engine: sa.Engine, seeded: Seeded
 ) -> Iterator[TestClient]:
+    """The app (its lifespan running for the session) seen by a browser that has not signed in."""
     with TestClient(create_app(web_settings, engine=web_engine)) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def web_client(anonymous_client: TestClient) -> TestClient:
+    """A browser signed in with acme's `rita` (reviewer and submitter)."""
+    return signed_in(anonymous_client, "rita", "/")
 
 
 _KEYS: dict[tuple[int, str], Key] = {}
 
 
-def key_for(client: TestClient, name: str) -> Key:
-    """`name`'s API key in the seeded tenant (reviewer and submitter), one per app and name."""
+def key_for(
+    client: TestClient,
+    name: str,
+    *,
+    tenant: str = "acme",
+    roles: tuple[Role, ...] = (Role.REVIEWER, Role.SUBMITTER),
+) -> Key:
+    """`name`'s API key in `tenant` (reviewer and submitter unless told), one per app, tenant
+    and name."""
     engine: sa.Engine = client.app.state.engine  # type: ignore[attr-defined]
-    where = (id(engine), name)
+    where = (id(engine), f"{tenant}/{name}")
     if where not in _KEYS:
-        _KEYS[where] = make_key(engine, "acme", (Role.REVIEWER, Role.SUBMITTER), name)
+        _KEYS[where] = make_key(engine, tenant, roles, name)
     return _KEYS[where]
 
 
-def signed_in(client: TestClient, name: str = "rita", next_url: str = "/holds") -> TestClient:
+def signed_in(
+    client: TestClient,
+    name: str = "rita",
+    next_url: str = "/holds",
+    *,
+    tenant: str = "acme",
+    roles: tuple[Role, ...] = (Role.REVIEWER, Role.SUBMITTER),
+) -> TestClient:
     """A new browser signed in to the dashboard with `name`'s API key."""
     browser = TestClient(client.app)
     form = browser.get("/signin").text
     found = re.search(r'name="csrf" value="([^"]+)"', form)
     assert found is not None
+    key = key_for(client, name, tenant=tenant, roles=roles)
     answer = browser.post(
         "/signin",
-        data={"credential": key_for(client, name).secret, "csrf": found.group(1), "next": next_url},
+        data={"credential": key.secret, "csrf": found.group(1), "next": next_url},
         follow_redirects=False,
     )
     assert answer.status_code == 303 and answer.headers["location"] == next_url

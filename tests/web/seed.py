@@ -58,15 +58,17 @@ def seed_candidate(
     source_revision: str = "0123abc",
     with_shards: bool = True,
     signer: Signer | None = None,
+    tenant: str = "acme",
 ) -> Recorded:
-    """One candidate of `system`, decided with `report` (the example's own by default)."""
+    """One candidate of `tenant`'s `system`, decided with `report` (the example's own by
+    default)."""
     document = example(example_name)
     manifest = parse_manifest(document)
     plan = parse_plan(PLAN)
     shards = plan_shards(manifest, plan, trials_per_shard=PLAN["trials"])
     recorded = record_submission(
         session,
-        tenant_id=ensure_tenant(session, "acme").id,
+        tenant_id=ensure_tenant(session, tenant).id,
         system_name=system,
         version=version,
         source_revision=source_revision,

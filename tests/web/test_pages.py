@@ -118,7 +118,10 @@ def test_event_log_is_paginated_newest_first_and_filters_by_kind(
     web_client: TestClient, web_engine: sa.Engine, seeded: Seeded
 ) -> None:
     with Session(web_engine) as session:
-        session.add_all(Event(kind="shard.started", data={"n": i}) for i in range(60))
+        tenant = ensure_tenant(session, "acme").id
+        session.add_all(
+            Event(kind="shard.started", tenant_id=tenant, data={"n": i}) for i in range(60)
+        )
         session.commit()
     page = web_client.get("/events").text
     ids = [int(x) for x in re.findall(r'<td class="num muted">(\d+)</td>', page)]
@@ -131,11 +134,14 @@ def test_event_log_is_paginated_newest_first_and_filters_by_kind(
     assert kinds == {"assay.decided"}
 
 
-def test_submit_form_refuses_a_post_without_its_token(web_client: TestClient) -> None:
+def test_submit_form_refuses_a_post_without_sign_in_or_without_its_token(
+    web_client: TestClient,
+) -> None:
     body = {"manifest": "{}", "source_revision": "abc"}
     fresh = TestClient(web_client.app)
     refused = fresh.post("/submit", data=body, follow_redirects=False)
-    assert refused.status_code == 403
+    assert refused.status_code == 401
+    assert web_client.post("/submit", data=body).status_code == 403
     form = web_client.get("/submit").text
     token = re.search(r'name="csrf" value="([^"]+)"', form)
     assert token is not None
