@@ -108,13 +108,16 @@ def server_url(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture(scope="session")
 def browser_keys(settings: Settings) -> Iterator[dict[str, Key]]:
-    """ci-bot submits through the API, sam in the browser, rita reviews."""
+    """ci-bot submits through the API, sam in the browser, rita reviews; gina is another
+    tenant's."""
     engine = make_engine(settings)
     try:
         yield {
             "ci-bot": make_key(engine, "acme", [Role.SUBMITTER], "ci-bot"),
             "sam": make_key(engine, "acme", [Role.SUBMITTER], "sam"),
             "rita": make_key(engine, "acme", [Role.REVIEWER], "rita"),
+            # Another team's reviewer: sees none of acme's systems.
+            "gina": make_key(engine, "globex", [Role.REVIEWER], "gina"),
         }
     finally:
         engine.dispose()

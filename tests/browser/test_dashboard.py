@@ -23,7 +23,10 @@ def shot(page: Any, artifacts: Path, name: str) -> None:
 
 
 def sign_in(page: Any, base: str, key: Key, next_url: str) -> None:
-    page.goto(f"{base}/signin?next={next_url}")
+    # Every page but the sign-in page sends an anonymous browser here and back again.
+    page.goto(f"{base}{next_url}")
+    if not page.url.startswith(f"{base}/signin"):
+        page.goto(f"{base}/signin?next={next_url}")
     page.fill("#credential", key.secret)
     page.click("form.submit button[type=submit]")
     page.wait_for_url(f"{base}{next_url}")
@@ -46,6 +49,10 @@ def test_baseline_submitted_in_the_browser_is_blocked_with_its_reasons(
     page: Any, server_url: str, artifacts: Path, browser_keys: dict[str, Key]
 ) -> None:
     page.goto(server_url + "/")
+    assert page.url == f"{server_url}/signin?next=/"
+    assert page.title() == "Sign in · Assaygate"
+    shot(page, artifacts, "00-signin")
+    sign_in(page, server_url, browser_keys["sam"], "/")
     assert page.title() == "Systems · Assaygate"
     shot(page, artifacts, "01-systems-before")
 
@@ -101,7 +108,7 @@ def test_typed_candidate_submitted_by_ci_shows_progress_then_its_evidence(
 
 
 def test_html_in_a_system_name_is_shown_as_text(
-    page: Any, server_url: str, api: httpx.Client
+    page: Any, server_url: str, api: httpx.Client, browser_keys: dict[str, Key]
 ) -> None:
     manifest = example("typed")
     manifest["system"] = '<img src=x onerror="document.title=1">'
@@ -110,7 +117,7 @@ def test_html_in_a_system_name_is_shown_as_text(
         json={"source_revision": "<b>bold</b>", "manifest": manifest, "plan": {"trials": 1}},
     )
     assert created.status_code == 202, created.text
-    page.goto(server_url + "/")
+    sign_in(page, server_url, browser_keys["sam"], "/")
     assert page.get_by_text('<img src=x onerror="document.title=1">').count() >= 1
     assert page.title() == "Systems · Assaygate"
     assert page.locator("main img").count() == 0
@@ -148,3 +155,23 @@ def test_reviewer_signs_in_sees_the_dossier_verified_and_waives_a_hold(
     assert page.locator(".verify.ok").count() == 2
     assert f"waived by {rita.id}" in page.locator("#v2").inner_text()
     shot(page, artifacts, "10-dossier-after-waiver")
+
+
+def test_another_tenant_sees_none_of_it(
+    page: Any, server_url: str, api: httpx.Client, artifacts: Path, browser_keys: dict[str, Key]
+) -> None:
+    manifest = example("typed")
+    manifest["system"] = "copperfin-tenant-browser"
+    created = api.post(
+        "/v1/candidates", json={"source_revision": "t-0001", "manifest": manifest, "plan": PLAN}
+    )
+    assert created.status_code == 202, created.text
+    candidate = created.json()["id"]
+    sign_in(page, server_url, browser_keys["gina"], "/")
+    assert page.get_by_text("copperfin-tenant-browser").count() == 0
+    shot(page, artifacts, "11-systems-other-tenant")
+    for url in (f"/candidates/{candidate}", f"/candidates/{candidate}/dossier"):
+        answer = page.goto(server_url + url)
+        assert answer is not None and answer.status == 404
+    page.goto(server_url + "/holds")
+    assert page.locator(f'a[href="/candidates/{candidate}"]').count() == 0
