@@ -109,13 +109,19 @@ def main() -> None:
         )
         _measure(url, parse_plan({"catalogue": "full", "trials": 2, "seed": 1}), 1)  # warm-up
         header = ("workers", "trials", "tasks", "seconds", "trials/s", "tasks/s")
-        print("{:>7} {:>7} {:>7} {:>8} {:>9} {:>8}".format(*header))
-        for workers in (1, 2):
-            elapsed, trials, runs = _measure(url, plan, workers)
-            print(
-                f"{workers:>7} {trials:>7} {runs:>7} {elapsed:>8.2f} "
-                f"{trials / elapsed:>9.0f} {runs / elapsed:>8.0f}"
-            )
+        intervention = plan.model_copy(update={"matched_baseline": False, "counterfactuals": False})
+        for label, variant in (
+            ("full assay: intervention, matched baseline and counterfactual per trial", plan),
+            ("intervention arm only: one agent task per trial", intervention),
+        ):
+            print(label)
+            print("{:>7} {:>7} {:>7} {:>8} {:>9} {:>8}".format(*header))
+            for workers in (1, 2):
+                elapsed, trials, runs = _measure(url, variant, workers)
+                print(
+                    f"{workers:>7} {trials:>7} {runs:>7} {elapsed:>8.2f} "
+                    f"{trials / elapsed:>9.0f} {runs / elapsed:>8.0f}"
+                )
     finally:
         agent.terminate()
         agent.wait(timeout=10)
