@@ -19,6 +19,7 @@ from service.core.credential import InjectorScope, mint
 from service.core.dossier import Signer
 from service.core.plan import AssayPlan
 from service.db.models import Assay, AssayStatus, Event, utcnow
+from service.settings import Settings
 
 FINISHED = (AssayStatus.DONE.value, AssayStatus.STOPPED.value, AssayStatus.FAILED.value)
 # Generous: every arm of every trial may commit twice before the cap means something is wrong.
@@ -101,6 +102,33 @@ def issue_credential(
                 "limits": limits,
             },
         )
+    )
+
+
+def issue_for(
+    session: Session,
+    assay: Assay,
+    *,
+    tenant: str,
+    plan: AssayPlan,
+    signer: Signer,
+    settings: Settings,
+) -> None:
+    """`issue_credential` with the namespace, caps and stop defaults the settings configure."""
+    issue_credential(
+        session,
+        assay,
+        tenant=tenant,
+        plan=plan,
+        signer=signer,
+        namespace=settings.injector_namespace,
+        max_effects=settings.injector_max_effects,
+        margin_s=settings.injector_margin_s,
+        defaults={
+            "max_unsafe": settings.stop_max_unsafe,
+            "max_target_errors": settings.stop_max_target_errors,
+            "deadline_s": settings.stop_deadline_s,
+        },
     )
 
 

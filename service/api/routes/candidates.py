@@ -51,7 +51,7 @@ from service.db.candidate import (
     record_submission,
     withdraw_submission,
 )
-from service.db.injector import issue_credential
+from service.db.injector import issue_for
 from service.db.models import IdempotencyKey
 from service.settings import Settings
 
@@ -171,20 +171,13 @@ def submit_candidate(
                 shards=shards,
                 submitter=principal.actor,
             )
-            issue_credential(
+            issue_for(
                 session,
                 recorded.assay,
                 tenant=principal.tenant,
                 plan=plan,
                 signer=signer,
-                namespace=settings.injector_namespace,
-                max_effects=settings.injector_max_effects,
-                margin_s=settings.injector_margin_s,
-                defaults={
-                    "max_unsafe": settings.stop_max_unsafe,
-                    "max_target_errors": settings.stop_max_target_errors,
-                    "deadline_s": settings.stop_deadline_s,
-                },
+                settings=settings,
             )
             row = queries.CandidateRow(recorded.candidate, recorded.system, recorded.assay)
             response = candidate_public(session, row).model_dump(mode="json")

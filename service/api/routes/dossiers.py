@@ -44,7 +44,7 @@ from service.db import dossier as dossiers
 from service.db import queries
 from service.db.apikey import audit
 from service.db.candidate import record_rerun, withdraw_rerun
-from service.db.injector import issue_credential
+from service.db.injector import issue_for
 from service.db.models import Dossier, Manifest
 
 log = logging.getLogger("assaygate.api")
@@ -183,20 +183,13 @@ def rerun(
         shards=shards,
         requested_by=principal.actor,
     )
-    issue_credential(
+    issue_for(
         session,
         assay,
         tenant=principal.tenant,
         plan=plan,
         signer=signer,
-        namespace=settings.injector_namespace,
-        max_effects=settings.injector_max_effects,
-        margin_s=settings.injector_margin_s,
-        defaults={
-            "max_unsafe": settings.stop_max_unsafe,
-            "max_target_errors": settings.stop_max_target_errors,
-            "deadline_s": settings.stop_deadline_s,
-        },
+        settings=settings,
     )
     response = candidate_public(
         session, queries.CandidateRow(row.candidate, row.system, assay)
