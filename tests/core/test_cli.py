@@ -41,6 +41,7 @@ def test_the_table_names_the_decision(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["assay", TYPED, "--trials", "5", "--fault", "tool"]) == 0
     out = capsys.readouterr().out
     assert "Decision:" in out and "\ntool " in out and "\nidentity " not in out
+    assert "assaying" not in out  # no terminal, no progress bar
 
 
 @pytest.mark.parametrize(
@@ -136,3 +137,33 @@ def test_plan_computes_the_trials_a_violation_bound_needs(
     assert main(["plan", "--max-violation-rate", "0.005", "--faults", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["trials_per_fault"] == 765 and out["total_trials"] == 1530
+
+
+def test_a_long_run_on_a_terminal_shows_a_progress_bar_and_json_never_does() -> None:
+    import os
+    import pty
+
+    def run(*extra: str) -> str:
+        leader, follower = pty.openpty()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "assay", TYPED, "--trials", "600", *extra],
+            stdout=follower,
+            stderr=follower,
+            env={**os.environ, "COLUMNS": "100"},
+        )
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait(timeout=120)
+        os.close(leader)
+        return b"".join(chunks).decode(errors="replace")
+
+    assert "assaying" in run()
+    assert "assaying" not in run("--json")
