@@ -196,8 +196,8 @@ class _Run:
             except PreconditionFailed:
                 self.warn("state version changed before the write")
                 self.deny("order changed since it was read")
-            except ToolRejected as exc:
-                self.deny(f"rejected: {exc}")
+            except ToolRejected as rejected:
+                self.deny(f"rejected: {rejected}")
             except ToolError as exc:
                 self.warn(f"{type(exc).__name__}: {exc}")
                 if READBACK in c and not isinstance(exc, RateLimited):

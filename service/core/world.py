@@ -185,6 +185,24 @@ class Claim:
         }
 
 
+WORKLOAD_FIELDS = (
+    "actor",
+    "amount",
+    "customer",
+    "decoy_customer",
+    "decoy_order",
+    "expiry_ms",
+    "latency_ms",
+    "order",
+    "order_version",
+    "policy_version",
+    "start",
+    "tenant",
+)
+# A world mechanism tests can break to show that figures come from execution, not a table.
+HONOUR_IDEMPOTENCY = True
+
+
 class Workload:
     """One trial's workload, drawn from its own seeded stream."""
 
@@ -233,7 +251,7 @@ class Workload:
         self.expiry_ms = 60_000 + z % 540_001
 
     def view(self) -> dict[str, Any]:
-        return {s: getattr(self, s) for s in self.__slots__}
+        return {name: getattr(self, name) for name in WORKLOAD_FIELDS}
 
 
 class World:
@@ -254,9 +272,6 @@ class World:
         "seq",
         "subject_namespace",
     )
-
-    # A world mechanism tests can break to show that figures come from execution.
-    honour_idempotency = True
 
     def __init__(self, w: Workload) -> None:
         self.now = w.start
@@ -319,7 +334,7 @@ class World:
 
     def replay(self, key: str) -> Entry | None:
         """The entry an idempotency key already committed, if the ledger honours keys."""
-        return self.by_key.get(key) if self.honour_idempotency else None
+        return self.by_key.get(key) if HONOUR_IDEMPOTENCY else None
 
     def commit_refund(
         self,

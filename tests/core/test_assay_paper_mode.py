@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from service.core import world
 from service.core.assay import merge, plan_shards, run_assay, run_shard
 from service.core.manifest import Manifest
 from service.core.plan import AssayPlan
-from service.core.world import World
 from tests.core.conftest import ASSETS, example_dict, load_example
 
 CASES: list[dict[str, Any]] = json.loads((ASSETS / "reference_figures.json").read_text())["cases"]
@@ -88,7 +88,7 @@ def test_breaking_the_ledger_idempotency_check_changes_the_figures(
     manifest = parse_manifest(data)
     plan = AssayPlan(catalogue="paper", families=("tool",), trials=400, seed=188)
     honoured = run_assay(manifest, plan).to_dict()["by_domain"]["tool"]
-    monkeypatch.setattr(World, "honour_idempotency", False)
+    monkeypatch.setattr(world, "HONOUR_IDEMPOTENCY", False)
     broken = run_assay(manifest, plan).to_dict()["by_domain"]["tool"]
     assert honoured["duplicate_effect"] == 0.0
     assert broken["duplicate_effect"] > 0.4
