@@ -10,7 +10,7 @@ from typing import Any
 
 from service.core.assay import AssayReport, replay_trial, run_assay
 from service.core.catalogue import Catalogue, catalogue_named, custom_catalogue
-from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
+from service.core.errors import ManifestInvalid, PlanInvalid
 from service.core.manifest import Manifest, parse_manifest_json
 from service.core.plan import AssayPlan, parse_plan
 from service.targets import close_target, load_target
@@ -303,10 +303,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print("\nGrade:")
     print("  " + json.dumps(trace["outcome"], sort_keys=True))
     return 0
-
-
-def error_line(exc: AssaygateError) -> str:
-    return str(exc)
 
 
 def register_evidence(sub: Any) -> None:

@@ -270,20 +270,17 @@ def trial_at(plan: AssayPlan, cat: Catalogue, index: int) -> tuple[FaultSpec, st
     return spec, spec.id, index % plan.trials
 
 
-class _Arms:
+def _removal(manifest: Manifest, spec: FaultSpec) -> tuple[str, frozenset[str]]:
     """Which controls a fault's counterfactual run removes, or why it has none."""
-
-    @staticmethod
-    def removal(manifest: Manifest, spec: FaultSpec) -> tuple[str, frozenset[str]]:
-        if not spec.nominated_control:
-            return "not_applicable", frozenset()
-        enabled = {c.value for c in manifest.controls.enabled()}
-        on = frozenset(c.value for c in spec.nominated_control if c.value in enabled)
-        if not on:
-            return "not_applicable", frozenset()
-        if any(c.value in on for c in manifest.target.cannot_disable):
-            return "untested", on
-        return "run", on
+    if not spec.nominated_control:
+        return "not_applicable", frozenset()
+    enabled = {c.value for c in manifest.controls.enabled()}
+    on = frozenset(c.value for c in spec.nominated_control if c.value in enabled)
+    if not on:
+        return "not_applicable", frozenset()
+    if any(c.value in on for c in manifest.target.cannot_disable):
+        return "untested", on
+    return "run", on
 
 
 def run_shard(
@@ -301,7 +298,7 @@ def run_shard(
     rt = Runtime(manifest, cat, target, guard, namespace)
     faults = plan.faults()
     tallies: dict[str, Tally] = {}
-    removals = {f.id: _Arms.removal(manifest, f) for f in faults}
+    removals = {f.id: _removal(manifest, f) for f in faults}
     if shard.fault_id is not None:
         spec = cat.by_id(shard.fault_id)
         pos = next(i for i, f in enumerate(faults) if f.id == spec.id)
@@ -552,7 +549,7 @@ def merge(
             for i in range(_ARM_LEN):
                 dom_arms[spec.domain.value][a][i] += t.arms[a][i]
                 all_arms[a][i] += t.arms[a][i]
-        status, removed = _Arms.removal(manifest, spec)
+        status, removed = _removal(manifest, spec)
         cf = _counterfactual(spec, t, status, removed, plan, manifest)
         if t.exercised:
             visited.add(spec.coverage_key())

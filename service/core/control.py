@@ -16,6 +16,3 @@ class Control(StrEnum):
     # Beyond the paper: re-derive a broken trace lineage by joining the decision receipt to the
     # authoritative ledger entry through the logical action identity.
     EVIDENCE_REPAIR = "evidence_repair"
-
-
-PAPER_CONTROLS: tuple[Control, ...] = tuple(c for c in Control if c is not Control.EVIDENCE_REPAIR)

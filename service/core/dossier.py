@@ -21,7 +21,6 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from service.core.errors import SignatureInvalid
 from service.core.manifest import TRIGGER_DEFAULT, canonical
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -242,13 +241,6 @@ def verify(
             )
         )
     return Verification(tuple(checks), stmt, digest)
-
-
-def require(v: Verification) -> Verification:
-    failed = v.failed()
-    if failed is not None:
-        raise SignatureInvalid(f"{failed.name}: {failed.detail}", field=failed.name)
-    return v
 
 
 @dataclass(frozen=True)

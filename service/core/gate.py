@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from service.core.manifest import Envelope
-from service.core.signature import wilson, wilson_upper
+from service.core.signature import trials_for_bound, wilson, wilson_upper
 
 
 class Decision(StrEnum):
@@ -181,8 +181,6 @@ def decide(
             worst = max(f.counts.get(k, 0) for k, _ in HARD)
             bound = wilson_upper(worst, n)
             if worst == 0 and bound > envelope.max_violation_rate:
-                from service.core.signature import trials_for_bound
-
                 need = trials_for_bound(envelope.max_violation_rate)
                 reasons.append(
                     Reason(

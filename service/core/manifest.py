@@ -143,9 +143,6 @@ class Manifest(_Strict):
     def digest(self) -> str:
         return sha256_canonical(self.component_hashes())
 
-    def without_controls(self, removed: frozenset[Control]) -> frozenset[Control]:
-        return self.controls.enabled() - removed
-
 
 def canonical(value: Any) -> bytes:
     return rfc8785.dumps(value)
