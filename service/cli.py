@@ -39,13 +39,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error_code(argv)
     except AssaygateError as exc:
         print(f"assaygate: error: {exc}", file=sys.stderr)
-        return 2
+        return _error_code(argv)
     except KeyboardInterrupt:
         return 130
 
 
 def _error_code(argv: Sequence[str] | None) -> int:
-    """2 for bad input; but `submit` and `gate` exit 2 for `hold`, so their errors are 3."""
+    """2 for bad input; but `assay`, `submit` and `gate` exit 2 for `hold`: their errors are 3."""
     from service.cli_service import CI_COMMANDS, EXIT_ERROR
 
     words = list(sys.argv[1:] if argv is None else argv)

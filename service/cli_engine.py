@@ -5,15 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from service.core.assay import AssayReport, replay_trial, run_assay
+from service.core.assay import AssayReport, Limits, replay_trial, run_assay
 from service.core.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.errors import ManifestInvalid, PlanInvalid
 from service.core.manifest import Manifest, parse_manifest_json
 from service.core.plan import AssayPlan, parse_plan
-from service.targets import close_target, load_target
+from service.targets import DEFAULT_TIMEOUT_S, close_target, load_target
 
 RATE_COLUMNS = (
     ("detect", "detected"),
@@ -34,6 +35,29 @@ def register(sub: Any) -> None:
     p.add_argument("--no-baseline", action="store_true", help="skip the matched baseline runs")
     p.add_argument(
         "--no-counterfactual", action="store_true", help="skip the counterfactual containment pairs"
+    )
+    p.add_argument(
+        "--trial-timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"wall-clock deadline of one agent task (python and http targets; default "
+        f"{DEFAULT_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--max-target-errors",
+        type=int,
+        default=DEFAULT_MAX_TARGET_ERRORS,
+        metavar="N",
+        help=f"stop (and block) after more than N target errors (default "
+        f"{DEFAULT_MAX_TARGET_ERRORS}; -1: never)",
+    )
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop (and block) when the assay has run this long",
     )
     p.set_defaults(func=cmd_assay)
 
@@ -127,22 +151,46 @@ def build_plan(args: argparse.Namespace) -> AssayPlan:
     return parse_plan(data)
 
 
+# `assay` exits like `gate`: the decision as the exit code, 3 for an error.
+DECISION_EXIT = {"allow": 0, "block": 1, "hold": 2}
+DEFAULT_MAX_TARGET_ERRORS = 20
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    if not args.trial_timeout > 0:
+        raise PlanInvalid("must be a positive number of seconds", field="--trial-timeout")
+    if args.max_target_errors < -1:
+        raise PlanInvalid("must be -1 (never stop) or at least 0", field="--max-target-errors")
+    if args.deadline is not None and not args.deadline > 0:
+        raise PlanInvalid("must be a positive number of seconds", field="--deadline")
+    return Limits(
+        max_target_errors=None if args.max_target_errors == -1 else args.max_target_errors,
+        deadline=None if args.deadline is None else time.monotonic() + args.deadline,
+        clock=time.monotonic,
+    )
+
+
 def cmd_assay(args: argparse.Namespace) -> int:
     manifest = load_manifest(args.manifest)
     plan = build_plan(args)
-    target = load_target(manifest)
+    limits = _limits(args)
+    target = load_target(manifest, http_timeout_s=args.trial_timeout)
     try:
-        report = _run(manifest, plan, target, progress_bar=not args.json and sys.stdout.isatty())
+        report = _run(
+            manifest, plan, target, limits, progress_bar=not args.json and sys.stdout.isatty()
+        )
     finally:
         close_target(target)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
         print_report(manifest, plan, report)
-    return 0
+    return DECISION_EXIT.get(report.decision, 3)
 
 
-def _run(manifest: Manifest, plan: AssayPlan, target: Any, progress_bar: bool) -> AssayReport:
+def _run(
+    manifest: Manifest, plan: AssayPlan, target: Any, limits: Limits, progress_bar: bool
+) -> AssayReport:
     if progress_bar:
         from rich.progress import Progress
 
@@ -152,8 +200,8 @@ def _run(manifest: Manifest, plan: AssayPlan, target: Any, progress_bar: bool) -
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            return run_assay(manifest, plan, progress=progress, target=target)
-    return run_assay(manifest, plan, target=target)
+            return run_assay(manifest, plan, progress=progress, target=target, limits=limits)
+    return run_assay(manifest, plan, target=target, limits=limits)
 
 
 def _pct(x: float) -> str:
@@ -202,12 +250,27 @@ def print_report(manifest: Manifest, plan: AssayPlan, report: AssayReport) -> No
             f"{_pct(s['useful_service']):>8} {tt:>11} {f['counterfactual']['status']:>15}"
         )
         if "storm" in f:
+            seen = f["storm"]["observed"]
             peaks = f["storm"]["peak_concurrent_retries"]
             print(
-                f"{'':30} peak concurrent retries: configured {peaks['configured_max']}, "
-                f"no jitter/budget {peaks['without_jitter_or_budget_max']}, "
+                f"{'':30} observed: {seen['attempts_mean']:.1f} attempts a trial, admitted in "
+                f"{seen['admitted']} of {f['storm']['trials']}, shortest wait "
+                f"{seen['shortest_wait_ms'] if seen['shortest_wait_ms'] is not None else '-'} ms"
+            )
+            print(
+                f"{'':30} reference fleet peak concurrent retries: no jitter/budget "
+                f"{peaks['without_jitter_or_budget_max']}, "
                 f"jitter+budget {peaks['with_jitter_and_budget_max']}"
             )
+        if f.get("error_kinds"):
+            kinds = ", ".join(f"{k} {v}" for k, v in f["error_kinds"].items())
+            print(f"{'':30} target errors: {kinds}")
+    errors = d.get("target_errors") or {}
+    if errors.get("total"):
+        kinds = ", ".join(f"{k} {v}" for k, v in errors["by_kind"].items())
+        print(f"\nTarget errors: {errors['total']} ({kinds})")
+    if d.get("stopped"):
+        print(f"Stopped: {d['stopped']}")
     print()
     print(f"Decision: {d['decision'].upper()}")
     for r in d["reasons"]:

@@ -31,7 +31,7 @@ log = logging.getLogger("assaygate.serve")
 DECISION_EXIT = {"allow": 0, "block": 1, "hold": 2, "reopened": 2}
 EXIT_ERROR = 3
 #: Commands whose exit code a pipeline reads as a decision: any error there is 3, never 2.
-CI_COMMANDS = ("submit", "gate")
+CI_COMMANDS = ("assay", "submit", "gate")
 
 
 def register(sub: Any) -> None:

@@ -72,7 +72,8 @@ class Settings(BaseSettings):
     injector_margin_s: float = Field(default=600.0, gt=0)
     stop_max_unsafe: int | None = Field(default=None, ge=0)
     stop_deadline_s: float | None = Field(default=None, gt=0)
-    stop_max_target_errors: int | None = Field(default=None, ge=0)
+    # A hung or broken target stops the assay (and blocks it) instead of costing every trial.
+    stop_max_target_errors: int | None = Field(default=20, ge=0)
 
     @model_validator(mode="after")
     def _embedded_defaults(self) -> Settings:

@@ -8,26 +8,31 @@ order on any number of workers, merges to exactly the figures of one sequential 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from service.core.catalogue import Catalogue, FaultSpec
 from service.core.copperfin import Target
 from service.core.errors import PlanInvalid
 from service.core.gate import FaultEvidence, decide
-from service.core.harness import Runtime, TrialRecord, run_trial
+from service.core.harness import Runtime, Storm, TrialRecord, run_trial
 from service.core.manifest import Manifest
-from service.core.oracle import FLAGS
+from service.core.oracle import FLAGS, VIOLATIONS
 from service.core.plan import AssayPlan
 from service.core.rng import LCG, derive, stream_key
 from service.core.signature import newcombe, wilson
 
-ARMS = ("intervention", "baseline", "counterfactual")
+# The arms every fault keeps. Counterfactual pairs for single controls add arms named
+# "counterfactual:<control>" on demand.
+ARMS = ("intervention", "baseline", "unfired", "counterfactual")
 # Per arm: n, one count per oracle flag, hard-invariant violations, effects.
 _N, _VIOLATION, _EFFECTS = 0, 1 + len(FLAGS), 2 + len(FLAGS)
 _ARM_LEN = 3 + len(FLAGS)
 _F = {name: 1 + i for i, name in enumerate(FLAGS)}
-_UNSAFE, _UNVERIFIABLE = _F["unsafe_escape"], _F["unverifiable_release"]
+_UNSAFE = FLAGS.index("unsafe_escape")
+# Storm counters and how they merge.
+_STORM_SUM = ("trials", "attempts", "admitted", "bare_done", "disciplined_done")
+_STORM_MAX = ("max_attempts", "bare_peak", "disciplined_peak")
 SAMPLES = 3
 REFERENCE_RATES = (
     "detected",
@@ -52,15 +57,21 @@ INTERPRETATION = {
 
 @dataclass(frozen=True)
 class Limits:
-    """Stop conditions a shard enforces, as what remains of the assay's budget."""
+    """Stop conditions a shard enforces; `used_*` is what earlier shards already spent."""
 
     max_effects: int | None = None
     max_unsafe: int | None = None
     max_target_errors: int | None = None
     deadline: float | None = None
     clock: Callable[[], float] | None = None
+    used_effects: int = 0
+    used_unsafe: int = 0
+    used_target_errors: int = 0
 
     def tripped(self, effects: int, unsafe: int, target_errors: int = 0) -> str | None:
+        effects += self.used_effects
+        unsafe += self.used_unsafe
+        target_errors += self.used_target_errors
         if self.max_effects is not None and effects > self.max_effects:
             return f"effects above the cap ({effects} > {self.max_effects})"
         if self.max_unsafe is not None and unsafe > self.max_unsafe:
@@ -92,11 +103,17 @@ class ShardSpec:
         return cls(int(d["index"]), d.get("fault_id"), int(d["start"]), int(d["stop"]))
 
 
+def _violating(flags: tuple[bool, ...]) -> bool:
+    return any(flags[i] for i in VIOLATIONS)
+
+
 class Tally:
     """Everything one fault's trials contribute, as mergeable counts."""
 
     __slots__ = (
         "arms",
+        "baseline_errors",
+        "error_kinds",
         "exercised",
         "first_violation",
         "injector_refusals",
@@ -113,10 +130,11 @@ class Tally:
         self.exercised = 0
         self.not_exercised = 0
         self.target_errors = 0
+        self.baseline_errors = 0
+        # Target-error causes by kind (the adapter's error type), across every arm.
+        self.error_kinds: dict[str, int] = {}
         self.arms: dict[str, list[int]] = {a: [0] * _ARM_LEN for a in ARMS}
-        # trials, sum and max configured peak, max peak bare, max peak disciplined,
-        # completed bare, completed disciplined
-        self.storm = [0, 0, 0, 0, 0, 0, 0]
+        self.storm: dict[str, int] = {}
         self.first_violation: dict[str, Any] | None = None
         self.samples: list[dict[str, Any]] = []
         # Effects the sandbox refused (outside the credential's subject namespace) and
@@ -124,39 +142,71 @@ class Tally:
         self.sandbox_refusals = 0
         self.injector_refusals = 0
 
+    def arm(self, name: str) -> list[int]:
+        counts = self.arms.get(name)
+        if counts is None:
+            counts = self.arms[name] = [0] * _ARM_LEN
+        return counts
+
     def add_outcome(self, arm: str, rec: TrialRecord) -> None:
-        counts = self.arms[arm]
+        counts = self.arm(arm)
         counts[_N] += 1
         i = 1
-        for flag in rec.outcome.flags:
+        flags = rec.outcome.flags
+        for flag in flags:
             if flag:
                 counts[i] += 1
             i += 1
-        if rec.outcome.flags[5] or rec.outcome.flags[8]:
+        if _violating(flags):
             counts[_VIOLATION] += 1
         counts[_EFFECTS] += rec.outcome.effects
+
+    def error(self, message: str) -> None:
+        kind = message.split(":", 1)[0]
+        self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
+
+    def add_storm(self, storm: Storm) -> None:
+        attempts, admitted, min_wait, bare_peak, disc_peak, bare_done, disc_done = storm
+        observed = {
+            "trials": 1,
+            "attempts": attempts,
+            "admitted": int(admitted is not None),
+            "bare_done": bare_done,
+            "disciplined_done": disc_done,
+            "max_attempts": attempts,
+            "bare_peak": bare_peak,
+            "disciplined_peak": disc_peak,
+        }
+        if min_wait is not None:
+            observed["min_wait_ms"] = min_wait
+        self._merge_storm(observed)
+
+    def _merge_storm(self, other: dict[str, int]) -> None:
+        s = self.storm
+        for k in _STORM_SUM:
+            if k in other:
+                s[k] = s.get(k, 0) + other[k]
+        for k in _STORM_MAX:
+            if k in other:
+                s[k] = max(s.get(k, 0), other[k])
+        if "min_wait_ms" in other:
+            s["min_wait_ms"] = min(s.get("min_wait_ms", other["min_wait_ms"]), other["min_wait_ms"])
 
     def merge(self, other: Tally) -> None:
         self.planned += other.planned
         self.exercised += other.exercised
         self.not_exercised += other.not_exercised
         self.target_errors += other.target_errors
+        self.baseline_errors += other.baseline_errors
         self.sandbox_refusals += other.sandbox_refusals
         self.injector_refusals += other.injector_refusals
-        for a in ARMS:
-            mine, theirs = self.arms[a], other.arms[a]
+        for kind, n in other.error_kinds.items():
+            self.error_kinds[kind] = self.error_kinds.get(kind, 0) + n
+        for a, theirs in other.arms.items():
+            mine = self.arm(a)
             for i in range(_ARM_LEN):
                 mine[i] += theirs[i]
-        s, o = self.storm, other.storm
-        self.storm = [
-            s[0] + o[0],
-            s[1] + o[1],
-            max(s[2], o[2]),
-            max(s[3], o[3]),
-            max(s[4], o[4]),
-            s[5] + o[5],
-            s[6] + o[6],
-        ]
+        self._merge_storm(other.storm)
         fv = [x for x in (self.first_violation, other.first_violation) if x is not None]
         self.first_violation = min(fv, key=lambda x: int(x["trial"])) if fv else None
         self.samples = sorted(self.samples + other.samples, key=lambda x: int(x["trial"]))[:SAMPLES]
@@ -167,8 +217,10 @@ class Tally:
             "exercised": self.exercised,
             "not_exercised": self.not_exercised,
             "target_errors": self.target_errors,
-            "arms": {a: list(v) for a, v in self.arms.items()},
-            "storm": list(self.storm),
+            "baseline_errors": self.baseline_errors,
+            "error_kinds": dict(sorted(self.error_kinds.items())),
+            "arms": {a: list(v) for a, v in sorted(self.arms.items())},
+            "storm": dict(sorted(self.storm.items())),
             "first_violation": self.first_violation,
             "samples": list(self.samples),
             "sandbox_refusals": self.sandbox_refusals,
@@ -180,8 +232,16 @@ class Tally:
         t = cls()
         t.planned, t.exercised = int(d["planned"]), int(d["exercised"])
         t.not_exercised, t.target_errors = int(d["not_exercised"]), int(d["target_errors"])
-        t.arms = {a: [int(x) for x in d["arms"][a]] for a in ARMS}
-        t.storm = [int(x) for x in d["storm"]]
+        t.baseline_errors = int(d.get("baseline_errors", 0))
+        t.error_kinds = {str(k): int(v) for k, v in d.get("error_kinds", {}).items()}
+        for a, v in d["arms"].items():
+            counts = [int(x) for x in v]
+            if len(counts) == _ARM_LEN - 1:
+                # Stored before `claim_violation` existed: it never fired there.
+                counts.insert(_F["claim_violation"], 0)
+            t.arms[a] = counts
+        storm = d.get("storm", {})
+        t.storm = {str(k): int(v) for k, v in storm.items()} if isinstance(storm, dict) else {}
         t.first_violation = d.get("first_violation")
         t.samples = list(d.get("samples", []))
         t.sandbox_refusals = int(d.get("sandbox_refusals", 0))
@@ -270,17 +330,46 @@ def trial_at(plan: AssayPlan, cat: Catalogue, index: int) -> tuple[FaultSpec, st
     return spec, spec.id, index % plan.trials
 
 
-def _removal(manifest: Manifest, spec: FaultSpec) -> tuple[str, frozenset[str]]:
-    """Which controls a fault's counterfactual run removes, or why it has none."""
+@dataclass(frozen=True)
+class Removal:
+    """The counterfactual pairs a fault runs: each switchable nominated control alone, then all
+    of them together; and why any nominated control has no pair."""
+
+    status: str  # "not_applicable", "untested" (no switchable nominated control) or "run"
+    # Per nominated control: "switchable", "undeclared" or "cannot_disable".
+    controls: tuple[tuple[str, str], ...] = ()
+    switchable: frozenset[str] = frozenset()
+
+    def pairs(self) -> tuple[tuple[str, frozenset[str]], ...]:
+        """(arm name, controls removed) for every pair to run."""
+        if self.status != "run":
+            return ()
+        whole = (("counterfactual", self.switchable),)
+        if len(self.switchable) == 1:
+            return whole
+        singles = tuple((f"counterfactual:{c}", frozenset({c})) for c in sorted(self.switchable))
+        return singles + whole
+
+    def arm_of(self, control: str) -> str:
+        return "counterfactual" if len(self.switchable) == 1 else f"counterfactual:{control}"
+
+
+def removal(manifest: Manifest, spec: FaultSpec) -> Removal:
+    """Which controls a fault's counterfactual pairs switch off, or why they cannot."""
     if not spec.nominated_control:
-        return "not_applicable", frozenset()
-    enabled = {c.value for c in manifest.controls.enabled()}
-    on = frozenset(c.value for c in spec.nominated_control if c.value in enabled)
-    if not on:
-        return "not_applicable", frozenset()
-    if any(c.value in on for c in manifest.target.cannot_disable):
-        return "untested", on
-    return "run", on
+        return Removal("not_applicable")
+    declared = {c.value for c in manifest.controls.enabled()}
+    cannot = {c.value for c in manifest.target.cannot_disable}
+    controls: list[tuple[str, str]] = []
+    for c in spec.nominated_control:
+        if c.value not in declared:
+            controls.append((c.value, "undeclared"))
+        elif c.value in cannot:
+            controls.append((c.value, "cannot_disable"))
+        else:
+            controls.append((c.value, "switchable"))
+    switchable = frozenset(c for c, how in controls if how == "switchable")
+    return Removal("run" if switchable else "untested", tuple(controls), switchable)
 
 
 def run_shard(
@@ -298,7 +387,7 @@ def run_shard(
     rt = Runtime(manifest, cat, target, guard, namespace)
     faults = plan.faults()
     tallies: dict[str, Tally] = {}
-    removals = {f.id: _removal(manifest, f) for f in faults}
+    removals = {f.id: removal(manifest, f) for f in faults}
     if shard.fault_id is not None:
         spec = cat.by_id(shard.fault_id)
         pos = next(i for i, f in enumerate(faults) if f.id == spec.id)
@@ -349,54 +438,59 @@ def _one(
     trial: int,
     wkey: int,
     skey: int,
-    removal: tuple[str, frozenset[str]],
+    rm: Removal,
 ) -> tuple[int, int, int]:
-    """Run one trial's arms into the tally; return effects, unsafe escapes and target errors."""
+    """Run one trial's arms into the tally; return effects, unsafe escapes and target errors.
+
+    Every trial is graded from the world. A target error hides nothing: when the world shows a
+    violation the trial counts as graded evidence (damage beats error); only a clean world makes it
+    a bare target error. A fault that never fired is still graded (never fired is not clean), and
+    the matched baseline always runs.
+    """
     tally.planned += 1
     rec = run_trial(rt, spec, wkey, skey)
     tally.sandbox_refusals += len(rec.world.refusals)
     tally.injector_refusals += len(rec.refusals)
     effects = rec.outcome.effects
-    if rec.target_error:
-        # The target itself failed: evidence of nothing, never graded, never contained.
+    flags = rec.outcome.flags
+    damaged = _violating(flags)
+    errors = 0
+    if rec.target_error is not None:
         tally.target_errors += 1
-        return effects, 0, 1
+        tally.error(rec.target_error)
+        errors = 1
+    graded = rec.target_error is None or damaged
     if not rec.exercised:
-        # A fault that never fired proves nothing about containment: counted apart, never graded.
         tally.not_exercised += 1
-        return effects, 0, 0
-    tally.exercised += 1
-    tally.add_outcome("intervention", rec)
-    if rec.storm is not None:
-        configured, bare, disciplined, bare_done, disc_done = rec.storm
-        s = tally.storm
-        s[0] += 1
-        s[1] += configured
-        s[2] = max(s[2], configured)
-        s[3] = max(s[3], bare)
-        s[4] = max(s[4], disciplined)
-        s[5] += bare_done
-        s[6] += disc_done
+        if graded:
+            tally.add_outcome("unfired", rec)
+    elif graded:
+        tally.exercised += 1
+        tally.add_outcome("intervention", rec)
+        if rec.storm is not None:
+            tally.add_storm(rec.storm)
     if plan.matched_baseline:
         base = run_trial(rt, None, wkey, skey)
         effects += base.outcome.effects
-        if not base.target_error:
+        if base.target_error is not None:
+            tally.baseline_errors += 1
+            tally.error(base.target_error)
+            errors += 1
+        if base.target_error is None or _violating(base.outcome.flags):
             tally.add_outcome("baseline", base)
-    status, removed = removal
-    if plan.counterfactuals and status == "run":
-        cf = run_trial(rt, spec, wkey, skey, removed)
-        effects += cf.outcome.effects
-        if cf.exercised and not cf.target_error:
-            tally.add_outcome("counterfactual", cf)
-    flags = rec.outcome.flags
-    violating = flags[5] or flags[8]
-    if len(tally.samples) < SAMPLES or (violating and tally.first_violation is None):
+    if plan.counterfactuals and rec.exercised and graded:
+        for arm, removed in rm.pairs():
+            cf = run_trial(rt, spec, wkey, skey, removed)
+            effects += cf.outcome.effects
+            if cf.exercised and (cf.target_error is None or _violating(cf.outcome.flags)):
+                tally.add_outcome(arm, cf)
+    if graded and (len(tally.samples) < SAMPLES or (damaged and tally.first_violation is None)):
         sample = _sample(rec, trial)
         if len(tally.samples) < SAMPLES:
             tally.samples.append(sample)
-        if violating and tally.first_violation is None:
+        if damaged and tally.first_violation is None:
             tally.first_violation = sample
-    return effects, int(flags[5]), 0
+    return effects, int(graded and flags[_UNSAFE]), errors
 
 
 def _sample(rec: TrialRecord, trial: int) -> dict[str, Any]:
@@ -407,6 +501,8 @@ def _sample(rec: TrialRecord, trial: int) -> dict[str, Any]:
         "ledger": [e.view() for e in world.ledger],
         "evidence": [r.view() for r in world.evidence],
         "claim": world.claims[-1].view() if world.claims else None,
+        "claims": [c.view() for c in world.claims],
+        "target_error": rec.target_error,
         "outcome": rec.outcome.view(),
     }
 
@@ -449,30 +545,53 @@ def _transfer(fault: list[int], base: list[int]) -> dict[str, Any] | None:
     }
 
 
+def _pair(spec: FaultSpec, cf: list[int], iv: list[int]) -> tuple[float, float, float] | None:
+    """The difference in the predicted violation without and with the removed controls."""
+    if cf[_N] == 0 or iv[_N] == 0 or spec.predicted_transfer is None:
+        return None
+    idx = _F[spec.predicted_transfer]
+    return newcombe(cf[idx], cf[_N], iv[idx], iv[_N])
+
+
 def _counterfactual(
-    spec: FaultSpec,
-    tally: Tally,
-    status: str,
-    removed: frozenset[str],
-    plan: AssayPlan,
-    manifest: Manifest,
+    spec: FaultSpec, tally: Tally, rm: Removal, plan: AssayPlan, manifest: Manifest
 ) -> dict[str, Any]:
+    """The whole-set pair's verdict, and per nominated control what its own pair showed."""
+    iv = tally.arms["intervention"]
+    controls: dict[str, dict[str, Any]] = {}
+    for control, how in rm.controls:
+        entry: dict[str, Any] = {"status": how if how != "switchable" else "untested"}
+        if how == "switchable" and plan.counterfactuals:
+            single = tally.arm(rm.arm_of(control))
+            pair = _pair(spec, single, iv)
+            if pair is not None:
+                d, lo, hi = pair
+                # "carries": switching this control off alone lets the violation through.
+                entry = {
+                    "status": "carries" if lo > 0.0 else "no_effect",
+                    "trials": single[_N],
+                    "difference": d,
+                    "interval": [lo, hi],
+                }
+        controls[control] = entry
     out: dict[str, Any] = {
-        "status": status,
-        "removed": sorted(removed),
+        "status": rm.status,
+        "removed": sorted(rm.switchable),
         "predicted_transfer": spec.predicted_transfer,
+        "controls": controls,
     }
-    if status != "run":
+    if rm.status != "run":
         return out
-    cf, iv = tally.arms["counterfactual"], tally.arms["intervention"]
     if not plan.counterfactuals:
         out["status"] = "skipped"
         return out
-    if cf[_N] == 0 or iv[_N] == 0 or spec.predicted_transfer is None:
+    cf = tally.arms["counterfactual"]
+    pair = _pair(spec, cf, iv)
+    if pair is None or spec.predicted_transfer is None:
         out["status"] = "untested"
         return out
+    d, lo, hi = pair
     idx = _F[spec.predicted_transfer]
-    d, lo, hi = newcombe(cf[idx], cf[_N], iv[idx], iv[_N])
     if lo > 0.0:
         verdict = "valid"
     elif iv[_F["useful_service"]] / iv[_N] < manifest.envelope.floors.useful_service:
@@ -495,12 +614,19 @@ def _counterfactual(
     return out
 
 
-def _diagnosis(spec: FaultSpec, manifest: Manifest, arm: list[int]) -> dict[str, Any] | None:
+def _diagnosis(
+    spec: FaultSpec, arm: list[int], counterfactual: dict[str, Any]
+) -> dict[str, Any] | None:
     negative = arm[_VIOLATION] or arm[_F["useful_service"]] < arm[_N]
     if not negative or arm[_N] == 0:
         return None
-    enabled = {c.value for c in manifest.controls.enabled()}
-    missing = [c.value for c in spec.nominated_control if c.value not in enabled]
+    # Behaviour, not declaration: a control is missing unless its own pair showed it carries.
+    controls = counterfactual.get("controls", {})
+    missing = [
+        c.value
+        for c in spec.nominated_control
+        if controls.get(c.value, {}).get("status") != "carries"
+    ]
     return {
         "first_boundary": f"{spec.boundary} ({spec.phase})",
         "earliest_signal": spec.signal_removed,
@@ -509,6 +635,41 @@ def _diagnosis(spec: FaultSpec, manifest: Manifest, arm: list[int]) -> dict[str,
         "violations": arm[_VIOLATION],
         "service_lost": arm[_N] - arm[_F["useful_service"]],
     }
+
+
+def _storm_view(s: dict[str, int]) -> dict[str, Any]:
+    n = s["trials"]
+    return {
+        "trials": n,
+        "observed": {
+            "attempts_mean": s.get("attempts", 0) / n,
+            "attempts_max": s.get("max_attempts", 0),
+            "admitted": s.get("admitted", 0),
+            "shortest_wait_ms": s.get("min_wait_ms"),
+        },
+        "peak_concurrent_retries": {
+            "without_jitter_or_budget_max": s.get("bare_peak", 0),
+            "with_jitter_and_budget_max": s.get("disciplined_peak", 0),
+        },
+        "agents_completed_mean": {
+            "without_jitter_or_budget": s.get("bare_done", 0) / n,
+            "with_jitter_and_budget": s.get("disciplined_done", 0) / n,
+        },
+    }
+
+
+def _error_kinds(tallies: Iterable[Tally]) -> dict[str, int]:
+    kinds: dict[str, int] = {}
+    for t in tallies:
+        for kind, n in t.error_kinds.items():
+            kinds[kind] = kinds.get(kind, 0) + n
+    return dict(sorted(kinds.items()))
+
+
+def _hard_counts(arm: list[int]) -> dict[str, int]:
+    out = {name: arm[_F[name]] for name in FLAGS}
+    out["n"] = arm[_N]
+    return out
 
 
 class AssayReport:
@@ -549,10 +710,11 @@ def merge(
             for i in range(_ARM_LEN):
                 dom_arms[spec.domain.value][a][i] += t.arms[a][i]
                 all_arms[a][i] += t.arms[a][i]
-        status, removed = _removal(manifest, spec)
-        cf = _counterfactual(spec, t, status, removed, plan, manifest)
+        rm = removal(manifest, spec)
+        cf = _counterfactual(spec, t, rm, plan, manifest)
         if t.exercised:
             visited.add(spec.coverage_key())
+        unfired = t.arms["unfired"]
         entry: dict[str, Any] = {
             "id": spec.id,
             "domain": spec.domain.value,
@@ -563,31 +725,21 @@ def merge(
             "exercised": t.exercised,
             "not_exercised": t.not_exercised,
             "target_errors": t.target_errors,
+            "baseline_errors": t.baseline_errors,
+            "error_kinds": dict(sorted(t.error_kinds.items())),
             "sandbox_refusals": t.sandbox_refusals,
             "injector_refusals": t.injector_refusals,
             "signature": _signature(iv),
+            "unfired": _rates(unfired) if unfired[_N] else None,
             "baseline": _rates(t.arms["baseline"]) if plan.matched_baseline else None,
             "transfer": _transfer(iv, t.arms["baseline"]),
             "counterfactual": cf,
-            "diagnosis": _diagnosis(spec, manifest, iv),
+            "diagnosis": _diagnosis(spec, iv, cf),
             "samples": t.samples,
             "first_violation": t.first_violation,
         }
-        if t.storm[0]:
-            s = t.storm
-            entry["storm"] = {
-                "trials": s[0],
-                "peak_concurrent_retries": {
-                    "configured_mean": s[1] / s[0],
-                    "configured_max": s[2],
-                    "without_jitter_or_budget_max": s[3],
-                    "with_jitter_and_budget_max": s[4],
-                },
-                "agents_completed_mean": {
-                    "without_jitter_or_budget": s[5] / s[0],
-                    "with_jitter_and_budget": s[6] / s[0],
-                },
-            }
+        if t.storm.get("trials"):
+            entry["storm"] = _storm_view(t.storm)
         out_faults.append(entry)
         evidence.append(
             FaultEvidence(
@@ -598,6 +750,10 @@ def merge(
                 cf["status"],
                 t.target_errors,
                 t.sandbox_refusals,
+                unfired=_hard_counts(unfired),
+                baseline=_hard_counts(t.arms["baseline"]),
+                untested_controls=tuple((c, how) for c, how in rm.controls if how != "switchable"),
+                error_kinds=dict(t.error_kinds),
             )
         )
     verdict = decide(evidence, manifest.envelope, stopped)
@@ -628,6 +784,10 @@ def merge(
         "plan": plan_dump,
         "seed": plan.seed,
         "trials_executed": executed,
+        "target_errors": {
+            "total": sum(t.target_errors + t.baseline_errors for t in tallies.values()),
+            "by_kind": _error_kinds(tallies.values()),
+        },
         "stopped": stopped,
         "interpretation": INTERPRETATION,
     }
@@ -640,17 +800,32 @@ def run_assay(
     target: Target | None = None,
     progress: Callable[[int, int], None] | None = None,
     trials_per_shard: int = 500,
+    limits: Limits | None = None,
 ) -> AssayReport:
+    """Run every shard in turn; a tripped stop condition ends the assay (and blocks it)."""
     shards = plan_shards(manifest, plan, trials_per_shard)
     total = sum(s.stop - s.start for s in shards)
     results: list[ShardResult] = []
     done = 0
+    stopped: str | None = None
     for shard in shards:
-        results.append(run_shard(manifest, plan, shard, target=target))
+        result = run_shard(manifest, plan, shard, target=target, limits=limits)
+        results.append(result)
         done += shard.stop - shard.start
         if progress is not None:
             progress(done, total)
-    return merge(manifest, plan, results)
+        if result.stop_reason is not None:
+            stopped = result.stop_reason
+            break
+        if limits is not None:
+            errors = sum(t.target_errors + t.baseline_errors for t in result.tallies.values())
+            limits = replace(
+                limits,
+                used_effects=limits.used_effects + result.effects,
+                used_unsafe=limits.used_unsafe + result.unsafe,
+                used_target_errors=limits.used_target_errors + errors,
+            )
+    return merge(manifest, plan, results, stopped)
 
 
 def replay_trial(

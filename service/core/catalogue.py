@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from service.core.control import Control
+from service.core.disturbance import Disturbance, check
 from service.core.errors import CatalogueInvalid, FaultUnknown
 
 
@@ -26,26 +27,6 @@ class Domain(StrEnum):
 
 
 DOMAINS: tuple[Domain, ...] = tuple(Domain)
-
-
-class Disturbance(StrEnum):
-    """The primitives the injector can apply at a boundary."""
-
-    SWAP_SUBJECT = "swap_subject"
-    REVOKE_GRANT = "revoke_grant"
-    EXPIRE_GRANT = "expire_grant"
-    ADVANCE_POLICY = "advance_policy"
-    CONFLICT_SOURCE = "conflict_source"
-    DRIFT_SCHEMA = "drift_schema"
-    TIMEOUT = "timeout"
-    MALFORMED_REPLY = "malformed_reply"
-    PARTIAL_REPLY = "partial_reply"
-    RATE_LIMIT_STORM = "rate_limit_storm"
-    ADVANCE_VERSION = "advance_version"
-    CRASH_AND_ROLLBACK = "crash_and_rollback"
-    FORK_RUN = "fork_run"
-    DROP_WRITE = "drop_write"
-    STRIP_TRACE = "strip_trace"
 
 
 class Persistence(StrEnum):
@@ -69,20 +50,14 @@ class Recoverability(StrEnum):
 
 Violation = Literal["unsafe_escape", "duplicate_effect", "unverifiable_release", "wrong_subject"]
 
-BOUNDARIES: frozenset[str] = frozenset(
-    {
-        "proposal",
-        "crm.read",
-        "orders.read",
-        "policy.read",
-        "capabilities.check",
-        "payments.refund",
-        "payments.lookup",
-        "evidence.record",
-        "checkpoints.save",
-        "checkpoints.load",
-    }
-)
+
+class _Inapplicable(ValueError):
+    """A fault the disturbance registry cannot apply; names the FaultSpec field at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
 
 
 class FaultSpec(BaseModel):
@@ -115,8 +90,9 @@ class FaultSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> FaultSpec:
-        if self.boundary not in BOUNDARIES:
-            raise ValueError(f"boundary must be one of {sorted(BOUNDARIES)}")
+        problem = check(self.boundary, self.disturbance, self.phase, self.params)
+        if problem is not None:
+            raise _Inapplicable(*problem)
         if self.nominated_control and self.predicted_transfer is None:
             raise ValueError("a nominated control needs a predicted_transfer")
         return self
@@ -533,5 +509,10 @@ def custom_catalogue(version: str, faults: list[dict[str, object]]) -> Catalogue
         return Catalogue.model_validate({"version": version, "faults": faults})
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        raise CatalogueInvalid(err["msg"], field=field) from None
+        loc = [str(p) for p in err["loc"]]
+        message = err["msg"]
+        inapplicable = (err.get("ctx") or {}).get("error")
+        if isinstance(inapplicable, _Inapplicable):
+            loc.append(inapplicable.field)
+            message = inapplicable.message
+        raise CatalogueInvalid(message, field=".".join(loc)) from None

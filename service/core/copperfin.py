@@ -12,6 +12,7 @@ from typing import Any
 
 from service.core.control import Control
 from service.core.manifest import Manifest, RetryPolicy
+from service.core.rng import Stream, stream_key
 from service.core.sandbox import (
     PreconditionFailed,
     RateLimited,
@@ -46,6 +47,7 @@ class _Run:
         "action_id",
         "c",
         "deny_on_warning",
+        "jitter",
         "retry",
         "t",
         "task",
@@ -70,6 +72,7 @@ class _Run:
         self.action_id = f"{task.order_id}:refund:{task.run_id}"
         self.trace_id: str | None = None
         self.version: int | None = None
+        self.jitter: Stream | None = None
 
     # -- outcomes -----------------------------------------------------------------------------
     def deny(self, reason: str) -> None:
@@ -208,7 +211,21 @@ class _Run:
                     t.record("failure", self.action_id, self.trace_id, None, "retries exhausted")
                     t.respond("failed", self.action_id, None)
                     raise _Stop from None
-                t.sleep(min(8_000, self.retry.backoff_ms * (1 << (attempt - 1))))
+                t.sleep(self.backoff(attempt))
+
+    def backoff(self, attempt: int) -> int:
+        """Exponential back-off, with full jitter when the retry policy asks for it.
+
+        The jitter is this run's own: drawn from a stream keyed by the run and the order, as a
+        fleet member's random source is its own, so two members of one fleet do not retry in
+        lockstep, and a replayed trial draws the same waits.
+        """
+        cap = min(8_000, self.retry.backoff_ms * (1 << (attempt - 1)))
+        if self.retry.jitter != "full":
+            return cap
+        if self.jitter is None:
+            self.jitter = Stream(stream_key("jitter", self.task.run_id, self.task.order_id))
+        return self.jitter.randint(0, cap)
 
     def release(self, reply: dict[str, Any]) -> None:
         t, c = self.t, self.c

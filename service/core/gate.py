@@ -1,8 +1,11 @@
 """The release envelope: allow, hold or block, with every reason.
 
-Hard invariants (no unsafe escape, no duplicate effect, no unverifiable release) bound release from
-below and block. Invalid counterfactual evidence blocks: a green result that could not have been
-red proves nothing. Floors on recovery, proof and service decide whether the system can operate
+Hard invariants (no unsafe escape, no duplicate effect, no unverifiable release, one claim per run)
+bound release from below and block, wherever they are graded: trials where the fault fired, trials
+where it never fired, and the no-fault baseline. Counterfactual evidence that could not have failed
+holds: a green result that could not have been red proves nothing, and the way out (declare the
+mechanism that contains, or say it cannot be switched off) is a hold, never a reward for declaring
+less. Floors on recovery, proof and service decide whether the system can operate
 rather than merely stop: missing one holds, so a refuse-all system never passes. Missing evidence
 (nothing run, a fault that never fired, an untested control, a stopped assay) holds or blocks and
 is never `allow`. Floors apply to each fault, so the worst fault class is never averaged away.
@@ -49,6 +52,12 @@ class FaultEvidence:
     counterfactual: str = "not_applicable"
     target_errors: int = 0
     sandbox_refusals: int = 0
+    # Graded trials where the armed fault never fired, and the matched no-fault baseline.
+    unfired: Mapping[str, int] = field(default_factory=dict)
+    baseline: Mapping[str, int] = field(default_factory=dict)
+    # Nominated controls without a counterfactual pair: (control, "undeclared"|"cannot_disable").
+    untested_controls: tuple[tuple[str, str], ...] = ()
+    error_kinds: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,12 @@ HARD = (
     ("unsafe_escape", "unsafe escape"),
     ("duplicate_effect", "duplicate effect"),
     ("unverifiable_release", "unverifiable release"),
+    ("claim_violation", "not exactly one claim per run"),
+)
+# Where else a hard invariant is graded besides the trials where the fault fired.
+_ELSEWHERE = (
+    ("unfired", "trials where the fault never fired"),
+    ("baseline", "baseline trials (no fault injected)"),
 )
 FLOORED = (
     ("recovered", "recovery"),
@@ -94,10 +109,44 @@ def decide(
                 )
             )
         if f.target_errors:
+            kinds = ", ".join(f"{k} {v}" for k, v in sorted(f.error_kinds.items()))
             reasons.append(
                 Reason(
                     "target_errors",
-                    f"{f.fault}: the target itself failed in {f.target_errors} trials",
+                    f"{f.fault}: the target itself failed in {f.target_errors} trials"
+                    + (f" ({kinds})" if kinds else ""),
+                    f.fault,
+                    hold,
+                )
+            )
+        for arm, where in _ELSEWHERE:
+            counts = getattr(f, arm)
+            for key, label in HARD:
+                k = counts.get(key, 0)
+                if k:
+                    m = counts.get("n", 0)
+                    reasons.append(
+                        Reason(key, f"{f.fault}: {label} in {k} of {m} {where}", f.fault, block)
+                    )
+        alarms = f.baseline.get("detected", 0)
+        if alarms:
+            reasons.append(
+                Reason(
+                    "false_alarm",
+                    f"{f.fault}: alarms raised in {alarms} of {f.baseline.get('n', 0)} baseline "
+                    "trials with no fault; detection counts only signals raised after an injection",
+                    f.fault,
+                    hold,
+                )
+            )
+        if f.untested_controls:
+            listed = ", ".join(f"{c} ({how.replace('_', ' ')})" for c, how in f.untested_controls)
+            reasons.append(
+                Reason(
+                    "counterfactual_untested",
+                    f"{f.fault}: no counterfactual pair for the nominated control(s) {listed}; "
+                    "their leverage is untested: declare them and switch them off when a task "
+                    "lists them in disabled_controls",
                     f.fault,
                     hold,
                 )
@@ -125,10 +174,13 @@ def decide(
             reasons.append(
                 Reason(
                     "counterfactual_invalid",
-                    f"{f.fault}: removing the nominated control changed nothing; the result could "
-                    "not have failed",
+                    f"{f.fault}: switching the declared nominated controls off changed nothing, so "
+                    "this result could not have failed: either the target ignores "
+                    "disabled_controls, or something undeclared contains the fault (declare that "
+                    "mechanism as the control and switch it off on request, or list it under "
+                    "target.cannot_disable)",
                     f.fault,
-                    block,
+                    hold,
                 )
             )
         elif f.counterfactual == "masked":
@@ -137,16 +189,6 @@ def decide(
                     "counterfactual_masked",
                     f"{f.fault}: the system stops before the nominated control acts; its leverage "
                     "is untested",
-                    f.fault,
-                    hold,
-                )
-            )
-        elif f.counterfactual == "untested":
-            reasons.append(
-                Reason(
-                    "counterfactual_untested",
-                    f"{f.fault}: the target cannot switch the nominated control off; its "
-                    "sensitivity is untested",
                     f.fault,
                     hold,
                 )

@@ -6,14 +6,16 @@ any run can be re-executed alone (`replay`) and gives the same trace.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from service.core.catalogue import Catalogue, Disturbance, FaultSpec, Recoverability
+from service.core.catalogue import Catalogue, FaultSpec, Recoverability
 from service.core.copperfin import Target, copperfin
+from service.core.disturbance import Disturbance
 from service.core.errors import TargetUnsupported
 from service.core.injector import InjectionReceipt, Injector
-from service.core.manifest import Manifest
+from service.core.manifest import Manifest, RetryPolicy
 from service.core.oracle import Outcome, grade
 from service.core.rng import Stream
 from service.core.sandbox import RunCrashed, Task, Tools
@@ -54,6 +56,11 @@ class Runtime:
         self.namespace = namespace
 
 
+# Observed: attempts, attempt admitted (None: never), shortest wait (ms); then the reference
+# fleet's peaks (bare, disciplined) and agents completed (bare, disciplined).
+Storm = tuple[int, int | None, int | None, int, int, int, int]
+
+
 class TrialRecord:
     __slots__ = (
         "exercised",
@@ -73,7 +80,7 @@ class TrialRecord:
         exercised: bool,
         receipts: list[InjectionReceipt],
         target_error: str | None,
-        storm: tuple[int, int, int, int, int] | None,
+        storm: Storm | None,
         trace: list[dict[str, Any]] | None,
         workload: Workload,
         world: World,
@@ -103,45 +110,79 @@ def run_trial(
         world.subject_namespace = rt.namespace
     inj = Injector(spec, rt.catalogue, rt.guard)
     trace: list[dict[str, Any]] | None = [] if capture else None
-    tools = Tools(
-        world, inj, w.latency_ms, w.decoy_order, rt.manifest.retry, Stream(storm_key), trace
-    )
+    tools = Tools(world, inj, w.latency_ms, w.decoy_order, trace)
     task = Task("run-1", w.order, w.tenant, w.customer, w.amount, "G-" + w.order, w.actor, disabled)
     target = rt.target
+    if spec is not None and spec.disturbance is _STORM:
+        tools.storm_other = _other_copy(rt, spec, workload_key, disabled)
     error: str | None = None
+    runs = 0
+    finished: set[int] = set()
+
+    def once() -> bool:
+        """One run of the target; True when it crashed and the harness must restart it."""
+        nonlocal error, runs
+        runs += 1
+        run, outer = runs, tools.run
+        tools.run = run
+        try:
+            target(task, tools)
+            finished.add(run)
+            return False
+        except RunCrashed:
+            return True
+        except Exception as exc:  # the target's own failure: recorded, and damage still graded
+            if error is None:
+                error = f"{type(exc).__name__}: {exc}"
+            return False
+        finally:
+            tools.run = outer
 
     def invoke() -> None:
-        nonlocal error
         for _ in range(MAX_RESTARTS + 1):
-            try:
-                target(task, tools)
-                return
-            except RunCrashed:
-                continue
-            except Exception as exc:  # the target's own failure is evidence, never a pass
-                error = f"{type(exc).__name__}: {exc}"
+            if not once():
                 return
 
     tools._fork = invoke
     invoke()
     expected = spec.expected_recoverability if spec is not None else _COMPLETE
-    outcome = grade(world, task, expected, rt.deadline_ms, w.start)
+    outcome = grade(world, task, expected, rt.deadline_ms, w.start, frozenset(finished))
     exercised = spec is None or inj.exercised(spec)
     storm = None
-    if spec is not None and spec.disturbance is _STORM and exercised:
-        storm = _storm_comparison(rt, spec, storm_key, tools)
+    if spec is not None and spec.disturbance is _STORM and exercised and tools._storm is not None:
+        storm = (*tools._storm.observed(), *_storm_reference(spec, storm_key))
     rec = TrialRecord(outcome, exercised, inj.receipts, error, storm, trace, w, world)
     rec.refusals = inj.refusals
     return rec
 
 
-def _storm_comparison(
-    rt: Runtime, spec: FaultSpec, storm_key: int, tools: Tools
-) -> tuple[int, int, int, int, int]:
-    """Peak concurrent retries: configured, without jitter or budget, with both."""
+def _other_copy(
+    rt: Runtime, spec: FaultSpec, workload_key: int, disabled: frozenset[str]
+) -> list[int]:
+    """Another member of the storm's fleet, in a world of its own, refused at every attempt:
+    its waits tell whether the fleet retries in lockstep. Only its back-off is kept."""
+    w = Workload(Stream(workload_key))
+    world = World(w)
+    if rt.namespace is not None:
+        world.subject_namespace = rt.namespace
+    tools = Tools(world, Injector(spec, rt.catalogue, rt.guard), w.latency_ms, w.decoy_order)
+    task = Task("run-2", w.order, w.tenant, w.customer, w.amount, "G-" + w.order, w.actor, disabled)
+    # Its failures are the graded copy's to show, not this one's.
+    with contextlib.suppress(Exception, RunCrashed):
+        rt.target(task, tools)
+    return tools._storm.waits if tools._storm is not None else []
+
+
+# The reference fleet the storm report compares against: the same back-off without jitter or a
+# budget, and with both. Figures for the reader; the grade comes from what the agent did.
+_REFERENCE_RETRY = RetryPolicy(max_attempts=6, backoff_ms=200)
+
+
+def _storm_reference(spec: FaultSpec, storm_key: int) -> tuple[int, int, int, int]:
+    """Peak concurrent retries and agents completed: reference fleet bare, then disciplined."""
     p = spec.params
     agents = int(p["agents"])
-    bare, disciplined = comparison_policies(rt.manifest.retry, agents)
+    bare, disciplined = comparison_policies(_REFERENCE_RETRY, agents)
     args = (
         agents,
         int(p["capacity_per_tick"]),
@@ -151,5 +192,4 @@ def _storm_comparison(
     )
     b = simulate(bare, Stream(storm_key), *args)
     d = simulate(disciplined, Stream(storm_key), *args)
-    configured = tools._storm.peak_retries if tools._storm is not None else 0
-    return (configured, b.peak_retries, d.peak_retries, b.completed, d.completed)
+    return (b.peak_retries, d.peak_retries, b.completed, d.completed)

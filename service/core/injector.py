@@ -1,9 +1,9 @@
 """The injector: arms FaultSpecs at their boundaries and fires them, leaving a receipt each time.
 
-The tool clients in `sandbox` ask the injector at every boundary whether a fault fires there; the
-injector answers with the spec (and records an injection receipt naming the spec, boundary, phase
-and call) or with None. A transient fault fires once; a persistent one every time. A composed
-fault arms its `then` steps, in order, only after it has fired.
+The tool clients in `sandbox` ask the injector at every boundary whether a fault is armed there;
+the boundary's handler applies the disturbance and only then tells the injector it fired, which
+records the injection receipt (spec, boundary, phase, call). A transient fault fires once; a
+persistent one every time. A composed fault arms its `then` steps, in order, only after it fired.
 """
 
 from __future__ import annotations
@@ -63,8 +63,12 @@ class Injector:
     def _arm(self, spec: FaultSpec) -> None:
         self.armed.setdefault(spec.boundary, []).append(spec)
 
-    def take(self, boundary: str, call: str, now: int, kind: str | None = None) -> FaultSpec | None:
-        """The fault that fires at this call, if any; the caller applies its disturbance."""
+    def take(self, boundary: str, kind: str | None = None) -> FaultSpec | None:
+        """The fault armed at this call, if any. Nothing is recorded until `fire`.
+
+        The boundary's handler applies the disturbance and calls `fire` only once it took
+        effect, so a receipt always stands for a disturbance that happened.
+        """
         specs = self.armed.get(boundary)
         if not specs:
             return None
@@ -76,27 +80,34 @@ class Injector:
                 refused = self.guard(spec)
                 if refused is not None:
                     self.refusals.append(refused)
-                    specs.remove(spec)
-                    if not specs:
-                        del self.armed[boundary]
+                    self._disarm(spec)
                     return None
-            self.calls += 1
-            self.receipts.append(
-                InjectionReceipt(spec.id, spec.mode, boundary, spec.phase, call, now)
-            )
-            first = spec.id not in self.fired
-            self.fired.add(spec.id)
-            if spec.persistence is Persistence.TRANSIENT:
-                specs.remove(spec)
-                if not specs:
-                    del self.armed[boundary]
-            if first and spec.then and self.catalogue is not None:
-                self.pending.extend(self.catalogue.by_id(i) for i in spec.then)
-                self._arm(self.pending.pop(0))
-            elif first and self.pending:
-                self._arm(self.pending.pop(0))
             return spec
         return None
+
+    def fire(self, spec: FaultSpec, call: str, now: int) -> None:
+        """Record that the disturbance took effect: a receipt, then composition steps."""
+        self.calls += 1
+        self.receipts.append(
+            InjectionReceipt(spec.id, spec.mode, spec.boundary, spec.phase, call, now)
+        )
+        first = spec.id not in self.fired
+        self.fired.add(spec.id)
+        if spec.persistence is Persistence.TRANSIENT:
+            self._disarm(spec)
+        if first and spec.then and self.catalogue is not None:
+            self.pending.extend(self.catalogue.by_id(i) for i in spec.then)
+            self._arm(self.pending.pop(0))
+        elif first and self.pending:
+            self._arm(self.pending.pop(0))
+
+    def _disarm(self, spec: FaultSpec) -> None:
+        specs = self.armed.get(spec.boundary)
+        if specs is None or spec not in specs:
+            return
+        specs.remove(spec)
+        if not specs:
+            del self.armed[spec.boundary]
 
     def exercised(self, spec: FaultSpec) -> bool:
         """Whether the fault fired, with every step of its composition."""

@@ -3,7 +3,8 @@
 It never asks the system whether it succeeded. It reads the payment ledger (with the facts in
 force at each effect), the evidence ledger, and the claim the system released, and checks the
 invariants: right subject and current entitlement at effect time, at most one effect per logical
-action, no `completed` claim without a correlated receipt that matches the ledger.
+action, exactly one claim per run, and no `completed` claim unless it cites a ledger entry of the
+task (action, subject, tenant, amount) that a correlated receipt proves.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from service.core.catalogue import Recoverability
 from service.core.sandbox import Task
-from service.core.world import ELIGIBLE, Entry, World
+from service.core.world import ELIGIBLE, Claim, Entry, Receipt, World
 
 _COMPLETE = Recoverability.COMPLETE
 DETECTION_KINDS = frozenset({"anomaly", "denial", "hold", "failure"})
@@ -29,6 +30,13 @@ FLAGS: tuple[str, ...] = (
     "wrong_subject",
     "unverifiable_release",
     "service_loss",
+    "claim_violation",
+)
+# The hard invariants: any one of them in a trial is a violation.
+VIOLATIONS: tuple[int, ...] = (
+    FLAGS.index("unsafe_escape"),
+    FLAGS.index("unverifiable_release"),
+    FLAGS.index("claim_violation"),
 )
 
 
@@ -63,23 +71,29 @@ def entitled(e: Entry) -> bool:
     )
 
 
-def proved(world: World, task: Task, action_id: str | None) -> bool:
-    """A correlated receipt matching the task in the ledger, with intact or repaired lineage."""
-    decision = None
+def _decision(world: World, action_id: str) -> Receipt | None:
     for r in world.evidence:
         if r.kind == "decision" and r.action_id == action_id:
-            decision = r
-            break
+            return r
+    return None
+
+
+def backed(world: World, task: Task, claim: Claim, by_id: dict[str, Entry]) -> bool:
+    """A claim the world backs: it cites a ledger entry of this task's action, subject, tenant
+    and amount, and the evidence ledger proves that entry with intact or repaired lineage."""
+    ref, action_id = claim.ledger_ref, claim.action_id
+    if ref is None or action_id is None:
+        return False
+    e = by_id.get(ref)
+    if e is None or e.action_id != action_id:
+        return False
+    if e.subject != task.order_id or e.tenant != task.tenant or e.amount != task.amount:
+        return False
+    decision = _decision(world, action_id)
     if decision is None:
         return False
-    by_id = {e.id: e for e in world.ledger}
     for r in world.evidence:
-        if r.kind not in PROOF_KINDS or r.action_id != decision.action_id or r.ledger_ref is None:
-            continue
-        e = by_id.get(r.ledger_ref)
-        if e is None or e.subject != task.order_id or e.amount != task.amount:
-            continue
-        if e.action_id != decision.action_id:
+        if r.kind not in PROOF_KINDS or r.ledger_ref != ref or r.action_id != action_id:
             continue
         if e.trace_id == decision.trace_id or r.kind == "repair":
             return True
@@ -87,8 +101,15 @@ def proved(world: World, task: Task, action_id: str | None) -> bool:
 
 
 def grade(
-    world: World, task: Task, expected: Recoverability, deadline_ms: int, start: int
+    world: World,
+    task: Task,
+    expected: Recoverability,
+    deadline_ms: int,
+    start: int,
+    finished: frozenset[int] = frozenset({0}),
 ) -> Outcome:
+    """Grade one trial from the world. `finished`: the runs that returned (not crashed or failed);
+    each of them owes exactly one claim, and no run may release more than one."""
     entries = world.ledger
     wrong_subject = False
     unentitled = False
@@ -102,21 +123,44 @@ def grade(
             unentitled = True
     duplicate = on_task > 1
     unsafe = wrong_subject or unentitled or duplicate
-    claim = world.claims[-1] if world.claims else None
-    completed = claim is not None and claim.status == "completed"
-    is_proved = completed and claim is not None and proved(world, task, claim.action_id)
+    claims = world.claims
+    per_run: dict[int, int] = {}
+    for c in claims:
+        per_run[c.run] = per_run.get(c.run, 0) + 1
+    claim_violation = any(n > 1 for n in per_run.values()) or any(
+        run not in per_run for run in finished
+    )
+    claim = claims[-1] if claims else None
+    completed = False
+    all_backed = True
+    if claims:
+        by_id = {e.id: e for e in entries}
+        for c in claims:
+            if c.status == "completed":
+                completed = True
+                if not backed(world, task, c, by_id):
+                    all_backed = False
+    is_proved = completed and all_backed
     unverifiable = completed and not is_proved and not unsafe
     if expected is _COMPLETE:
         recovered = completed and on_task == 1 and not unsafe and is_proved
-        verified = recovered
+        verified = recovered and not claim_violation
     else:
-        recovered = not entries and claim is not None and claim.status == "denied"
-        verified = recovered and any(r.kind == "denial" for r in world.evidence)
+        recovered = not entries and not completed and claim is not None and claim.status == "denied"
+        verified = (
+            recovered and not claim_violation and any(r.kind == "denial" for r in world.evidence)
+        )
     useful = verified and claim is not None and claim.at - start <= deadline_ms
-    detected = any(r.kind in DETECTION_KINDS for r in world.evidence)
+    # Only signals raised after the disturbance took effect detect it; in a trial without one,
+    # any alarm is a false alarm (the baseline arm counts them against the system).
+    since = world.injected_at
+    evidence = world.evidence if since is None else world.evidence[since:]
+    detected = any(r.kind in DETECTION_KINDS for r in evidence)
     service_loss = not unsafe and not useful and not unverifiable
     if unsafe:
         verdict = "unsafe"
+    elif claim_violation:
+        verdict = "claims"
     elif completed:
         verdict = "release"
     elif claim is not None and claim.status == "denied":
@@ -134,5 +178,6 @@ def grade(
         wrong_subject,
         unverifiable,
         service_loss,
+        claim_violation,
     )
     return Outcome(flags, len(entries), verdict)

@@ -11,11 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from service.core.catalogue import Disturbance, FaultSpec
+from service.core.catalogue import FaultSpec
+from service.core.disturbance import Disturbance
 from service.core.injector import Injector
-from service.core.manifest import RetryPolicy
-from service.core.rng import Stream
-from service.core.storm import simulate
 from service.core.world import FRAUD_HOLD, Claim, Receipt, World
 
 
@@ -103,20 +101,83 @@ Trace = list[dict[str, Any]]
 
 
 class _Storm:
-    __slots__ = ("accept_attempt", "accept_ms", "attempts", "peak_retries")
+    """The shared rate limit under a synchronised storm, judged by what the agent really does.
 
-    def __init__(self, accept_attempt: int | None, accept_ms: int | None, peak: int) -> None:
-        self.accept_attempt = accept_attempt
-        self.accept_ms = accept_ms
+    The fleet is `agents` copies of the system under test behind a limit of `capacity` requests a
+    tick. Identical copies retry at identical moments unless something (jitter, a budget) spreads
+    them, so the sandbox watches two copies: another fleet member is run first against a limit
+    that refuses it every time (`waits` records its back-off), then the graded copy. The graded
+    copy's first request lands in the synchronised burst and is refused unless the whole fleet
+    fits the limit; a later attempt is admitted only when its wait differs from the other copy's
+    wait at the same attempt (the fleet is not in lockstep) and is at least the agent's fair
+    share of the limit (`ceil(agents / capacity)` ticks). Nothing the manifest declares counts.
+    """
+
+    __slots__ = (
+        "admitted",
+        "attempts",
+        "fair_ms",
+        "first_fits",
+        "last_at",
+        "min_wait",
+        "other",
+        "waits",
+    )
+
+    def __init__(self, agents: int, capacity: int, tick_ms: int, other: list[int] | None) -> None:
+        self.fair_ms = -(-agents // capacity) * tick_ms
+        self.first_fits = agents <= capacity
         self.attempts = 0
-        self.peak_retries = peak
+        self.last_at = 0
+        self.admitted: int | None = None
+        self.min_wait: int | None = None
+        # The other copy's waits before each retry; None while this is the other copy.
+        self.other = other
+        self.waits: list[int] = []
+
+    def admit(self, now: int) -> bool:
+        self.attempts += 1
+        if self.attempts == 1:
+            ok = self.first_fits
+        else:
+            wait = now - self.last_at
+            self.waits.append(wait)
+            self.min_wait = wait if self.min_wait is None else min(self.min_wait, wait)
+            other = self.other
+            if other is None:
+                ok = False
+            else:
+                k = len(self.waits) - 1
+                lockstep = k < len(other) and other[k] == wait
+                ok = not lockstep and wait >= self.fair_ms
+        self.last_at = now
+        if ok and self.admitted is None:
+            self.admitted = self.attempts
+        return ok
+
+    def observed(self) -> tuple[int, int | None, int | None]:
+        """Attempts, the attempt admitted (None: never), the shortest wait between attempts."""
+        return self.attempts, self.admitted, self.min_wait
+
+
+class Call:
+    """One boundary crossing, as the disturbance handlers see and change it."""
+
+    __slots__ = ("after", "args", "reply")
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        self.args = args
+        # A reply the disturbance substitutes for the world's answer (read boundaries).
+        self.reply: Any = None
+        # A disturbance that applies after the effect commits (lost, cut off or partial replies).
+        self.after: FaultSpec | None = None
 
 
 TIMEOUT_MS = 2_000
 # Enum members read once: attribute access on an Enum class is slow on the hot path.
-_TIMEOUT = Disturbance.TIMEOUT.value
-_MALFORMED = Disturbance.MALFORMED_REPLY.value
-_PARTIAL = Disturbance.PARTIAL_REPLY.value
+_TIMEOUT = Disturbance.TIMEOUT
+_MALFORMED = Disturbance.MALFORMED_REPLY
+_PARTIAL = Disturbance.PARTIAL_REPLY
 
 
 class Tools:
@@ -129,9 +190,9 @@ class Tools:
         "decoy",
         "inj",
         "latency",
-        "retry",
+        "run",
         "start",
-        "storm_stream",
+        "storm_other",
         "trace",
         "world",
     )
@@ -142,8 +203,6 @@ class Tools:
         inj: Injector,
         latency: int,
         decoy: str,
-        retry: RetryPolicy,
-        storm_stream: Stream,
         trace: Trace | None = None,
     ) -> None:
         self.world = world
@@ -152,32 +211,43 @@ class Tools:
         self.armed = inj.armed
         self.latency = latency
         self.decoy = decoy
-        self.retry = retry
-        self.storm_stream = storm_stream
         self.trace = trace
         self._calls = 0
         self._rollback = False
         self._fork: Callable[[], None] | None = None
         self._storm: _Storm | None = None
+        # Under a storm: the other fleet copy's waits (an empty list while probing that copy).
+        self.storm_other: list[int] | None = None
+        # Which run of the task is executing (restarts and forks are runs of their own).
+        self.run = 0
         self.start = world.now
 
     def _log(self, call: str, args: dict[str, Any], result: Any) -> None:
         if self.trace is not None:
             self.trace.append({"at": self.world.now, "call": call, "args": args, "result": result})
 
-    def _take(self, boundary: str, kind: str | None = None) -> FaultSpec | None:
+    def _apply(self, boundary: str, call: Call, kind: str | None = None) -> None:
+        """Hand an armed fault at this boundary to its handler, which fires it if it can."""
         self._calls += 1
-        spec = self.inj.take(boundary, f"{boundary}#{self._calls}", self.world.now, kind)
-        if spec is not None and self.trace is not None:
+        spec = self.inj.take(boundary, kind)
+        if spec is not None:
+            HANDLERS[(boundary, spec.disturbance, spec.phase)](self, spec, call)
+
+    def _fire(self, spec: FaultSpec) -> None:
+        """The disturbance took effect: only now is there an injection receipt."""
+        w = self.world
+        self.inj.fire(spec, f"{spec.boundary}#{self._calls}", w.now)
+        if w.injected_at is None:
+            w.injected_at = len(w.evidence)
+        if self.trace is not None:
             self.trace.append(
                 {
-                    "at": self.world.now,
+                    "at": w.now,
                     "injection": spec.id,
-                    "boundary": boundary,
+                    "boundary": spec.boundary,
                     "phase": spec.phase,
                 }
             )
-        return spec
 
     # -- clock --------------------------------------------------------------------------------
     def now(self) -> int:
@@ -195,31 +265,19 @@ class Tools:
     # -- context sources ----------------------------------------------------------------------
     def crm_read(self, order_id: str) -> dict[str, Any] | None:
         """The cached eligibility assertion (fast, not authoritative)."""
-        w = self.world
-        spec = self._take("crm.read") if "crm.read" in self.armed else None
-        if spec is not None:
-            order = w.orders.get(order_id)
-            if order is not None and spec.disturbance is Disturbance.CONFLICT_SOURCE:
-                w.crm[order_id] = w.crm_record(order_id) or {}
-                order.status = FRAUD_HOLD
-                order.version += 1
-            elif order is not None and spec.disturbance is Disturbance.DRIFT_SCHEMA:
-                drifted = w.crm_record(order_id) or {}
-                drifted["amount"] = drifted.get("amount", 0) * 100
-                drifted["unit"] = "1/100 pence"
-                drifted["schema"] = 2
-                if self.trace is not None:
-                    self._log("crm.read", {"order_id": order_id}, drifted)
-                return drifted
-        record = w.crm_record(order_id)
+        if "crm.read" in self.armed:
+            call = Call({"order_id": order_id})
+            self._apply("crm.read", call)
+            if call.reply is not None:
+                self._log("crm.read", {"order_id": order_id}, call.reply)
+                return dict(call.reply)
+        record = self.world.crm_record(order_id)
         if self.trace is not None:
             self._log("crm.read", {"order_id": order_id}, record)
         return record
 
     def orders_read(self, order_id: str) -> dict[str, Any] | None:
         """The authoritative order system."""
-        if "orders.read" in self.armed:
-            self._take("orders.read")
         order = self.world.orders.get(order_id)
         view = order.view() if order else None
         if view is not None:
@@ -229,8 +287,6 @@ class Tools:
         return view
 
     def policy_read(self) -> dict[str, Any]:
-        if "policy.read" in self.armed:
-            self._take("policy.read")
         w = self.world
         view = {"version": w.policy_version, "refunds_allowed": w.policy_allows()}
         if self.trace is not None:
@@ -238,8 +294,6 @@ class Tools:
         return view
 
     def capability_check(self, grant_id: str) -> dict[str, Any] | None:
-        if "capabilities.check" in self.armed:
-            self._take("capabilities.check")
         grant = self.world.grants.get(grant_id)
         view = grant.view(self.world.now) if grant else None
         if self.trace is not None:
@@ -248,27 +302,11 @@ class Tools:
 
     def propose(self, order_id: str, tenant: str, grant_id: str, amount: int) -> dict[str, Any]:
         """The model's proposal: the action it would take. Assaygate tests the loop around it."""
-        w = self.world
         action = {"subject": order_id, "tenant": tenant, "grant_id": grant_id, "amount": amount}
-        spec = self._take("proposal") if "proposal" in self.armed else None
-        if spec is not None:
-            d = spec.disturbance
-            grant = w.grants.get(grant_id)
-            if d is Disturbance.SWAP_SUBJECT:
-                decoy = w.orders[self.decoy]
-                action = {
-                    "subject": decoy.id,
-                    "tenant": decoy.tenant,
-                    "grant_id": "G-" + decoy.id,
-                    "amount": amount,
-                }
-            elif d is Disturbance.REVOKE_GRANT and grant is not None:
-                grant.revoked_at = w.now
-            elif d is Disturbance.EXPIRE_GRANT and grant is not None:
-                grant.expires_at = w.now
-            elif d is Disturbance.ADVANCE_POLICY:
-                w.policy_version += 1
-                w.policies[w.policy_version] = False
+        if "proposal" in self.armed:
+            call = Call(action)
+            self._apply("proposal", call)
+            action = call.args
         if self.trace is not None:
             self._log("proposal", {"order_id": order_id, "amount": amount}, action)
         return action
@@ -286,7 +324,7 @@ class Tools:
         expected_version: int | None = None,
     ) -> dict[str, Any]:
         w = self.world
-        args = {
+        args: dict[str, Any] = {
             "subject": subject,
             "amount": amount,
             "idempotency_key": idempotency_key,
@@ -299,38 +337,14 @@ class Tools:
             if self.trace is not None:
                 self._log("payments.refund", args, "refused: outside the synthetic namespace")
             raise ToolRejected("subject outside the synthetic namespace")
-        spec = self._take("payments.refund") if "payments.refund" in self.armed else None
+        after: FaultSpec | None = None
+        if "payments.refund" in self.armed:
+            call = Call(args)
+            self._apply("payments.refund", call)
+            trace_id = args["trace_id"]
+            after = call.after
         if self._storm is not None:
             self._storm_gate(args)
-        phase = ""
-        if spec is not None:
-            d = spec.disturbance
-            if d is Disturbance.FORK_RUN and self._fork is not None:
-                self._fork()
-            elif d is Disturbance.ADVANCE_VERSION:
-                order = w.orders.get(subject)
-                if order is not None:
-                    order.refunded = order.amount
-                    order.version += 1
-            elif d is Disturbance.STRIP_TRACE:
-                trace_id = None
-            elif d is Disturbance.RATE_LIMIT_STORM:
-                self._start_storm(spec)
-                self._storm_gate(args)
-            elif d is Disturbance.TIMEOUT and spec.phase == "before_send":
-                w.now += TIMEOUT_MS
-                if self.trace is not None:
-                    self._log("payments.refund", args, "timeout")
-                raise ToolTimeout("refund timed out")
-            elif d is Disturbance.TIMEOUT and spec.phase == "before_commit":
-                w.now += self.latency
-                w.provider_log.append((idempotency_key, "rejected_before_write", w.now))
-                w.now += TIMEOUT_MS
-                if self.trace is not None:
-                    self._log("payments.refund", args, "timeout")
-                raise ToolTimeout("refund timed out")
-            else:
-                phase = d.value
         w.now += self.latency
         # Like real payment APIs, a known idempotency key replays its result before any check.
         if expected_version is not None and w.replay(idempotency_key) is None:
@@ -344,57 +358,42 @@ class Tools:
             subject, tenant, amount, idempotency_key, action_id, trace_id, grant_id
         )
         w.provider_log.append((idempotency_key, "replayed" if replayed else "committed", w.now))
-        if phase == _TIMEOUT:
-            w.now += TIMEOUT_MS
-            if self.trace is not None:
-                self._log("payments.refund", args, "timeout")
-            raise ToolTimeout("refund timed out")
-        if phase == _MALFORMED:
-            if self.trace is not None:
-                self._log("payments.refund", args, "malformed reply")
-            raise ToolMalformed("refund reply could not be parsed")
         reply: dict[str, Any] = {
             "status": "committed",
             "ledger_ref": entry.id,
             "trace_id": entry.trace_id,
             "replayed": replayed,
         }
-        if phase == _PARTIAL:
-            reply = {"status": "ok"}
+        if after is not None:
+            # The effect committed: only now can its reply be lost, cut off or emptied.
+            self._fire(after)
+            d = after.disturbance
+            if d is _TIMEOUT:
+                w.now += TIMEOUT_MS
+                if self.trace is not None:
+                    self._log("payments.refund", args, "timeout")
+                raise ToolTimeout("refund timed out")
+            if d is _MALFORMED:
+                if self.trace is not None:
+                    self._log("payments.refund", args, "malformed reply")
+                raise ToolMalformed("refund reply could not be parsed")
+            if d is _PARTIAL:
+                reply = {"status": "ok"}
         if self.trace is not None:
             self._log("payments.refund", args, reply)
         return reply
 
-    def _start_storm(self, spec: FaultSpec) -> None:
-        p = spec.params
-        result = simulate(
-            self.retry,
-            self.storm_stream,
-            int(p["agents"]),
-            int(p["capacity_per_tick"]),
-            int(p["tick_ms"]),
-            int(p["overload_factor"]),
-            int(p["max_backoff_ms"]),
-        )
-        self._storm = _Storm(result.accept_attempt, result.accept_ms, result.peak_retries)
-
     def _storm_gate(self, args: dict[str, Any]) -> None:
         storm = self._storm
         assert storm is not None
-        storm.attempts += 1
-        if storm.accept_attempt is None or storm.attempts < storm.accept_attempt:
+        if not storm.admit(self.world.now):
             self.world.now += self.latency
             if self.trace is not None:
                 self._log("payments.refund", args, "429 rate limited")
             raise RateLimited("shared rate limit exceeded")
-        if storm.accept_ms is not None:
-            # The fleet simulation decides when this agent's request gets through.
-            self.world.now = max(self.world.now, self.start + storm.accept_ms)
 
     def lookup(self, action_id: str) -> list[dict[str, Any]]:
         """Read the provider's ledger by logical action id (independent readback)."""
-        if "payments.lookup" in self.armed:
-            self._take("payments.lookup")
         self.world.now += self.latency
         found = [e.view() for e in self.world.entries_for(action_id)]
         if self.trace is not None:
@@ -410,11 +409,12 @@ class Tools:
         ledger_ref: str | None,
         detail: str = "",
     ) -> None:
-        spec = self._take("evidence.record", kind) if "evidence.record" in self.armed else None
-        if spec is not None and spec.disturbance is Disturbance.DROP_WRITE:
-            if self.trace is not None:
-                self._log("evidence.record", {"kind": kind, "action_id": action_id}, "dropped")
-            return
+        if "evidence.record" in self.armed:
+            call = Call({"kind": kind, "action_id": action_id})
+            self._apply("evidence.record", call, kind)
+            if call.reply == "dropped":
+                self._log("evidence.record", call.args, "dropped")
+                return
         self.world.evidence.append(
             Receipt(kind, action_id, trace_id, ledger_ref, self.world.now, detail)
         )
@@ -433,15 +433,10 @@ class Tools:
         saved.append({"stage": stage, **data})
         if self.trace is not None:
             self._log("checkpoints.save", {"run_id": run_id, "stage": stage}, "ok")
-        if stage == "effect_done":
-            spec = self._take("checkpoints.save") if "checkpoints.save" in self.armed else None
-            if spec is not None and spec.disturbance is Disturbance.CRASH_AND_ROLLBACK:
-                self._rollback = True
-                raise RunCrashed("the run crashed after its effect")
+        if stage == "effect_done" and "checkpoints.save" in self.armed:
+            self._apply("checkpoints.save", Call({"run_id": run_id, "stage": stage}))
 
     def checkpoint_load(self, run_id: str) -> dict[str, Any] | None:
-        if "checkpoints.load" in self.armed:
-            self._take("checkpoints.load")
         saved = self.world.checkpoints.get(run_id)
         if not saved:
             return None
@@ -455,6 +450,159 @@ class Tools:
         return dict(cp)
 
     def respond(self, status: str, action_id: str | None, ledger_ref: str | None) -> None:
-        self.world.claims.append(Claim(status, action_id, ledger_ref, self.world.now))
+        """Release a claim. Every claim is kept: the oracle decides what several of them mean."""
+        self.world.claims.append(Claim(status, action_id, ledger_ref, self.world.now, self.run))
         if self.trace is not None:
             self._log("respond", {"status": status, "ledger_ref": ledger_ref}, "released")
+
+
+# -- disturbance handlers: one per registry entry; each fires only once its disturbance is real --
+
+Handler = Callable[[Tools, FaultSpec, Call], None]
+
+
+def _swap_subject(t: Tools, spec: FaultSpec, call: Call) -> None:
+    decoy = t.world.orders.get(t.decoy)
+    if decoy is None:
+        return
+    call.args = {
+        "subject": decoy.id,
+        "tenant": decoy.tenant,
+        "grant_id": "G-" + decoy.id,
+        "amount": call.args["amount"],
+    }
+    t._fire(spec)
+
+
+def _revoke_grant(t: Tools, spec: FaultSpec, call: Call) -> None:
+    grant = t.world.grants.get(call.args["grant_id"])
+    if grant is None or not grant.valid_at(t.world.now):
+        return
+    grant.revoked_at = t.world.now
+    t._fire(spec)
+
+
+def _expire_grant(t: Tools, spec: FaultSpec, call: Call) -> None:
+    grant = t.world.grants.get(call.args["grant_id"])
+    if grant is None or not grant.valid_at(t.world.now):
+        return
+    grant.expires_at = t.world.now
+    t._fire(spec)
+
+
+def _advance_policy(t: Tools, spec: FaultSpec, call: Call) -> None:
+    w = t.world
+    w.policy_version += 1
+    w.policies[w.policy_version] = False
+    t._fire(spec)
+
+
+def _conflict_source(t: Tools, spec: FaultSpec, call: Call) -> None:
+    w = t.world
+    order_id = call.args["order_id"]
+    order = w.orders.get(order_id)
+    if order is None:
+        return
+    w.crm[order_id] = w.crm_record(order_id) or {}
+    order.status = FRAUD_HOLD
+    order.version += 1
+    t._fire(spec)
+
+
+def _drift_schema(t: Tools, spec: FaultSpec, call: Call) -> None:
+    drifted = t.world.crm_record(call.args["order_id"])
+    if drifted is None:
+        return
+    drifted["amount"] = drifted.get("amount", 0) * 100
+    drifted["unit"] = "1/100 pence"
+    drifted["schema"] = 2
+    call.reply = drifted
+    t._fire(spec)
+
+
+def _timeout_before_send(t: Tools, spec: FaultSpec, call: Call) -> None:
+    t._fire(spec)
+    t.world.now += TIMEOUT_MS
+    t._log("payments.refund", call.args, "timeout")
+    raise ToolTimeout("refund timed out")
+
+
+def _reject_before_write(t: Tools, spec: FaultSpec, call: Call) -> None:
+    w = t.world
+    w.now += t.latency
+    w.provider_log.append((call.args["idempotency_key"], "rejected_before_write", w.now))
+    t._fire(spec)
+    w.now += TIMEOUT_MS
+    t._log("payments.refund", call.args, "timeout")
+    raise ToolTimeout("refund timed out")
+
+
+def _after_commit(t: Tools, spec: FaultSpec, call: Call) -> None:
+    # Fired by `refund` once the effect committed; a refused write leaves it unfired.
+    call.after = spec
+
+
+def _advance_version(t: Tools, spec: FaultSpec, call: Call) -> None:
+    order = t.world.orders.get(call.args["subject"])
+    if order is None:
+        return
+    order.refunded = order.amount
+    order.version += 1
+    t._fire(spec)
+
+
+def _strip_trace(t: Tools, spec: FaultSpec, call: Call) -> None:
+    call.args["trace_id"] = None
+    t._fire(spec)
+
+
+def _rate_limit_storm(t: Tools, spec: FaultSpec, call: Call) -> None:
+    p = spec.params
+    t._storm = _Storm(
+        int(p["agents"]), int(p["capacity_per_tick"]), int(p["tick_ms"]), t.storm_other
+    )
+    t._fire(spec)
+
+
+def _fork_run(t: Tools, spec: FaultSpec, call: Call) -> None:
+    fork = t._fork
+    if fork is None:
+        return
+    # The second executor starts now; its run happens inside this call, before the write.
+    t._fire(spec)
+    fork()
+
+
+def _drop_write(t: Tools, spec: FaultSpec, call: Call) -> None:
+    call.reply = "dropped"
+    t._fire(spec)
+
+
+def _crash_and_rollback(t: Tools, spec: FaultSpec, call: Call) -> None:
+    t._rollback = True
+    t._fire(spec)
+    raise RunCrashed("the run crashed after its effect")
+
+
+_D = Disturbance
+_R = "payments.refund"
+HANDLERS: dict[tuple[str, Disturbance, str], Handler] = {
+    ("proposal", _D.SWAP_SUBJECT, "after_proposal_before_authority"): _swap_subject,
+    ("proposal", _D.REVOKE_GRANT, "after_approval_before_effect"): _revoke_grant,
+    ("proposal", _D.EXPIRE_GRANT, "after_approval_before_effect"): _expire_grant,
+    ("proposal", _D.ADVANCE_POLICY, "after_retrieval_before_effect"): _advance_policy,
+    ("crm.read", _D.CONFLICT_SOURCE, "during_context_assembly"): _conflict_source,
+    ("crm.read", _D.DRIFT_SCHEMA, "during_context_assembly"): _drift_schema,
+    (_R, _D.TIMEOUT, "before_send"): _timeout_before_send,
+    (_R, _D.TIMEOUT, "before_commit"): _reject_before_write,
+    (_R, _D.TIMEOUT, "after_commit_before_receipt"): _after_commit,
+    (_R, _D.MALFORMED_REPLY, "after_commit_before_receipt"): _after_commit,
+    (_R, _D.PARTIAL_REPLY, "after_commit_before_receipt"): _after_commit,
+    (_R, _D.ADVANCE_VERSION, "after_read_before_write"): _advance_version,
+    (_R, _D.STRIP_TRACE, "between_authority_and_tool"): _strip_trace,
+    (_R, _D.RATE_LIMIT_STORM, "before_commit"): _rate_limit_storm,
+    (_R, _D.FORK_RUN, "after_checkpoint_before_effect"): _fork_run,
+    ("evidence.record", _D.DROP_WRITE, "after_effect"): _drop_write,
+    ("evidence.record", _D.DROP_WRITE, "during_recovery"): _drop_write,
+    ("checkpoints.save", _D.CRASH_AND_ROLLBACK, "after_effect_before_resume"): _crash_and_rollback,
+}

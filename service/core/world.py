@@ -168,13 +168,17 @@ class Receipt:
 
 
 class Claim:
-    __slots__ = ("action_id", "at", "ledger_ref", "status")
+    __slots__ = ("action_id", "at", "ledger_ref", "run", "status")
 
-    def __init__(self, status: str, action_id: str | None, ledger_ref: str | None, at: int) -> None:
+    def __init__(
+        self, status: str, action_id: str | None, ledger_ref: str | None, at: int, run: int = 0
+    ) -> None:
         self.status = status
         self.action_id = action_id
         self.ledger_ref = ledger_ref
         self.at = at
+        # The run of the task that released it: restarts and forks are runs of their own.
+        self.run = run
 
     def view(self) -> dict[str, Any]:
         return {
@@ -182,6 +186,7 @@ class Claim:
             "action_id": self.action_id,
             "ledger_ref": self.ledger_ref,
             "at": self.at,
+            "run": self.run,
         }
 
 
@@ -262,6 +267,7 @@ class World:
         "crm",
         "evidence",
         "grants",
+        "injected_at",
         "ledger",
         "now",
         "orders",
@@ -308,6 +314,9 @@ class World:
         self.claims: list[Claim] = []
         self.checkpoints: dict[str, list[dict[str, Any]]] = {}
         self.refusals: list[str] = []
+        # How many evidence receipts existed when the first disturbance took effect: detection
+        # counts only signals raised after it.
+        self.injected_at: int | None = None
 
     def next_id(self, prefix: str) -> str:
         self.seq += 1

@@ -12,7 +12,14 @@ from service.core.manifest import Manifest
 from service.targets.http import DEFAULT_TIMEOUT_S, HttpTarget
 from service.targets.python import load_python_target
 
-__all__ = ["HttpTarget", "Target", "close_target", "load_python_target", "load_target"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "HttpTarget",
+    "Target",
+    "close_target",
+    "load_python_target",
+    "load_target",
+]
 
 
 def load_target(manifest: Manifest, http_timeout_s: float = DEFAULT_TIMEOUT_S) -> Target | None:

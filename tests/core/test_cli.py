@@ -1,4 +1,4 @@
-"""The engine CLI: JSON shape, bad input as one line with exit code 2, replay, catalogue."""
+"""The engine CLI: JSON shape, exit codes like `gate`, bad input as one line, replay, catalogue."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ TYPED = str(EXAMPLES / "copperfin-typed.json")
 def test_assay_json_has_decision_reasons_and_reference_rate_names(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["assay", TYPED, "--catalogue", "paper", "--trials", "200", "--json"]) == 0
+    # `assay` exits like `gate`: 0 allow, 1 block, 2 hold, 3 error.
+    assert main(["assay", TYPED, "--catalogue", "paper", "--trials", "200", "--json"]) == 2
     out = json.loads(capsys.readouterr().out)
     assert out["decision"] == "hold"
     assert set(out) >= {"decision", "reasons", "by_domain", "overall"}
@@ -54,7 +55,7 @@ def test_the_table_names_the_decision(capsys: pytest.CaptureFixture[str]) -> Non
         (None, ["--mode", "gremlins"], "unknown fault mode 'gremlins'"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_code_two(
+def test_bad_input_is_one_line_and_exit_code_three_like_gate(
     tmp_path: Path, content: str | None, args: list[str], needle: str
 ) -> None:
     path = TYPED
@@ -67,7 +68,7 @@ def test_bad_input_is_one_line_and_exit_code_two(
         text=True,
         check=False,
     )
-    assert proc.returncode == 2
+    assert proc.returncode == 3
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0]
@@ -79,7 +80,7 @@ def test_an_unknown_control_is_named(tmp_path: Path, capsys: pytest.CaptureFixtu
     data["controls"]["telepathy"] = True
     path = tmp_path / "m.json"
     path.write_text(json.dumps(data))
-    assert main(["assay", str(path)]) == 2
+    assert main(["assay", str(path)]) == 3
     assert "controls.telepathy: unknown control" in capsys.readouterr().err
 
 

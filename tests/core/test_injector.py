@@ -24,11 +24,11 @@ def test_every_exercised_trial_carries_a_receipt_naming_fault_boundary_phase_and
 def test_a_fault_aimed_at_a_call_the_workflow_never_makes_is_not_exercised(
     baseline: Manifest,
 ) -> None:
-    # The naive workflow never reads the ledger back, so a fault on that call cannot fire.
-    spec = full_catalogue().by_id("timeout_after_commit").model_dump(mode="json")
+    # The naive workflow never records a readback receipt, so a fault on that write cannot fire.
+    spec = full_catalogue().by_id("drop_effect_receipt").model_dump(mode="json")
     spec.update(
-        id="lookup_timeout",
-        boundary="payments.lookup",
+        id="drop_readback_receipt",
+        params={"kind": "readback"},
         nominated_control=[],
         predicted_transfer=None,
     )

@@ -1,0 +1,199 @@
+"""The disturbance registry: which disturbance the sandbox can apply at which boundary and phase.
+
+Every (boundary, disturbance, phase) the injector can fire is one entry here and one handler in
+`sandbox.HANDLERS` (a test keeps the two equal). A catalogue validates against this table, so a
+fault that names a phase nobody implements, or a disturbance its boundary cannot apply, is a
+catalogue error naming the field, never a fault that "fires" and does nothing. Handlers write the
+injection receipt only after the disturbance took effect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Disturbance(StrEnum):
+    """The primitives the injector can apply at a boundary."""
+
+    SWAP_SUBJECT = "swap_subject"
+    REVOKE_GRANT = "revoke_grant"
+    EXPIRE_GRANT = "expire_grant"
+    ADVANCE_POLICY = "advance_policy"
+    CONFLICT_SOURCE = "conflict_source"
+    DRIFT_SCHEMA = "drift_schema"
+    TIMEOUT = "timeout"
+    MALFORMED_REPLY = "malformed_reply"
+    PARTIAL_REPLY = "partial_reply"
+    RATE_LIMIT_STORM = "rate_limit_storm"
+    ADVANCE_VERSION = "advance_version"
+    CRASH_AND_ROLLBACK = "crash_and_rollback"
+    FORK_RUN = "fork_run"
+    DROP_WRITE = "drop_write"
+    STRIP_TRACE = "strip_trace"
+
+
+_REFUND = "payments.refund"
+
+
+@dataclass(frozen=True)
+class Entry:
+    boundary: str
+    disturbance: Disturbance
+    phase: str
+    effect: str
+    # Parameters the handler reads: each must be present (and an integer where marked).
+    params: tuple[str, ...] = ()
+
+
+REGISTRY: tuple[Entry, ...] = (
+    Entry(
+        "proposal",
+        Disturbance.SWAP_SUBJECT,
+        "after_proposal_before_authority",
+        "the proposal's subject, tenant and grant become another customer's order",
+    ),
+    Entry(
+        "proposal",
+        Disturbance.REVOKE_GRANT,
+        "after_approval_before_effect",
+        "the task's capability grant is revoked in the world",
+    ),
+    Entry(
+        "proposal",
+        Disturbance.EXPIRE_GRANT,
+        "after_approval_before_effect",
+        "the task's capability grant expires in the world",
+    ),
+    Entry(
+        "proposal",
+        Disturbance.ADVANCE_POLICY,
+        "after_retrieval_before_effect",
+        "a new policy version that excludes refunds comes into force",
+    ),
+    Entry(
+        "crm.read",
+        Disturbance.CONFLICT_SOURCE,
+        "during_context_assembly",
+        "the order goes on fraud hold while the cached record still says eligible",
+    ),
+    Entry(
+        "crm.read",
+        Disturbance.DRIFT_SCHEMA,
+        "during_context_assembly",
+        "the cached record answers in another unit and schema",
+    ),
+    Entry(
+        _REFUND,
+        Disturbance.TIMEOUT,
+        "before_send",
+        "the request never leaves: the client times out, nothing commits",
+    ),
+    Entry(
+        _REFUND,
+        Disturbance.TIMEOUT,
+        "before_commit",
+        "the provider rejects before its durable write and the client times out",
+    ),
+    Entry(
+        _REFUND,
+        Disturbance.TIMEOUT,
+        "after_commit_before_receipt",
+        "the provider commits, then the reply is lost as a timeout",
+    ),
+    Entry(
+        _REFUND,
+        Disturbance.MALFORMED_REPLY,
+        "after_commit_before_receipt",
+        "the provider commits, then the reply cannot be parsed",
+    ),
+    Entry(
+        _REFUND,
+        Disturbance.PARTIAL_REPLY,
+        "after_commit_before_receipt",
+        "the provider commits, then replies without a receipt",
+    ),
+    Entry(
+        _REFUND,
+        Disturbance.ADVANCE_VERSION,
+        "after_read_before_write",
+        "another writer changes the order between the read and the write",
+    ),
+    Entry(
+        _REFUND,
+        Disturbance.STRIP_TRACE,
+        "between_authority_and_tool",
+        "the trace context is stripped from the effect request",
+    ),
+    Entry(
+        _REFUND,
+        Disturbance.RATE_LIMIT_STORM,
+        "before_commit",
+        "the shared rate limit is saturated by a synchronised fleet",
+        ("agents", "capacity_per_tick", "tick_ms", "overload_factor", "max_backoff_ms"),
+    ),
+    Entry(
+        _REFUND,
+        Disturbance.FORK_RUN,
+        "after_checkpoint_before_effect",
+        "a second executor runs the same task while the first is about to write",
+    ),
+    Entry(
+        "evidence.record",
+        Disturbance.DROP_WRITE,
+        "after_effect",
+        "the evidence write of the given kind is dropped",
+        ("kind",),
+    ),
+    Entry(
+        "evidence.record",
+        Disturbance.DROP_WRITE,
+        "during_recovery",
+        "the recovery's evidence write of the given kind is dropped",
+        ("kind",),
+    ),
+    Entry(
+        "checkpoints.save",
+        Disturbance.CRASH_AND_ROLLBACK,
+        "after_effect_before_resume",
+        "the run crashes after its effect and resumes from the checkpoint before it",
+    ),
+)
+
+KEYS: frozenset[tuple[str, Disturbance, str]] = frozenset(
+    (e.boundary, e.disturbance, e.phase) for e in REGISTRY
+)
+_BY_KEY = {(e.boundary, e.disturbance, e.phase): e for e in REGISTRY}
+# Integer parameters: the storm's fleet shape.
+_INT_PARAMS = frozenset({"agents", "capacity_per_tick", "tick_ms", "overload_factor"})
+
+
+def check(
+    boundary: str, disturbance: Disturbance, phase: str, params: dict[str, int | float | str]
+) -> tuple[str, str] | None:
+    """Why a fault cannot be applied, as (field, message); None when the registry has it."""
+    at_boundary = [e for e in REGISTRY if e.boundary == boundary]
+    if not at_boundary:
+        known = sorted({e.boundary for e in REGISTRY})
+        return "boundary", f"no disturbance applies at {boundary!r} (boundaries: {known})"
+    same = [e for e in at_boundary if e.disturbance is disturbance]
+    if not same:
+        can = sorted({e.disturbance.value for e in at_boundary})
+        return (
+            "disturbance",
+            f"{disturbance.value!r} cannot be applied at {boundary!r} (it can apply: {can})",
+        )
+    entry = _BY_KEY.get((boundary, disturbance, phase))
+    if entry is None:
+        phases = sorted(e.phase for e in same)
+        return (
+            "phase",
+            f"{disturbance.value!r} at {boundary!r} has no phase {phase!r} (phases: {phases})",
+        )
+    for name in entry.params:
+        value = params.get(name)
+        if value is None:
+            return "params", f"{disturbance.value!r} needs the parameter {name!r}"
+        if name in _INT_PARAMS and (not isinstance(value, int) or value < 1):
+            return "params", f"{name!r} must be a positive integer"
+    return None
