@@ -273,12 +273,45 @@ class Sandbox:
 
 class Config:
     def __init__(
-        self, controls: frozenset[str], max_attempts: int, backoff_ms: int, deny_on_warning: bool
+        self,
+        controls: frozenset[str],
+        max_attempts: int,
+        backoff_ms: int,
+        deny_on_warning: bool,
+        jitter: bool = True,
     ) -> None:
         self.controls = controls
         self.max_attempts = max_attempts
         self.backoff_ms = backoff_ms
         self.deny_on_warning = deny_on_warning
+        self.jitter = jitter
+
+
+_M64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix(z: int) -> int:
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & _M64
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB & _M64
+    return z ^ (z >> 31)
+
+
+class Jitter:
+    """SplitMix64 keyed by this run and order: each fleet member draws its own waits (so a fleet
+    does not retry in lockstep), and the same run draws the same waits when replayed."""
+
+    def __init__(self, *parts: str) -> None:
+        acc = _GOLDEN
+        for part in parts:
+            for byte in part.encode():
+                acc = _mix(acc ^ byte)
+            acc = _mix(acc + _GOLDEN & _M64)
+        self.state = acc
+
+    def upto(self, cap: int) -> int:
+        self.state = (self.state + _GOLDEN) & _M64
+        return _mix(self.state) % (cap + 1)
 
 
 class _Stop(Exception):
@@ -298,6 +331,7 @@ class Run:
         self.trace_id: str | None = None
         self.version: int | None = None
         self.claim: dict[str, Any] | None = None
+        self.jitter: Jitter | None = None
 
     def respond(self, status: str, ledger_ref: str | None) -> None:
         self.claim = {"status": status, "action_id": self.action_id, "ledger_ref": ledger_ref}
@@ -437,7 +471,16 @@ class Run:
                     t.record("failure", self.action_id, self.trace_id, None, "retries exhausted")
                     self.respond("failed", None)
                     raise _Stop from None
-                t.sleep(min(8_000, self.cfg.backoff_ms * (1 << (attempt - 1))))
+                t.sleep(self.backoff(attempt))
+
+    def backoff(self, attempt: int) -> int:
+        """Exponential back-off with full jitter (unless switched off)."""
+        cap = min(8_000, self.cfg.backoff_ms * (1 << (attempt - 1)))
+        if not self.cfg.jitter:
+            return cap
+        if self.jitter is None:
+            self.jitter = Jitter("jitter", self.task["run_id"], self.task["order_id"])
+        return self.jitter.upto(cap)
 
     def release(self, reply: dict[str, Any]) -> None:
         t, c = self.t, self.c
@@ -580,6 +623,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.set_defaults(**dict.fromkeys(CONTROLS))
     ap.add_argument("--max-attempts", type=int, default=6)
     ap.add_argument("--backoff-ms", type=int, default=200)
+    ap.add_argument("--jitter", choices=("full", "none"), default="full")
     ap.add_argument("--on-warning", choices=("recover", "deny"), default="recover")
     ap.add_argument("--processes", type=int, default=1, help="serve from this many processes")
     args = ap.parse_args(argv)
@@ -591,7 +635,11 @@ def main(argv: list[str] | None = None) -> None:
             controls.discard(name)
     server = AgentServer((args.host, args.port), Handler)
     server.config = Config(
-        frozenset(controls), args.max_attempts, args.backoff_ms, args.on_warning == "deny"
+        frozenset(controls),
+        args.max_attempts,
+        args.backoff_ms,
+        args.on_warning == "deny",
+        args.jitter == "full",
     )
     print(f"listening on http://{args.host}:{server.server_port}", flush=True)
     children: list[int] = []

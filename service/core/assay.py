@@ -594,6 +594,9 @@ def _counterfactual(
     idx = _F[spec.predicted_transfer]
     if lo > 0.0:
         verdict = "valid"
+    elif len(rm.switchable) < len(rm.controls):
+        # A nominated control without a pair of its own may be what contains the fault.
+        verdict = "untested"
     elif iv[_F["useful_service"]] / iv[_N] < manifest.envelope.floors.useful_service:
         # Not a green result that could not have been red: the system stopped before the
         # nominated control had to act, so its leverage is untested and the service floor holds.

@@ -97,15 +97,14 @@ class HttpTarget:
             raise TargetServerError(f"the agent answered the task with {status}: {_snippet(body)}")
         claim = _reply_claim(body)
         if claim is None:
-            if not session.claims:
-                raise TargetProtocolError("the agent released no claim")
+            # No claim in the reply: whatever was posted to /v1/claims stands, and a run that
+            # released none is the oracle's to grade (a claim violation), not a target error.
             return
-        if session.claims:
-            raise TargetProtocolError("the agent released two claims for one task")
         try:
             status_, action_id, ledger_ref = parse_claim(claim)
         except BadRequest as exc:
             raise TargetProtocolError(f"malformed claim: {exc}") from None
+        # Recorded beside any posted claim: two claims for one task are graded, never picked from.
         tools.respond(status_, action_id, ledger_ref)
 
     def task_body(self, session: Session, sandbox_url: str) -> dict[str, Any]:

@@ -54,7 +54,6 @@ def test_a_target_slower_than_its_budget_is_a_target_error(start_agent: StartAge
     [
         ("garbage", "TargetProtocolError"),
         ("error", "TargetServerError"),
-        ("no-claim", "TargetProtocolError"),
         ("bad-claim", "TargetProtocolError"),
         ("no-key", "TargetProtocolError"),
     ],
@@ -69,6 +68,21 @@ def test_a_target_that_answers_garbage_or_an_error_is_a_target_error(
         report = assay(manifest, plan(5, MODE), target)
     assert error is not None and error.startswith(error_type)
     assert_nothing_counted_as_contained(report)
+
+
+def test_a_target_that_answers_without_releasing_a_claim_is_a_graded_claim_violation(
+    start_agent: StartAgent,
+) -> None:
+    # Silence is not a target error to be waived: the run finished and owed exactly one claim.
+    url = start_agent("--mode", "no-claim", script=BAD_AGENT)
+    manifest = example("typed", kind="http", url=url)
+    with HttpTarget(url, timeout_s=5) as target:
+        error = first_trial_error(manifest, target)
+        report = assay(manifest, plan(5, MODE), target)
+    assert error is None
+    assert_nothing_counted_as_contained(report)
+    assert report["decision"] == "block"
+    assert "claim_violation" in {r["code"] for r in report["reasons"]}
 
 
 def test_the_assay_continues_past_target_errors_to_every_planned_trial() -> None:
