@@ -11,7 +11,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -22,7 +24,7 @@ from service.core.harness import Runtime, TrialRecord, run_trial
 from service.core.sandbox import Tools
 from service.targets import PythonTarget, close_target, load_target
 from service.targets.python_host import RemoteTools
-from tests.targets.conftest import assay, example, fault, plan
+from tests.targets.conftest import ROOT, assay, example, fault, plan
 
 MODE = "timeout_after_commit"
 ROUTES = ["via_attributes", "via_slots_and_dict", "via_gc", "via_modules", "via_frames"]
@@ -185,15 +187,21 @@ def test_a_child_that_dies_mid_assay_gives_target_errors_with_the_cause_and_one_
     assert starts == 2
 
 
-def test_the_reference_workflow_as_a_python_target_matches_the_reference_on_every_fault() -> None:
+@pytest.mark.parametrize(
+    ("manifest", "callable_"),
+    [("typed", "run"), ("typed-repair", "typed_repair"), ("baseline", "baseline")],
+)
+def test_the_reference_workflow_as_a_python_target_matches_the_reference_on_every_fault(
+    manifest: str, callable_: str
+) -> None:
     """Every tool, typed error, trace id, crash and fork crosses the process boundary intact."""
-    entry = "tests.targets.agents.typed:run"
-    manifest = example("typed", kind="python", entrypoint=entry)
+    entry = f"tests.targets.agents.typed:{callable_}"
+    as_python = example(manifest, kind="python", entrypoint=entry)
     full = plan(3)
-    reference = assay(example("typed"), full)
-    adapter = load_target(manifest)
+    reference = assay(example(manifest), full)
+    adapter = load_target(as_python)
     try:
-        child = assay(manifest, full, adapter)
+        child = assay(as_python, full, adapter)
     finally:
         close_target(adapter)
 
@@ -206,3 +214,48 @@ def test_the_reference_workflow_as_a_python_target_matches_the_reference_on_ever
     assert outcomes(child) == outcomes(reference)
     assert child["decision"] == reference["decision"]
     assert all(f["target_errors"] == 0 for f in child["faults"])
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    """The process has exited (reaped, or a zombie awaiting a reaper that is not ours)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rpartition(")")[2].split()[0] in ("Z", "X"):
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+ASSAY_PROCESS = """
+import os, signal, sys
+from service.core.harness import Runtime, run_trial
+from tests.targets.conftest import example, plan
+from service.targets import load_target
+manifest = example("typed", kind="python", entrypoint="tests.targets.agents.tamper:via_gc")
+target = load_target(manifest)
+p = plan(1, "timeout_after_commit")
+run_trial(Runtime(manifest, p.resolve_catalogue(), target), p.faults()[0], 1, 2)
+print(target.pid, flush=True)
+if sys.argv[1] == "killed":
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("end", ["exits", "killed"])
+def test_the_child_process_does_not_outlive_an_assay_process_that_never_closed_it(
+    end: str,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", ASSAY_PROCESS, end],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+    pid = int(done.stdout.split()[0])
+    assert _gone(pid), f"the python host {pid} outlived its assay process ({end})"
