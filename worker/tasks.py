@@ -45,11 +45,14 @@ from service.db.injector import (
 from service.db.session import make_engine, session_scope
 from service.keys import ActiveKey, KeyRing
 from service.settings import Settings
-from service.targets import load_target
+from service.targets import close_target, load_target
 
 log = logging.getLogger("assaygate.worker")
 
 RUN_SHARD = "assay.run_shard"
+# Target adapters kept per process: a python target holds a child process, an http target a tool
+# server, so the least recently used beyond this many are closed.
+MAX_TARGETS = 4
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ class WorkerContext:
         self._pid = 0
         self._assays: OrderedDict[uuid.UUID, Parsed] = OrderedDict()
         self._keys: dict[str, PublicKey] = {}
-        self._targets: dict[str, Target | None] = {}
+        self._targets: OrderedDict[str, Target | None] = OrderedDict()
 
     @property
     def engine(self) -> Engine:
@@ -95,9 +98,13 @@ class WorkerContext:
     def target(self, assay_id: uuid.UUID, manifest: Manifest) -> Target | None:
         """The adapter for a python or http target, one per manifest per process."""
         key = manifest.digest()
-        if key not in self._targets:
-            self._targets[key] = load_target(manifest)
-        return self._targets[key]
+        if key in self._targets:
+            self._targets.move_to_end(key)
+            return self._targets[key]
+        target = self._targets[key] = load_target(manifest)
+        while len(self._targets) > MAX_TARGETS:
+            close_target(self._targets.popitem(last=False)[1])
+        return target
 
     def stop_flag(self, assay_id: uuid.UUID, every_s: float = 0.2) -> Callable[[], bool]:
         """Polled between batches of trials: has a stop been recorded? At most every `every_s`."""

@@ -2,7 +2,8 @@
 
 `load_target(manifest)` returns `None` for the built-in reference workflow (the core builds it)
 and an adapter for a `python` or `http` target. The CLI and the worker both call it, so an assay
-exercises the same target however it is run.
+exercises the same target however it is run. Both adapters hold resources (a tool server; for a
+python target, the child process serving the callable): release them with `close_target`.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 from service.core.copperfin import Target
 from service.core.manifest import Manifest
 from service.targets.http import DEFAULT_TIMEOUT_S, HttpTarget
-from service.targets.python import load_python_target
+from service.targets.python import PythonTarget, load_python_target
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "HttpTarget",
+    "PythonTarget",
     "Target",
     "close_target",
     "load_python_target",
@@ -26,7 +28,7 @@ def load_target(manifest: Manifest, http_timeout_s: float = DEFAULT_TIMEOUT_S) -
     spec = manifest.target
     if spec.kind == "python":
         assert spec.entrypoint is not None  # the manifest validator requires it
-        return load_python_target(spec.entrypoint)
+        return load_python_target(spec.entrypoint, timeout_s=http_timeout_s)
     if spec.kind == "http":
         assert spec.url is not None
         return HttpTarget(spec.url, timeout_s=http_timeout_s)
@@ -34,6 +36,7 @@ def load_target(manifest: Manifest, http_timeout_s: float = DEFAULT_TIMEOUT_S) -
 
 
 def close_target(target: Target | None) -> None:
-    """Release what an adapter holds (the HTTP target's tool server); a no-op for the others."""
+    """Release what an adapter holds (its tool server and, for a python target, its child
+    process); a no-op for the reference target."""
     if isinstance(target, HttpTarget):
         target.close()

@@ -26,3 +26,7 @@ class TargetServerError(TargetFailed):
 
 class TargetProtocolError(TargetFailed):
     """The agent's reply, claim or tool requests break the HTTP target protocol."""
+
+
+class TargetRaised(TargetFailed):
+    """The python target's callable raised an exception; the message names its type and text."""

@@ -1,40 +1,302 @@
-"""The `python` target: a callable in the user's own code, named `module:callable`.
+"""The `python` target: a callable in the user's own code, named `module:callable`, run in a child.
 
-The callable has the reference workflow's signature, `(task, tools) -> None`, and receives the same
-core `Tools`, so every call crosses the injector. It may wrap them in `ToolClients` for namespaced
-clients. Import problems are manifest problems: they name `target.entrypoint`.
+The callable has the reference workflow's signature, `(task, tools) -> None`, but it never runs in
+the assay's process: `PythonTarget` starts `python -m service.targets.python_host module:callable`
+(the parent's interpreter, `sys.path` and working directory), and drives it over the HTTP target
+protocol exactly as it drives an `http` target. The callable's `tools` are a `RemoteTools` whose
+methods have the core `Tools` signatures and reach the sandbox only through its tool endpoints, so
+no attribute, global, frame or `gc` walk can reach the world, the injector or the armed fault.
+
+This module never imports user code. `load_python_target` validates the entrypoint in a throwaway
+child (import problems are manifest problems naming `target.entrypoint`); the serving child starts
+on first use, is restarted at most once if it dies, and is terminated by `close()` (`close_target`),
+when the adapter is collected, or when this interpreter exits.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import cast
+import contextlib
+import http.client
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from typing import Any
 
-from service.core.copperfin import Target
 from service.core.errors import ManifestInvalid
+from service.core.sandbox import Task, Tools
+from service.targets.errors import TargetFailed, TargetRaised, TargetUnreachable
+from service.targets.http import DEFAULT_TIMEOUT_S, HttpTarget
+from service.targets.tool_server import Session, ToolServer
 
 FIELD = "target.entrypoint"
+HOST_MODULE = "service.targets.python_host"
+# The first word of the host's report line (service/targets/python_host.py says the same).
+HOST_PROTOCOL = "assaygate-python-host/1"
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 5.0
+# A child that died is started again once; if it dies again, the remaining trials fail at once.
+MAX_STARTS = 2
+# How long a dropped connection waits for the child's exit to show (the socket closes first).
+_EXIT_GRACE_S = 1.0
 
 
-def load_python_target(entrypoint: str) -> Target:
+def _child_env() -> dict[str, str]:
+    """The parent's environment without Assaygate's own settings (database, broker, key paths),
+    and with the parent's import path, so the user's modules import as they would in-process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    cwd = os.getcwd()
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p or cwd for p in sys.path))
+    return env
+
+
+def _command(entrypoint: str, *flags: str) -> list[str]:
+    return [sys.executable, "-m", HOST_MODULE, *flags, entrypoint]
+
+
+def _report(line: bytes) -> dict[str, Any] | None:
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("host") != HOST_PROTOCOL:
+        return None
+    return data
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def check_entrypoint(entrypoint: str) -> None:
+    """Import the entrypoint in a throwaway child; a problem is a `ManifestInvalid` naming it."""
     module_name, sep, attr_path = entrypoint.partition(":")
     if not sep or not module_name or not attr_path:
         raise ManifestInvalid(f"{entrypoint!r} is not 'module:callable'", field=FIELD)
     try:
-        obj: object = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ManifestInvalid(f"cannot import {module_name!r}: {exc}", field=FIELD) from None
-    except Exception as exc:  # user code failing at import is still the manifest's entrypoint
+        done = subprocess.run(
+            _command(entrypoint, "--check"),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            env=_child_env(),
+            timeout=START_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
         raise ManifestInvalid(
-            f"importing {module_name!r} raised {type(exc).__name__}: {exc}", field=FIELD
+            f"importing {module_name!r} did not finish within {START_TIMEOUT_S:g} s", field=FIELD
         ) from None
-    for part in attr_path.split("."):
+    report = _report(done.stdout.partition(b"\n")[0])
+    if report is None:
+        raise ManifestInvalid(
+            f"importing {module_name!r} ended its process ({_exit_text(done.returncode)})",
+            field=FIELD,
+        )
+    if not report.get("ok"):
+        raise ManifestInvalid(str(report.get("error")), field=FIELD)
+
+
+def load_python_target(entrypoint: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> PythonTarget:
+    check_entrypoint(entrypoint)
+    return PythonTarget(entrypoint, timeout_s=timeout_s)
+
+
+def _stop(proc: subprocess.Popen[bytes], owner: int) -> None:
+    """Terminate and reap the child; in a forked copy of the owner, leave it alone."""
+    if os.getpid() != owner:
+        return
+    if proc.poll() is None:
+        proc.terminate()
         try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ManifestInvalid(
-                f"{module_name!r} has no attribute {attr_path!r}", field=FIELD
-            ) from None
-    if not callable(obj):
-        raise ManifestInvalid(f"{entrypoint!r} is not callable", field=FIELD)
-    return cast(Target, obj)
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            pipe.close()
+
+
+class _Child:
+    """One running host process. Its finalizer stops it at close, collection or interpreter exit."""
+
+    __slots__ = ("__weakref__", "finalizer", "owner", "port", "proc", "url")
+
+    def __init__(self, proc: subprocess.Popen[bytes], url: str, port: int) -> None:
+        self.proc = proc
+        self.url = url
+        self.port = port
+        self.owner = os.getpid()
+        self.finalizer = weakref.finalize(self, _stop, proc, self.owner)
+
+    @classmethod
+    def start(cls, entrypoint: str) -> _Child:
+        proc = subprocess.Popen(
+            _command(entrypoint),
+            # The host exits when this pipe closes: it never outlives the assay process.
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=_child_env(),
+        )
+        try:
+            line = _read_line(proc, START_TIMEOUT_S)
+        except BaseException:
+            _stop(proc, os.getpid())
+            raise
+        report = _report(line)
+        if report is None or not isinstance(report.get("url"), str):
+            problem = report.get("error") if report else None
+            _stop(proc, os.getpid())
+            raise TargetUnreachable(
+                f"the python target's process did not start: "
+                f"{problem or _exit_text(proc.returncode)}"
+            )
+        url = str(report["url"])
+        return cls(proc, url, int(url.rsplit(":", 1)[1].strip("/")))
+
+    def exited(self, grace_s: float = 0.0) -> int | None:
+        try:
+            return self.proc.wait(grace_s) if grace_s else self.proc.poll()
+        except subprocess.TimeoutExpired:
+            return None
+
+
+def _read_line(proc: subprocess.Popen[bytes], timeout_s: float) -> bytes:
+    """The host's report line, without waiting past the deadline or on a host that died."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout_s
+    buf = b""
+    while b"\n" not in buf:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TargetUnreachable(
+                f"the python target's process did not start within {timeout_s:g} s"
+            )
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                proc.wait()
+                break
+            buf += chunk
+    return buf.partition(b"\n")[0]
+
+
+class PythonTarget(HttpTarget):
+    """A `Target` that runs a `module:callable` in its own child process, over the HTTP protocol."""
+
+    def __init__(
+        self,
+        entrypoint: str,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        server: ToolServer | None = None,
+    ) -> None:
+        # The host's port is known once it runs; until then the adapter points nowhere.
+        super().__init__("http://127.0.0.1:0/", timeout_s=timeout_s, server=server)
+        self.entrypoint = entrypoint
+        self._child: _Child | None = None
+        self._child_lock = threading.Lock()
+        self._starts = 0
+        self._death: str | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The running host's process id (None before first use and after close)."""
+        child = self._child
+        return child.proc.pid if child is not None else None
+
+    @property
+    def starts(self) -> int:
+        """Host processes started since the adapter was created or last closed."""
+        return self._starts
+
+    def _live_child(self) -> _Child:
+        with self._child_lock:
+            child = self._child
+            if child is not None and child.owner != os.getpid():
+                # A forked copy of the adapter: that host belongs to the parent process.
+                child.finalizer.detach()
+                child, self._child, self._starts = None, None, 0
+            if child is not None:
+                code = child.exited()
+                if code is None:
+                    return child
+                self._death = f"died ({_exit_text(code)})"
+                child.finalizer()
+                self._child = None
+            if self._starts >= MAX_STARTS:
+                raise TargetUnreachable(
+                    f"the python target's process {self._death}; it was already restarted once"
+                )
+            self._starts += 1
+            try:
+                child = self._child = _Child.start(self.entrypoint)
+            except TargetUnreachable as exc:
+                self._death = "did not start"
+                raise exc from None
+            self.url = child.url
+            self._port = child.port
+            return child
+
+    def __call__(self, task: Task, tools: Tools) -> None:
+        child = self._live_child()
+        try:
+            super().__call__(task, tools)
+        except TargetFailed:
+            code = child.exited(_EXIT_GRACE_S)
+            if code is not None:
+                self._death = f"died ({_exit_text(code)})"
+                raise TargetUnreachable(
+                    f"the python target's process died during the task ({_exit_text(code)})"
+                ) from None
+            raise
+
+    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+        conn, reused = super()._connection()
+        if conn.port != self._port:  # a connection to a host that has since been replaced
+            self._drop_connection()
+            conn, reused = super()._connection()
+        if not reused:
+            # http.client writes a request's head and body in two sends: never wait for Nagle.
+            # A failed connect is left to the request, which reports it as the target's failure.
+            with contextlib.suppress(OSError):
+                conn.connect()
+                assert conn.sock is not None
+                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn, reused
+
+    def _post_task(self, session: Session, sandbox_url: str) -> tuple[int, bytes]:
+        status, body = super()._post_task(session, sandbox_url)
+        if status == 500 and session.fault is None and not session.crashed:
+            raised = _raised(body)
+            if raised is not None:
+                raise TargetRaised(raised)
+        return status, body
+
+    def close(self) -> None:
+        super().close()
+        with self._child_lock:
+            child, self._child, self._starts = self._child, None, 0
+        if child is not None:
+            child.finalizer()
+
+
+def _raised(body: bytes) -> str | None:
+    """`Type: message` of the exception the host reported, if that is what the 500 says."""
+    try:
+        reply = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(reply, dict) or reply.get("error") != "target_raised":
+        return None
+    return f"{reply.get('type')}: {reply.get('message')}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -10,6 +11,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, func, select
 
 from service.core.assay import ShardSpec, plan_shards, run_assay, run_shard
+from service.core.harness import Runtime, run_trial
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
 from service.db.apikey import ensure_tenant
@@ -18,8 +20,9 @@ from service.db.candidate import record_submission
 from service.db.models import Assay, AssayShard, AssayStatus, Event, FaultResult
 from service.db.session import session_scope
 from service.settings import Settings
+from service.targets import PythonTarget, close_target
 from tests.support.service import example, grant_injector
-from worker.tasks import WorkerContext, execute_shard, finalize
+from worker.tasks import MAX_TARGETS, WorkerContext, execute_shard, finalize
 
 pytestmark = pytest.mark.integration
 
@@ -146,3 +149,33 @@ def test_an_engine_error_fails_the_assay_instead_of_leaving_it_running(
 def test_a_shard_of_an_unknown_assay_is_dropped_quietly(ctx: WorkerContext) -> None:
     outcome = execute_shard(ctx, uuid.uuid4(), 0, "w")
     assert outcome["stored"] is False and outcome["decision"] is None
+
+
+def test_a_worker_keeps_a_few_target_adapters_and_stops_the_child_of_the_one_it_drops(
+    settings: Settings,
+) -> None:
+    ctx = WorkerContext(settings)
+    manifests = [
+        parse_manifest(
+            {
+                **example("typed"),
+                "prompt": {"template": "refund-agent", "sha": f"4f1c{n}"},
+                "target": {"kind": "python", "entrypoint": "tests.worker.agents.rogue:agent"},
+            }
+        )
+        for n in range(MAX_TARGETS + 1)
+    ]
+    first = ctx.target(uuid.uuid4(), manifests[0])
+    assert isinstance(first, PythonTarget)
+    p = parse_plan({"trials": 1, "seed": 9, "modes": ["timeout_before_send"]})
+    run_trial(Runtime(manifests[0], p.resolve_catalogue(), first), p.faults()[0], 1, 2)
+    pid = first.pid
+    assert pid is not None
+    assert ctx.target(uuid.uuid4(), manifests[0]) is first  # cached
+    for manifest in manifests[1:]:
+        ctx.target(uuid.uuid4(), manifest)
+    assert first.pid is None  # the least recently used was closed: its child stopped and reaped
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    for manifest in manifests[1:]:
+        close_target(ctx.target(uuid.uuid4(), manifest))

@@ -1,0 +1,261 @@
+"""A python target is an adversary in its own process: it cannot reach the world it is graded on.
+
+The tamper agents (tests/targets/agents/tamper.py) duplicate a refund on `timeout_after_commit`,
+then hunt for the sandbox's `World` and `Injector` by one route each and, if they find them, delete
+the duplicate, forge a readback receipt and erase the record that the fault fired. Called in the
+assay's own process (the control), every route works; as a `python` target, none may.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from service.core.catalogue import FaultSpec
+from service.core.copperfin import Target
+from service.core.harness import Runtime, TrialRecord, run_trial
+from service.core.sandbox import Tools
+from service.targets import PythonTarget, close_target, load_target
+from service.targets.python_host import RemoteTools
+from tests.targets.conftest import ROOT, assay, example, fault, plan
+
+MODE = "timeout_after_commit"
+ROUTES = ["via_attributes", "via_slots_and_dict", "via_gc", "via_modules", "via_frames"]
+FORGED = "forged by the agent"
+
+
+def entrypoint(route: str) -> str:
+    return f"tests.targets.agents.tamper:{route}"
+
+
+def one_trial(target: Target, entry: str, key: int = 1) -> TrialRecord:
+    manifest = example("typed", kind="python", entrypoint=entry)
+    p = plan(1, MODE)
+    spec: FaultSpec = p.faults()[0]
+    return run_trial(Runtime(manifest, p.resolve_catalogue(), target), spec, key, key + 1)
+
+
+def found(rec: TrialRecord) -> dict[str, Any]:
+    """What the tamper agent saved about its hunt: the counts of worlds and injectors it reached."""
+    return dict(rec.world.checkpoints["run-1"][-1])
+
+
+def duplicates(rec: TrialRecord) -> int:
+    return len(rec.world.ledger)
+
+
+@pytest.fixture
+def target(request: pytest.FixtureRequest) -> Any:
+    """The python target for the test's route, closed after the test."""
+    adapter = load_target(example("typed", kind="python", entrypoint=entrypoint(request.param)))
+    yield adapter
+    close_target(adapter)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_control_the_same_agent_in_the_assay_process_erases_its_duplicate(route: str) -> None:
+    """In-process, the attack works: this is what the isolation must prevent."""
+    agent = getattr(importlib.import_module("tests.targets.agents.tamper"), route)
+    rec = one_trial(agent, entrypoint(route))
+    assert found(rec)["worlds"] >= 1
+    assert duplicates(rec) == 1  # the second refund was deleted from the ledger
+    assert FORGED in {r.detail for r in rec.world.evidence}
+
+
+@pytest.mark.parametrize(
+    ("route", "target"), [(r, r) for r in ROUTES], indirect=["target"], ids=ROUTES
+)
+def test_a_python_target_hunting_the_world_finds_nothing_and_the_duplicate_stands(
+    route: str, target: PythonTarget
+) -> None:
+    rec = one_trial(target, entrypoint(route))
+    assert rec.target_error is None
+    assert found(rec) == {"stage": "tamper", "worlds": 0, "injectors": 0}
+    assert duplicates(rec) == 2
+    assert FORGED not in {r.detail for r in rec.world.evidence}
+    assert rec.exercised and rec.receipts  # the record of the firing survived
+
+
+@pytest.mark.parametrize(
+    ("route", "target"), [(r, r) for r in ROUTES], indirect=["target"], ids=ROUTES
+)
+def test_a_python_target_that_tries_to_delete_its_duplicate_is_blocked_for_it(
+    route: str, target: PythonTarget
+) -> None:
+    manifest = example("typed", kind="python", entrypoint=entrypoint(route))
+    report = assay(manifest, plan(8, MODE), target)
+    entry = fault(report, MODE)
+    assert entry["target_errors"] == 0
+    assert entry["signature"]["counts"]["duplicate_effect"] == 8
+    assert report["decision"] == "block"
+    assert "duplicate_effect" in {r["code"] for r in report["reasons"]}
+
+
+def test_the_callable_gets_the_core_tool_methods_with_their_signatures_and_nothing_else() -> None:
+    def methods(cls: type) -> dict[str, inspect.Signature]:
+        return {
+            name: inspect.signature(member)
+            for name, member in vars(cls).items()
+            if not name.startswith("_") and inspect.isfunction(member)
+        }
+
+    core = methods(Tools)
+    assert set(core) >= {"refund", "respond", "checkpoint_save", "new_trace", "request_id"}
+    assert methods(RemoteTools) == core
+    tools = RemoteTools("http://127.0.0.1:9", "0" * 32)
+    public = {n for n in dir(tools) if not n.startswith("_")}
+    assert public == set(core)  # no world, no injector, no armed spec, no trace
+    assert not hasattr(tools, "__dict__")
+
+
+def test_the_child_process_is_gone_after_close_target() -> None:
+    adapter = load_target(example("typed", kind="python", entrypoint=entrypoint("via_gc")))
+    assert isinstance(adapter, PythonTarget)
+    assert adapter.pid is None  # started on first use, not at load
+    one_trial(adapter, entrypoint("via_gc"))
+    pid = adapter.pid
+    assert pid is not None and pid != os.getpid()
+    assert os.path.exists(f"/proc/{pid}")
+    close_target(adapter)
+    assert adapter.pid is None
+    with pytest.raises(ProcessLookupError):  # terminated and reaped: not even a zombie
+        os.kill(pid, 0)
+
+
+def test_the_assay_process_never_imports_the_user_module() -> None:
+    entry = "tests.targets.agents.misbehaving:chatty"
+    adapter = load_target(example("typed", kind="python", entrypoint=entry))
+    try:
+        rec = one_trial(adapter, entry)
+    finally:
+        close_target(adapter)
+    # It printed on stdout at import and per task; the host's report line was not confused.
+    assert rec.target_error is None
+    assert [c.status for c in rec.world.claims] == ["denied"]
+    assert "tests.targets.agents.misbehaving" not in sys.modules
+
+
+def test_the_child_cannot_read_the_assay_process_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASSAYGATE_DATABASE_URL", "postgresql://assaygate:secret@db/assaygate")
+    entry = "tests.targets.agents.misbehaving:snoops"
+    adapter = load_target(example("typed", kind="python", entrypoint=entry))
+    try:
+        rec = one_trial(adapter, entry)
+    finally:
+        close_target(adapter)
+    assert rec.world.checkpoints["run-1"][-1] == {"stage": "snoop", "leaked": []}
+
+
+def test_an_exception_the_callable_raises_is_a_target_error_naming_it() -> None:
+    entry = "tests.targets.agents.misbehaving:raises"
+    adapter = load_target(example("typed", kind="python", entrypoint=entry))
+    try:
+        rec = one_trial(adapter, entry)
+    finally:
+        close_target(adapter)
+    assert rec.target_error == "TargetRaised: ValueError: no refunds on a Tuesday"
+
+
+def test_a_child_that_dies_mid_assay_gives_target_errors_with_the_cause_and_one_restart() -> None:
+    entry = "tests.targets.agents.misbehaving:dies"
+    adapter = load_target(example("typed", kind="python", entrypoint=entry))
+    assert isinstance(adapter, PythonTarget)
+    try:
+        errors = [one_trial(adapter, entry, key).target_error for key in range(1, 5)]
+        starts = adapter.starts
+    finally:
+        close_target(adapter)
+    assert errors[0] == (
+        "TargetUnreachable: the python target's process died during the task (exit code 3)"
+    )
+    assert errors[1] == errors[0]  # the restarted host died the same way
+    assert (
+        errors[2]
+        == errors[3]
+        == (
+            "TargetUnreachable: the python target's process died (exit code 3); "
+            "it was already restarted once"
+        )
+    )
+    assert starts == 2
+
+
+@pytest.mark.parametrize(
+    ("manifest", "callable_"),
+    [("typed", "run"), ("typed-repair", "typed_repair"), ("baseline", "baseline")],
+)
+def test_the_reference_workflow_as_a_python_target_matches_the_reference_on_every_fault(
+    manifest: str, callable_: str
+) -> None:
+    """Every tool, typed error, trace id, crash and fork crosses the process boundary intact."""
+    entry = f"tests.targets.agents.typed:{callable_}"
+    as_python = example(manifest, kind="python", entrypoint=entry)
+    full = plan(3)
+    reference = assay(example(manifest), full)
+    adapter = load_target(as_python)
+    try:
+        child = assay(as_python, full, adapter)
+    finally:
+        close_target(adapter)
+
+    def outcomes(report: dict[str, Any]) -> dict[str, Any]:
+        return {
+            f["id"]: (f["exercised"], f["signature"]["counts"], f["baseline"], f["counterfactual"])
+            for f in report["faults"]
+        }
+
+    assert outcomes(child) == outcomes(reference)
+    assert child["decision"] == reference["decision"]
+    assert all(f["target_errors"] == 0 for f in child["faults"])
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    """The process has exited (reaped, or a zombie awaiting a reaper that is not ours)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rpartition(")")[2].split()[0] in ("Z", "X"):
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+ASSAY_PROCESS = """
+import os, signal, sys
+from service.core.harness import Runtime, run_trial
+from tests.targets.conftest import example, plan
+from service.targets import load_target
+manifest = example("typed", kind="python", entrypoint="tests.targets.agents.tamper:via_gc")
+target = load_target(manifest)
+p = plan(1, "timeout_after_commit")
+run_trial(Runtime(manifest, p.resolve_catalogue(), target), p.faults()[0], 1, 2)
+print(target.pid, flush=True)
+if sys.argv[1] == "killed":
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("end", ["exits", "killed"])
+def test_the_child_process_does_not_outlive_an_assay_process_that_never_closed_it(
+    end: str,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", ASSAY_PROCESS, end],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+    pid = int(done.stdout.split()[0])
+    assert _gone(pid), f"the python host {pid} outlived its assay process ({end})"
