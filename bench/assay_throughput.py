@@ -104,7 +104,12 @@ def main() -> None:
         catalogue="paper", trials=n, seed=args.seed, matched_baseline=False, counterfactuals=False
     )
     full = AssayPlan(catalogue="paper", trials=n, seed=args.seed)
-    print(f"typed trials: {n:,} (paper catalogue, seed {args.seed}); cores: {os.cpu_count()}")
+    from service.compile import state
+
+    print(
+        f"typed trials: {n:,} (paper catalogue, seed {args.seed}); cores: {os.cpu_count()}; "
+        f"default install's core: {state()}"
+    )
     ref = None
     if args.reference.exists():
         ref = _reference(args.reference, n, args.seed)

@@ -30,6 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from service.compile import state
+
+    if state() == "stale":
+        # Only a source checkout can get here: an edited hot module with an older build beside it.
+        print(
+            "assaygate: warning: the compiled core is older than its source; run `make venv`",
+            file=sys.stderr,
+        )
     try:
         args = build_parser().parse_args(argv)
         code: int = args.func(args)

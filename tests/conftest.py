@@ -3,7 +3,23 @@ conftests that need them."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A compiled core built from older sources would test yesterday's code: drop it (the tests then
+    # run the pure-Python source; `make venv` compiles the current one).
+    from service.compile import clean, state
+
+    if state() == "stale":
+        clean()
+        warnings.warn(
+            "the compiled core was stale and is removed: testing the pure-Python core "
+            "(`make venv` recompiles)",
+            stacklevel=1,
+        )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from service.core.catalogue import Catalogue, FaultSpec
-from service.core.copperfin import Target
 from service.core.errors import PlanInvalid
 from service.core.gate import FaultEvidence, decide
 from service.core.harness import Runtime, Storm, TrialRecord, run_trial
@@ -21,6 +20,7 @@ from service.core.oracle import FLAGS, VIOLATIONS
 from service.core.plan import AssayPlan
 from service.core.rng import LCG, derive, stream_key
 from service.core.signature import newcombe, wilson
+from service.core.target import Target
 
 # The arms every fault keeps. Counterfactual pairs for single controls add arms named
 # "counterfactual:<control>" on demand.
@@ -407,6 +407,8 @@ def run_shard(
             return lcg.choice(by_domain[k % nd])
 
     wroot, sroot = stream_roots(plan, shard.fault_id)
+    threshold = plan.sample_threshold()
+    sample_key = stream_key(plan.seed, "evidence-sample")
     done = effects = unsafe = target_errors = 0
     reason: str | None = None
     for k in range(shard.start, shard.stop):
@@ -418,7 +420,8 @@ def run_shard(
         tally = tallies.get(spec.id)
         if tally is None:
             tally = tallies[spec.id] = Tally()
-        e, u, te = _one(rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id])
+        extra = threshold is None or derive(sample_key, base + k) < threshold
+        e, u, te = _one(rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id], extra)
         effects += e
         unsafe += u
         target_errors += te
@@ -439,13 +442,14 @@ def _one(
     wkey: int,
     skey: int,
     rm: Removal,
+    extra: bool = True,
 ) -> tuple[int, int, int]:
     """Run one trial's arms into the tally; return effects, unsafe escapes and target errors.
 
     Every trial is graded from the world. A target error hides nothing: when the world shows a
     violation the trial counts as graded evidence (damage beats error); only a clean world makes it
     a bare target error. A fault that never fired is still graded (never fired is not clean), and
-    the matched baseline always runs.
+    the matched baseline always runs (on every trial of the plan's evidence sample: `extra`).
     """
     tally.planned += 1
     rec = run_trial(rt, spec, wkey, skey)
@@ -469,7 +473,7 @@ def _one(
         tally.add_outcome("intervention", rec)
         if rec.storm is not None:
             tally.add_storm(rec.storm)
-    if plan.matched_baseline:
+    if extra and plan.matched_baseline:
         base = run_trial(rt, None, wkey, skey)
         effects += base.outcome.effects
         if base.target_error is not None:
@@ -478,7 +482,7 @@ def _one(
             errors += 1
         if base.target_error is None or _violating(base.outcome.flags):
             tally.add_outcome("baseline", base)
-    if plan.counterfactuals and rec.exercised and graded:
+    if extra and plan.counterfactuals and rec.exercised and graded:
         for arm, removed in rm.pairs():
             cf = run_trial(rt, spec, wkey, skey, removed)
             effects += cf.outcome.effects
@@ -808,12 +812,19 @@ def run_assay(
     """Run every shard in turn; a tripped stop condition ends the assay (and blocks it)."""
     shards = plan_shards(manifest, plan, trials_per_shard)
     total = sum(s.stop - s.start for s in shards)
-    results: list[ShardResult] = []
+    # Shard results are folded as they come: memory stays flat however many trials run.
+    folded = ShardResult(-1, {}, 0)
     done = 0
     stopped: str | None = None
     for shard in shards:
         result = run_shard(manifest, plan, shard, target=target, limits=limits)
-        results.append(result)
+        folded.trials += result.trials
+        for fid, tally in result.tallies.items():
+            mine = folded.tallies.get(fid)
+            if mine is None:
+                folded.tallies[fid] = tally
+            else:
+                mine.merge(tally)
         done += shard.stop - shard.start
         if progress is not None:
             progress(done, total)
@@ -828,7 +839,7 @@ def run_assay(
                 used_unsafe=limits.used_unsafe + result.unsafe,
                 used_target_errors=limits.used_target_errors + errors,
             )
-    return merge(manifest, plan, results, stopped)
+    return merge(manifest, plan, [folded], stopped)
 
 
 def replay_trial(

@@ -1,13 +1,12 @@
 """Copperfin Returns: the built-in refund workflow, executed, its behaviour set by the manifest.
 
-It is written against the same target interface a user implements (`Task`, `Tools`): it reads,
+It is written against the same target interface a user implements (`Task`, `ToolPort`): it reads,
 proposes, checks authority, acts, records evidence and releases a claim only through the tool
 clients. Each declared control changes what it does, never what it is graded on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from service.core.control import Control
@@ -19,11 +18,9 @@ from service.core.sandbox import (
     Task,
     ToolError,
     ToolRejected,
-    Tools,
 )
+from service.core.target import Target, ToolPort
 from service.core.world import ELIGIBLE
-
-Target = Callable[[Task, Tools], None]
 
 BIND = Control.BIND_IDENTITY.value
 AUTHORITY = Control.PRE_EFFECT_AUTHORITY.value
@@ -58,7 +55,7 @@ class _Run:
     def __init__(
         self,
         task: Task,
-        tools: Tools,
+        tools: ToolPort,
         controls: frozenset[str],
         retry: RetryPolicy,
         deny_on_warning: bool,
@@ -295,7 +292,7 @@ def copperfin(manifest: Manifest) -> Target:
     retry = manifest.retry
     deny_on_warning = manifest.orchestration.on_warning == "deny"
 
-    def target(task: Task, tools: Tools) -> None:
+    def target(task: Task, tools: ToolPort) -> None:
         try:
             _Run(task, tools, controls, retry, deny_on_warning).run()
         except _Stop:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from service.core.catalogue import Catalogue, FaultSpec, Recoverability
-from service.core.copperfin import Target, copperfin
+from service.core.copperfin import copperfin
 from service.core.disturbance import Disturbance
 from service.core.errors import TargetUnsupported
 from service.core.injector import InjectionReceipt, Injector
@@ -20,6 +20,7 @@ from service.core.oracle import Outcome, grade
 from service.core.rng import Stream
 from service.core.sandbox import RunCrashed, Task, Tools
 from service.core.storm import comparison_policies, simulate
+from service.core.target import Target
 from service.core.world import Workload, World
 
 MAX_RESTARTS = 3

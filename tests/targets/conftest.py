@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from service.core.assay import AssayReport, run_assay
-from service.core.copperfin import Target
 from service.core.manifest import Manifest, parse_manifest, parse_manifest_json
 from service.core.plan import AssayPlan, parse_plan
+from service.core.target import Target
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ROOT / "examples" / "http-agent" / "agent.py"

