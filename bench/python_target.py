@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from service.core.assay import run_assay  # noqa: E402
-from service.core.copperfin import Target  # noqa: E402
 from service.core.manifest import Manifest, parse_manifest  # noqa: E402
 from service.core.plan import AssayPlan, parse_plan  # noqa: E402
+from service.core.target import Target  # noqa: E402
 from service.targets import close_target, load_target  # noqa: E402
 
 ENTRYPOINT = "tests.targets.agents.typed:run"

@@ -16,12 +16,12 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service.core.assay import Limits, ShardResult, ShardSpec, merge, run_shard
-from service.core.copperfin import Target
 from service.core.credential import injection_guard, verify_credential
 from service.core.dossier import PublicKey, Signer
 from service.core.errors import CredentialInvalid
 from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan
+from service.core.target import Target
 from service.db import queries
 from service.db.assay import (
     AssayInputs,
