@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 from service.api import errors
 from service.api.access import authorize
 from service.api.dispatch import Dispatcher
+from service.api.input import check_request_text
 from service.api.limits import SubmissionLimit
 from service.api.metrics import Metrics
 from service.api.middleware import BodyLimit, RequestLog
@@ -78,7 +79,11 @@ def create_app(
         api_keys.router,
         health.router,
     ):
-        app.include_router(router, dependencies=[Depends(authorize)], responses=refusals)
+        app.include_router(
+            router,
+            dependencies=[Depends(check_request_text), Depends(authorize)],
+            responses=refusals,
+        )
     app.include_router(web.router)
     # Outermost last: the log line sees the 413 the limit sends.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
+from service.core.text import PATTERN_RULES
 from service.db.session import DATABASE_ERRORS
 
 log = logging.getLogger("assaygate.api")
@@ -201,6 +202,8 @@ def install(app: FastAPI) -> None:
         message = str(first.get("msg", "invalid value"))
         if kind == "extra_forbidden":
             message = "unknown key"
+        elif kind == "string_pattern_mismatch":
+            message = PATTERN_RULES.get(str(first.get("ctx", {}).get("pattern")), message)
         return error_response(422, "field_invalid", message, _validation_field(loc))
 
     @app.exception_handler(StarletteHTTPException)

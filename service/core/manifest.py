@@ -23,6 +23,14 @@ from pydantic import (
 
 from service.core.control import Control
 from service.core.errors import ManifestInvalid
+from service.core.text import (
+    LINE_PATTERN,
+    PATTERN_RULES,
+    SYSTEM_NAME_MAX,
+    SYSTEM_NAME_PATTERN,
+    TextInvalid,
+    check_text,
+)
 
 COMPONENTS: tuple[str, ...] = (
     "model",
@@ -117,8 +125,11 @@ class Envelope(_Strict):
 
 
 class Manifest(_Strict):
-    system: Annotated[str, Field(min_length=1, max_length=200)] | None = None
-    version: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    system: (
+        Annotated[str, Field(min_length=1, max_length=SYSTEM_NAME_MAX, pattern=SYSTEM_NAME_PATTERN)]
+        | None
+    ) = None
+    version: Annotated[str, Field(min_length=1, max_length=200, pattern=LINE_PATTERN)] | None = None
     model: dict[str, JsonValue]
     prompt: JsonValue
     policy: dict[str, JsonValue]
@@ -188,6 +199,10 @@ def parse_manifest(data: object) -> Manifest:
     for key, value in data.items():
         _shape(value, str(key), 1, budget)
     try:
+        check_text(data, "")
+    except TextInvalid as exc:
+        raise ManifestInvalid(exc.message, field=exc.field or "manifest") from None
+    try:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors()
@@ -200,7 +215,9 @@ def parse_manifest(data: object) -> Manifest:
                 known = ", ".join(c.value for c in Control)
                 raise ManifestInvalid(f"unknown control (known: {known})", field=field) from None
             raise ManifestInvalid(f"unknown key in {parent}", field=field) from None
-        raise ManifestInvalid(err["msg"], field=field) from None
+        pattern = (err.get("ctx") or {}).get("pattern")
+        message = PATTERN_RULES.get(str(pattern), err["msg"]) if pattern else err["msg"]
+        raise ManifestInvalid(message, field=field) from None
     for name in COMPONENTS:
         try:
             canonical(manifest.component(name))

@@ -16,6 +16,11 @@ from service.core.catalogue import (
 from service.core.errors import FaultUnknown, PlanInvalid
 
 MAX_TRIALS = 10_000_000
+# The plan is signed into the dossier as RFC 8785 JSON, which holds integers up to 2^53 - 1 only.
+MAX_SEED = 2**53 - 1
+# A plan names each family or mode at most once or twice; more is a mistake or an attack.
+MAX_FAMILIES = 16
+MAX_MODES = 256
 
 
 class StopConditions(BaseModel):
@@ -36,10 +41,10 @@ class AssayPlan(BaseModel):
     # "paper": the reference script's ten modes, drawn per trial by its generator; `trials` is
     # the total. "full": every catalogue fault; `trials` is per fault. Or a custom catalogue.
     catalogue: Literal["paper", "full"] | Catalogue = "full"
-    families: tuple[str, ...] = ()
-    modes: tuple[str, ...] = ()
+    families: Annotated[tuple[str, ...], Field(max_length=MAX_FAMILIES)] = ()
+    modes: Annotated[tuple[str, ...], Field(max_length=MAX_MODES)] = ()
     trials: Annotated[int, Field(strict=True, ge=1, le=MAX_TRIALS)] = 200
-    seed: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)] = 188
+    seed: Annotated[int, Field(strict=True, ge=0, le=MAX_SEED)] = 188
     matched_baseline: bool = True
     counterfactuals: bool = True
     stop: StopConditions = StopConditions()

@@ -12,6 +12,7 @@ from sqlmodel import Session, col, select
 
 from service.core.assay import ShardSpec
 from service.core.manifest import Manifest as CoreManifest
+from service.core.text import check_system_name
 from service.db.models import (
     Assay,
     AssayShard,
@@ -52,7 +53,7 @@ def record_submission(
     ).first()
     created_system = system is None
     if system is None:
-        system = System(name=system_name, tenant_id=tenant_id)
+        system = System(name=check_system_name(system_name), tenant_id=tenant_id)
         session.add(system)
         session.flush()
 

@@ -31,6 +31,7 @@ from service.core.dossier import (
     successor,
     trigger_hashes,
 )
+from service.core.text import check_system_name
 from service.db import queries
 from service.db.models import (
     Assay,
@@ -528,7 +529,7 @@ def set_triggers(
         select(System).where(System.name == system_name, System.tenant_id == tenant_id)
     ).first()
     if system is None:
-        system = System(name=system_name, tenant_id=tenant_id)
+        system = System(name=check_system_name(system_name), tenant_id=tenant_id)
     system.triggers = sorted(set(components))
     session.add(system)
     session.add(

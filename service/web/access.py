@@ -26,6 +26,8 @@ from sqlmodel import Session
 
 from service.api.access import ANY_ROLE, ROUTE_ROLES
 from service.api.deps import SessionDep
+from service.api.input import check_request_text
+from service.core.text import TextInvalid
 from service.db.apikey import Principal, principal_by_id
 from service.db.models import Role
 from service.web.auth import WebSession, WebSessionDep
@@ -179,8 +181,19 @@ class PageRoute(APIRoute):
                     {"title": "Refused", "message": exc.message},
                     status_code=exc.status_code,
                 )
+            except TextInvalid as exc:
+                # Refused before the session was read: answered without touching the cookie.
+                from service.web.routes import render
+
+                return render(
+                    request,
+                    WebSession(sid="", identity=None, expires=0),
+                    "error.html",
+                    {"title": "Refused", "message": str(exc)},
+                    status_code=422,
+                )
 
         return page_handler
 
 
-PAGE_DEPENDENCIES = [Depends(authorize_page)]
+PAGE_DEPENDENCIES = [Depends(check_request_text), Depends(authorize_page)]
