@@ -31,6 +31,7 @@ from service.db.session import make_engine
 from service.keys import KeyRing
 from service.settings import Settings
 from service.web import routes as web
+from service.web.auth import load_secret
 
 
 def create_app(
@@ -45,6 +46,8 @@ def create_app(
         # Both keys are created on first start (or loaded); the injector key never leaves the API.
         app.state.signer = KeyRing(settings.keys_dir).load_or_create()
         app.state.injector_signer = settings.injector_ring().load_or_create()
+        # The dashboard's session secret: the API's own file, never in the folder workers mount.
+        app.state.web_secret = load_secret(settings)
         dispatcher.prepare()
         yield
         app.state.submission_limit.close()

@@ -96,6 +96,9 @@ class CandidatePublic(BaseModel):
     manifest_digest: str
     component_hashes: dict[str, str]
     created_at: datetime
+    submitted_by: str | None = Field(
+        default=None, description="the person or service account whose key submitted it"
+    )
     assay_id: uuid.UUID
     status: AssayStatus
     progress: Progress
@@ -281,7 +284,8 @@ class HoldPublic(BaseModel):
     dossier_id: uuid.UUID = Field(description="the dossier version that opened the hold")
     status: Literal["open", "waived", "rejected", "superseded"]
     reasons: list[dict[str, Any]]
-    reviewer: str | None
+    reviewer: str | None = Field(description="the id of the key that reviewed it")
+    reviewed_by: str | None = Field(description="the person whose key reviewed it")
     review_reason: str | None
     reviewed_at: datetime | None
     expires_at: datetime | None
@@ -304,6 +308,14 @@ class ApiKeyCreate(BaseModel):
 
     roles: list[Role] = Field(min_length=1, max_length=3, description="submitter, reviewer, admin")
     name: Name | None = Field(default=None, description="what the key is for, e.g. `ci-main`")
+    person: Name | None = Field(
+        default=None,
+        description="the person or service account who holds the key (created in the tenant if "
+        "new); default: the person of the admin key minting it",
+    )
+    kind: Literal["person", "service"] | None = Field(
+        default=None, description="with `person`: a person (default) or a service account"
+    )
 
 
 class ApiKeyPublic(BaseModel):
@@ -311,6 +323,11 @@ class ApiKeyPublic(BaseModel):
     tenant: str
     roles: list[Role]
     name: str | None
+    person: str = Field(description="the person or service account the key belongs to")
+    kind: Literal["person", "service"]
+    minted_by: str | None = Field(
+        description="the person whose key minted this one; null: an operator on the command line"
+    )
     prefix: str = Field(description="the key's first characters, to recognise it")
     created_at: datetime
     revoked_at: datetime | None

@@ -292,7 +292,10 @@ class CandidateRef:
     system: str
     version: str
     source_revision: str | None = None
+    # The submitting key's id, and who acted through it: {"key_id", "key_prefix", "key_name",
+    # "person", "kind", "minted_by"} (see docs/dossier.md).
     submitter: str | None = None
+    submitted_by: Mapping[str, Any] | None = None
 
     def subject_name(self) -> str:
         return f"assaygate:candidate/{self.id}"
@@ -353,6 +356,7 @@ def predicate_from_report(
             "version": candidate.version,
             "source_revision": candidate.source_revision,
             "submitter": candidate.submitter,
+            "submitted_by": dict(candidate.submitted_by) if candidate.submitted_by else None,
         },
         "manifest": {
             "digest": report["manifest_digest"],

@@ -46,6 +46,7 @@ def record_submission(
     catalogue: str,
     shards: Sequence[ShardSpec],
     submitter: str | None = None,
+    submitted_by: str | None = None,
 ) -> Recorded:
     """Stage every row of one submission in `session`; the caller commits or rolls back."""
     system = session.exec(
@@ -72,6 +73,7 @@ def record_submission(
         source_revision=source_revision,
         manifest_digest=digest,
         submitter=submitter,
+        submitted_by=submitted_by,
     )
     # Without ORM relationships the unit of work does not order inserts by foreign key: flush
     # each parent before its children.

@@ -170,6 +170,7 @@ def submit_candidate(
                 catalogue=plan.resolve_catalogue().version,
                 shards=shards,
                 submitter=principal.actor,
+                submitted_by=principal.person,
             )
             issue_for(
                 session,
