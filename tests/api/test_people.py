@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,8 +18,9 @@ import httpx
 import pytest
 
 from service.db.models import Role
+from service.settings import Settings
 from tests.support.keys import KeyBook
-from tests.support.service import candidate_body, wait_decided
+from tests.support.service import ROOT, candidate_body, wait_decided
 
 pytestmark = pytest.mark.integration
 
@@ -159,3 +163,43 @@ def test_a_key_for_a_person_that_cannot_be_is_refused_naming_the_field(
     assert answer.status_code == 422, answer.text
     assert answer.json()["error"]["field"] == field
     assert len(anonymous.get("/v1/api-keys", headers=ada).json()["items"]) == before
+
+
+# ------------------------------------------------------------------------------ the CLI
+
+
+def keys_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    env["ASSAYGATE_DATABASE_URL"] = settings.database_url
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", "keys", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_cli_mints_a_key_only_for_a_named_person_or_service_account(
+    settings: Settings,
+) -> None:
+    tenant = f"cli-{uuid.uuid4().hex[:6]}"
+    made = keys_cli(settings, "create", "--tenant", tenant, "--role", "submitter",
+                    "--service-account", "ci")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    view = json.loads(made.stdout)
+    assert (view["person"], view["kind"], view["minted_by"]) == ("ci", "service", None)
+
+    anonymous = keys_cli(settings, "create", "--tenant", tenant, "--role", "reviewer")
+    assert anonymous.returncode == 2
+    assert anonymous.stderr.count("\n") == 1 and "--person" in anonymous.stderr
+
+    clash = keys_cli(settings, "create", "--tenant", tenant, "--role", "reviewer",
+                     "--person", "ci")  # fmt: skip
+    assert clash.returncode == 2, clash.stderr
+    assert clash.stderr.count("\n") == 1 and "ci is a service" in clash.stderr
+    assert "Traceback" not in clash.stderr
+
+    listed = json.loads(keys_cli(settings, "list-api", "--tenant", tenant).stdout)["items"]
+    assert [(k["person"], k["kind"]) for k in listed] == [("ci", "service")]

@@ -4,6 +4,10 @@ A submission is validated completely before anything is written, written in one 
 and enqueued only after that transaction commits (a worker must never see a task for rows it
 cannot read). If the broker refuses the tasks, the committed rows are withdrawn again and the
 client gets 503: a candidate either exists with its work queued, or not at all.
+
+An `Idempotency-Key` is claimed (its row written) in that transaction before the submission is
+counted against the key's per-minute limit: repeats of one key, however concurrent, wait for the
+first, replay its answer and use no submission slot.
 """
 
 from __future__ import annotations
@@ -155,9 +159,10 @@ def submit_candidate(
             return _replay(existing, digest)
 
     dispatcher.ping()
-    if limit is not None:
+    if limit is not None and stored_key is None:
         limit.check(principal.key_id)
     for attempt in range(_RECORD_ATTEMPTS):
+        claim: IdempotencyKey | None = None
         try:
             recorded = record_submission(
                 session,
@@ -172,6 +177,21 @@ def submit_candidate(
                 submitter=principal.actor,
                 submitted_by=principal.person,
             )
+            if stored_key is not None:
+                # Claim the key before counting the submission: a concurrent repeat waits on
+                # this row until the first commits, then replays it — uncounted. Only a
+                # submission that records a candidate uses one of the key's slots.
+                claim = IdempotencyKey(
+                    key=stored_key,
+                    request_sha256=digest,
+                    candidate_id=recorded.candidate.id,
+                    status_code=202,
+                    response={},
+                )
+                session.add(claim)
+                session.flush()
+                if limit is not None:
+                    limit.check(principal.key_id)
             issue_for(
                 session,
                 recorded.assay,
@@ -191,16 +211,9 @@ def submit_candidate(
                 assay_id=recorded.assay.id,
                 system=system,
             )
-            if stored_key is not None:
-                session.add(
-                    IdempotencyKey(
-                        key=stored_key,
-                        request_sha256=digest,
-                        candidate_id=recorded.candidate.id,
-                        status_code=202,
-                        response=response,
-                    )
-                )
+            if claim is not None:
+                claim.response = response
+                session.add(claim)
             session.commit()
             break
         except sa.exc.IntegrityError:
