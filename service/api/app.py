@@ -16,6 +16,7 @@ from service.api.input import check_request_text
 from service.api.limits import SubmissionLimit
 from service.api.metrics import Metrics
 from service.api.middleware import BodyLimit, RequestLog
+from service.api.openapi import refine
 from service.api.routes import (
     api_keys,
     assays,
@@ -88,6 +89,16 @@ def create_app(
             responses=refusals,
         )
     app.include_router(web.router)
+    # The document says what the service accepts, including what the models cannot say.
+    derived = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if not getattr(app.state, "openapi_refined", False):
+            refine(derived(), settings)
+            app.state.openapi_refined = True
+        return derived()
+
+    app.openapi = openapi  # type: ignore[method-assign]
     # Outermost last: the log line sees the 413 the limit sends.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestLog)

@@ -12,6 +12,7 @@ from service.core.catalogue import DOMAINS, catalogue_named
 from service.core.manifest import COMPONENTS
 from service.core.plan import MAX_FAMILIES, MAX_MODES, MAX_SEED, StopConditions
 from service.core.text import LINE_PATTERN, SYSTEM_NAME_MAX, SYSTEM_NAME_PATTERN, TEXT_PATTERN
+from service.core.values import INTEGRAL
 from service.db.models import AssayStatus, Role
 
 #: One line of printable text (a version, a revision, a key's name).
@@ -62,10 +63,10 @@ class PlanCreate(BaseModel):
         ]
         | None
     ) = Field(default=None, description="fault ids (full catalogue only); empty: all")
-    trials: Annotated[int, Field(strict=True, ge=1)] | None = Field(
+    trials: Annotated[int, Field(strict=True, ge=1), INTEGRAL] | None = Field(
         default=None, description="per fault (full catalogue) or in total (paper catalogue)"
     )
-    seed: Annotated[int, Field(strict=True, ge=0, le=MAX_SEED)] | None = None
+    seed: Annotated[int, Field(strict=True, ge=0, le=MAX_SEED), INTEGRAL] | None = None
     stop: StopConditions | None = Field(
         default=None, description="stop conditions; omitted ones take the service defaults"
     )
@@ -301,6 +302,15 @@ class ReviewPublic(BaseModel):
     dossier: DossierRef
 
 
+class PersonCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name = Field(description="e.g. `Ada Lovelace`, or `ci` for a service account")
+    kind: Literal["person", "service"] = Field(
+        default="person", description="a person, or a service account (CI, a deploy bot)"
+    )
+
+
 class ApiKeyCreate(BaseModel):
     """A key for the caller's own tenant (new tenants come from `assaygate keys create`)."""
 
@@ -308,13 +318,10 @@ class ApiKeyCreate(BaseModel):
 
     roles: list[Role] = Field(min_length=1, max_length=3, description="submitter, reviewer, admin")
     name: Name | None = Field(default=None, description="what the key is for, e.g. `ci-main`")
-    person: Name | None = Field(
+    person: PersonCreate | None = Field(
         default=None,
-        description="the person or service account who holds the key (created in the tenant if "
-        "new); default: the person of the admin key minting it",
-    )
-    kind: Literal["person", "service"] | None = Field(
-        default=None, description="with `person`: a person (default) or a service account"
+        description="who holds the key (created in the tenant if new; an existing name must "
+        "keep its kind, else 409); default: the person of the admin key minting it",
     )
 
 

@@ -31,6 +31,7 @@ from service.core.text import (
     TextInvalid,
     check_text,
 )
+from service.core.values import INTEGRAL, Number
 
 COMPONENTS: tuple[str, ...] = (
     "model",
@@ -71,13 +72,13 @@ class ControlSet(_Strict):
 class RetryBudget(_Strict):
     """A token bucket shared by every agent of the fleet: a retry spends a token."""
 
-    capacity: Annotated[int, Field(strict=True, ge=1, le=100_000)]
-    refill_per_s: Annotated[float, Field(gt=0, le=100_000)]
+    capacity: Annotated[int, Field(strict=True, ge=1, le=100_000), INTEGRAL]
+    refill_per_s: Annotated[Number, Field(gt=0, le=100_000)]
 
 
 class RetryPolicy(_Strict):
-    max_attempts: Annotated[int, Field(strict=True, ge=1, le=20)] = 3
-    backoff_ms: Annotated[int, Field(strict=True, ge=0, le=600_000)] = 1000
+    max_attempts: Annotated[int, Field(strict=True, ge=1, le=20), INTEGRAL] = 3
+    backoff_ms: Annotated[int, Field(strict=True, ge=0, le=600_000), INTEGRAL] = 1000
     jitter: Literal["none", "full"] = "none"
     budget: RetryBudget | None = None
 
@@ -86,7 +87,7 @@ class Orchestration(_Strict):
     # "deny": refuse every action after any warning (the paper's fail-closed counterexample).
     on_warning: Literal["recover", "deny"] = "recover"
     # The customer journey must finish within this much virtual time to count as useful service.
-    deadline_ms: Annotated[int, Field(strict=True, ge=1, le=86_400_000)] = 60_000
+    deadline_ms: Annotated[int, Field(strict=True, ge=1, le=86_400_000), INTEGRAL] = 60_000
     graph: JsonValue = None
 
 
@@ -106,7 +107,7 @@ class Target(_Strict):
         return self
 
 
-Rate = Annotated[float, Field(ge=0.0, le=1.0)]
+Rate = Annotated[Number, Field(ge=0.0, le=1.0)]
 
 
 class Floors(_Strict):
@@ -121,7 +122,7 @@ class Envelope(_Strict):
     # "point": floors compare point estimates; "lower_bound": the Wilson 95 % lower bound.
     floor_on: Literal["point", "lower_bound"] = "point"
     # The highest hard-invariant violation rate each fault may have, established at 95 %.
-    max_violation_rate: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
+    max_violation_rate: Annotated[Number, Field(gt=0.0, lt=1.0)] | None = None
 
 
 class Manifest(_Strict):

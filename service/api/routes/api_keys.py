@@ -11,7 +11,7 @@ import uuid
 from fastapi import APIRouter
 
 from service.api.deps import PrincipalDep, SessionDep
-from service.api.errors import ERROR_RESPONSES, FieldInvalid, NotFound
+from service.api.errors import ERROR_RESPONSES, Conflict, NotFound
 from service.api.present import aware, maybe_aware
 from service.api.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyPublic
 from service.db import apikey
@@ -46,7 +46,7 @@ def list_api_keys(session: SessionDep, principal: PrincipalDep) -> ApiKeyList:
     "",
     status_code=201,
     response_model=ApiKeyCreated,
-    responses={k: ERROR_RESPONSES[k] for k in (422, 503)},
+    responses={k: ERROR_RESPONSES[k] for k in (409, 422, 503)},
 )
 def create_api_key(
     body: ApiKeyCreate, session: SessionDep, principal: PrincipalDep
@@ -59,12 +59,13 @@ def create_api_key(
             tenant=principal.tenant,
             roles=body.roles,
             name=body.name,
-            person=body.person,
-            kind=PersonKind(body.kind) if body.kind else None,
+            person=body.person.name if body.person else None,
+            kind=PersonKind(body.person.kind) if body.person else None,
             created_by=principal,
         )
     except apikey.KeyRequestInvalid as exc:
-        raise FieldInvalid(exc.message, field=exc.field) from None
+        # The body is well formed; the named person exists with the other kind.
+        raise Conflict(exc.message, field=f"person.{exc.field}") from None
     apikey.audit(
         session,
         principal,

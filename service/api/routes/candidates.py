@@ -42,7 +42,13 @@ from service.api.errors import (
     IdempotencyConflict,
     NotFound,
 )
-from service.api.present import candidate_page, candidate_public, decode_cursor, encode_cursor
+from service.api.present import (
+    CURSOR_PATTERN,
+    candidate_page,
+    candidate_public,
+    decode_cursor,
+    encode_cursor,
+)
 from service.api.schemas import CandidateCreate, CandidatePage, CandidatePublic
 from service.core.assay import ShardSpec, plan_shards
 from service.core.manifest import parse_manifest
@@ -280,7 +286,7 @@ def list_candidates(
     principal: PrincipalDep,
     system: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    cursor: Annotated[str | None, Query(max_length=400)] = None,
+    cursor: Annotated[str | None, Query(max_length=60, pattern=CURSOR_PATTERN)] = None,
 ) -> CandidatePage:
     """Newest first. Follow `next_cursor` until it is null."""
     before = decode_cursor(cursor) if cursor else None
