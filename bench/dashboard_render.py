@@ -86,7 +86,9 @@ def sign_in(client: TestClient, settings: Settings) -> None:
     """Every page needs a signed-in key of the seeded tenant: make one and sign in with it."""
     engine = make_engine(settings)
     with Session(engine) as session:
-        created = create_key(session, tenant="acme", roles=[Role.REVIEWER], name="bench")
+        created = create_key(
+            session, tenant="acme", roles=[Role.REVIEWER], name="bench", person="bench reviewer"
+        )
         session.commit()
         secret = created.secret
     engine.dispose()

@@ -109,6 +109,7 @@ def service(env: dict[str, str], workers: int) -> Iterator[str]:
         [
             *(python, "-m", "service.cli", "keys", "create", "--tenant", "bench"),
             *("--role", "submitter", "--role", "reviewer", "--role", "admin"),
+            *("--service-account", "bench"),
         ],
         env=env,
         cwd=ROOT,

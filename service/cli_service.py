@@ -124,6 +124,13 @@ def register(sub: Any) -> None:
         help="repeat for several roles",
     )
     create.add_argument("--name", default=None, help="what the key is for, e.g. ci-main")
+    holder = create.add_mutually_exclusive_group(required=True)
+    holder.add_argument(
+        "--person", default=None, help="the person who holds the key, e.g. 'Ada Lovelace'"
+    )
+    holder.add_argument(
+        "--service-account", default=None, metavar="NAME", help="or the service account, e.g. ci"
+    )
     create.set_defaults(func=_keys_create)
     revoke = keys_sub.add_parser("revoke", help="revoke an API key by its id (refused at once)")
     revoke.add_argument("key_id")
@@ -513,8 +520,8 @@ def _keys_list(_args: argparse.Namespace) -> int:
 def _keys_create(args: argparse.Namespace) -> int:
     from sqlmodel import Session
 
-    from service.db.apikey import create_key
-    from service.db.models import Role
+    from service.db.apikey import KeyRequestInvalid, create_key, key_row
+    from service.db.models import PersonKind, Role
     from service.db.session import make_engine
 
     tenant = args.tenant.strip()
@@ -523,11 +530,22 @@ def _keys_create(args: argparse.Namespace) -> int:
     engine = make_engine(get_settings())
     try:
         with Session(engine) as session:
-            created = create_key(
-                session, tenant=tenant, roles=[Role(r) for r in args.roles], name=args.name
-            )
+            try:
+                created = create_key(
+                    session,
+                    tenant=tenant,
+                    roles=[Role(r) for r in args.roles],
+                    name=args.name,
+                    person=args.person or args.service_account,
+                    kind=PersonKind.SERVICE if args.service_account else PersonKind.PERSON,
+                )
+            except KeyRequestInvalid as exc:
+                flag = {"kind": "--person/--service-account", "person": "--person"}
+                raise UsageError(f"{flag.get(exc.field, exc.field)}: {exc.message}") from None
             session.commit()
-            view = _key_view(created.key, created.tenant.name)
+            row = key_row(session, created.key.id)
+            assert row is not None
+            view = _key_view(row)
     finally:
         engine.dispose()
     print(json.dumps({**view, "key": created.secret}, indent=2))
@@ -538,8 +556,7 @@ def _keys_create(args: argparse.Namespace) -> int:
 def _keys_revoke(args: argparse.Namespace) -> int:
     from sqlmodel import Session
 
-    from service.db.apikey import get_key, revoke
-    from service.db.models import Tenant
+    from service.db.apikey import get_key, key_row, revoke
     from service.db.session import make_engine
 
     try:
@@ -554,8 +571,9 @@ def _keys_revoke(args: argparse.Namespace) -> int:
                 raise UsageError(f"no API key {key_id}")
             revoke(session, key)
             session.commit()
-            tenant = session.get(Tenant, key.tenant_id)
-            print(json.dumps(_key_view(key, tenant.name if tenant else "?"), indent=2))
+            row = key_row(session, key.id)
+            assert row is not None
+            print(json.dumps(_key_view(row), indent=2))
     finally:
         engine.dispose()
     return 0
@@ -576,19 +594,23 @@ def _keys_list_api(args: argparse.Namespace) -> int:
                 if tenant is None:
                     raise UsageError(f"no tenant {args.tenant}")
                 tenant_id = tenant.id
-            items = [_key_view(k, t.name) for k, t in keys(session, tenant_id)]
+            items = [_key_view(row) for row in keys(session, tenant_id)]
     finally:
         engine.dispose()
     print(json.dumps({"items": items}, indent=2))
     return 0
 
 
-def _key_view(key: Any, tenant: str) -> dict[str, Any]:
+def _key_view(row: Any) -> dict[str, Any]:
+    key = row.key
     return {
         "id": str(key.id),
-        "tenant": tenant,
+        "tenant": row.tenant.name,
         "roles": list(key.roles),
         "name": key.name,
+        "person": row.person.name,
+        "kind": row.person.kind,
+        "minted_by": row.minted_by.name if row.minted_by else None,
         "prefix": key.prefix,
         "created_at": key.created_at.isoformat(),
         "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
@@ -609,7 +631,11 @@ def _first_admin_key(settings: Settings) -> None:
             if any_key(session):
                 return
             created = create_key(
-                session, tenant=DEFAULT_TENANT, roles=list(Role), name="first admin key"
+                session,
+                tenant=DEFAULT_TENANT,
+                roles=list(Role),
+                name="first admin key",
+                person="admin",
             )
             session.commit()
     finally:
@@ -629,7 +655,7 @@ def demo_key(data_dir: Path) -> str:
 
     from service.db import migrate
     from service.db.apikey import create_key
-    from service.db.models import Role
+    from service.db.models import PersonKind, Role
     from service.db.session import make_engine
 
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -642,7 +668,14 @@ def demo_key(data_dir: Path) -> str:
     engine = make_engine(settings)
     try:
         with Session(engine) as session:
-            created = create_key(session, tenant="demo", roles=[Role.SUBMITTER], name="demo")
+            created = create_key(
+                session,
+                tenant="demo",
+                roles=[Role.SUBMITTER],
+                name="demo",
+                person="demo",
+                kind=PersonKind.SERVICE,
+            )
             session.commit()
     finally:
         engine.dispose()

@@ -1,7 +1,12 @@
 """The service's Ed25519 signing keys on disk: created on first start, rotated, all published.
 
-A key directory holds one PEM file per key and `keys.json`, the index of every key with its
-validity window. Retired keys stay published so that everything they signed still verifies.
+A key directory holds the active key's PEM file and `keys.json`, the index of every key with its
+validity window. Rotation retires the active key — its `not_after` is set to the moment of
+rotation plus `ROTATION_GRACE_S`, so a dossier being signed while the key rotates still verifies
+— and deletes its private key from the directory: a retired key never signs again, and the
+public half in the index is all that verifying needs. Verification refuses a statement a key
+signed outside its window (`service.core.dossier.verify`), so even a copy of a retired private
+key taken before rotation cannot vouch for anything dated after its retirement.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -26,10 +31,13 @@ from cryptography.hazmat.primitives.serialization import (
 from service.core.dossier import PublicKey, Signer
 
 INDEX = "keys.json"
+# How long after a rotation the retired key's window stays open: long enough for a dossier whose
+# signer was loaded just before the rotation to be sealed inside it.
+ROTATION_GRACE_S = 60
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+def _now(*, plus_s: int = 0) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=plus_s)).isoformat(timespec="seconds")
 
 
 @dataclass
@@ -103,14 +111,19 @@ class KeyRing:
         return Signer(private)
 
     def rotate(self) -> Signer:
-        """Retire the active key (it stays published) and make a new one active."""
+        """Retire the active key (it stays published, its window closed) and make a new one
+        active; the retired private key is deleted once the new index is written."""
         with self._locked():
             entries = self._index()
-            now = _now()
+            closes = _now(plus_s=ROTATION_GRACE_S)
+            retired = [str(e["keyid"]) for e in entries if e["not_after"] is None]
             for e in entries:
                 if e["not_after"] is None:
-                    e["not_after"] = now
-            return self._create(entries)
+                    e["not_after"] = closes
+            signer = self._create(entries)
+            for keyid in retired:
+                (self.directory / f"{keyid}.pem").unlink(missing_ok=True)
+            return signer
 
     def published(self) -> list[PublicKey]:
         return [

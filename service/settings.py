@@ -22,6 +22,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from service.keys import KeyRing
 
 MIB = 1024 * 1024
+# Where versions before 0.1 kept the dashboard's session secret: in the signing-keys folder.
+LEGACY_SESSION_SECRET = "web-session.secret"
 
 
 class Settings(BaseSettings):
@@ -60,6 +62,9 @@ class Settings(BaseSettings):
     migrations_dir: Path | None = None
     # Where the service's Ed25519 dossier-signing keys live; created on first start.
     keys_dir: Path | None = None
+    # The secret that signs dashboard session cookies: the API's alone (workers never mount it),
+    # so never inside `keys_dir`. Created 0600 on first start.
+    session_secret_file: Path | None = None
     # The injector-credential keys: a separate ring whose private half only the API holds, so a
     # worker (which signs dossiers) can verify credentials but never mint one.
     injector_keys_dir: Path | None = None
@@ -89,6 +94,15 @@ class Settings(BaseSettings):
             self.injector_keys_dir = self.data_dir / "injector-keys"
         if self.injector_public_dir is None:
             self.injector_public_dir = self.data_dir / "injector-public"
+        if self.session_secret_file is None:
+            self.session_secret_file = self.data_dir / "api" / "session.secret"
+        keys = self.keys_dir.expanduser().absolute()
+        secret = self.session_secret_file.expanduser().absolute()
+        if secret.is_relative_to(keys):
+            raise ValueError(
+                "ASSAYGATE_SESSION_SECRET_FILE must not be inside ASSAYGATE_KEYS_DIR, which "
+                "workers mount: a worker could sign dashboard sessions"
+            )
         if not self.result_backend and self.broker_is_redis:
             self.result_backend = self.broker_url
         return self

@@ -9,7 +9,6 @@ reviewer cannot waive a hold with the key that submitted the candidate).
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -18,7 +17,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service.api.errors import Forbidden, Unauthenticated
-from service.db.apikey import Principal, authenticate, principal_by_id
+from service.db import websession
+from service.db.apikey import Principal, authenticate
 from service.db.models import Role
 from service.web import auth as web_auth
 
@@ -104,20 +104,17 @@ def authorize(
 
 def _signed_in(request: Request, engine: Engine) -> Principal | None:
     """A read from a dashboard page (its progress poll, an envelope download): the signed-in
-    session's key, looked up again so a revoked key stops working. Reads only: a write from a
+    session's key, looked up on the server so a signed-out session or a revoked key stops
+    working. Reads only: a write from a
     browser goes through the dashboard's own forms, which carry a CSRF token."""
     if request.method not in ("GET", "HEAD"):
         return None
     cookie = request.cookies.get(web_auth.COOKIE)
     ws = web_auth.decode_session(web_auth.secret_of(request), cookie) if cookie else None
-    if ws is None or ws.identity is None:
-        return None
-    try:
-        key_id = uuid.UUID(ws.identity.name)
-    except ValueError:
+    if ws is None:
         return None
     with Session(engine) as session:
-        return principal_by_id(session, key_id)
+        return websession.signed_in(session, ws.sid)
 
 
 def require_principal(principal: Annotated[Principal | None, Depends(authorize)]) -> Principal:

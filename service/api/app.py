@@ -12,9 +12,11 @@ from sqlalchemy.engine import Engine
 from service.api import errors
 from service.api.access import authorize
 from service.api.dispatch import Dispatcher
+from service.api.input import check_request_text
 from service.api.limits import SubmissionLimit
 from service.api.metrics import Metrics
 from service.api.middleware import BodyLimit, RequestLog
+from service.api.openapi import refine
 from service.api.routes import (
     api_keys,
     assays,
@@ -30,6 +32,7 @@ from service.db.session import make_engine
 from service.keys import KeyRing
 from service.settings import Settings
 from service.web import routes as web
+from service.web.auth import load_secret
 
 
 def create_app(
@@ -44,6 +47,8 @@ def create_app(
         # Both keys are created on first start (or loaded); the injector key never leaves the API.
         app.state.signer = KeyRing(settings.keys_dir).load_or_create()
         app.state.injector_signer = settings.injector_ring().load_or_create()
+        # The dashboard's session secret: the API's own file, never in the folder workers mount.
+        app.state.web_secret = load_secret(settings)
         dispatcher.prepare()
         yield
         app.state.submission_limit.close()
@@ -78,8 +83,22 @@ def create_app(
         api_keys.router,
         health.router,
     ):
-        app.include_router(router, dependencies=[Depends(authorize)], responses=refusals)
+        app.include_router(
+            router,
+            dependencies=[Depends(check_request_text), Depends(authorize)],
+            responses=refusals,
+        )
     app.include_router(web.router)
+    # The document says what the service accepts, including what the models cannot say.
+    derived = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if not getattr(app.state, "openapi_refined", False):
+            refine(derived(), settings)
+            app.state.openapi_refined = True
+        return derived()
+
+    app.openapi = openapi  # type: ignore[method-assign]
     # Outermost last: the log line sees the 413 the limit sends.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestLog)

@@ -7,15 +7,20 @@ inside the request body, so a client can point at the exact key it sent.
 from __future__ import annotations
 
 import logging
+import re
+from functools import lru_cache
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
 
 from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
+from service.core.text import PATTERN_RULES
 from service.db.session import DATABASE_ERRORS
 
 log = logging.getLogger("assaygate.api")
@@ -182,6 +187,21 @@ def _validation_field(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in path) or str(where)
 
 
+def allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods some route of `app` serves at `path`."""
+    methods: set[str] = set()
+    for route in iter_route_contexts(app.routes):
+        if route.path and route.methods and _path_regex(route.path).match(path):
+            methods |= route.methods
+    return sorted(methods)
+
+
+@lru_cache(maxsize=512)
+def _path_regex(template: str) -> re.Pattern[str]:
+    regex, _format, _convertors = compile_path(template)
+    return regex
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
@@ -201,17 +221,18 @@ def install(app: FastAPI) -> None:
         message = str(first.get("msg", "invalid value"))
         if kind == "extra_forbidden":
             message = "unknown key"
+        elif kind == "string_pattern_mismatch":
+            message = PATTERN_RULES.get(str(first.get("ctx", {}).get("pattern")), message)
         return error_response(422, "field_invalid", message, _validation_field(loc))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_response(
-            exc.status_code,
-            code,
-            str(exc.detail),
-            headers=dict(exc.headers) if exc.headers else None,
-        )
+        headers = dict(exc.headers) if exc.headers else {}
+        if exc.status_code == 405:
+            # Every method the path answers to, not only the first route's (RFC 9110 15.5.6).
+            headers["Allow"] = ", ".join(allowed_methods(request.app, request.url.path))
+        return error_response(exc.status_code, code, str(exc.detail), headers=headers or None)
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import Response
@@ -61,6 +59,7 @@ def candidate_public(
         manifest_digest=row.candidate.manifest_digest,
         component_hashes=hashes.get(digest, {}),
         created_at=aware(row.candidate.created_at),
+        submitted_by=row.candidate.submitted_by,
         assay_id=row.assay.id,
         status=AssayStatus(row.assay.status),
         progress=progress(row.assay),
@@ -69,17 +68,23 @@ def candidate_public(
     )
 
 
+#: A page cursor: the last row's creation time (microseconds since the epoch, UTC) and its id.
+#: Every string of this shape is a cursor, so the schema says exactly what is accepted.
+CURSOR_PATTERN = r"^[0-9]{1,17}\.[0-9a-f]{32}$"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def encode_cursor(row: queries.CandidateRow) -> str:
-    raw = f"{row.candidate.created_at.isoformat()}|{row.candidate.id}"
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    created = aware(row.candidate.created_at)
+    micros = (created - _EPOCH) // timedelta(microseconds=1)
+    return f"{micros}.{row.candidate.id.hex}"
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        created_at, last_id = raw.split("|", 1)
-        return datetime.fromisoformat(created_at), uuid.UUID(last_id)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
+        micros, last_id = cursor.split(".", 1)
+        return _EPOCH + timedelta(microseconds=int(micros)), uuid.UUID(hex=last_id)
+    except (ValueError, OverflowError):
         raise CursorInvalid("not a cursor this service returned", field="cursor") from None
 
 
@@ -113,6 +118,7 @@ def hold_public(hold: Hold) -> HoldPublic:
         status=hold.status,
         reasons=[dict(r) for r in hold.reasons],
         reviewer=hold.reviewer,
+        reviewed_by=hold.reviewed_by,
         review_reason=hold.review_reason,
         reviewed_at=maybe_aware(hold.reviewed_at),
         expires_at=maybe_aware(hold.expires_at),

@@ -4,14 +4,43 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.core.plan import StopConditions
+from service.core.catalogue import DOMAINS, catalogue_named
+from service.core.manifest import COMPONENTS
+from service.core.plan import MAX_FAMILIES, MAX_MODES, MAX_SEED, StopConditions
+from service.core.text import LINE_PATTERN, SYSTEM_NAME_MAX, SYSTEM_NAME_PATTERN, TEXT_PATTERN
+from service.core.values import INTEGRAL
 from service.db.models import AssayStatus, Role
 
-Name = Annotated[str, Field(min_length=1, max_length=200)]
+#: One line of printable text (a version, a revision, a key's name).
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=LINE_PATTERN)]
+#: A new system's name (see `service.core.text`).
+SystemName = Annotated[
+    str, Field(min_length=1, max_length=SYSTEM_NAME_MAX, pattern=SYSTEM_NAME_PATTERN)
+]
+#: Free text: tabs and line breaks, no other control character.
+Text = Annotated[str, Field(pattern=TEXT_PATTERN)]
+# Documented here, checked by the core (which names the field): the values a plan may select.
+_FULL = catalogue_named("full")
+FAMILY_NAMES = [d.value for d in DOMAINS]
+MODE_NAMES = sorted({f.id for f in _FULL.faults} | {f.mode for f in _FULL.faults})
+Component = Literal[
+    "model",
+    "prompt",
+    "policy",
+    "tools",
+    "retry",
+    "state_schema",
+    "evidence_routes",
+    "orchestration",
+    "controls",
+    "target",
+    "envelope",
+]
+assert set(get_args(Component)) == set(COMPONENTS)
 
 
 class PlanCreate(BaseModel):
@@ -20,12 +49,24 @@ class PlanCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     catalogue: Literal["paper", "full"] | None = None
-    families: list[str] | None = Field(default=None, description="fault domains; empty: all")
-    modes: list[str] | None = Field(default=None, description="fault ids; empty: all")
-    trials: Annotated[int, Field(strict=True, ge=1)] | None = Field(
+    families: (
+        Annotated[
+            list[Annotated[str, Field(json_schema_extra={"enum": FAMILY_NAMES})]],
+            Field(max_length=MAX_FAMILIES),
+        ]
+        | None
+    ) = Field(default=None, description="fault domains; empty: all")
+    modes: (
+        Annotated[
+            list[Annotated[str, Field(json_schema_extra={"enum": MODE_NAMES})]],
+            Field(max_length=MAX_MODES),
+        ]
+        | None
+    ) = Field(default=None, description="fault ids (full catalogue only); empty: all")
+    trials: Annotated[int, Field(strict=True, ge=1), INTEGRAL] | None = Field(
         default=None, description="per fault (full catalogue) or in total (paper catalogue)"
     )
-    seed: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)] | None = None
+    seed: Annotated[int, Field(strict=True, ge=0, le=MAX_SEED), INTEGRAL] | None = None
     stop: StopConditions | None = Field(
         default=None, description="stop conditions; omitted ones take the service defaults"
     )
@@ -34,7 +75,7 @@ class PlanCreate(BaseModel):
 class CandidateCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    system: Name | None = Field(default=None, description="defaults to manifest.system")
+    system: SystemName | None = Field(default=None, description="defaults to manifest.system")
     version: Name | None = Field(default=None, description="defaults to manifest.version")
     source_revision: Name = Field(description="the commit the candidate was built from")
     manifest: dict[str, Any] = Field(description="the configuration manifest")
@@ -56,6 +97,9 @@ class CandidatePublic(BaseModel):
     manifest_digest: str
     component_hashes: dict[str, str]
     created_at: datetime
+    submitted_by: str | None = Field(
+        default=None, description="the person or service account whose key submitted it"
+    )
     assay_id: uuid.UUID
     status: AssayStatus
     progress: Progress
@@ -111,7 +155,7 @@ class AssayPublic(BaseModel):
 class AbortCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    reason: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    reason: Annotated[Text, Field(min_length=1, max_length=200)] | None = None
 
 
 class AbortPublic(BaseModel):
@@ -196,7 +240,9 @@ class GatePublic(BaseModel):
 class TriggersUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    components: list[str] = Field(min_length=1, description="manifest components")
+    components: list[Component] = Field(
+        min_length=1, max_length=len(COMPONENTS) * 2, description="manifest components"
+    )
 
 
 class TriggersPublic(BaseModel):
@@ -208,11 +254,11 @@ class TriggersPublic(BaseModel):
 class ConfigChangeCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    component: str = Field(description="the manifest component that changed in production")
+    component: Component = Field(description="the manifest component that changed in production")
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] = Field(
         description="its new hash (SHA-256 over its RFC 8785 canonical JSON)"
     )
-    note: Annotated[str, Field(max_length=2000)] | None = None
+    note: Annotated[Text, Field(max_length=2000)] | None = None
 
 
 class ConfigChangePublic(BaseModel):
@@ -227,7 +273,7 @@ class ConfigChangePublic(BaseModel):
 class ReviewCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    reason: Annotated[str, Field(min_length=1, max_length=2000)]
+    reason: Annotated[Text, Field(min_length=1, max_length=2000)]
     expires_at: datetime | None = Field(
         default=None, description="required for a waiver; when it lapses the hold reopens"
     )
@@ -239,7 +285,8 @@ class HoldPublic(BaseModel):
     dossier_id: uuid.UUID = Field(description="the dossier version that opened the hold")
     status: Literal["open", "waived", "rejected", "superseded"]
     reasons: list[dict[str, Any]]
-    reviewer: str | None
+    reviewer: str | None = Field(description="the id of the key that reviewed it")
+    reviewed_by: str | None = Field(description="the person whose key reviewed it")
     review_reason: str | None
     reviewed_at: datetime | None
     expires_at: datetime | None
@@ -255,6 +302,15 @@ class ReviewPublic(BaseModel):
     dossier: DossierRef
 
 
+class PersonCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name = Field(description="e.g. `Ada Lovelace`, or `ci` for a service account")
+    kind: Literal["person", "service"] = Field(
+        default="person", description="a person, or a service account (CI, a deploy bot)"
+    )
+
+
 class ApiKeyCreate(BaseModel):
     """A key for the caller's own tenant (new tenants come from `assaygate keys create`)."""
 
@@ -262,6 +318,11 @@ class ApiKeyCreate(BaseModel):
 
     roles: list[Role] = Field(min_length=1, max_length=3, description="submitter, reviewer, admin")
     name: Name | None = Field(default=None, description="what the key is for, e.g. `ci-main`")
+    person: PersonCreate | None = Field(
+        default=None,
+        description="who holds the key (created in the tenant if new; an existing name must "
+        "keep its kind, else 409); default: the person of the admin key minting it",
+    )
 
 
 class ApiKeyPublic(BaseModel):
@@ -269,6 +330,11 @@ class ApiKeyPublic(BaseModel):
     tenant: str
     roles: list[Role]
     name: str | None
+    person: str = Field(description="the person or service account the key belongs to")
+    kind: Literal["person", "service"]
+    minted_by: str | None = Field(
+        description="the person whose key minted this one; null: an operator on the command line"
+    )
     prefix: str = Field(description="the key's first characters, to recognise it")
     created_at: datetime
     revoked_at: datetime | None

@@ -15,6 +15,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -48,6 +49,9 @@ def keyid_of(public: str) -> str:
 
 @dataclass(frozen=True)
 class PublicKey:
+    """A published key and its validity window: it vouches only for statements dated
+    `not_before` <= issued_at <= `not_after` (ISO 8601; None: open on that side)."""
+
     keyid: str
     public: str  # raw Ed25519 public key, hex
     not_before: str | None = None
@@ -141,7 +145,8 @@ def verify(
     previous_digest: str | None = None,
     check_chain: bool = False,
 ) -> Verification:
-    """Check payload type, signature, statement shape, subject digest and chain link.
+    """Check payload type, signature, statement shape, the signing key's validity window
+    against the statement's time, subject digest and chain link.
 
     Every check is reported; the first failing one names what is wrong.
     """
@@ -215,6 +220,8 @@ def verify(
     )
     if not shape_ok:
         return Verification(tuple(checks), None, digest)
+    if verified_by is not None:
+        checks.append(_window(keys[verified_by], (stmt.get("predicate") or {}).get("issued_at")))
     subject_digest = stmt["subject"][0].get("digest", {}).get("sha256")
     predicate = stmt.get("predicate") or {}
     manifest_digest = (predicate.get("manifest") or {}).get("digest")
@@ -243,13 +250,52 @@ def verify(
     return Verification(tuple(checks), stmt, digest)
 
 
+def _instant(text: object) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _window(key: PublicKey, issued_at: object) -> Check:
+    """A key vouches only for statements dated inside its window: a retired key's signature on
+    a statement dated after its retirement is refused, as is one dated before it existed."""
+    if key.not_before is None and key.not_after is None:
+        return Check("key_window", True, f"key {key.keyid[:16]}… has no validity window")
+    when = _instant(issued_at)
+    if when is None:
+        return Check(
+            "key_window", False, "the statement carries no issued_at to hold against the key"
+        )
+    start, end = _instant(key.not_before), _instant(key.not_after)
+    if start is not None and when < start:
+        return Check(
+            "key_window",
+            False,
+            f"issued at {issued_at}, before key {key.keyid[:16]}… became valid ({key.not_before})",
+        )
+    if end is not None and when > end:
+        return Check(
+            "key_window",
+            False,
+            f"issued at {issued_at}, after key {key.keyid[:16]}… was retired ({key.not_after})",
+        )
+    return Check("key_window", True, f"issued at {issued_at}, inside the key's window")
+
+
 @dataclass(frozen=True)
 class CandidateRef:
     id: str
     system: str
     version: str
     source_revision: str | None = None
+    # The submitting key's id, and who acted through it: {"key_id", "key_prefix", "key_name",
+    # "person", "kind", "minted_by"} (see docs/dossier.md).
     submitter: str | None = None
+    submitted_by: Mapping[str, Any] | None = None
 
     def subject_name(self) -> str:
         return f"assaygate:candidate/{self.id}"
@@ -310,6 +356,7 @@ def predicate_from_report(
             "version": candidate.version,
             "source_revision": candidate.source_revision,
             "submitter": candidate.submitter,
+            "submitted_by": dict(candidate.submitted_by) if candidate.submitted_by else None,
         },
         "manifest": {
             "digest": report["manifest_digest"],

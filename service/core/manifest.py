@@ -23,6 +23,15 @@ from pydantic import (
 
 from service.core.control import Control
 from service.core.errors import ManifestInvalid
+from service.core.text import (
+    LINE_PATTERN,
+    PATTERN_RULES,
+    SYSTEM_NAME_MAX,
+    SYSTEM_NAME_PATTERN,
+    TextInvalid,
+    check_text,
+)
+from service.core.values import INTEGRAL, Number
 
 COMPONENTS: tuple[str, ...] = (
     "model",
@@ -63,13 +72,13 @@ class ControlSet(_Strict):
 class RetryBudget(_Strict):
     """A token bucket shared by every agent of the fleet: a retry spends a token."""
 
-    capacity: Annotated[int, Field(strict=True, ge=1, le=100_000)]
-    refill_per_s: Annotated[float, Field(gt=0, le=100_000)]
+    capacity: Annotated[int, Field(strict=True, ge=1, le=100_000), INTEGRAL]
+    refill_per_s: Annotated[Number, Field(gt=0, le=100_000)]
 
 
 class RetryPolicy(_Strict):
-    max_attempts: Annotated[int, Field(strict=True, ge=1, le=20)] = 3
-    backoff_ms: Annotated[int, Field(strict=True, ge=0, le=600_000)] = 1000
+    max_attempts: Annotated[int, Field(strict=True, ge=1, le=20), INTEGRAL] = 3
+    backoff_ms: Annotated[int, Field(strict=True, ge=0, le=600_000), INTEGRAL] = 1000
     jitter: Literal["none", "full"] = "none"
     budget: RetryBudget | None = None
 
@@ -78,7 +87,7 @@ class Orchestration(_Strict):
     # "deny": refuse every action after any warning (the paper's fail-closed counterexample).
     on_warning: Literal["recover", "deny"] = "recover"
     # The customer journey must finish within this much virtual time to count as useful service.
-    deadline_ms: Annotated[int, Field(strict=True, ge=1, le=86_400_000)] = 60_000
+    deadline_ms: Annotated[int, Field(strict=True, ge=1, le=86_400_000), INTEGRAL] = 60_000
     graph: JsonValue = None
 
 
@@ -98,7 +107,7 @@ class Target(_Strict):
         return self
 
 
-Rate = Annotated[float, Field(ge=0.0, le=1.0)]
+Rate = Annotated[Number, Field(ge=0.0, le=1.0)]
 
 
 class Floors(_Strict):
@@ -113,12 +122,15 @@ class Envelope(_Strict):
     # "point": floors compare point estimates; "lower_bound": the Wilson 95 % lower bound.
     floor_on: Literal["point", "lower_bound"] = "point"
     # The highest hard-invariant violation rate each fault may have, established at 95 %.
-    max_violation_rate: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
+    max_violation_rate: Annotated[Number, Field(gt=0.0, lt=1.0)] | None = None
 
 
 class Manifest(_Strict):
-    system: Annotated[str, Field(min_length=1, max_length=200)] | None = None
-    version: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    system: (
+        Annotated[str, Field(min_length=1, max_length=SYSTEM_NAME_MAX, pattern=SYSTEM_NAME_PATTERN)]
+        | None
+    ) = None
+    version: Annotated[str, Field(min_length=1, max_length=200, pattern=LINE_PATTERN)] | None = None
     model: dict[str, JsonValue]
     prompt: JsonValue
     policy: dict[str, JsonValue]
@@ -188,6 +200,10 @@ def parse_manifest(data: object) -> Manifest:
     for key, value in data.items():
         _shape(value, str(key), 1, budget)
     try:
+        check_text(data, "")
+    except TextInvalid as exc:
+        raise ManifestInvalid(exc.message, field=exc.field or "manifest") from None
+    try:
         manifest = Manifest.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors()
@@ -200,7 +216,9 @@ def parse_manifest(data: object) -> Manifest:
                 known = ", ".join(c.value for c in Control)
                 raise ManifestInvalid(f"unknown control (known: {known})", field=field) from None
             raise ManifestInvalid(f"unknown key in {parent}", field=field) from None
-        raise ManifestInvalid(err["msg"], field=field) from None
+        pattern = (err.get("ctx") or {}).get("pattern")
+        message = PATTERN_RULES.get(str(pattern), err["msg"]) if pattern else err["msg"]
+        raise ManifestInvalid(message, field=field) from None
     for name in COMPONENTS:
         try:
             canonical(manifest.component(name))

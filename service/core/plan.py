@@ -14,8 +14,14 @@ from service.core.catalogue import (
     catalogue_named,
 )
 from service.core.errors import FaultUnknown, PlanInvalid
+from service.core.values import INTEGRAL, Number
 
 MAX_TRIALS = 10_000_000
+# The plan is signed into the dossier as RFC 8785 JSON, which holds integers up to 2^53 - 1 only.
+MAX_SEED = 2**53 - 1
+# A plan names each family or mode at most once or twice; more is a mistake or an attack.
+MAX_FAMILIES = 16
+MAX_MODES = 256
 
 
 class StopConditions(BaseModel):
@@ -24,10 +30,10 @@ class StopConditions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # None means "the service default" (on); 0 stops at the first occurrence.
-    max_effects: Annotated[int, Field(strict=True, ge=0)] | None = None
-    max_unsafe: Annotated[int, Field(strict=True, ge=0)] | None = None
-    max_target_errors: Annotated[int, Field(strict=True, ge=0)] | None = None
-    deadline_s: Annotated[float, Field(gt=0, le=7 * 86_400)] | None = None
+    max_effects: Annotated[int, Field(strict=True, ge=0), INTEGRAL] | None = None
+    max_unsafe: Annotated[int, Field(strict=True, ge=0), INTEGRAL] | None = None
+    max_target_errors: Annotated[int, Field(strict=True, ge=0), INTEGRAL] | None = None
+    deadline_s: Annotated[Number, Field(gt=0, le=7 * 86_400)] | None = None
 
 
 class AssayPlan(BaseModel):
@@ -36,10 +42,10 @@ class AssayPlan(BaseModel):
     # "paper": the reference script's ten modes, drawn per trial by its generator; `trials` is
     # the total. "full": every catalogue fault; `trials` is per fault. Or a custom catalogue.
     catalogue: Literal["paper", "full"] | Catalogue = "full"
-    families: tuple[str, ...] = ()
-    modes: tuple[str, ...] = ()
-    trials: Annotated[int, Field(strict=True, ge=1, le=MAX_TRIALS)] = 200
-    seed: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)] = 188
+    families: Annotated[tuple[str, ...], Field(max_length=MAX_FAMILIES)] = ()
+    modes: Annotated[tuple[str, ...], Field(max_length=MAX_MODES)] = ()
+    trials: Annotated[int, Field(strict=True, ge=1, le=MAX_TRIALS), INTEGRAL] = 200
+    seed: Annotated[int, Field(strict=True, ge=0, le=MAX_SEED), INTEGRAL] = 188
     matched_baseline: bool = True
     counterfactuals: bool = True
     # The matched baseline and counterfactual arms run on a seeded sample of about this many

@@ -12,6 +12,7 @@ from sqlmodel import Session, col, select
 
 from service.core.assay import ShardSpec
 from service.core.manifest import Manifest as CoreManifest
+from service.core.text import check_system_name
 from service.db.models import (
     Assay,
     AssayShard,
@@ -45,6 +46,7 @@ def record_submission(
     catalogue: str,
     shards: Sequence[ShardSpec],
     submitter: str | None = None,
+    submitted_by: str | None = None,
 ) -> Recorded:
     """Stage every row of one submission in `session`; the caller commits or rolls back."""
     system = session.exec(
@@ -52,7 +54,7 @@ def record_submission(
     ).first()
     created_system = system is None
     if system is None:
-        system = System(name=system_name, tenant_id=tenant_id)
+        system = System(name=check_system_name(system_name), tenant_id=tenant_id)
         session.add(system)
         session.flush()
 
@@ -71,6 +73,7 @@ def record_submission(
         source_revision=source_revision,
         manifest_digest=digest,
         submitter=submitter,
+        submitted_by=submitted_by,
     )
     # Without ORM relationships the unit of work does not order inserts by foreign key: flush
     # each parent before its children.

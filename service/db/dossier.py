@@ -31,7 +31,9 @@ from service.core.dossier import (
     successor,
     trigger_hashes,
 )
+from service.core.text import check_system_name
 from service.db import queries
+from service.db.apikey import actor_view
 from service.db.models import (
     Assay,
     Candidate,
@@ -300,6 +302,7 @@ def record_assay_dossier(
             candidate.version,
             candidate.source_revision,
             candidate.submitter,
+            actor_view(session, candidate.submitter),
         ),
         version=version,
         previous=before.digest if before else None,
@@ -376,6 +379,13 @@ def _derive(
 # --------------------------------------------------------------------------------- reviews
 
 
+def _who(key_id: str, actor: Mapping[str, Any] | None) -> str:
+    """A reviewer as messages name them: the person, and the key they acted through."""
+    if not actor:
+        return key_id
+    return f"{actor['person']} (key {actor['key_prefix']}…)"
+
+
 def hard_reasons(hold: Hold) -> list[dict[str, Any]]:
     """The reasons no waiver can lift: every block (hard invariants, invalid evidence, a stop)."""
     return [r for r in hold.reasons if r.get("severity") == BLOCK]
@@ -396,12 +406,16 @@ def review(
     reviewer: str,
     reason: str,
     expires_at: datetime | None,
+    reviewed_by: Mapping[str, Any] | None = None,
     now: datetime | None = None,
 ) -> Review | None:
     """Waive or reject an open hold, signing the next dossier version. None: not open any more.
 
-    The caller has checked that a waiver lifts no block reason and that the reviewer is not the
-    submitter; this re-checks that the hold is still open under the candidate's lock.
+    `reviewer` is the reviewing key's id; `reviewed_by` who acted through it (`actor_view`): the
+    person's name goes into the hold, the messages and the signed waiver entry.
+
+    The caller has checked that a waiver lifts no block reason and that separation of duties
+    holds; this re-checks that the hold is still open under the candidate's lock.
     """
     now = now or utcnow()
     hold = session.get(Hold, hold_id)
@@ -415,15 +429,18 @@ def review(
     status = HoldStatus.WAIVED if action == "waive" else HoldStatus.REJECTED
     hold.status = status.value
     hold.reviewer = reviewer
+    hold.reviewed_by = str(reviewed_by["person"]) if reviewed_by else None
     hold.review_reason = reason
     hold.reviewed_at = now
     hold.expires_at = expires_at
     session.add(hold)
     until = f" until {_iso(expires_at)}" if expires_at else ""
+    who = _who(reviewer, reviewed_by)
     entry = {
         "hold_id": str(hold.id),
         "action": status.value,
         "reviewer": reviewer,
+        "reviewed_by": dict(reviewed_by) if reviewed_by else None,
         "reason": reason,
         "at": _iso(now),
         "expires_at": _iso(expires_at) if expires_at else None,
@@ -436,7 +453,7 @@ def review(
         reasons = remaining or [
             {
                 "code": "waived",
-                "message": f"held reasons waived by {reviewer}{until}: {reason}",
+                "message": f"held reasons waived by {who}{until}: {reason}",
                 "fault": None,
                 "severity": ALLOW,
             }
@@ -447,7 +464,7 @@ def review(
             *hold.reasons,
             {
                 "code": "rejected",
-                "message": f"rejected by {reviewer}{until}: {reason}",
+                "message": f"rejected by {who}{until}: {reason}",
                 "fault": None,
                 "severity": BLOCK,
             },
@@ -457,7 +474,7 @@ def review(
         signer,
         candidate,
         before,
-        change=f"{status.value} by {reviewer}: {reason}",
+        change=f"{status.value} by {who}: {reason}",
         decision=decision,
         reasons=reasons,
         now=now,
@@ -495,8 +512,9 @@ def reopen_expired(session: Session, signer: Signer, *, now: datetime | None = N
         hold.status = HoldStatus.OPEN.value
         session.add(hold)
         decision = BLOCK if hard_reasons(hold) else HOLD
+        by = hold.reviewed_by or hold.reviewer
         message = (
-            f"the {what} by {hold.reviewer} expired at {_iso(expires) if expires else '?'}; "
+            f"the {what} by {by} expired at {_iso(expires) if expires else '?'}; "
             "the hold is open again"
         )
         _derive(
@@ -528,7 +546,7 @@ def set_triggers(
         select(System).where(System.name == system_name, System.tenant_id == tenant_id)
     ).first()
     if system is None:
-        system = System(name=system_name, tenant_id=tenant_id)
+        system = System(name=check_system_name(system_name), tenant_id=tenant_id)
     system.triggers = sorted(set(components))
     session.add(system)
     session.add(

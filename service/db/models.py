@@ -53,13 +53,35 @@ class Tenant(SQLModel, table=True):
     )
 
 
+class PersonKind(StrEnum):
+    PERSON = "person"
+    SERVICE = "service"  # a service account: CI, a deploy bot
+
+
+class Person(SQLModel, table=True):
+    """Who holds keys: a named person or service account of a tenant, recorded when a key is
+    minted for them. Separation of duties compares people, not keys (`service.db.apikey`)."""
+
+    __table_args__ = (sa.UniqueConstraint("tenant_id", "name"),)
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    tenant_id: uuid.UUID = Field(foreign_key="tenant.id", index=True)
+    name: str = Field(max_length=200)
+    kind: str = Field(default=PersonKind.PERSON.value, max_length=16)
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+
+
 class ApiKey(SQLModel, table=True):
-    """An API key: only the SHA-256 of the secret is kept, with a short prefix to recognise it."""
+    """An API key: only the SHA-256 of the secret is kept, with a short prefix to recognise it.
+    It belongs to one person (or service account) and records the key that minted it."""
 
     __tablename__ = "api_key"
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
     tenant_id: uuid.UUID = Field(foreign_key="tenant.id", index=True)
+    person_id: uuid.UUID = Field(foreign_key="person.id", index=True)
     roles: list[str] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
     name: str | None = Field(default=None, max_length=200)
     prefix: str = Field(max_length=16)
@@ -71,6 +93,23 @@ class ApiKey(SQLModel, table=True):
     revoked_at: datetime | None = Field(
         default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
     )
+
+
+class BrowserSession(SQLModel, table=True):
+    """A signed-in dashboard session, kept on the server so that it can be ended: signing out
+    or revoking the key ends it at once. Only the SHA-256 of the session id is stored."""
+
+    __tablename__ = "browser_session"
+
+    id: str = Field(primary_key=True, max_length=64)
+    key_id: uuid.UUID = Field(foreign_key="api_key.id", index=True)
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+    expires_at: datetime = Field(
+        sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False, index=True)
+    )
+    ended_at: datetime | None = Field(default=None, sa_column=sa.Column(sa.DateTime(timezone=True)))
 
 
 class System(SQLModel, table=True):
@@ -117,8 +156,9 @@ class Candidate(SQLModel, table=True):
     version: str = Field(max_length=200)
     source_revision: str = Field(max_length=200)
     manifest_digest: str = Field(foreign_key="manifest.digest", max_length=64, index=True)
-    # The id of the API key that submitted it; a reviewer may not be the submitter.
+    # The id of the API key that submitted it, and the name of the person it belongs to.
     submitter: str | None = Field(default=None, max_length=200)
+    submitted_by: str | None = Field(default=None, max_length=200)
     created_at: datetime = Field(
         default_factory=utcnow,
         sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False, index=True),
@@ -290,7 +330,9 @@ class Hold(SQLModel, table=True):
     dossier_id: uuid.UUID = Field(foreign_key="dossier.id")
     status: str = Field(default=HoldStatus.OPEN.value, max_length=16, index=True)
     reasons: list[dict[str, Any]] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    # The reviewing key's id and the name of the person it belongs to.
     reviewer: str | None = Field(default=None, max_length=200)
+    reviewed_by: str | None = Field(default=None, max_length=200)
     review_reason: str | None = Field(default=None, max_length=2000)
     reviewed_at: datetime | None = Field(
         default=None, sa_column=sa.Column(sa.DateTime(timezone=True))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 from urllib.parse import quote, urlsplit
 
@@ -26,9 +26,12 @@ from sqlmodel import Session
 
 from service.api.access import ANY_ROLE, ROUTE_ROLES
 from service.api.deps import SessionDep
-from service.db.apikey import Principal, principal_by_id
+from service.api.input import check_request_text
+from service.core.text import TextInvalid
+from service.db import websession
+from service.db.apikey import Principal
 from service.db.models import Role
-from service.web.auth import WebSession, WebSessionDep
+from service.web.auth import Identity, WebSession, WebSessionDep
 
 #: Dashboard routes anyone may call: signing in and out, and the static files.
 PUBLIC_PAGES: frozenset[tuple[str, str]] = frozenset(
@@ -120,14 +123,9 @@ def roles_for_page(method: str, path: str) -> frozenset[Role] | None:
 
 
 def signed_in_principal(session: Session, ws: WebSession) -> Principal | None:
-    """The session's key, looked up again: None when anonymous, revoked or malformed."""
-    if ws.identity is None:
-        return None
-    try:
-        key_id = uuid.UUID(ws.identity.name)
-    except ValueError:
-        return None
-    return principal_by_id(session, key_id)
+    """The key this browser's session is signed in with, looked up on the server: None when
+    anonymous, signed out, expired, or when the key was revoked."""
+    return websession.signed_in(session, ws.sid) if ws.sid else None
 
 
 def authorize_page(request: Request, ws: WebSessionDep, session: SessionDep) -> Viewer | None:
@@ -143,6 +141,7 @@ def authorize_page(request: Request, ws: WebSessionDep, session: SessionDep) -> 
             here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             raise SignInFirst(here)
         raise PageRefused(ws, "sign in with an API key that is not revoked to do this", 401)
+    ws = replace(ws, identity=Identity.of(principal))
     if not principal.has_any(allowed):
         need = ", ".join(sorted(r.value for r in allowed)) or "a page in the access table"
         raise PageRefused(ws, f"this key may not do this (needs: {need})", 403)
@@ -179,8 +178,19 @@ class PageRoute(APIRoute):
                     {"title": "Refused", "message": exc.message},
                     status_code=exc.status_code,
                 )
+            except TextInvalid as exc:
+                # Refused before the session was read: answered without touching the cookie.
+                from service.web.routes import render
+
+                return render(
+                    request,
+                    WebSession(sid="", identity=None, expires=0),
+                    "error.html",
+                    {"title": "Refused", "message": str(exc)},
+                    status_code=422,
+                )
 
         return page_handler
 
 
-PAGE_DEPENDENCIES = [Depends(authorize_page)]
+PAGE_DEPENDENCIES = [Depends(check_request_text), Depends(authorize_page)]

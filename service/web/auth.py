@@ -1,13 +1,15 @@
 """Dashboard sessions, sign-in and cross-site request forgery tokens.
 
-A session is a signed cookie (HMAC-SHA256 under a secret kept next to the signing keys): a
-random session id, the signed-in identity if any, and an expiry. Every form carries a token
-derived from the session id, so a page on another site cannot post on a reviewer's behalf; the
-cookie is also `SameSite=Lax` and `HttpOnly`.
+The browser holds a signed cookie (HMAC-SHA256 under a secret of the API's own,
+`ASSAYGATE_SESSION_SECRET_FILE`, never in the signing-keys folder workers mount): a random
+session id and an expiry, nothing else. Signing in records the session on the server with the
+key it signed in with (`service.db.websession`); every request looks it up again, so signing out
+or revoking the key ends it at once — a saved cookie is worth nothing afterwards. Every form
+carries a token derived from the session id, so a page on another site cannot post on a
+reviewer's behalf; the cookie is also `SameSite=Lax` and `HttpOnly`.
 
-Who may sign in is decided in one place, `authenticate()`: an API key, exchanged for its id and
-roles. What a signed-in key may see and do is decided in `service.web.access`, which looks the key
-up again on every request (for its tenant, and so that a revoked key stops working at once).
+Who may sign in is decided in one place, `authenticate()`: an API key that is not revoked. What a
+signed-in key may see and do is decided in `service.web.access`.
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlmodel import Session
 
+from service.db.apikey import Principal
 from service.db.apikey import authenticate as authenticate_key
-from service.settings import Settings
+from service.settings import LEGACY_SESSION_SECRET, Settings
 
 COOKIE = "assaygate_session"
 SESSION_SECONDS = 8 * 3600
-SECRET_FILE = "web-session.secret"
 
 
 class CsrfInvalid(Exception):
@@ -40,12 +42,21 @@ class CsrfInvalid(Exception):
 
 @dataclass(frozen=True)
 class Identity:
+    """Who the dashboard shows as signed in: the person behind the key, and the key."""
+
     name: str
+    key_id: str = ""
+    key_prefix: str = ""
     roles: frozenset[str] = field(default_factory=frozenset)
 
-    @property
-    def reviewer(self) -> bool:
-        return "reviewer" in self.roles
+    @classmethod
+    def of(cls, principal: Principal) -> Identity:
+        return cls(
+            name=principal.person,
+            key_id=str(principal.key_id),
+            key_prefix=principal.prefix,
+            roles=frozenset(r.value for r in principal.roles),
+        )
 
 
 @dataclass(frozen=True)
@@ -57,29 +68,20 @@ class WebSession:
     fresh: bool = False
 
 
-def authenticate(session: Session, credential: str) -> Identity | None:
-    """Exchange what the sign-in form received — an API key — for an identity, or None.
-
-    The identity's name is the key's id (never the key): each review or submission made through
-    the dashboard looks that key up again, so a revoked key stops working at once. Its roles are
-    the key's roles.
-    """
-    principal = authenticate_key(session, credential.strip())
-    if principal is None:
-        return None
-    return Identity(name=principal.actor, roles=frozenset(r.value for r in principal.roles))
+def authenticate(session: Session, credential: str) -> Principal | None:
+    """Exchange what the sign-in form received — an API key — for its principal, or None."""
+    return authenticate_key(session, credential.strip())
 
 
 # ------------------------------------------------------------------------------ the secret
 
 
-def _load_secret(directory: Path) -> bytes:
-    path = directory / SECRET_FILE
+def _load_secret(path: Path) -> bytes:
     try:
         return bytes.fromhex(path.read_text().strip())
     except FileNotFoundError:
         pass
-    directory.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fresh = secrets.token_bytes(32)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -91,13 +93,20 @@ def _load_secret(directory: Path) -> bytes:
     return fresh
 
 
+def load_secret(settings: Settings) -> bytes:
+    """The API's session secret (created 0600 on first use). A secret an older version left in
+    the signing-keys folder, which workers mount, is deleted: it signs nothing any more."""
+    assert settings.session_secret_file is not None and settings.keys_dir is not None
+    secret = _load_secret(settings.session_secret_file)
+    (settings.keys_dir / LEGACY_SESSION_SECRET).unlink(missing_ok=True)
+    return secret
+
+
 def secret_of(request: Request) -> bytes:
-    """Read once per app (on the first page request, never at import)."""
+    """Read once per app (at start-up, or on the first page request; never at import)."""
     cached: bytes | None = getattr(request.app.state, "web_secret", None)
     if cached is None:
-        settings: Settings = request.app.state.settings
-        assert settings.keys_dir is not None
-        cached = _load_secret(settings.keys_dir)
+        cached = load_secret(request.app.state.settings)
         request.app.state.web_secret = cached
     return cached
 
@@ -118,10 +127,8 @@ def _mac(secret: bytes, purpose: str, message: bytes) -> bytes:
 
 
 def encode_session(secret: bytes, ws: WebSession) -> str:
+    """The cookie: the session id and its expiry, signed. Who is signed in lives on the server."""
     body: dict[str, object] = {"sid": ws.sid, "exp": ws.expires}
-    if ws.identity is not None:
-        body["who"] = ws.identity.name
-        body["roles"] = sorted(ws.identity.roles)
     raw = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
     return f"{_b64(raw)}.{_b64(_mac(secret, 'session', raw))}"
 
@@ -141,18 +148,13 @@ def decode_session(secret: bytes, cookie: str, *, now: float | None = None) -> W
         return None
     if expires < (now if now is not None else time.time()):
         return None
-    who = body.get("who")
-    identity = (
-        Identity(str(who), frozenset(str(r) for r in body.get("roles", [])))
-        if isinstance(who, str)
-        else None
-    )
-    return WebSession(sid=sid, identity=identity, expires=expires)
+    return WebSession(sid=sid, identity=None, expires=expires)
 
 
 def new_session(identity: Identity | None = None) -> WebSession:
+    """A fresh session id (at first contact, and again at sign-in against session fixation)."""
     return WebSession(
-        sid=secrets.token_urlsafe(18),
+        sid=secrets.token_urlsafe(24),
         identity=identity,
         expires=int(time.time()) + SESSION_SECONDS,
         fresh=True,
@@ -172,7 +174,8 @@ def check_csrf(secret: bytes, ws: WebSession, token: str | None) -> None:
 
 
 def get_web_session(request: Request) -> WebSession:
-    """This browser's session, or a fresh anonymous one (set on the response by the page)."""
+    """This browser's session id, or a fresh anonymous one (set on the response by the page).
+    Whether it is signed in is looked up on the server by `service.web.access`."""
     cookie = request.cookies.get(COOKIE)
     found = decode_session(secret_of(request), cookie) if cookie else None
     return found or new_session()

@@ -34,7 +34,8 @@ from service.api.schemas import ReviewCreate
 from service.core.dossier import Signer, verify
 from service.core.errors import AssaygateError
 from service.db import dossier as dossiers
-from service.db import queries
+from service.db import queries, websession
+from service.db.apikey import review_conflict
 from service.db.models import Dossier, Hold, HoldStatus
 from service.web import auth
 from service.web import queries as web_queries
@@ -98,8 +99,8 @@ def signin(
         auth.check_csrf(secret, ws, csrf)
     except auth.CsrfInvalid as exc:
         return _refuse(request, ws, str(exc), 403)
-    identity = auth.authenticate(session, credential)
-    if identity is None:
+    principal = auth.authenticate(session, credential)
+    if principal is None:
         return _render(
             request,
             ws,
@@ -108,7 +109,15 @@ def signin(
             401,
         )
     # A new session id on sign-in: a token from before cannot ride along (session fixation).
-    fresh = auth.new_session(identity)
+    # It is recorded on the server, where signing out or revoking the key ends it.
+    fresh = auth.new_session(auth.Identity.of(principal))
+    websession.open_session(
+        session,
+        fresh.sid,
+        principal.key_id,
+        datetime.fromtimestamp(fresh.expires, UTC),
+    )
+    session.commit()
     # Only a path on this site: never a redirect elsewhere.
     response = RedirectResponse(safe_next(next), status_code=303)
     from service.web.routes import set_session_cookie
@@ -119,12 +128,18 @@ def signin(
 
 @router.post("/signout")
 def signout(
-    request: Request, ws: WebSessionDep, csrf: Annotated[str | None, Form()] = None
+    request: Request,
+    ws: WebSessionDep,
+    session: SessionDep,
+    csrf: Annotated[str | None, Form()] = None,
 ) -> Response:
+    """End the session on the server (the cookie is worth nothing afterwards) and drop it."""
     try:
         auth.check_csrf(auth.secret_of(request), ws, csrf)
     except auth.CsrfInvalid as exc:
         return _refuse(request, ws, str(exc), 403)
+    if websession.end_session(session, ws.sid):
+        session.commit()
     response = RedirectResponse("/", status_code=303)
     response.delete_cookie(auth.COOKIE, path="/")
     return response
@@ -242,7 +257,8 @@ def holds_page(
                 "hold": h,
                 "row": row,
                 "blocking": bool(dossiers.hard_reasons(h)),
-                "own": submitter == who.principal.actor,
+                # Why this key may not review it (separation of duties), if it may not.
+                "own": review_conflict(session, who.principal, submitter),
             }
         )
     default_expiry = (datetime.now(UTC) + timedelta(days=7)).strftime("%Y-%m-%dT%H:%M")

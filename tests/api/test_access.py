@@ -5,7 +5,9 @@ role (and with no key, and a revoked one), every resource type read and written 
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -18,7 +20,7 @@ from service.api.app import create_app
 from service.db.models import Role
 from service.settings import Settings
 from tests.support.keys import KeyBook
-from tests.support.service import candidate_body, wait_decided
+from tests.support.service import ApiServer, candidate_body, wait_decided
 
 pytestmark = pytest.mark.integration
 
@@ -298,3 +300,43 @@ def test_submissions_over_the_per_minute_limit_get_429_with_retry_after(
         assert answers[2].json()["error"]["code"] == "rate_limited"
         for accepted in answers[:2]:
             wait_decided(app, accepted.json()["id"], headers=key.headers)
+
+
+def test_twenty_concurrent_repeats_of_one_idempotency_key_use_one_submission_slot(
+    settings: Settings, keys: KeyBook, workers: Any
+) -> None:
+    limited = settings.model_copy(update={"submissions_per_minute": 3})
+    key = keys.key(f"repeats-{uuid.uuid4().hex[:6]}", roles=[Role.SUBMITTER])
+    # A fixed one-minute window: start well inside one, so the counts are this test's alone.
+    while time.time() % 60 > 40:
+        time.sleep(0.5)
+    body = {
+        **candidate_body("typed", trials=1, seed=1, modes=["subject_swap"]),
+        "system": f"repeats-{uuid.uuid4().hex[:6]}",
+    }
+    with ApiServer(create_app(limited)) as server:
+
+        def repeat(_: int) -> httpx.Response:
+            with httpx.Client(base_url=server.url, timeout=60.0, headers=key.headers) as http:
+                return http.post(
+                    "/v1/candidates", json=body, headers={"Idempotency-Key": "deploy-7"}
+                )
+
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            answers = list(pool.map(repeat, range(20)))
+        assert [a.status_code for a in answers] == [202] * 20, [a.text for a in answers]
+        assert len({a.json()["id"] for a in answers}) == 1
+        assert sum("idempotent-replayed" not in a.headers for a in answers) == 1
+
+        with httpx.Client(base_url=server.url, timeout=60.0, headers=key.headers) as http:
+            fresh = [
+                http.post(
+                    "/v1/candidates",
+                    json=candidate_body("typed", trials=1, seed=n, modes=["subject_swap"]),
+                )
+                for n in (2, 3, 4)
+            ]
+            # The repeats used one slot of three: two more fit, the third is over the limit.
+            assert [a.status_code for a in fresh] == [202, 202, 429], [a.text for a in fresh]
+            for accepted in [answers[0], *fresh[:2]]:
+                wait_decided(http, accepted.json()["id"])

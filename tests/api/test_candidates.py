@@ -135,8 +135,18 @@ def test_candidates_are_listed_newest_first_a_page_at_a_time(client: httpx.Clien
 
 def test_a_garbled_cursor_is_refused_naming_the_cursor(client: httpx.Client) -> None:
     response = client.get("/v1/candidates", params={"cursor": "not-a-cursor"})
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert response.json()["error"]["field"] == "cursor"
+
+
+def test_any_cursor_of_the_documented_shape_is_accepted(client: httpx.Client) -> None:
+    for cursor in (
+        "0." + "0" * 32,
+        "9" * 17 + "." + "f" * 32,
+        f"1764547200000000.{uuid.uuid4().hex}",
+    ):
+        answer = client.get("/v1/candidates", params={"cursor": cursor})
+        assert answer.status_code == 200, (cursor, answer.text)
 
 
 def test_an_unknown_candidate_is_a_json_404(client: httpx.Client) -> None:

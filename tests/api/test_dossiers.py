@@ -17,10 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 
-from service.core.dossier import PublicKey, verify
+from service.core.dossier import PublicKey, Signer, seal, verify
 from service.settings import Settings
 from tests.support.keys import KeyBook
 from tests.support.service import ROOT, example, wait_decided
@@ -197,6 +199,44 @@ def test_after_keys_rotate_old_dossiers_verify_and_new_ones_carry_the_new_key(
         path.write_text(json.dumps(doc))
         checked = cli("verify", str(path), "--keys", str(keys_file))
         assert checked.returncode == 0, checked.stdout
+
+
+def test_rotation_deletes_the_retired_private_key_and_a_stolen_copy_cannot_sign_a_later_statement(
+    client: httpx.Client, settings: Settings, tmp_path: Path
+) -> None:
+    assert settings.keys_dir is not None
+    doc = dossier(
+        client, decided(client, example("typed"), system=system_name(), version="1")["id"]
+    )
+    pem = settings.keys_dir / f"{doc['keyid']}.pem"
+    stolen = load_pem_private_key(pem.read_bytes(), password=None)
+    assert isinstance(stolen, Ed25519PrivateKey)
+
+    rotated = cli("keys", "rotate", env={"ASSAYGATE_KEYS_DIR": str(settings.keys_dir)})
+    assert rotated.returncode == 0, rotated.stderr
+    assert not pem.exists()
+    assert {p.name for p in settings.keys_dir.glob("*.pem")} == {
+        f"{json.loads(rotated.stdout)['active']}.pem"
+    }
+    keys = client.get("/v1/keys").json()
+    retired_at = next(k for k in keys["keys"] if k["keyid"] == doc["keyid"])["not_after"]
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(json.dumps(keys))
+
+    # The thief re-dates the statement to after the retirement and signs it with the copy.
+    stmt = json.loads(base64.b64decode(doc["envelope"]["payload"]))
+    later = datetime.fromisoformat(retired_at) + timedelta(seconds=1)
+    stmt["predicate"]["issued_at"] = later.isoformat(timespec="seconds")
+    _, forged = seal(stmt, Signer(stolen))
+    path = tmp_path / "forged.json"
+    path.write_text(json.dumps(forged))
+    checked = cli("verify", str(path), "--keys", str(keys_file))
+    assert checked.returncode == 1, checked.stdout
+    assert "key_window" in checked.stdout + checked.stderr
+    # The dossier it signed while it was active still verifies.
+    original = tmp_path / "original.json"
+    original.write_text(json.dumps(doc))
+    assert cli("verify", str(original), "--keys", str(keys_file)).returncode == 0
 
 
 # ----------------------------------------------------------------- acceptance 2: triggers

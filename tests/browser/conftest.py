@@ -115,7 +115,7 @@ def browser_keys(settings: Settings) -> Iterator[dict[str, Key]]:
         yield {
             "ci-bot": make_key(engine, "acme", [Role.SUBMITTER], "ci-bot"),
             "sam": make_key(engine, "acme", [Role.SUBMITTER], "sam"),
-            "rita": make_key(engine, "acme", [Role.REVIEWER], "rita"),
+            "rita": make_key(engine, "acme", [Role.REVIEWER], "rita", person="Rita Levi"),
             # Another team's reviewer: sees none of acme's systems.
             "gina": make_key(engine, "globex", [Role.REVIEWER], "gina"),
         }

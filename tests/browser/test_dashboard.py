@@ -107,19 +107,21 @@ def test_typed_candidate_submitted_by_ci_shows_progress_then_its_evidence(
     shot(page, artifacts, "07-system")
 
 
-def test_html_in_a_system_name_is_shown_as_text(
+def test_html_in_a_version_is_shown_as_text(
     page: Any, server_url: str, api: httpx.Client, browser_keys: dict[str, Key]
 ) -> None:
+    # System names are letters, digits, '.', '_' and '-' only; versions are free text.
     manifest = example("typed")
-    manifest["system"] = '<img src=x onerror="document.title=1">'
+    manifest["system"] = "copperfin-html-browser"
+    manifest["version"] = '<img src=x onerror="document.title=1">'
     created = api.post(
         "/v1/candidates",
         json={"source_revision": "<b>bold</b>", "manifest": manifest, "plan": {"trials": 1}},
     )
     assert created.status_code == 202, created.text
-    sign_in(page, server_url, browser_keys["sam"], "/")
+    sign_in(page, server_url, browser_keys["sam"], "/candidates")
     assert page.get_by_text('<img src=x onerror="document.title=1">').count() >= 1
-    assert page.title() == "Systems · Assaygate"
+    assert page.title() == "Candidates · Assaygate"
     assert page.locator("main img").count() == 0
 
 
@@ -137,23 +139,27 @@ def test_reviewer_signs_in_sees_the_dossier_verified_and_waives_a_hold(
     candidate = created.json()["id"]
 
     sign_in(page, server_url, rita, "/holds")
-    assert page.locator(".identity").inner_text() == str(rita.id)
+    # People, not key ids: the header names who signed in, the candidate who submitted it.
+    assert page.locator(".identity").inner_text() == "Rita Levi"
 
     page.goto(f"{server_url}/candidates/{candidate}")
     page.wait_for_selector("#decision", timeout=120_000)
+    assert "by ci-bot" in page.locator("main").inner_text()
     page.click("#dossier-link")
     assert page.locator(".verify.ok").count() == 1
     shot(page, artifacts, "08-dossier-verified")
 
     page.goto(f"{server_url}/holds")
     hold = page.locator("article.hold", has=page.locator(f'a[href="/candidates/{candidate}"]'))
+    assert "submitted by ci-bot" in hold.inner_text()
     shot(page, artifacts, "09-holds")
     hold.locator("form[action$='/waive'] input[name=reason]").fill("lineage repair lands in 1.3")
     hold.locator("form[action$='/waive'] button").click()
     page.wait_for_url(f"{server_url}/candidates/{candidate}/dossier")
     assert page.locator("li.version").count() == 2
     assert page.locator(".verify.ok").count() == 2
-    assert f"waived by {rita.id}" in page.locator("#v2").inner_text()
+    assert "waived by Rita Levi" in page.locator("#v2").inner_text()
+    assert str(rita.id) not in page.locator("main").inner_text()
     shot(page, artifacts, "10-dossier-after-waiver")
 
 

@@ -41,7 +41,11 @@ def _keys(*signers: Signer) -> dict[str, PublicKey]:
 
 
 def _dossier(
-    manifest: Manifest, signer: Signer, previous: str | None = None, version: int = 1
+    manifest: Manifest,
+    signer: Signer,
+    previous: str | None = None,
+    version: int = 1,
+    issued_at: str = "2026-11-30T00:00:00Z",
 ) -> tuple[bytes, dict[str, Any]]:
     report = run_assay(manifest, AssayPlan(catalogue="paper", trials=100, seed=188)).to_dict()
     cand = CandidateRef("c-1", "copperfin-returns", "1.6.0", "abc123", "ci-bot")
@@ -50,7 +54,7 @@ def _dossier(
         cand,
         version=version,
         previous=previous,
-        issued_at="2026-11-30T00:00:00Z",
+        issued_at=issued_at,
         triggers={"components": ["tools", "policy", "retry"]},
     )
     return seal(statement(cand.subject_name(), report["manifest_digest"], pred), signer)
@@ -65,6 +69,7 @@ def test_a_dossier_verifies_offline_with_only_the_published_key(typed_repair: Ma
         "payload_type",
         "signature",
         "statement",
+        "key_window",
         "subject_digest",
     ]
     pred = result.statement["predicate"]  # type: ignore[index]
@@ -149,3 +154,55 @@ def test_the_golden_dossier_still_verifies_byte_for_byte() -> None:
     stmt = json.loads(base64.b64decode(golden["envelope"]["payload"]))
     _, again = seal(stmt, _signer())
     assert again == golden["envelope"]  # canonical bytes and a deterministic Ed25519 signature
+
+
+# ------------------------------------------------------------------------ validity windows
+
+ROTATED_AT = "2026-12-01T12:00:00+00:00"
+
+
+def _windowed(old: Signer, new: Signer) -> dict[str, PublicKey]:
+    """`old` retired at ROTATED_AT in favour of `new`, as `GET /v1/keys` publishes them."""
+    return {
+        old.keyid: PublicKey(old.keyid, old.public, "2026-11-01T00:00:00+00:00", ROTATED_AT),
+        new.keyid: PublicKey(new.keyid, new.public, ROTATED_AT, None),
+    }
+
+
+def test_a_retired_key_does_not_vouch_for_a_statement_dated_after_its_retirement(
+    typed_repair: Manifest,
+) -> None:
+    old, new = _signer(), _signer(bytes(range(1, 33)))
+    keys = _windowed(old, new)
+    # The thief kept a copy of the retired private key and signs a statement dated after.
+    _, forged = _dossier(typed_repair, old, issued_at="2026-12-01T12:00:01+00:00")
+    failed = verify(forged, keys).failed()
+    assert failed is not None and failed.name == "key_window"
+    assert "after key" in failed.detail and "retired" in failed.detail
+    # What it signed while it was active still verifies; so does what the new key signs.
+    assert verify(_dossier(typed_repair, old, issued_at=ROTATED_AT)[1], keys).ok
+    assert verify(_dossier(typed_repair, new, issued_at="2026-12-02T00:00:00Z")[1], keys).ok
+
+
+def test_a_key_does_not_vouch_for_a_statement_dated_before_it_became_valid(
+    typed_repair: Manifest,
+) -> None:
+    old, new = _signer(), _signer(bytes(range(1, 33)))
+    _, backdated = _dossier(typed_repair, new, issued_at="2026-11-15T00:00:00Z")
+    failed = verify(backdated, _windowed(old, new)).failed()
+    assert failed is not None and failed.name == "key_window" and "before key" in failed.detail
+
+
+@pytest.mark.parametrize("issued_at", [None, "yesterday", 17])
+def test_a_statement_without_a_readable_time_is_refused_by_a_key_with_a_window(
+    typed_repair: Manifest, issued_at: Any
+) -> None:
+    old, new = _signer(), _signer(bytes(range(1, 33)))
+    report = run_assay(typed_repair, AssayPlan(catalogue="paper", trials=20, seed=1)).to_dict()
+    cand = CandidateRef("c-1", "copperfin-returns", "1.6.0")
+    pred = predicate_from_report(
+        report, cand, version=1, previous=None, issued_at=issued_at, triggers={}
+    )
+    _, env = seal(statement(cand.subject_name(), report["manifest_digest"], pred), new)
+    failed = verify(env, _windowed(old, new)).failed()
+    assert failed is not None and failed.name == "key_window"

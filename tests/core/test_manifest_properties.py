@@ -13,21 +13,24 @@ from service.core.errors import ManifestInvalid
 from service.core.manifest import TRIGGER_DEFAULT, parse_manifest
 from tests.core.conftest import example_dict
 
+# Text a manifest may hold: no control characters (tabs and line breaks would do; none needed).
+printable = st.characters(exclude_categories=("Cc", "Cs"))
 json_leaf = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(-(2**53) + 1, 2**53 - 1),
-    st.text(max_size=12),
+    st.text(printable, max_size=12),
     st.floats(allow_nan=False, allow_infinity=False, width=32),
 )
 json_value = st.recursive(
     json_leaf,
     lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.text(printable, max_size=8), inner, max_size=4),
     ),
     max_leaves=12,
 )
-components = st.dictionaries(st.text(min_size=1, max_size=8), json_value, max_size=5)
+components = st.dictionaries(st.text(printable, min_size=1, max_size=8), json_value, max_size=5)
 
 
 def _shuffled(obj: Any, rnd: random.Random) -> Any:
@@ -51,7 +54,7 @@ def test_equal_manifests_in_any_key_order_hash_equally(
 
 
 @settings(max_examples=60, deadline=None)
-@given(tools=components, extra=st.text(min_size=1, max_size=8), value=json_value)
+@given(tools=components, extra=st.text(printable, min_size=1, max_size=8), value=json_value)
 def test_any_change_to_a_trigger_component_changes_its_hash(
     tools: dict[str, Any], extra: str, value: Any
 ) -> None:
@@ -80,3 +83,27 @@ def test_integers_beyond_the_canonical_domain_are_refused_naming_the_component()
     with pytest.raises(ManifestInvalid) as err:
         parse_manifest({**example_dict("typed"), "policy": {"limit": 2**53}})
     assert err.value.field == "policy"
+
+
+REFUSED = st.sampled_from(["\x00", "\x01", "\x1b", "\x7f", "\x85", "\ud800"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(tools=components, bad=REFUSED, as_key=st.booleans(), at=st.integers(0, 12))
+def test_a_control_character_anywhere_in_a_manifest_is_refused_naming_where_it_is(
+    tools: dict[str, Any], bad: str, as_key: bool, at: int
+) -> None:
+    text = "refund"[: at % 7] + bad + "x"
+    planted = {**tools, text: 1} if as_key else {**tools, "note": ["ok", {"deep": text}]}
+    data = {**example_dict("typed"), "tools": planted}
+    try:
+        parse_manifest(data)
+    except ManifestInvalid as exc:
+        assert exc.field == (f"tools.{text}" if as_key else "tools.note.1.deep")
+    else:
+        raise AssertionError("a manifest with a control character was accepted")
+
+
+def test_tabs_and_line_breaks_in_free_text_are_kept() -> None:
+    data = {**example_dict("typed"), "prompt": "line one\n\tline two\r\n"}
+    assert parse_manifest(data).prompt == "line one\n\tline two\r\n"

@@ -1,5 +1,6 @@
 """API keys for tests: created straight in the database (as `assaygate keys create` does), one
-per (tenant, name), cached for the session so the suite stays fast."""
+per (tenant, name), cached for the session so the suite stays fast. A key belongs to the person
+named like it unless told otherwise (so by default every test key is a person of its own)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,22 @@ class Key:
         return {"Authorization": f"Bearer {self.secret}"}
 
 
-def make_key(engine: sa.Engine, tenant: str, roles: Iterable[Role], name: str | None = None) -> Key:
+def make_key(
+    engine: sa.Engine,
+    tenant: str,
+    roles: Iterable[Role],
+    name: str | None = None,
+    *,
+    person: str | None = None,
+) -> Key:
     with Session(engine) as session:
-        created = create_key(session, tenant=tenant, roles=roles, name=name)
+        created = create_key(
+            session,
+            tenant=tenant,
+            roles=roles,
+            name=name,
+            person=person or name or f"person-{uuid.uuid4().hex[:8]}",
+        )
         session.commit()
         return Key(
             created.key.id, tenant, frozenset(Role(r) for r in created.key.roles), created.secret
@@ -46,14 +60,24 @@ class KeyBook:
     _keys: dict[tuple[str, str], Key] = field(default_factory=dict)
 
     def key(
-        self, name: str, *, tenant: str | None = None, roles: Iterable[Role] = ALL_ROLES
+        self,
+        name: str,
+        *,
+        tenant: str | None = None,
+        roles: Iterable[Role] = ALL_ROLES,
+        person: str | None = None,
     ) -> Key:
         where = (tenant or self.tenant, name)
         if where not in self._keys:
-            self._keys[where] = make_key(self.engine, where[0], roles, name)
+            self._keys[where] = make_key(self.engine, where[0], roles, name, person=person)
         return self._keys[where]
 
     def headers(
-        self, name: str, *, tenant: str | None = None, roles: Iterable[Role] = ALL_ROLES
+        self,
+        name: str,
+        *,
+        tenant: str | None = None,
+        roles: Iterable[Role] = ALL_ROLES,
+        person: str | None = None,
     ) -> dict[str, str]:
-        return self.key(name, tenant=tenant, roles=roles).headers
+        return self.key(name, tenant=tenant, roles=roles, person=person).headers

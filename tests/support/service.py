@@ -35,7 +35,9 @@ REDIS_URL = os.environ.get("ASSAYGATE_TEST_REDIS", "redis://127.0.0.1:6379/13")
 
 TABLES = (
     "tenant",
+    "person",
     "api_key",
+    "browser_session",
     "system",
     "manifest",
     "component_hash",

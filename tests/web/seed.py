@@ -16,11 +16,13 @@ from service.core.assay import plan_shards, run_assay
 from service.core.dossier import Signer
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
+from service.core.text import SystemNameInvalid, check_system_name
+from service.db import queries
 from service.db.apikey import ensure_tenant
 from service.db.assay import FaultRow, record_report
 from service.db.candidate import Recorded, record_submission
 from service.db.dossier import record_assay_dossier
-from service.db.models import AssayShard, ShardStatus
+from service.db.models import AssayShard, ShardStatus, System
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PLAN = {"trials": 20, "seed": 7}
@@ -66,9 +68,17 @@ def seed_candidate(
     manifest = parse_manifest(document)
     plan = parse_plan(PLAN)
     shards = plan_shards(manifest, plan, trials_per_shard=PLAN["trials"])
+    tenant_id = ensure_tenant(session, tenant).id
+    try:
+        check_system_name(system)
+    except SystemNameInvalid:
+        # A system named before names were checked (revision 0007): its row already exists.
+        if queries.system_named(session, system, tenant_id) is None:
+            session.add(System(name=system, tenant_id=tenant_id))
+            session.flush()
     recorded = record_submission(
         session,
-        tenant_id=ensure_tenant(session, tenant).id,
+        tenant_id=tenant_id,
         system_name=system,
         version=version,
         source_revision=source_revision,

@@ -181,8 +181,11 @@ def test_sign_in_redirects_only_to_paths_on_this_site(
 ) -> None:
     assert safe_next(asked) == sent
     browser = TestClient(anonymous_client.app)
-    form = browser.get("/signin", params={"next": asked}).text
-    token = re.search(r'name="csrf" value="([^"]+)"', form)
+    form = browser.get("/signin", params={"next": asked})
+    if "\t" in asked:  # a control character in a query is refused before the page runs
+        assert form.status_code == 422
+        form = browser.get("/signin")
+    token = re.search(r'name="csrf" value="([^"]+)"', form.text)
     assert token is not None
     answer = browser.post(
         "/signin",

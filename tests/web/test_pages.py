@@ -187,3 +187,35 @@ def test_submit_form_shows_what_is_wrong_with_a_manifest(web_client: TestClient)
     )
     assert answer.status_code in (400, 422)
     assert 'role="alert"' in answer.text and "surprise" in answer.text
+
+
+def test_a_control_character_in_a_page_query_or_path_is_a_422_page_naming_it(
+    web_client: TestClient,
+) -> None:
+    for url, field in [
+        ("/?q=%00", "q"),
+        ("/events?kind=a%00", "kind"),
+        ("/systems/a%00b", "name"),
+        ("/candidates?cursor=%1b", "cursor"),
+    ]:
+        page = web_client.get(url)
+        assert page.status_code == 422, url
+        assert f"{field}: control character" in page.text, url
+    # The browser is still signed in: the refusal did not touch its session.
+    assert web_client.get("/").status_code == 200
+
+
+def test_a_nul_in_a_manifest_submitted_from_the_form_is_refused_naming_its_path(
+    web_client: TestClient,
+) -> None:
+    web_client = signed_in(web_client, "sam", "/submit")
+    token = re.search(r'name="csrf" value="([^"]+)"', web_client.get("/submit").text)
+    assert token is not None
+    manifest = example("typed")
+    manifest["system"] = "nul\u0000system"
+    answer = web_client.post(
+        "/submit",
+        data={"manifest": json.dumps(manifest), "source_revision": "x", "csrf": token.group(1)},
+    )
+    assert answer.status_code in (400, 422)
+    assert "system: control character U+0000" in answer.text

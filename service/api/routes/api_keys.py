@@ -1,6 +1,8 @@
 """API keys of the caller's tenant (admin only): create (the key is shown once), list, revoke.
 
-A revoked key is refused from the next request on: every request looks its key up again."""
+Each key is minted for a named person or service account (by default the admin's own person)
+and records who minted it. A revoked key is refused from the next request on — every request
+looks its key up again — and every dashboard session signed in with it ends."""
 
 from __future__ import annotations
 
@@ -9,21 +11,25 @@ import uuid
 from fastapi import APIRouter
 
 from service.api.deps import PrincipalDep, SessionDep
-from service.api.errors import ERROR_RESPONSES, NotFound
+from service.api.errors import ERROR_RESPONSES, Conflict, NotFound
 from service.api.present import aware, maybe_aware
 from service.api.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyPublic
 from service.db import apikey
-from service.db.models import ApiKey, Role, Tenant
+from service.db.models import PersonKind, Role
 
 router = APIRouter(prefix="/v1/api-keys", tags=["api-keys"])
 
 
-def key_public(key: ApiKey, tenant: Tenant) -> ApiKeyPublic:
+def key_public(row: apikey.KeyRow) -> ApiKeyPublic:
+    key = row.key
     return ApiKeyPublic(
         id=key.id,
-        tenant=tenant.name,
+        tenant=row.tenant.name,
         roles=[Role(r) for r in key.roles],
         name=key.name,
+        person=row.person.name,
+        kind="service" if row.person.kind == PersonKind.SERVICE.value else "person",
+        minted_by=row.minted_by.name if row.minted_by else None,
         prefix=key.prefix,
         created_at=aware(key.created_at),
         revoked_at=maybe_aware(key.revoked_at),
@@ -33,33 +39,45 @@ def key_public(key: ApiKey, tenant: Tenant) -> ApiKeyPublic:
 @router.get("", response_model=ApiKeyList, responses={503: ERROR_RESPONSES[503]})
 def list_api_keys(session: SessionDep, principal: PrincipalDep) -> ApiKeyList:
     """Every key of the tenant, revoked ones included; never the keys themselves."""
-    return ApiKeyList(
-        items=[key_public(k, t) for k, t in apikey.keys(session, principal.tenant_id)]
-    )
+    return ApiKeyList(items=[key_public(row) for row in apikey.keys(session, principal.tenant_id)])
 
 
 @router.post(
     "",
     status_code=201,
     response_model=ApiKeyCreated,
-    responses={k: ERROR_RESPONSES[k] for k in (422, 503)},
+    responses={k: ERROR_RESPONSES[k] for k in (409, 422, 503)},
 )
 def create_api_key(
     body: ApiKeyCreate, session: SessionDep, principal: PrincipalDep
 ) -> ApiKeyCreated:
-    """A new key for the caller's tenant. The response holds the key; nothing else ever will."""
-    created = apikey.create_key(
-        session, tenant=principal.tenant, roles=body.roles, name=body.name, created_by=principal
-    )
+    """A new key for the caller's tenant, held by `person` (default: the caller's own person).
+    The response holds the key; nothing else ever will."""
+    try:
+        created = apikey.create_key(
+            session,
+            tenant=principal.tenant,
+            roles=body.roles,
+            name=body.name,
+            person=body.person.name if body.person else None,
+            kind=PersonKind(body.person.kind) if body.person else None,
+            created_by=principal,
+        )
+    except apikey.KeyRequestInvalid as exc:
+        # The body is well formed; the named person exists with the other kind.
+        raise Conflict(exc.message, field=f"person.{exc.field}") from None
     apikey.audit(
         session,
         principal,
         "api_key.create",
         f"api_key:{created.key.id}",
         key_roles=sorted(created.key.roles),
+        key_person=created.person.name,
     )
     session.commit()
-    return ApiKeyCreated(**key_public(created.key, created.tenant).model_dump(), key=created.secret)
+    row = apikey.key_row(session, created.key.id)
+    assert row is not None
+    return ApiKeyCreated(**key_public(row).model_dump(), key=created.secret)
 
 
 @router.delete(
@@ -75,6 +93,6 @@ def revoke_api_key(key_id: uuid.UUID, session: SessionDep, principal: PrincipalD
     if apikey.revoke(session, key):
         apikey.audit(session, principal, "api_key.revoke", f"api_key:{key_id}")
     session.commit()
-    tenant = session.get(Tenant, key.tenant_id)
-    assert tenant is not None
-    return key_public(key, tenant)
+    row = apikey.key_row(session, key.id)
+    assert row is not None
+    return key_public(row)

@@ -4,6 +4,10 @@ A submission is validated completely before anything is written, written in one 
 and enqueued only after that transaction commits (a worker must never see a task for rows it
 cannot read). If the broker refuses the tasks, the committed rows are withdrawn again and the
 client gets 503: a candidate either exists with its work queued, or not at all.
+
+An `Idempotency-Key` is claimed (its row written) in that transaction before the submission is
+counted against the key's per-minute limit: repeats of one key, however concurrent, wait for the
+first, replay its answer and use no submission slot.
 """
 
 from __future__ import annotations
@@ -38,7 +42,13 @@ from service.api.errors import (
     IdempotencyConflict,
     NotFound,
 )
-from service.api.present import candidate_page, candidate_public, decode_cursor, encode_cursor
+from service.api.present import (
+    CURSOR_PATTERN,
+    candidate_page,
+    candidate_public,
+    decode_cursor,
+    encode_cursor,
+)
 from service.api.schemas import CandidateCreate, CandidatePage, CandidatePublic
 from service.core.assay import ShardSpec, plan_shards
 from service.core.manifest import parse_manifest
@@ -155,9 +165,10 @@ def submit_candidate(
             return _replay(existing, digest)
 
     dispatcher.ping()
-    if limit is not None:
+    if limit is not None and stored_key is None:
         limit.check(principal.key_id)
     for attempt in range(_RECORD_ATTEMPTS):
+        claim: IdempotencyKey | None = None
         try:
             recorded = record_submission(
                 session,
@@ -170,7 +181,23 @@ def submit_candidate(
                 catalogue=plan.resolve_catalogue().version,
                 shards=shards,
                 submitter=principal.actor,
+                submitted_by=principal.person,
             )
+            if stored_key is not None:
+                # Claim the key before counting the submission: a concurrent repeat waits on
+                # this row until the first commits, then replays it — uncounted. Only a
+                # submission that records a candidate uses one of the key's slots.
+                claim = IdempotencyKey(
+                    key=stored_key,
+                    request_sha256=digest,
+                    candidate_id=recorded.candidate.id,
+                    status_code=202,
+                    response={},
+                )
+                session.add(claim)
+                session.flush()
+                if limit is not None:
+                    limit.check(principal.key_id)
             issue_for(
                 session,
                 recorded.assay,
@@ -190,16 +217,9 @@ def submit_candidate(
                 assay_id=recorded.assay.id,
                 system=system,
             )
-            if stored_key is not None:
-                session.add(
-                    IdempotencyKey(
-                        key=stored_key,
-                        request_sha256=digest,
-                        candidate_id=recorded.candidate.id,
-                        status_code=202,
-                        response=response,
-                    )
-                )
+            if claim is not None:
+                claim.response = response
+                session.add(claim)
             session.commit()
             break
         except sa.exc.IntegrityError:
@@ -266,7 +286,7 @@ def list_candidates(
     principal: PrincipalDep,
     system: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    cursor: Annotated[str | None, Query(max_length=400)] = None,
+    cursor: Annotated[str | None, Query(max_length=60, pattern=CURSOR_PATTERN)] = None,
 ) -> CandidatePage:
     """Newest first. Follow `next_cursor` until it is null."""
     before = decode_cursor(cursor) if cursor else None

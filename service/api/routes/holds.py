@@ -1,7 +1,9 @@
 """Reviews of dossiers that did not allow: waive or reject, each a new signed dossier version.
 
-A review needs a reason, a key with the reviewer role and (for a waiver) an expiry; the key may
-not be the one that submitted the candidate. A waiver lifts only `hold` reasons: a
+A review needs a reason, a key with the reviewer role and (for a waiver) an expiry. Separation of
+duties is per person (`service.db.apikey.review_conflict`): the reviewer may not be the person
+the submitting key belongs to, nor the person who minted that key, nor a key the submitter
+minted. A waiver lifts only `hold` reasons: a
 hard-invariant violation (unsafe escape, duplicate effect, unverifiable release) or any other
 block is never waived into `allow`. When a waiver expires the hold reopens.
 """
@@ -26,7 +28,7 @@ from service.api.errors import (
 from service.api.present import dossier_ref, hold_public
 from service.api.schemas import HoldList, HoldPublic, ReviewCreate, ReviewPublic
 from service.db import dossier as dossiers
-from service.db.apikey import audit
+from service.db.apikey import actor_view, audit, review_conflict
 from service.db.models import Candidate, HoldStatus
 
 router = APIRouter(prefix="/v1/holds", tags=["holds"])
@@ -89,11 +91,9 @@ def _review(
             expires_at = expires_at.replace(tzinfo=UTC)
         if expires_at <= now:
             raise FieldInvalid("the expiry must be in the future", field="expires_at")
-    if candidate.submitter is not None and candidate.submitter == principal.actor:
-        raise ReviewerIsSubmitter(
-            f"key {principal.prefix}… submitted this candidate and may not review it",
-            field="Authorization",
-        )
+    conflict = review_conflict(session, principal, candidate.submitter)
+    if conflict is not None:
+        raise ReviewerIsSubmitter(conflict, field="Authorization")
     if hold.status != HoldStatus.OPEN.value:
         raise HoldNotOpen(f"hold {hold_id} is {hold.status}", field="hold_id")
     blocking = dossiers.hard_reasons(hold)
@@ -109,6 +109,7 @@ def _review(
         hold_id,
         action=action,
         reviewer=principal.actor,
+        reviewed_by=actor_view(session, principal.key_id),
         reason=body.reason,
         expires_at=expires_at,
         now=now,
