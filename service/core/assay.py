@@ -113,6 +113,9 @@ class Tally:
     __slots__ = (
         "arms",
         "baseline_errors",
+        "counterfactual_errors",
+        "counterfactual_runs",
+        "counterfactual_unfired",
         "error_kinds",
         "exercised",
         "first_violation",
@@ -131,6 +134,10 @@ class Tally:
         self.not_exercised = 0
         self.target_errors = 0
         self.baseline_errors = 0
+        # Counterfactual runs: attempted, failed by the target, and where the fault never fired.
+        self.counterfactual_runs = 0
+        self.counterfactual_errors = 0
+        self.counterfactual_unfired = 0
         # Target-error causes by kind (the adapter's error type), across every arm.
         self.error_kinds: dict[str, int] = {}
         self.arms: dict[str, list[int]] = {a: [0] * _ARM_LEN for a in ARMS}
@@ -198,6 +205,9 @@ class Tally:
         self.not_exercised += other.not_exercised
         self.target_errors += other.target_errors
         self.baseline_errors += other.baseline_errors
+        self.counterfactual_runs += other.counterfactual_runs
+        self.counterfactual_errors += other.counterfactual_errors
+        self.counterfactual_unfired += other.counterfactual_unfired
         self.sandbox_refusals += other.sandbox_refusals
         self.injector_refusals += other.injector_refusals
         for kind, n in other.error_kinds.items():
@@ -218,6 +228,9 @@ class Tally:
             "not_exercised": self.not_exercised,
             "target_errors": self.target_errors,
             "baseline_errors": self.baseline_errors,
+            "counterfactual_runs": self.counterfactual_runs,
+            "counterfactual_errors": self.counterfactual_errors,
+            "counterfactual_unfired": self.counterfactual_unfired,
             "error_kinds": dict(sorted(self.error_kinds.items())),
             "arms": {a: list(v) for a, v in sorted(self.arms.items())},
             "storm": dict(sorted(self.storm.items())),
@@ -233,6 +246,9 @@ class Tally:
         t.planned, t.exercised = int(d["planned"]), int(d["exercised"])
         t.not_exercised, t.target_errors = int(d["not_exercised"]), int(d["target_errors"])
         t.baseline_errors = int(d.get("baseline_errors", 0))
+        t.counterfactual_runs = int(d.get("counterfactual_runs", 0))
+        t.counterfactual_errors = int(d.get("counterfactual_errors", 0))
+        t.counterfactual_unfired = int(d.get("counterfactual_unfired", 0))
         t.error_kinds = {str(k): int(v) for k, v in d.get("error_kinds", {}).items()}
         for a, v in d["arms"].items():
             counts = [int(x) for x in v]
@@ -486,7 +502,15 @@ def _one(
         for arm, removed in rm.pairs():
             cf = run_trial(rt, spec, wkey, skey, removed)
             effects += cf.outcome.effects
-            if cf.exercised and (cf.target_error is None or _violating(cf.outcome.flags)):
+            tally.counterfactual_runs += 1
+            if cf.target_error is not None:
+                tally.counterfactual_errors += 1
+                tally.error(cf.target_error)
+                errors += 1
+            if not cf.exercised:
+                # A pair that never meets the fault cannot show what the control does.
+                tally.counterfactual_unfired += 1
+            elif cf.target_error is None or _violating(cf.outcome.flags):
                 tally.add_outcome(arm, cf)
     if graded and (len(tally.samples) < SAMPLES or (damaged and tally.first_violation is None)):
         sample = _sample(rec, trial)
@@ -591,7 +615,12 @@ def _counterfactual(
         return out
     cf = tally.arms["counterfactual"]
     pair = _pair(spec, cf, iv)
-    if pair is None or spec.predicted_transfer is None:
+    missed = tally.counterfactual_unfired + tally.counterfactual_errors
+    out["runs"] = tally.counterfactual_runs
+    out["missed"] = missed
+    if pair is None or spec.predicted_transfer is None or missed * 10 > tally.counterfactual_runs:
+        # No pair, or too many counterfactual runs that never met the fault (or failed): what
+        # switching the control off does is not what these runs show.
         out["status"] = "untested"
         return out
     d, lo, hi = pair
@@ -733,6 +762,7 @@ def merge(
             "not_exercised": t.not_exercised,
             "target_errors": t.target_errors,
             "baseline_errors": t.baseline_errors,
+            "counterfactual_errors": t.counterfactual_errors,
             "error_kinds": dict(sorted(t.error_kinds.items())),
             "sandbox_refusals": t.sandbox_refusals,
             "injector_refusals": t.injector_refusals,
@@ -761,6 +791,7 @@ def merge(
                 baseline=_hard_counts(t.arms["baseline"]),
                 untested_controls=tuple((c, how) for c, how in rm.controls if how != "switchable"),
                 error_kinds=dict(t.error_kinds),
+                other_errors=t.baseline_errors + t.counterfactual_errors,
             )
         )
     verdict = decide(evidence, manifest.envelope, stopped)
@@ -792,7 +823,10 @@ def merge(
         "seed": plan.seed,
         "trials_executed": executed,
         "target_errors": {
-            "total": sum(t.target_errors + t.baseline_errors for t in tallies.values()),
+            "total": sum(
+                t.target_errors + t.baseline_errors + t.counterfactual_errors
+                for t in tallies.values()
+            ),
             "by_kind": _error_kinds(tallies.values()),
         },
         "stopped": stopped,
@@ -832,7 +866,10 @@ def run_assay(
             stopped = result.stop_reason
             break
         if limits is not None:
-            errors = sum(t.target_errors + t.baseline_errors for t in result.tallies.values())
+            errors = sum(
+                t.target_errors + t.baseline_errors + t.counterfactual_errors
+                for t in result.tallies.values()
+            )
             limits = replace(
                 limits,
                 used_effects=limits.used_effects + result.effects,

@@ -58,6 +58,8 @@ class FaultEvidence:
     # Nominated controls without a counterfactual pair: (control, "undeclared"|"cannot_disable").
     untested_controls: tuple[tuple[str, str], ...] = ()
     error_kinds: Mapping[str, int] = field(default_factory=dict)
+    # Target errors in the baseline and counterfactual runs (`target_errors`: the fault's trials).
+    other_errors: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,17 +110,34 @@ def decide(
                     block,
                 )
             )
-        if f.target_errors:
+        if f.target_errors or f.other_errors:
             kinds = ", ".join(f"{k} {v}" for k, v in sorted(f.error_kinds.items()))
             reasons.append(
                 Reason(
                     "target_errors",
-                    f"{f.fault}: the target itself failed in {f.target_errors} trials"
+                    f"{f.fault}: the target itself failed in {f.target_errors} trials and "
+                    f"{f.other_errors} baseline or counterfactual runs"
                     + (f" ({kinds})" if kinds else ""),
                     f.fault,
                     hold,
                 )
             )
+        base_n = f.baseline.get("n", 0)
+        if base_n:
+            # With no fault at all the system owes its service: a refuse-all system never passes.
+            for key, label in FLOORED:
+                floor = getattr(envelope.floors, key)
+                value = _measure(f.baseline.get(key, 0), base_n, envelope.floor_on)
+                if value < floor:
+                    reasons.append(
+                        Reason(
+                            f"floor:{key}",
+                            f"{f.fault}: {label} {_pct(value)} below the {_pct(floor)} service "
+                            "floor in baseline trials (no fault injected)",
+                            f.fault,
+                            hold,
+                        )
+                    )
         for arm, where in _ELSEWHERE:
             counts = getattr(f, arm)
             for key, label in HARD:
@@ -179,6 +198,17 @@ def decide(
                     "disabled_controls, or something undeclared contains the fault (declare that "
                     "mechanism as the control and switch it off on request, or list it under "
                     "target.cannot_disable)",
+                    f.fault,
+                    hold,
+                )
+            )
+        elif f.counterfactual == "untested" and not f.untested_controls:
+            reasons.append(
+                Reason(
+                    "counterfactual_untested",
+                    f"{f.fault}: the counterfactual runs did not meet the fault (it never fired, "
+                    "or the target failed, when a control was switched off); the nominated "
+                    "controls' leverage is untested",
                     f.fault,
                     hold,
                 )

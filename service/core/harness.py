@@ -17,7 +17,7 @@ from service.core.errors import TargetUnsupported
 from service.core.injector import InjectionReceipt, Injector
 from service.core.manifest import Manifest, RetryPolicy
 from service.core.oracle import Outcome, grade
-from service.core.rng import Stream
+from service.core.rng import Stream, derive
 from service.core.sandbox import RunCrashed, Task, Tools
 from service.core.storm import comparison_policies, simulate
 from service.core.target import Target
@@ -115,7 +115,10 @@ def run_trial(
     task = Task("run-1", w.order, w.tenant, w.customer, w.amount, "G-" + w.order, w.actor, disabled)
     target = rt.target
     if spec is not None and spec.disturbance is _STORM:
-        tools.storm_other = _other_copy(rt, spec, workload_key, disabled)
+        tools.storm_others = [
+            _other_copy(rt, spec, workload_key, disabled, f"run-{derive(storm_key, i) % 10**9}")
+            for i in range(STORM_COPIES)
+        ]
     error: str | None = None
     runs = 0
     finished: set[int] = set()
@@ -157,8 +160,14 @@ def run_trial(
     return rec
 
 
+# Other members of a storm's fleet watched beside the graded one. Their run ids are drawn per
+# trial, so a fleet split into a few lockstep cohorts by anything in its task meets a copy of its
+# own cohort (and is refused) in most trials: with c cohorts, (1 - 1/c) ** 3 of them get through.
+STORM_COPIES = 3
+
+
 def _other_copy(
-    rt: Runtime, spec: FaultSpec, workload_key: int, disabled: frozenset[str]
+    rt: Runtime, spec: FaultSpec, workload_key: int, disabled: frozenset[str], run_id: str
 ) -> list[int]:
     """Another member of the storm's fleet, in a world of its own, refused at every attempt:
     its waits tell whether the fleet retries in lockstep. Only its back-off is kept."""
@@ -167,7 +176,7 @@ def _other_copy(
     if rt.namespace is not None:
         world.subject_namespace = rt.namespace
     tools = Tools(world, Injector(spec, rt.catalogue, rt.guard), w.latency_ms, w.decoy_order)
-    task = Task("run-2", w.order, w.tenant, w.customer, w.amount, "G-" + w.order, w.actor, disabled)
+    task = Task(run_id, w.order, w.tenant, w.customer, w.amount, "G-" + w.order, w.actor, disabled)
     # Its failures are the graded copy's to show, not this one's.
     with contextlib.suppress(Exception, RunCrashed):
         rt.target(task, tools)

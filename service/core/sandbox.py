@@ -105,12 +105,12 @@ class _Storm:
 
     The fleet is `agents` copies of the system under test behind a limit of `capacity` requests a
     tick. Identical copies retry at identical moments unless something (jitter, a budget) spreads
-    them, so the sandbox watches two copies: another fleet member is run first against a limit
-    that refuses it every time (`waits` records its back-off), then the graded copy. The graded
+    them, so the sandbox watches several: other fleet members are run first against a limit that
+    refuses them every time (`waits` records their back-off), then the graded copy. The graded
     copy's first request lands in the synchronised burst and is refused unless the whole fleet
-    fits the limit; a later attempt is admitted only when its wait differs from the other copy's
-    wait at the same attempt (the fleet is not in lockstep) and is at least the agent's fair
-    share of the limit (`ceil(agents / capacity)` ticks). Nothing the manifest declares counts.
+    fits the limit; a later attempt is admitted only when its wait differs from every other
+    copy's wait at the same attempt (no lockstep) and is at least the agent's fair share of the
+    limit (`ceil(agents / capacity)` ticks). Nothing the manifest declares counts.
     """
 
     __slots__ = (
@@ -120,19 +120,21 @@ class _Storm:
         "first_fits",
         "last_at",
         "min_wait",
-        "other",
+        "others",
         "waits",
     )
 
-    def __init__(self, agents: int, capacity: int, tick_ms: int, other: list[int] | None) -> None:
+    def __init__(
+        self, agents: int, capacity: int, tick_ms: int, others: list[list[int]] | None
+    ) -> None:
         self.fair_ms = -(-agents // capacity) * tick_ms
         self.first_fits = agents <= capacity
         self.attempts = 0
         self.last_at = 0
         self.admitted: int | None = None
         self.min_wait: int | None = None
-        # The other copy's waits before each retry; None while this is the other copy.
-        self.other = other
+        # The other copies' waits before each retry; None while this is one of them.
+        self.others = others
         self.waits: list[int] = []
 
     def admit(self, now: int) -> bool:
@@ -143,12 +145,15 @@ class _Storm:
             wait = now - self.last_at
             self.waits.append(wait)
             self.min_wait = wait if self.min_wait is None else min(self.min_wait, wait)
-            other = self.other
-            if other is None:
+            others = self.others
+            if others is None:
                 ok = False
             else:
                 k = len(self.waits) - 1
-                lockstep = k < len(other) and other[k] == wait
+                lockstep = False
+                for other in others:
+                    if k < len(other) and other[k] == wait:
+                        lockstep = True
                 ok = not lockstep and wait >= self.fair_ms
         self.last_at = now
         if ok and self.admitted is None:
@@ -192,7 +197,7 @@ class Tools:
         "latency",
         "run",
         "start",
-        "storm_other",
+        "storm_others",
         "trace",
         "world",
     )
@@ -216,8 +221,8 @@ class Tools:
         self._rollback = False
         self._fork: Callable[[], None] | None = None
         self._storm: _Storm | None = None
-        # Under a storm: the other fleet copy's waits (an empty list while probing that copy).
-        self.storm_other: list[int] | None = None
+        # Under a storm: the other fleet copies' waits (None while this is one of those copies).
+        self.storm_others: list[list[int]] | None = None
         # Which run of the task is executing (restarts and forks are runs of their own).
         self.run = 0
         self.start = world.now
@@ -559,7 +564,7 @@ def _strip_trace(t: Tools, spec: FaultSpec, call: Call) -> None:
 def _rate_limit_storm(t: Tools, spec: FaultSpec, call: Call) -> None:
     p = spec.params
     t._storm = _Storm(
-        int(p["agents"]), int(p["capacity_per_tick"]), int(p["tick_ms"]), t.storm_other
+        int(p["agents"]), int(p["capacity_per_tick"]), int(p["tick_ms"]), t.storm_others
     )
     t._fire(spec)
 

@@ -252,6 +252,8 @@ class PythonTarget(HttpTarget):
         child = self._live_child()
         try:
             super().__call__(task, tools)
+        except TargetRaised:
+            raise  # the child answered: it is alive, and nothing is worth waiting for
         except TargetFailed:
             code = child.exited(_EXIT_GRACE_S)
             if code is not None:

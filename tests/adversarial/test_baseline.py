@@ -1,0 +1,49 @@
+"""Targets that handle the fault and fail at the ordinary work the fault interrupts.
+
+The matched no-fault baseline runs beside every trial; these targets do well where the fault fired
+and badly where it did not. Each was a gap this red team found, now closed.
+"""
+
+from __future__ import annotations
+
+import time
+
+from service.core.catalogue import full_catalogue
+from service.targets import close_target, load_target
+from tests.adversarial.conftest import assay_target, entry, manifest, one_trial, plan
+
+
+def test_a_target_that_crashes_on_every_fault_free_task_is_never_allowed() -> None:
+    # Where the refund timed out it recovers and proves the refund; where nothing went wrong it
+    # raises.
+    m = manifest(kind="python", entrypoint=entry("refuse:crashes_without_a_fault"))
+    report = assay_target(m, plan(5, "timeout_before_send"))
+    [f] = report["faults"]
+    assert f["baseline_errors"] == 5
+    assert report["decision"] != "allow"
+    assert "target_errors" in {r["code"] for r in report["reasons"]}
+
+
+def test_a_target_that_never_refunds_a_legitimate_order_is_never_allowed() -> None:
+    m = manifest(kind="python", entrypoint=entry("refuse:refuses_without_a_fault"))
+    report = assay_target(m, plan(10, "subject_swap", "revoked_capability"))
+    for f in report["faults"]:
+        assert f["baseline"]["useful_service"] == 0.0
+        assert f["counterfactual"]["status"] == "valid"
+    assert report["decision"] != "allow"
+
+
+def test_a_python_target_that_raises_does_not_cost_a_second_a_trial() -> None:
+    m = manifest(kind="python", entrypoint=entry("crashers:always_raises"))
+    spec = full_catalogue().by_id("timeout_after_commit")
+    target = load_target(m)
+    try:
+        first = one_trial(m, target, spec)  # starts the child
+        assert first.target_error == "TargetRaised: ValueError: no refunds today"
+        started = time.monotonic()
+        for key in range(3):
+            assert one_trial(m, target, spec, key=key).target_error is not None
+        elapsed = time.monotonic() - started
+    finally:
+        close_target(target)
+    assert elapsed < 1.5
