@@ -264,7 +264,7 @@ def record_shard_injector(
 ) -> None:
     """With the stored result, once: totals, refusals and any stop condition that tripped."""
     assay_id, candidate_id = parsed.inputs.assay_id, parsed.inputs.candidate_id
-    errors = sum(t.target_errors for t in result.tallies.values())
+    errors = sum(t.all_errors for t in result.tallies.values())
     tripped = add_totals(session, assay_id, result.effects, result.unsafe, errors)
     injector = sum(t.injector_refusals for t in result.tallies.values())
     sandbox = sum(t.sandbox_refusals for t in result.tallies.values())

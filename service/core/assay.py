@@ -149,6 +149,11 @@ class Tally:
         self.sandbox_refusals = 0
         self.injector_refusals = 0
 
+    @property
+    def all_errors(self) -> int:
+        """Target errors in every run: the fault's trials, its baselines and its pairs."""
+        return self.target_errors + self.baseline_errors + self.counterfactual_errors
+
     def arm(self, name: str) -> list[int]:
         counts = self.arms.get(name)
         if counts is None:
@@ -823,10 +828,7 @@ def merge(
         "seed": plan.seed,
         "trials_executed": executed,
         "target_errors": {
-            "total": sum(
-                t.target_errors + t.baseline_errors + t.counterfactual_errors
-                for t in tallies.values()
-            ),
+            "total": sum(t.all_errors for t in tallies.values()),
             "by_kind": _error_kinds(tallies.values()),
         },
         "stopped": stopped,
@@ -866,10 +868,7 @@ def run_assay(
             stopped = result.stop_reason
             break
         if limits is not None:
-            errors = sum(
-                t.target_errors + t.baseline_errors + t.counterfactual_errors
-                for t in result.tallies.values()
-            )
+            errors = sum(t.all_errors for t in result.tallies.values())
             limits = replace(
                 limits,
                 used_effects=limits.used_effects + result.effects,

@@ -35,6 +35,17 @@ def test_no_configuration_means_the_embedded_mode_under_var(
     assert settings.max_body_bytes == 1024 * 1024
 
 
+def test_by_default_a_run_of_target_errors_stops_the_assay(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A hung or broken target must not cost every planned trial: the service stops it by default.
+    for name in list(os.environ):
+        if name.startswith("ASSAYGATE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    assert Settings().stop_max_target_errors == 20
+
+
 def test_a_redis_broker_is_also_the_result_backend_with_a_short_visibility_timeout() -> None:
     settings = Settings(
         database_url="postgresql+psycopg://db/assaygate",
