@@ -1,5 +1,5 @@
-"""Reports and rows to what a page shows. Plain data in, plain data out: no HTML here (the
-templates escape), no database (the routes read)."""
+"""Reports, rows and gate standings to what a page shows. Plain data in, plain data out: no HTML
+here (the templates escape), no database (the routes read)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from service.app import gate
 from service.db import queries
 
 HARD = ("unsafe_escape", "duplicate_effect", "unverifiable_release")
@@ -39,21 +40,60 @@ def signed(value: Any) -> str:
 
 
 @dataclass(frozen=True)
-class GateState:
-    """What the systems page shows for a system: a state, its reasons, what it rests on."""
+class GateView:
+    """What a page shows for the gate: the word `GET /v1/gate` answers, its reasons, and a few
+    words on what it rests on (a waiver and its expiry, a reopened gate, a pending assay)."""
 
     state: str
     reasons: list[dict[str, Any]]
-    status: str | None = None
+    basis: str = "assay"
+    note: str = ""
+    dossier_version: int | None = None
+    # The assay's own decision when the gate now says something else (a waiver, a reopen).
+    assay_decision: str | None = None
 
 
-def state_of(row: queries.CandidateRow | None) -> GateState:
-    """Until the gate of issue 4 answers for a system, its state is the latest decision."""
-    if row is None:
-        return GateState("none", [])
-    if row.assay.decision is None:
-        return GateState("running" if row.assay.status in ("queued", "running") else "failed", [])
-    return GateState(row.assay.decision, worst_first(row.assay.reasons or []), row.assay.status)
+NOTES = {
+    "waived": "waived",
+    "rejected": "rejected",
+    "expired": "review expired",
+    "config_changed": "production config changed",
+    "trigger_changed": "triggers changed",
+    "pending": "assay pending",
+    "failed": "assay failed",
+}
+
+
+def gate_view(standing: gate.Standing | None, row: queries.CandidateRow | None) -> GateView:
+    """The standing of a system's or candidate's gate as a page shows it; `none` for a system
+    without candidates."""
+    if standing is None:
+        return GateView("none", [], basis="none")
+    note = NOTES.get(standing.basis.value, "")
+    if standing.basis.value == "pending" and row is not None and is_running(row):
+        note = "assay running"
+    if standing.until is not None and standing.basis.value in ("waived", "rejected"):
+        note = f"{note} until {when(standing.until)}"
+    return GateView(
+        standing.decision.value,
+        worst_first(standing.reasons),
+        standing.basis.value,
+        note,
+        standing.dossier.version if standing.dossier is not None else None,
+        standing.assay_decision,
+    )
+
+
+def is_running(row: queries.CandidateRow) -> bool:
+    return row.assay.status in ("queued", "running")
+
+
+def severities(reasons: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for r in reasons:
+        sev = str(r.get("severity", "hold"))
+        found[sev] = found.get(sev, 0) + 1
+    return found
 
 
 def worst_first(reasons: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -11,14 +11,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from service.db import queries
-from service.db.models import Assay, Candidate, Dossier, Event, Manifest, System
+from service.db.models import Assay, Candidate, Event, Manifest, System
 
 
 @dataclass(frozen=True)
@@ -134,51 +133,6 @@ def events_page(
     rows = list(session.exec(query.order_by(col(Event.id).desc()).limit(limit + 1)).all())
     page = rows[:limit]
     return EventsPage(page, page[-1].id if len(rows) > limit and page else None)
-
-
-def last_allowed_digests(session: Session, system_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
-    """The manifest digest of each system's newest allowed candidate, in one query."""
-    if not system_ids:
-        return {}
-    allowed = (
-        sa.select(
-            col(Candidate.system_id), col(Candidate.manifest_digest), col(Candidate.created_at)
-        )
-        .join(Assay, col(Assay.candidate_id) == col(Candidate.id))
-        .where(col(Candidate.system_id).in_(system_ids), col(Assay.decision) == "allow")
-        .order_by(col(Candidate.system_id), col(Candidate.created_at).desc())
-    )
-    newest = (
-        sa.select(col(Candidate.system_id), sa.func.max(col(Candidate.created_at)))
-        .join(Assay, col(Assay.candidate_id) == col(Candidate.id))
-        .where(col(Candidate.system_id).in_(system_ids), col(Assay.decision) == "allow")
-        .group_by(col(Candidate.system_id))
-    )
-    found: dict[uuid.UUID, str] = {}
-    for system_id, digest, _at in session.execute(
-        allowed.where(sa.tuple_(col(Candidate.system_id), col(Candidate.created_at)).in_(newest))
-    ).all():
-        found.setdefault(system_id, digest)
-    return found
-
-
-def latest_dossiers(
-    session: Session, candidate_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, Dossier]:
-    """Each candidate's newest dossier version, in one query, without the signed bytes."""
-    if not candidate_ids:
-        return {}
-    newest = (
-        sa.select(col(Dossier.candidate_id), sa.func.max(col(Dossier.version)))
-        .where(col(Dossier.candidate_id).in_(candidate_ids))
-        .group_by(col(Dossier.candidate_id))
-    )
-    rows = session.exec(
-        select(Dossier)
-        .where(sa.tuple_(col(Dossier.candidate_id), col(Dossier.version)).in_(newest))
-        .options(defer(cast(Any, Dossier.payload)), defer(cast(Any, Dossier.envelope)))
-    ).all()
-    return {d.candidate_id: d for d in rows}
 
 
 def candidate_rows(

@@ -28,6 +28,7 @@ from service.api.deps import (
     PrincipalDep,
     SessionDep,
     SettingsDep,
+    SignerDep,
     SubmissionLimitDep,
     resolve,
 )
@@ -40,6 +41,7 @@ from service.api.errors import (
 )
 from service.api.present import candidate_page, candidate_public, decode_cursor, encode_cursor
 from service.api.schemas import CandidateCreate, CandidatePage, CandidatePublic
+from service.app import gate
 from service.core.assay import ShardSpec, plan_shards
 from service.core.manifest import parse_manifest
 from service.core.plan import AssayPlan, parse_plan
@@ -246,10 +248,15 @@ def _withdraw(session: Session, recorded: Recorded) -> None:
     responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
 )
 def get_candidate(
-    candidate_id: uuid.UUID, session: SessionDep, metrics: MetricsDep, principal: PrincipalDep
+    candidate_id: uuid.UUID,
+    session: SessionDep,
+    metrics: MetricsDep,
+    principal: PrincipalDep,
+    signer: SignerDep,
 ) -> CandidatePublic:
-    """Status, progress, and the decision once the assay is done."""
+    """Status, progress, the assay's decision once it is done, and what the gate says now."""
     with metrics.gate_check_seconds.time():
+        gate.refresh(session, signer)
         row = queries.candidate(session, candidate_id, tenant_id=principal.tenant_id)
         if row is None:
             raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
@@ -264,12 +271,14 @@ def get_candidate(
 def list_candidates(
     session: SessionDep,
     principal: PrincipalDep,
+    signer: SignerDep,
     system: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> CandidatePage:
     """Newest first. Follow `next_cursor` until it is null."""
     before = decode_cursor(cursor) if cursor else None
+    gate.refresh(session, signer)
     rows = queries.candidates(
         session, system=system, limit=limit + 1, before=before, tenant_id=principal.tenant_id
     )
