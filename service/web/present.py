@@ -206,3 +206,118 @@ def report_view(report: Mapping[str, Any], reasons: Sequence[Mapping[str, Any]])
         stopped=report.get("stopped"),
         negatives=[f for f in faults if f.diagnosis],
     )
+
+
+# ------------------------------------------------------------------------------ event log
+
+ALERTS = ("assay.stopped", "assay.aborted", "assay.failed", "credential.refused")
+
+
+def _short(value: Any, n: int = 8) -> str:
+    return str(value)[:n]
+
+
+def describe(kind: str, data: Mapping[str, Any] | None, shard: int | None = None) -> str:
+    """An event as a sentence: what happened, in the words of the pages."""
+    d: Mapping[str, Any] = data or {}
+    if kind == "candidate.submitted":
+        return (
+            f"{d.get('system')} {d.get('version')} submitted at revision "
+            f"{_short(d.get('source_revision'), 12)}: {d.get('shards')} shards queued"
+        )
+    if kind == "candidate.rerun":
+        return f"re-run requested by key {_short(d.get('requested_by'))}: {d.get('shards')} shards"
+    if kind == "credential.minted":
+        return (
+            f"injector credential minted for {len(d.get('modes') or [])} fault modes, at most "
+            f"{d.get('max_effects')} effects in {d.get('namespace')}, until {d.get('expires')}"
+        )
+    if kind == "assay.decided":
+        n = len(d.get("reasons") or [])
+        return f"assay decided {d.get('decision')} ({n} reason{'' if n == 1 else 's'})"
+    if kind in ("assay.stopped", "assay.aborted"):
+        return f"{kind.split('.')[1]}: {d.get('reason')}"
+    if kind == "assay.failed":
+        return f"failed: {d.get('error')}"
+    if kind == "dossier.issued":
+        return f"dossier version {d.get('version')} signed ({d.get('decision')}): {d.get('change')}"
+    if kind == "system.config_changed":
+        reopened = len(d.get("reopened") or [])
+        effect = (
+            f"a trigger: {reopened} dossier{'' if reopened == 1 else 's'} reopened"
+            if d.get("trigger")
+            else "not a trigger"
+        )
+        return (
+            f"production {d.get('component')} of {d.get('system')} reported as "
+            f"{_short(d.get('sha256'), 12)} ({effect})"
+        )
+    if kind == "system.triggers_set":
+        return f"triggers of {d.get('system')} set to {', '.join(d.get('triggers') or [])}"
+    if kind == "audit":
+        roles = ", ".join(d.get("roles") or [])
+        return f"{d.get('action')} on {d.get('target')} by key {_short(d.get('key_id'))} ({roles})"
+    if kind == "shard.started":
+        return f"shard {shard} started (attempt {d.get('attempt')}) on {d.get('worker')}"
+    if kind == "shard.stored":
+        return f"shard {shard} stored: {d.get('trials')} trials"
+    if kind.endswith(".refused"):
+        rest = {k: v for k, v in d.items() if k != "reason"}
+        extra = f" ({_pairs(rest)})" if rest else ""
+        return f"refused: {d.get('reason')}{extra}"
+    return _pairs(d)
+
+
+def _pairs(data: Mapping[str, Any], limit: int = 200) -> str:
+    text = ", ".join(
+        f"{k.replace('_', ' ')} {v}"
+        for k, v in sorted(data.items())
+        if isinstance(v, str | int | float | bool) or v is None
+    )
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class EventLine:
+    event: Any
+    text: str
+    alert: bool
+
+
+@dataclass(frozen=True)
+class EventGroup:
+    """One assay's events on a page (or a candidate's, or the tenant's own), newest first, with
+    its shard events folded into a tally."""
+
+    candidate_id: Any
+    assay_id: Any
+    row: queries.CandidateRow | None
+    lines: list[EventLine]
+    shards: Any = None
+
+
+def group_events(
+    events: Sequence[Any],
+    shards: Mapping[Any, Any],
+    rows: Mapping[Any, queries.CandidateRow],
+) -> list[EventGroup]:
+    """Events grouped by assay (else candidate, else the tenant), groups in the order of their
+    newest event."""
+    order: list[tuple[Any, Any]] = []
+    lines: dict[tuple[Any, Any], list[EventLine]] = {}
+    for e in events:
+        key = (e.candidate_id, e.assay_id)
+        if key not in lines:
+            order.append(key)
+            lines[key] = []
+        lines[key].append(EventLine(e, describe(e.kind, e.data, e.shard_index), e.kind in ALERTS))
+    return [
+        EventGroup(
+            candidate_id,
+            assay_id,
+            rows.get(candidate_id) if candidate_id is not None else None,
+            lines[(candidate_id, assay_id)],
+            shards.get(assay_id) if assay_id is not None else None,
+        )
+        for candidate_id, assay_id in order
+    ]

@@ -63,17 +63,19 @@ KNOWN_EVENTS = (
     "candidate.submitted",
     "candidate.rerun",
     "credential.minted",
+    "credential.refused",
     "shard.started",
     "shard.stored",
+    "injection.refused",
+    "sandbox.refused",
     "assay.decided",
     "assay.stopped",
     "assay.aborted",
     "assay.failed",
     "dossier.issued",
-    "hold.waived",
-    "hold.rejected",
     "system.config_changed",
     "system.triggers_set",
+    "audit",
 )
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -369,7 +371,9 @@ def events_page(
     kind: Annotated[str | None, Query(max_length=64)] = None,
     candidate: Annotated[str | None, Query(max_length=64)] = None,
 ) -> HTMLResponse:
-    """The append-only event log: submissions, credential mintings, stops, aborts, decisions."""
+    """The append-only event log, grouped by assay: submissions, credential mintings, stops,
+    aborts, decisions, dossiers, reviews. Shard events are folded into one line per assay
+    (`?kind=shard.stored` lists them)."""
     try:
         candidate_id = uuid.UUID(candidate) if candidate else None
     except ValueError:
@@ -382,28 +386,22 @@ def events_page(
         kind=kind or None,
         candidate_id=candidate_id,
     )
-    events = [{"event": e, "data": _brief(e.data)} for e in found.events]
+    rows = web_queries.candidate_rows(
+        session, [e.candidate_id for e in found.events if e.candidate_id is not None]
+    )
     return render(
         request,
         who.ws,
         "events.html",
         {
             "title": "Event log",
-            "events": events,
+            "groups": present.group_events(found.events, found.shards, rows),
             "next_before": found.next_before,
             "kind": kind or "",
             "kinds": KNOWN_EVENTS,
             "candidate": str(candidate_id) if candidate_id else "",
         },
     )
-
-
-def _brief(data: dict[str, Any] | None, limit: int = 240) -> str:
-    """An event's data on one line, cut short: the log is for scanning, the pages for detail."""
-    if not data:
-        return ""
-    text = json.dumps(data, sort_keys=True, separators=(", ", ": "), default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # ------------------------------------------------------------------------------ submitting

@@ -113,7 +113,12 @@ def _replay(row: IdempotencyKey, digest: str) -> JSONResponse:
             "this Idempotency-Key was used with a different body", field="Idempotency-Key"
         )
     return JSONResponse(
-        row.response, status_code=row.status_code, headers={"Idempotent-Replayed": "true"}
+        row.response,
+        status_code=row.status_code,
+        headers={
+            "Idempotent-Replayed": "true",
+            "Location": f"/v1/candidates/{row.candidate_id}",
+        },
     )
 
 
