@@ -167,3 +167,35 @@ def test_a_long_run_on_a_terminal_shows_a_progress_bar_and_json_never_does() -> 
 
     assert "assaying" in run()
     assert "assaying" not in run("--json")
+
+
+def test_replay_into_head_ends_quietly_without_a_broken_pipe_traceback() -> None:
+    baseline = str(EXAMPLES / "copperfin-baseline.json")
+    done = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"{sys.executable} -m service.cli replay {baseline} --seed 188 --trial 7 | head -1; "
+            'echo "status ${PIPESTATUS[0]}"',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.startswith("Trial 7: fault ")
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr
+    assert done.stderr == ""
+    assert done.stdout.strip().endswith("status 141")  # what a shell shows for SIGPIPE
+
+
+def test_submit_and_gate_help_name_the_url_they_default_to() -> None:
+    for command in ("submit", "gate"):
+        done = subprocess.run(
+            [sys.executable, "-m", "service.cli", command, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "default: $ASSAYGATE_URL, else http://127.0.0.1:8000" in " ".join(
+            done.stdout.split()
+        )
