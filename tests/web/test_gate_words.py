@@ -1,5 +1,6 @@
 """For every answer the deploy gate gives, every page shows the same word: the candidate page,
-its system's page, the candidates list and the systems page say what `GET /v1/gate` says —
+its dossier page, its system's page, the candidates list and the systems page say what
+`GET /v1/gate` says —
 allow, hold, block or reopened — and what it rests on (a waiver, a rejection, a lapsed review, a
 production change, a pending assay)."""
 
@@ -167,6 +168,7 @@ def test_every_page_shows_the_word_the_gate_answers(
     assert word_in(page, "<h1>") == word
     if state not in ("pending", "trigger"):  # a running assay has no decision card yet
         assert word_in(page, 'id="decision"') == word
+    assert word_in(web_client.get(f"/candidates/{candidate}/dossier").text, "<h1>") == word
     shown = {
         "systems": row_of(web_client.get("/", params={"q": system}).text, f'/systems/{system}"'),
         "system": row_of(web_client.get(f"/systems/{system}").text, f"/candidates/{candidate}"),
