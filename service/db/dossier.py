@@ -642,8 +642,9 @@ def open_config_changes(
     session: Session, system_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, list[OpenChange]]:
     """Per system, the newest reported change of each trigger component, for as long as no
-    candidate whose manifest carries the reported hash has passed since (an allowing dossier
-    version issued after the report). A candidate with the old configuration never closes it."""
+    candidate whose manifest carries the reported hash has passed (has an allowing dossier
+    version): until then the live configuration is one nobody assayed. A candidate with another
+    configuration never closes it, whatever its own assay decides."""
     if not system_ids:
         return {}
     rows = session.exec(
@@ -670,7 +671,6 @@ def open_config_changes(
                 col(Dossier.system_id) == system_id,
                 col(Dossier.decision) == ALLOW,
                 col(ComponentHash.sha256) == change.sha256,
-                col(Dossier.created_at) >= change.created_at,
             )
             .limit(1)
         ).first()

@@ -141,3 +141,22 @@ def test_every_answer_of_the_gate_is_the_candidates_gate_field(
     assert {c["version"]: c["gate"]["decision"] for c in listed} == {"h": "allow", "b": "block"}
     latest = next(s for s in client.get("/v1/systems").json()["items"] if s["name"] == system)
     assert latest["latest"]["gate"]["decision"] == gate_of(client, system, "b")["decision"]
+
+
+def test_a_reported_change_that_a_passing_candidate_carries_holds_back_no_later_release(
+    client: httpx.Client, keys: KeyBook
+) -> None:
+    system = system_name()
+    decided(client, example("typed"), system=system, version="1")
+    # Production reports the retry configuration candidate 1 was assayed with: nothing to reopen.
+    same = component_hash(example("typed"), "retry")
+    answer = client.post(
+        f"/v1/systems/{system}/config-changes",
+        json={"component": "retry", "sha256": same},
+        headers=keys.headers("ops"),
+    ).json()
+    assert answer["reopened"] == []
+    assert gate_of(client, system, "1")["decision"] == "allow"
+    # The next release changes retry and passes its own assay: the gate allows it.
+    decided(client, retry_changed(), system=system, version="2")
+    assert gate_of(client, system, "2")["decision"] == "allow"
