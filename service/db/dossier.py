@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any, cast
 
 import sqlalchemy as sa
-from sqlalchemy.orm import defer
+from sqlalchemy.orm import aliased, defer
 from sqlmodel import Session, col, select
 
 from service.core.dossier import (
@@ -144,32 +144,34 @@ def last_allowed(
 def last_allowed_per_system(
     session: Session, system_ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, Dossier]:
-    """Each system's newest dossier that still allows, in one query (without the signed bytes)."""
+    """Each system's newest dossier that still allows (the latest version of its candidate), in
+    two small queries whatever the number of candidates (without the signed bytes)."""
     if not system_ids:
         return {}
-    newest = (
-        sa.select(col(Dossier.candidate_id), sa.func.max(col(Dossier.version)).label("version"))
-        .where(col(Dossier.system_id).in_(sorted(set(system_ids))))
-        .group_by(col(Dossier.candidate_id))
-        .subquery()
-    )
-    rows = session.exec(
-        select(Dossier)
-        .join(
-            newest,
-            sa.and_(
-                col(Dossier.candidate_id) == newest.c.candidate_id,
-                col(Dossier.version) == newest.c.version,
+    newer = aliased(Dossier)
+    still_allows = (
+        sa.select(col(Dossier.system_id), col(Dossier.id))
+        .where(
+            col(Dossier.system_id).in_(sorted(set(system_ids))),
+            col(Dossier.decision) == ALLOW,
+            ~sa.exists().where(
+                col(newer.candidate_id) == col(Dossier.candidate_id),
+                col(newer.version) > col(Dossier.version),
             ),
         )
-        .where(Dossier.decision == ALLOW)
         .order_by(col(Dossier.created_at).desc(), col(Dossier.version).desc())
+    )
+    chosen: dict[uuid.UUID, uuid.UUID] = {}
+    for system_id, dossier_id in session.execute(still_allows).all():
+        chosen.setdefault(system_id, dossier_id)
+    if not chosen:
+        return {}
+    rows = session.exec(
+        select(Dossier)
+        .where(col(Dossier.id).in_(sorted(chosen.values())))
         .options(defer(cast(Any, Dossier.payload)), defer(cast(Any, Dossier.envelope)))
     ).all()
-    found: dict[uuid.UUID, Dossier] = {}
-    for d in rows:
-        found.setdefault(d.system_id, d)
-    return found
+    return {d.system_id: d for d in rows}
 
 
 def allowed_view(session: Session, dossier: Dossier | None) -> dict[str, Any] | None:
@@ -262,8 +264,11 @@ def _lock(session: Session, candidate_id: uuid.UUID) -> Candidate:
 
 def _lock_system(session: Session, system_id: uuid.UUID) -> System:
     """Serialise a finishing assay with a reported configuration change of its system, so the
-    one always sees the other (taken before any candidate lock: one order, no deadlock)."""
-    return session.exec(select(System).where(System.id == system_id).with_for_update()).one()
+    one always sees the other (taken before any candidate lock: one order, no deadlock). `FOR NO
+    KEY UPDATE`: submissions, whose new rows only reference the system, are not held up."""
+    return session.exec(
+        select(System).where(System.id == system_id).with_for_update(key_share=True)
+    ).one()
 
 
 def _store(

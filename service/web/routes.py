@@ -198,11 +198,9 @@ def systems_page(
     latest_rows = [r.latest for r in found.rows if r.latest is not None]
     standings = gate.standings(session, latest_rows)
     allowed = dossiers.last_allowed_per_system(session, [r.system.id for r in found.rows])
-    allowed_rows = web_queries.candidate_rows(session, [d.candidate_id for d in allowed.values()])
+    allowed_digests = queries.manifest_digests(session, [d.candidate_id for d in allowed.values()])
     hashes = queries.component_hashes_of(
-        session,
-        [r.candidate.manifest_digest for r in latest_rows]
-        + [r.candidate.manifest_digest for r in allowed_rows.values()],
+        session, [*(r.candidate.manifest_digest for r in latest_rows), *allowed_digests.values()]
     )
     rows: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
@@ -210,10 +208,10 @@ def systems_page(
         changed: list[tuple[str, bool]] = []
         triggers = dossiers.system_triggers(r.system)
         last = allowed.get(r.system.id)
-        allowed_row = allowed_rows.get(last.candidate_id) if last is not None else None
-        if r.latest is not None and allowed_row is not None:
+        allowed_digest = allowed_digests.get(last.candidate_id) if last is not None else None
+        if r.latest is not None and allowed_digest is not None:
             now = hashes.get(r.latest.candidate.manifest_digest, {})
-            then = hashes.get(allowed_row.candidate.manifest_digest, {})
+            then = hashes.get(allowed_digest, {})
             changed = [
                 (c, c in triggers)
                 for c in sorted(set(now) | set(then))
@@ -231,7 +229,7 @@ def systems_page(
                 "running": r.latest is not None and present.is_running(r.latest),
                 "progress": present.progress_fraction(r.latest) if r.latest else 0.0,
                 "changed": changed,
-                "ever_allowed": allowed_row is not None,
+                "ever_allowed": allowed_digest is not None,
             }
         )
     return render(
