@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 VENV ?= .venv
 
-.PHONY: venv lint typecheck imports services browser test test-fast demo bench
+.PHONY: venv lint typecheck imports services browser test test-fast demo serve bench-service bench-dashboard
 
 venv:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -25,14 +25,17 @@ imports:
 services:
 	@bash deploy/ensure-services.sh
 
+# Debian's Chromium for the browser tests: installed with apt-get when missing and run as root
+# (it says so); ASSAYGATE_NO_BROWSER_INSTALL=1 never installs (the browser tests then skip).
 browser:
 	@bash deploy/ensure-chromium.sh
 
 test: venv services browser lint typecheck imports
 	$(PY) -m pytest
 
+# Keeps its data in a new folder and ends by saying how to browse it (serve + a reviewer key).
 demo: venv
-	$(VENV)/bin/assaygate demo
+	$(VENV)/bin/assaygate demo --keep
 
 serve: venv
 	$(VENV)/bin/assaygate serve

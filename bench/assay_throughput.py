@@ -1,6 +1,9 @@
 """Executed trials per second against the paper's reference script, in one session.
 
-    .venv/bin/python bench/assay_throughput.py [--trials 200000] [--reference PATH]
+    .venv/bin/python bench/assay_throughput.py [--trials 200000] [--memory-trials 2000000]
+
+The "executed" rows run the default install's core (compiled by `make venv` when a compiler is
+present; the first line says which); the "compiled core" rows build a scratch mypyc copy.
 
 The reference script looks outcomes up in a table; Assaygate builds a world per trial, runs the
 Copperfin workflow through the injector and grades the world. Both run the same count of typed
@@ -92,18 +95,77 @@ def _compiled(n: int, seed: int, full: bool) -> float:
         return float(json.loads(out.stdout))
 
 
+_PEAK = (
+    "import resource, sys, json\n"
+    "{body}\n"
+    "print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))\n"
+)
+
+
+def _peak_mb(body: str, pythonpath: Path | None = None) -> float:
+    """Peak resident memory (MB) of a fresh interpreter that runs `body`."""
+    import json
+    import subprocess
+
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK.format(body=body)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def memory(n: int, seed: int, reference: Path) -> None:
+    """Peak memory of the default 3-arm assay against the lookup script, at `n` trials."""
+    ours = _peak_mb(
+        "from pathlib import Path\n"
+        "from service.core.assay import run_assay\n"
+        "from service.core.manifest import parse_manifest_json\n"
+        "from service.core.plan import AssayPlan\n"
+        "m = parse_manifest_json(Path('examples/copperfin-typed.json').read_text())\n"
+        f"run_assay(m, AssayPlan(catalogue='paper', trials={n}, seed={seed}))"
+    )
+    print(f"peak memory, default 3-arm assay, {n:,} trials          {ours:7.1f} MB")
+    if reference.exists():
+        ref = _peak_mb(
+            "import importlib.util\n"
+            f"spec = importlib.util.spec_from_file_location('ri', {str(reference)!r})\n"
+            "mod = importlib.util.module_from_spec(spec); sys.modules['ri'] = mod\n"
+            "spec.loader.exec_module(mod)\n"
+            f"mod.run_experiment(mod.Controls.typed(), list(mod.FaultDomain), {n}, {seed})"
+        )
+        print(
+            f"peak memory, reference script, {n:,} trials               {ref:7.1f} MB  "
+            f"ratio {ours / ref:5.2f}x"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trials", type=int, default=200_000)
     ap.add_argument("--seed", type=int, default=188)
     ap.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
-    ap.add_argument("--no-compiled", action="store_true", help="skip the mypyc-compiled core")
+    ap.add_argument("--no-compiled", action="store_true", help="skip the scratch compiled build")
+    ap.add_argument(
+        "--memory-trials",
+        type=int,
+        default=2_000_000,
+        help="trials for the peak-memory rows (0 skips them)",
+    )
     args = ap.parse_args()
     n = args.trials
     intervention = AssayPlan(
         catalogue="paper", trials=n, seed=args.seed, matched_baseline=False, counterfactuals=False
     )
     full = AssayPlan(catalogue="paper", trials=n, seed=args.seed)
+    # The extra arms on every trial instead of the default evidence sample: what sampling saves.
+    everything = AssayPlan(catalogue="paper", trials=n, seed=args.seed, evidence_sample=None)
     from service.compile import state
 
     print(
@@ -121,6 +183,7 @@ def main() -> None:
         ("executed, intervention arm, 2 processes", intervention, 2),
         ("executed, + matched baseline + counterfactual, 1 process", full, 1),
         ("executed, + matched baseline + counterfactual, 2 processes", full, 2),
+        ("executed, every arm on every trial, 1 process", everything, 1),
     ]
     for label, plan, workers in rows:
         t = _ours(plan, workers)
@@ -135,6 +198,8 @@ def main() -> None:
             t = _compiled(n, args.seed, full)
             ratio = f"  ratio {t / ref:5.2f}x" if ref else ""
             print(f"{label:58} {t:7.2f} s  {n / t:10,.0f} trials/s{ratio}")
+    if args.memory_trials:
+        memory(args.memory_trials, args.seed, args.reference)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -41,7 +43,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         code: int = args.func(args)
+        # Flush here, so a reader that left early (`| head`) is handled below, not at exit.
+        sys.stdout.flush()
         return code
+    except BrokenPipeError:
+        # The reader of our output went away (`assaygate replay … | head`): stop quietly, as
+        # other command-line tools do, and keep Python from complaining again at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except UsageError as exc:
         print(f"assaygate: error: {exc}", file=sys.stderr)
         return _error_code(argv)

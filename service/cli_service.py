@@ -7,9 +7,11 @@ reopened, 3 error (unreachable service, refused input, a failed assay, a timeout
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -18,6 +20,7 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +71,18 @@ def register(sub: Any) -> None:
     demo.add_argument("--trials", type=int, default=None, help="trials per fault")
     demo.add_argument("--seed", type=int, default=None)
     demo.add_argument("--timeout", type=float, default=600.0, help="seconds to wait in total")
+    demo.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the data (in --data-dir, or a new folder) and say how to browse it",
+    )
     demo.set_defaults(func=_demo)
 
     submit = sub.add_parser("submit", help="submit a manifest to a running service")
     submit.add_argument("manifest", type=Path)
-    submit.add_argument("--url", default=None, help="default: http://127.0.0.1:8000")
+    submit.add_argument(
+        "--url", default=None, help="default: $ASSAYGATE_URL, else http://127.0.0.1:8000"
+    )
     submit.add_argument("--system", default=None)
     submit.add_argument("--version", dest="candidate_version", default=None)
     submit.add_argument("--source-revision", default=None, help="default: $GITHUB_SHA or 'local'")
@@ -81,7 +91,9 @@ def register(sub: Any) -> None:
     submit.add_argument("--seed", type=int, default=None)
     submit.add_argument("--idempotency-key", default=None)
     submit.add_argument("--wait", action="store_true", help="wait for the decision")
-    submit.add_argument("--timeout", type=float, default=3600.0)
+    submit.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds to wait (default 3600); then exit 3"
+    )
     submit.add_argument(
         "--dossier-out", type=Path, default=None, metavar="PATH", help="save the signed envelope"
     )
@@ -94,7 +106,9 @@ def register(sub: Any) -> None:
     )
     gate.add_argument("system")
     gate.add_argument("--version", dest="candidate_version", default=None)
-    gate.add_argument("--url", default=None, help="default: $ASSAYGATE_URL or localhost:8000")
+    gate.add_argument(
+        "--url", default=None, help="default: $ASSAYGATE_URL, else http://127.0.0.1:8000"
+    )
     gate.add_argument(
         "--dossier-out", type=Path, default=None, metavar="PATH", help="save the signed envelope"
     )
@@ -242,10 +256,20 @@ class EmbeddedWorker:
             target=self._supervise, name="worker-supervisor", daemon=True
         )
 
-    def start(self) -> None:
+    def start(self, ready_within: float = 30.0) -> None:
+        """Start the child and wait (up to `ready_within` seconds) until it consumes tasks."""
         self._requeue_unfinished()
         self._spawn()
         self._thread.start()
+        deadline = time.monotonic() + ready_within
+        while not self._ready_file.exists() and time.monotonic() < deadline:
+            if self._process is not None and self._process.poll() is not None:
+                break
+            time.sleep(0.05)
+
+    @property
+    def _ready_file(self) -> Path:
+        return self.settings.data_dir / f"worker-ready-{os.getpid()}"
 
     def _spawn(self) -> None:
         command = [
@@ -255,9 +279,10 @@ class EmbeddedWorker:
             "--concurrency",
             str(self.settings.worker_concurrency),
         ]
-        self._process = subprocess.Popen(
-            command, env=self.settings.child_environment(), preexec_fn=_die_with_parent
-        )
+        self._ready_file.unlink(missing_ok=True)
+        env = self.settings.child_environment()
+        env["ASSAYGATE_WORKER_READY_FILE"] = str(self._ready_file)
+        self._process = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent)
         log.info("worker started", extra={"worker": str(self._process.pid)})
 
     def _supervise(self) -> None:
@@ -298,6 +323,7 @@ class EmbeddedWorker:
 
     def stop(self) -> None:
         self._stopping.set()
+        self._ready_file.unlink(missing_ok=True)
         process = self._process
         if process is None or process.poll() is not None:
             return
@@ -336,8 +362,7 @@ def _serve(args: argparse.Namespace) -> int:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     if args.migrate if args.migrate is not None else settings.embedded:
         migrate.upgrade(settings)
-    if settings.embedded:
-        _first_admin_key(settings)
+    first_key = _first_admin_key(settings) if settings.embedded else None
     worker = (
         EmbeddedWorker(settings)
         if (args.worker if args.worker is not None else settings.embedded)
@@ -346,18 +371,51 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if worker is not None:
         worker.start()
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+    )
+    announcement = _announcement(settings, first_key)
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            # Listening now; no request is served before this block is out.
+            if self.started:
+                print(announcement, flush=True)
+
     try:
-        uvicorn.run(
-            create_app(settings),
-            host=settings.host,
-            port=settings.port,
-            log_config=None,
-            access_log=False,
-        )
+        Server(config).run()
     finally:
         if worker is not None:
             worker.stop()
     return 0
+
+
+def _announcement(settings: Settings, first_key: str | None) -> str:
+    """What `serve` prints once it listens: where it is, and (first start only) the first key,
+    framed so it stands out from the log lines around it."""
+    url = f"http://{settings.host}:{settings.port}"
+    lines = [f"Assaygate is up: {url}/ (dashboard), {url}/docs (OpenAPI)"]
+    if first_key is not None:
+        lines += [
+            "",
+            f"First API key (tenant {_default_tenant()}; admin, submitter, reviewer), shown",
+            "only now:",
+            f"  {first_key}",
+            "Sign in to the dashboard with it, or send it as `Authorization: Bearer <key>`",
+            "(ASSAYGATE_API_KEY for the CLI); more keys: `assaygate keys create`.",
+        ]
+    return framed(lines)
+
+
+def _default_tenant() -> str:
+    from service.db.apikey import DEFAULT_TENANT
+
+    return DEFAULT_TENANT
 
 
 # ------------------------------------------------------------------------------- submit/demo
@@ -399,18 +457,97 @@ def _plan(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in plan.items() if v is not None}
 
 
+FINISHED = ("done", "stopped", "failed")
+
+
+class Undecided(Exception):
+    """`submit --wait` ran out of time; the message names the candidate, assay and progress."""
+
+
 def wait_for_decision(
-    client: httpx.Client, candidate_id: str, deadline: float, interval: float = 0.2
+    client: httpx.Client,
+    candidate_id: str,
+    deadline: float,
+    interval: float = 0.2,
+    on_progress: Any = None,
 ) -> dict[str, Any]:
+    """Poll the candidate until its assay is finished; `on_progress(candidate)` after each
+    poll. Raises `Undecided` at the deadline, naming the candidate, its assay and how far it got."""
     while True:
         response = client.get(f"/v1/candidates/{candidate_id}")
         response.raise_for_status()
         candidate: dict[str, Any] = response.json()
-        if candidate["status"] in ("done", "stopped", "failed"):
+        if on_progress is not None:
+            on_progress(candidate)
+        if candidate["status"] in FINISHED:
             return candidate
         if time.monotonic() > deadline:
-            raise TimeoutError(f"candidate {candidate_id} undecided after the timeout")
+            p = candidate.get("progress") or {}
+            raise Undecided(
+                f"candidate {candidate_id} (assay {candidate.get('assay_id')}) undecided after "
+                f"the timeout: {p.get('shards_done', 0)} of {p.get('shard_count', '?')} shards, "
+                f"{p.get('trials_done', 0)} of {p.get('trials_planned', '?')} trials done"
+            )
         time.sleep(interval)
+
+
+def dashboard_url(base: str, candidate_id: str) -> str:
+    return f"{base.rstrip('/')}/candidates/{candidate_id}"
+
+
+class ShardProgress:
+    """A progress bar on stderr while `submit --wait` waits on a terminal: the assay's shards
+    done, and each fault's. Polls `GET /v1/assays/{id}` at most once a second."""
+
+    def __init__(self, client: httpx.Client, assay_id: str) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self._client = client
+        self._assay = assay_id
+        self._last = 0.0
+        self._bar = Progress(
+            TextColumn("{task.description:<28}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("shards"),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self._overall = self._bar.add_task("assay", total=None)
+        self._faults: dict[str, Any] = {}
+
+    def __enter__(self) -> ShardProgress:
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.stop()
+
+    def __call__(self, candidate: dict[str, Any]) -> None:
+        p = candidate.get("progress") or {}
+        self._bar.update(
+            self._overall,
+            completed=p.get("shards_done", 0),
+            total=p.get("shard_count") or None,
+            description=f"assay {candidate.get('status', '')}",
+        )
+        if time.monotonic() - self._last < 1.0:
+            return
+        self._last = time.monotonic()
+        response = self._client.get(f"/v1/assays/{self._assay}")
+        if response.status_code != 200:
+            return
+        for fault in response.json().get("faults", []):
+            name = str(fault.get("id") or "all faults")
+            fp = fault.get("progress") or {}
+            if name not in self._faults:
+                self._faults[name] = self._bar.add_task(f"  {name}", total=fp.get("shard_count"))
+            self._bar.update(
+                self._faults[name],
+                completed=fp.get("shards_done", 0),
+                total=fp.get("shard_count") or None,
+            )
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -428,14 +565,36 @@ def _submit(args: argparse.Namespace) -> int:
         if response.status_code >= 400:
             return _refused(response)
         candidate = response.json()
+        url = dashboard_url(str(client.base_url), candidate["id"])
+        print(
+            f"assaygate: candidate {candidate['id']} (assay {candidate['assay_id']}) "
+            f"submitted; follow it at {url}",
+            file=sys.stderr,
+            flush=True,
+        )
         if not args.wait:
-            print(json.dumps(candidate, indent=2))
+            print(json.dumps({**candidate, "dashboard_url": url}, indent=2))
             return 0
         try:
-            candidate = wait_for_decision(client, candidate["id"], deadline)
-        except TimeoutError as exc:
-            print(json.dumps({"error": {"code": "timeout", "message": str(exc)}}, indent=2))
+            if sys.stderr.isatty():
+                with ShardProgress(client, str(candidate["assay_id"])) as bar:
+                    candidate = wait_for_decision(
+                        client, candidate["id"], deadline, interval=0.5, on_progress=bar
+                    )
+            else:
+                candidate = wait_for_decision(client, candidate["id"], deadline)
+        except Undecided as exc:
+            error = {
+                "code": "timeout",
+                "message": f"{exc}; follow it at {url}",
+                "candidate_id": candidate["id"],
+                "assay_id": candidate["assay_id"],
+                "dashboard_url": url,
+            }
+            print(json.dumps({"error": error}, indent=2))
+            print(f"assaygate: error: {error['message']}", file=sys.stderr)
             return EXIT_ERROR
+        candidate["dashboard_url"] = url
         dossier = None
         if candidate.get("status") != "failed":
             found = client.get(f"/v1/candidates/{candidate['id']}/dossier")
@@ -448,7 +607,10 @@ def _submit(args: argparse.Namespace) -> int:
     candidate["dossier"] = {k: v for k, v in dossier.items() if k != "envelope"}
     print(json.dumps(candidate, indent=2))
     _save_envelope(args.dossier_out, dossier)
-    return DECISION_EXIT.get(str(dossier["decision"]), EXIT_ERROR)
+    # What the deploy gate says about this candidate now, not only what its assay decided.
+    decision = str((candidate.get("gate") or {}).get("decision") or dossier["decision"])
+    print(f"assaygate: the gate says {decision}: {url}", file=sys.stderr)
+    return DECISION_EXIT.get(decision, EXIT_ERROR)
 
 
 def _gate(args: argparse.Namespace) -> int:
@@ -617,8 +779,8 @@ def _key_view(row: Any) -> dict[str, Any]:
     }
 
 
-def _first_admin_key(settings: Settings) -> None:
-    """Embedded first start: with no API key at all, make one and print it this once."""
+def _first_admin_key(settings: Settings) -> str | None:
+    """Embedded first start: with no API key at all, make one (shown once, by `_announce`)."""
     from sqlmodel import Session
 
     from service.db.apikey import DEFAULT_TENANT, any_key, create_key
@@ -629,7 +791,7 @@ def _first_admin_key(settings: Settings) -> None:
     try:
         with Session(engine) as session:
             if any_key(session):
-                return
+                return None
             created = create_key(
                 session,
                 tenant=DEFAULT_TENANT,
@@ -640,17 +802,19 @@ def _first_admin_key(settings: Settings) -> None:
             session.commit()
     finally:
         engine.dispose()
-    print(
-        f"First API key (tenant {DEFAULT_TENANT}; admin, submitter, reviewer), shown only now:\n"
-        f"  {created.secret}\n"
-        "Send it as `Authorization: Bearer <key>` (or ASSAYGATE_API_KEY for the CLI); create "
-        "more with `assaygate keys create` or POST /v1/api-keys.",
-        flush=True,
-    )
+    return created.secret
 
 
-def demo_key(data_dir: Path) -> str:
-    """Migrate the demo's database and give the demo a submitter key of its own."""
+@dataclass(frozen=True)
+class DemoKeys:
+    submitter: str
+    # Signs in to the dashboard afterwards: reads everything, reviews the demo's holds.
+    reviewer: str
+
+
+def demo_key(data_dir: Path) -> DemoKeys:
+    """Migrate the demo's database and give the demo its own keys in the tenant `demo`: one to
+    submit with, and a reviewer's to browse (and review) the result with."""
     from sqlmodel import Session
 
     from service.db import migrate
@@ -668,7 +832,7 @@ def demo_key(data_dir: Path) -> str:
     engine = make_engine(settings)
     try:
         with Session(engine) as session:
-            created = create_key(
+            submitter = create_key(
                 session,
                 tenant="demo",
                 roles=[Role.SUBMITTER],
@@ -676,10 +840,18 @@ def demo_key(data_dir: Path) -> str:
                 person="demo",
                 kind=PersonKind.SERVICE,
             )
+            reviewer = create_key(
+                session,
+                tenant="demo",
+                roles=[Role.REVIEWER],
+                name="demo reviewer",
+                person="demo reviewer",
+                kind=PersonKind.PERSON,
+            )
             session.commit()
     finally:
         engine.dispose()
-    return created.secret
+    return DemoKeys(submitter.secret, reviewer.secret)
 
 
 def _free_port() -> int:
@@ -698,8 +870,15 @@ def _demo(args: argparse.Namespace) -> int:
         for path in examples
     ]
     port = args.port or _free_port()
-    with tempfile.TemporaryDirectory(prefix="assaygate-demo-") as scratch:
-        data_dir = args.data_dir or Path(scratch)
+    with contextlib.ExitStack() as stack:
+        if args.data_dir is not None:
+            data_dir = args.data_dir.absolute()
+        elif args.keep:
+            data_dir = Path(tempfile.mkdtemp(prefix="assaygate-demo-"))
+        else:
+            data_dir = Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="assaygate-demo-"))
+            )
         command = [
             sys.executable,
             "-m",
@@ -714,12 +893,18 @@ def _demo(args: argparse.Namespace) -> int:
             command += ["--workers", str(args.workers)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
         env["ASSAYGATE_LOG_LEVEL"] = "WARNING"
-        key = demo_key(Path(data_dir))
+        keys = demo_key(data_dir)
         print(f"Starting the embedded service on http://127.0.0.1:{port} (data in {data_dir})")
-        server = subprocess.Popen(command, env=env)
+        # The child's own announcement and worker chatter would only confuse: its stderr (warnings)
+        # stays.
+        server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
         try:
-            return _run_demo(
-                f"http://127.0.0.1:{port}", bodies, time.monotonic() + args.timeout, server, key
+            code = _run_demo(
+                f"http://127.0.0.1:{port}",
+                bodies,
+                time.monotonic() + args.timeout,
+                server,
+                keys.submitter,
             )
         finally:
             server.send_signal(signal.SIGTERM)
@@ -728,6 +913,44 @@ def _demo(args: argparse.Namespace) -> int:
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
+        if args.keep or args.data_dir is not None:
+            print(browse_instructions(data_dir, keys.reviewer))
+        else:
+            print("\nThe demo's data was deleted; `assaygate demo --keep` keeps it to browse.")
+        return code
+
+
+def browse_instructions(data_dir: Path, key: str) -> str:
+    """How to look at what the demo left behind, in the dashboard and through the API."""
+    serve = f"{_assaygate()} serve --data-dir {shlex.quote(str(data_dir))}"
+    return framed(
+        [
+            "Browse the result:",
+            f"  {serve}",
+            "  then open http://127.0.0.1:8000/ and sign in with this reviewer key:",
+            f"  {key}",
+            f"(the CLI and curl: export ASSAYGATE_API_KEY={key})",
+        ]
+    )
+
+
+def _assaygate() -> str:
+    """The command as the user can type it: `.venv/bin/assaygate` from a checkout's venv."""
+    here = Path(sys.executable).parent / "assaygate"
+    if here.exists():
+        try:
+            return str(here.relative_to(Path.cwd()))
+        except ValueError:
+            return str(here)
+    return "assaygate"
+
+
+def framed(lines: list[str]) -> str:
+    """Lines in a box, so a key or an instruction stands out among log lines."""
+    width = max(len(line) for line in lines)
+    rule = "─" * (width + 2)
+    body = "\n".join(f"│ {line:<{width}} │" for line in lines)
+    return f"┌{rule}┐\n{body}\n└{rule}┘"
 
 
 def _run_demo(
@@ -764,11 +987,13 @@ def _run_demo(
         for path, candidate, started in submitted:
             try:
                 done = wait_for_decision(client, candidate["id"], deadline)
-            except TimeoutError as exc:
+            except Undecided as exc:
                 print(f"{path.name}: {exc}")
                 return 1
             seconds = time.monotonic() - started
-            decision = done.get("decision") or done["status"]
-            first = done["reasons"][0]["message"] if done.get("reasons") else ""
-            print(f"{path.name:<{width}}  {decision:<6} {seconds:6.1f}s  {first}")
+            # What the gate says about the candidate, as `assaygate gate` would.
+            decision = (done.get("gate") or {}).get("decision") or done["status"]
+            reasons = (done.get("gate") or {}).get("reasons") or done.get("reasons") or []
+            first = reasons[0]["message"] if reasons else ""
+            print(f"{path.name:<{width}}  {decision:<8} {seconds:6.1f}s  {first}")
     return 0

@@ -58,7 +58,8 @@ class Settings(BaseSettings):
     readiness_timeout: float = Field(default=2.0, gt=0)
     db_pool_size: int = Field(default=10, ge=1)
     log_level: str = "INFO"
-    log_format: Literal["json", "text"] = "json"
+    # auto: human-readable lines when stderr is a terminal, one JSON object per line otherwise.
+    log_format: Literal["auto", "json", "text"] = "auto"
     migrations_dir: Path | None = None
     # Where the service's Ed25519 dossier-signing keys live; created on first start.
     keys_dir: Path | None = None
@@ -79,6 +80,8 @@ class Settings(BaseSettings):
     stop_deadline_s: float | None = Field(default=None, gt=0)
     # A hung or broken target stops the assay (and blocks it) instead of costing every trial.
     stop_max_target_errors: int | None = Field(default=20, ge=0)
+    # Set by `serve` for its embedded worker child, which touches it once it consumes tasks.
+    worker_ready_file: Path | None = None
 
     @model_validator(mode="after")
     def _embedded_defaults(self) -> Settings:
@@ -233,13 +236,42 @@ class JsonLineFormatter(logging.Formatter):
         return json.dumps(line, separators=(",", ":"))
 
 
+class TextFormatter(logging.Formatter):
+    """For a person at a terminal: time, level, message, then the ids as key=value."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        at = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
+        context = " ".join(
+            f"{key}={record.__dict__[key]}"
+            for key in LOG_CONTEXT_KEYS
+            if record.__dict__.get(key) is not None
+        )
+        line = f"{at} {record.levelname:<7} {record.getMessage()}"
+        if context:
+            line += f"  ({context})"
+        if record.name and not record.name.startswith("assaygate"):
+            line += f"  [{record.name}]"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def log_format(settings: Settings, stream: Any = None) -> str:
+    """`json` or `text`: `auto` is text on a terminal and JSON for anything that reads logs."""
+    if settings.log_format != "auto":
+        return settings.log_format
+    stream = sys.stderr if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    return "text" if isatty is not None and isatty() else "json"
+
+
 def configure_logging(settings: Settings) -> None:
     """Route every logger (ours, uvicorn's, Celery's) through one stderr handler."""
     handler = logging.StreamHandler(sys.stderr)
-    if settings.log_format == "json":
+    if log_format(settings, sys.stderr) == "json":
         handler.setFormatter(JsonLineFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(settings.log_level.upper())

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
-from celery.signals import setup_logging
+from celery.signals import setup_logging, worker_ready
 
 from service.settings import Settings, configure_logging
 from worker.tasks import WorkerContext, register
@@ -34,6 +34,12 @@ def make_celery(settings: Settings) -> Celery:
     @setup_logging.connect(weak=False)
     def _logging(**_kwargs: Any) -> None:
         configure_logging(settings)
+
+    @worker_ready.connect(weak=False)
+    def _ready(**_kwargs: Any) -> None:
+        # `serve` waits for this before it listens, so its first screen is not buried.
+        if settings.worker_ready_file is not None:
+            settings.worker_ready_file.touch()
 
     register(app, WorkerContext(settings))
     return app

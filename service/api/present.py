@@ -11,7 +11,8 @@ from fastapi import Response
 from sqlmodel import Session
 
 from service.api.errors import CursorInvalid
-from service.api.schemas import CandidatePublic, DossierRef, HoldPublic, Progress
+from service.api.schemas import CandidatePublic, DossierRef, GateState, HoldPublic, Progress
+from service.app import gate
 from service.db import queries
 from service.db.models import Assay, AssayStatus, Dossier, Hold
 
@@ -38,19 +39,34 @@ def reasons(assay: Assay) -> list[dict[str, Any]]:
     return [dict(r) for r in assay.reasons or []]
 
 
+def gate_state(found: gate.Standing) -> GateState:
+    return GateState(
+        decision=found.decision.value,
+        basis=found.basis.value,
+        reasons=found.reasons,
+        dossier_version=found.dossier.version if found.dossier is not None else None,
+        hold_id=found.hold_id,
+        until=maybe_aware(found.until),
+    )
+
+
 def candidate_page(session: Session, rows: Sequence[queries.CandidateRow]) -> list[CandidatePublic]:
     hashes = queries.component_hashes_of(session, [r.candidate.manifest_digest for r in rows])
-    return [candidate_public(session, row, hashes) for row in rows]
+    standings = gate.standings(session, rows)
+    return [candidate_public(session, row, hashes, standings[row.candidate.id]) for row in rows]
 
 
 def candidate_public(
     session: Session,
     row: queries.CandidateRow,
     hashes: dict[str, dict[str, str]] | None = None,
+    standing: gate.Standing | None = None,
 ) -> CandidatePublic:
     digest = row.candidate.manifest_digest
     if hashes is None:
         hashes = {digest: queries.component_hashes(session, digest)}
+    if standing is None:
+        standing = gate.standing(session, row)
     return CandidatePublic(
         id=row.candidate.id,
         system=row.system.name,
@@ -65,6 +81,7 @@ def candidate_public(
         progress=progress(row.assay),
         decision=row.assay.decision,
         reasons=reasons(row.assay),
+        gate=gate_state(standing),
     )
 
 

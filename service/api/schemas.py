@@ -89,6 +89,33 @@ class Progress(BaseModel):
     trials_done: int
 
 
+GateWord = Literal["allow", "hold", "block", "reopened"]
+GateBasis = Literal[
+    "assay",
+    "waived",
+    "rejected",
+    "expired",
+    "config_changed",
+    "trigger_changed",
+    "pending",
+    "failed",
+]
+
+
+class GateState(BaseModel):
+    """The gate's word for a candidate now: the standing dossier version (the assay's decision,
+    a waiver, a rejection, a lapsed review, a reopened gate), never the assay's first answer."""
+
+    decision: GateWord
+    basis: GateBasis = Field(description="what the word rests on")
+    reasons: list[dict[str, Any]]
+    dossier_version: int | None = Field(description="the signed version it rests on")
+    hold_id: uuid.UUID | None = Field(default=None, description="the open hold, if any")
+    until: datetime | None = Field(
+        default=None, description="when the waiver or rejection it rests on lapses"
+    )
+
+
 class CandidatePublic(BaseModel):
     id: uuid.UUID
     system: str
@@ -103,8 +130,14 @@ class CandidatePublic(BaseModel):
     assay_id: uuid.UUID
     status: AssayStatus
     progress: Progress
-    decision: Literal["allow", "hold", "block"] | None = None
-    reasons: list[dict[str, Any]] = Field(default_factory=list)
+    decision: Literal["allow", "hold", "block"] | None = Field(
+        default=None,
+        description="the assay's own decision; what the deploy gate says now is `gate`",
+    )
+    reasons: list[dict[str, Any]] = Field(
+        default_factory=list, description="the assay's own reasons"
+    )
+    gate: GateState = Field(description="what the deploy gate says now about this candidate")
 
 
 class CandidatePage(BaseModel):
@@ -175,7 +208,7 @@ class Readiness(BaseModel):
 
 # ------------------------------------------------------------------------------------ dossiers
 
-Decision = Literal["allow", "hold", "block", "reopened"]
+Decision = GateWord
 
 
 class KeyValue(BaseModel):
@@ -235,6 +268,10 @@ class GatePublic(BaseModel):
         description="trigger hashes, compared with the last allowed dossier's"
     )
     hold_id: uuid.UUID | None = None
+    basis: GateBasis = Field(description="what the answer rests on")
+    until: datetime | None = Field(
+        default=None, description="when the waiver or rejection it rests on lapses"
+    )
 
 
 class TriggersUpdate(BaseModel):

@@ -14,9 +14,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
+from sqlalchemy.orm import aliased, defer
 from sqlmodel import Session, col, select
 
 from service.core.dossier import (
@@ -37,6 +38,7 @@ from service.db.apikey import actor_view
 from service.db.models import (
     Assay,
     Candidate,
+    ComponentHash,
     ConfigChange,
     Dossier,
     Event,
@@ -71,6 +73,40 @@ def latest(session: Session, candidate_id: uuid.UUID) -> Dossier | None:
     ).first()
 
 
+def latest_of(session: Session, candidate_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Dossier]:
+    """Each candidate's newest dossier version, in one query, without the signed bytes."""
+    if not candidate_ids:
+        return {}
+    newest = (
+        sa.select(col(Dossier.candidate_id), sa.func.max(col(Dossier.version)))
+        .where(col(Dossier.candidate_id).in_(sorted(set(candidate_ids))))
+        .group_by(col(Dossier.candidate_id))
+    )
+    rows = session.exec(
+        select(Dossier)
+        .where(sa.tuple_(col(Dossier.candidate_id), col(Dossier.version)).in_(newest))
+        .options(defer(cast(Any, Dossier.payload)), defer(cast(Any, Dossier.envelope)))
+    ).all()
+    return {d.candidate_id: d for d in rows}
+
+
+def reviews_of(session: Session, candidate_ids: Sequence[uuid.UUID]) -> list[Hold]:
+    """The holds of these candidates that are open, waived or rejected (not superseded), oldest
+    first."""
+    if not candidate_ids:
+        return []
+    return list(
+        session.exec(
+            select(Hold)
+            .where(
+                col(Hold.candidate_id).in_(sorted(set(candidate_ids))),
+                col(Hold.status) != HoldStatus.SUPERSEDED.value,
+            )
+            .order_by(col(Hold.created_at), col(Hold.id))
+        ).all()
+    )
+
+
 def versions(session: Session, candidate_id: uuid.UUID) -> Sequence[Dossier]:
     return session.exec(
         select(Dossier).where(Dossier.candidate_id == candidate_id).order_by(col(Dossier.version))
@@ -93,18 +129,55 @@ def _latest_per_candidate(system_id: uuid.UUID) -> Any:
     )
 
 
-def last_allowed(session: Session, system_id: uuid.UUID) -> Dossier | None:
-    """The newest dossier of the system that still allows (the latest version of its candidate)."""
+def last_allowed(
+    session: Session, system_id: uuid.UUID, *, excluding: uuid.UUID | None = None
+) -> Dossier | None:
+    """The newest dossier of the system that still allows (the latest version of its candidate);
+    `excluding` a candidate, the last allowed dossier of any other (what it is compared with)."""
+    query = _latest_per_candidate(system_id).where(Dossier.decision == ALLOW)
+    if excluding is not None:
+        query = query.where(col(Dossier.candidate_id) != excluding)
     found: Dossier | None = session.exec(
-        _latest_per_candidate(system_id)
-        .where(Dossier.decision == ALLOW)
-        .order_by(col(Dossier.created_at).desc(), col(Dossier.version).desc())
-        .limit(1)
+        query.order_by(col(Dossier.created_at).desc(), col(Dossier.version).desc()).limit(1)
     ).first()
     return found
 
 
-def _allowed_view(session: Session, dossier: Dossier | None) -> dict[str, Any] | None:
+def last_allowed_per_system(
+    session: Session, system_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, Dossier]:
+    """Each system's newest dossier that still allows (the latest version of its candidate), in
+    two small queries whatever the number of candidates (without the signed bytes)."""
+    if not system_ids:
+        return {}
+    newer = aliased(Dossier)
+    still_allows = (
+        sa.select(col(Dossier.system_id), col(Dossier.id))
+        .where(
+            col(Dossier.system_id).in_(sorted(set(system_ids))),
+            col(Dossier.decision) == ALLOW,
+            ~sa.exists().where(
+                col(newer.candidate_id) == col(Dossier.candidate_id),
+                col(newer.version) > col(Dossier.version),
+            ),
+        )
+        .order_by(col(Dossier.created_at).desc(), col(Dossier.version).desc())
+    )
+    chosen: dict[uuid.UUID, uuid.UUID] = {}
+    for system_id, dossier_id in session.execute(still_allows).all():
+        chosen.setdefault(system_id, dossier_id)
+    if not chosen:
+        return {}
+    rows = session.exec(
+        select(Dossier)
+        .where(col(Dossier.id).in_(sorted(chosen.values())))
+        .options(defer(cast(Any, Dossier.payload)), defer(cast(Any, Dossier.envelope)))
+    ).all()
+    return {d.system_id: d for d in rows}
+
+
+def allowed_view(session: Session, dossier: Dossier | None) -> dict[str, Any] | None:
+    """What `compare_triggers` compares with: the allowed dossier's digest, candidate, hashes."""
     if dossier is None:
         return None
     candidate = session.get(Candidate, dossier.candidate_id)
@@ -191,6 +264,15 @@ def _lock(session: Session, candidate_id: uuid.UUID) -> Candidate:
     ).one()
 
 
+def _lock_system(session: Session, system_id: uuid.UUID) -> System:
+    """Serialise a finishing assay with a reported configuration change of its system, so the
+    one always sees the other (taken before any candidate lock: one order, no deadlock). `FOR NO
+    KEY UPDATE`: submissions, whose new rows only reference the system, are not held up."""
+    return session.exec(
+        select(System).where(System.id == system_id).with_for_update(key_share=True)
+    ).one()
+
+
 def _store(
     session: Session,
     signer: Signer,
@@ -268,14 +350,15 @@ def record_assay_dossier(
     now = now or utcnow()
     assay = session.get(Assay, assay_id)
     assert assay is not None
+    owner = session.get(Candidate, assay.candidate_id)
+    assert owner is not None
+    system = _lock_system(session, owner.system_id)
     candidate = _lock(session, assay.candidate_id)
-    system = session.get(System, candidate.system_id)
-    assert system is not None
     before = latest(session, candidate.id)
     version = before.version + 1 if before else 1
     components = system_triggers(system)
     hashes = trigger_hashes(report["component_hashes"], components)
-    allowed = _allowed_view(session, last_allowed(session, system.id))
+    allowed = allowed_view(session, last_allowed(session, system.id))
     triggers = {
         "components": list(components),
         "hashes": hashes,
@@ -331,6 +414,13 @@ def record_assay_dossier(
     if hold is not None:
         session.add(hold)
         session.flush()
+    if decision in (ALLOW, HOLD):
+        # A production change reported before this assay finished, that this candidate does not
+        # carry, still stands: the evidence is about another configuration than the live one.
+        assayed = queries.component_hashes(session, candidate.manifest_digest)
+        pending = unmet(assayed, open_config_changes(session, [system.id]).get(system.id, []))
+        if pending:
+            dossier = _reopen(session, signer, candidate, dossier, pending, assayed, now)
     return dossier
 
 
@@ -560,6 +650,102 @@ def set_triggers(
     return system
 
 
+@dataclass(frozen=True)
+class OpenChange:
+    """A reported production change of a trigger component that no passing candidate carries
+    yet: it keeps the gate reopened for every candidate whose manifest has another hash."""
+
+    component: str
+    sha256: str
+    reported_at: datetime
+    reported_by: str | None
+
+
+def open_config_changes(
+    session: Session, system_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[OpenChange]]:
+    """Per system, the newest reported change of each trigger component, for as long as no
+    candidate whose manifest carries the reported hash has passed (has an allowing dossier
+    version): until then the live configuration is one nobody assayed. A candidate with another
+    configuration never closes it, whatever its own assay decides."""
+    if not system_ids:
+        return {}
+    rows = session.exec(
+        select(ConfigChange)
+        .where(col(ConfigChange.system_id).in_(sorted(set(system_ids))), col(ConfigChange.trigger))
+        .order_by(col(ConfigChange.created_at), col(ConfigChange.id))
+    ).all()
+    newest: dict[tuple[uuid.UUID, str], ConfigChange] = {}
+    for row in rows:
+        newest[(row.system_id, row.component)] = row
+    found: dict[uuid.UUID, list[OpenChange]] = {}
+    for (system_id, component), change in sorted(newest.items(), key=lambda kv: kv[0][1]):
+        passed = session.exec(
+            select(Dossier.id)
+            .join(Candidate, col(Candidate.id) == col(Dossier.candidate_id))
+            .join(
+                ComponentHash,
+                sa.and_(
+                    col(ComponentHash.manifest_digest) == col(Candidate.manifest_digest),
+                    col(ComponentHash.component) == component,
+                ),
+            )
+            .where(
+                col(Dossier.system_id) == system_id,
+                col(Dossier.decision) == ALLOW,
+                col(ComponentHash.sha256) == change.sha256,
+            )
+            .limit(1)
+        ).first()
+        if passed is None:
+            found.setdefault(system_id, []).append(
+                OpenChange(component, change.sha256, change.created_at, change.reported_by)
+            )
+    return found
+
+
+def unmet(assayed: Mapping[str, str], changes: Sequence[OpenChange]) -> list[OpenChange]:
+    """The open changes a manifest with these component hashes does not carry."""
+    return [c for c in changes if assayed.get(c.component) != c.sha256]
+
+
+def config_changed_reason(change: OpenChange, assayed: str | None) -> dict[str, Any]:
+    return {
+        "code": "config_changed",
+        "message": (
+            f"production {change.component} changed from {(assayed or 'unknown')[:12]} to "
+            f"{change.sha256[:12]}; the evidence no longer describes the live system, and the "
+            "gate stays reopened until a candidate with this configuration passes its assay"
+        ),
+        "fault": None,
+        "severity": HOLD,
+    }
+
+
+def _reopen(
+    session: Session,
+    signer: Signer,
+    candidate: Candidate,
+    before: Dossier,
+    changes: Sequence[OpenChange],
+    assayed: Mapping[str, str],
+    now: datetime,
+) -> Dossier:
+    """The next version, `reopened` by production changes this candidate does not carry."""
+    _supersede_reviews(session, candidate.id)
+    what = ", ".join(c.component for c in changes)
+    return _derive(
+        session,
+        signer,
+        candidate,
+        before,
+        change=f"reopened: production {what} changed",
+        decision=REOPENED,
+        reasons=[config_changed_reason(c, assayed.get(c.component)) for c in changes],
+        now=now,
+    )
+
+
 @dataclass
 class ConfigChangeOutcome:
     change: ConfigChange
@@ -579,8 +765,10 @@ def report_config_change(
     now: datetime | None = None,
 ) -> ConfigChangeOutcome:
     """Record a production change; when it moves a trigger component away from what a standing
-    dossier was assayed with, that dossier's next version reopens the gate and says why."""
+    dossier was assayed with, that dossier's next version reopens the gate and says why. The
+    change stays open until a candidate carrying `sha256` passes (`open_config_changes`)."""
     now = now or utcnow()
+    _lock_system(session, system.id)
     trigger = component in system_triggers(system)
     outcome = ConfigChangeOutcome(
         ConfigChange(
@@ -595,6 +783,7 @@ def report_config_change(
         trigger,
     )
     if trigger:
+        change = OpenChange(component, sha256, now, reported_by)
         standing = session.exec(
             _latest_per_candidate(system.id)
             .where(col(Dossier.decision).in_([ALLOW, HOLD]))
@@ -605,39 +794,18 @@ def report_config_change(
             before = latest(session, candidate.id)
             if before is None or before.decision not in (ALLOW, HOLD):
                 continue
-            assayed = queries.component_hashes(session, candidate.manifest_digest).get(component)
-            if assayed == sha256:
+            assayed = queries.component_hashes(session, candidate.manifest_digest)
+            if assayed.get(component) == sha256:
                 continue
-            _supersede_reviews(session, candidate.id)
-            message = (
-                f"production {component} changed from {(assayed or 'unknown')[:12]} to "
-                f"{sha256[:12]}; the evidence no longer describes the live system, and the gate "
-                "stays reopened until a candidate with this configuration passes its assay"
-            )
             outcome.reopened.append(
-                _derive(
-                    session,
-                    signer,
-                    candidate,
-                    before,
-                    change=f"reopened: production {component} changed",
-                    decision=REOPENED,
-                    reasons=[
-                        {
-                            "code": "config_changed",
-                            "message": message,
-                            "fault": None,
-                            "severity": HOLD,
-                        }
-                    ],
-                    now=now,
-                )
+                _reopen(session, signer, candidate, before, [change], assayed, now)
             )
     outcome.change.reopened = len(outcome.reopened)
     session.add(outcome.change)
     session.add(
         Event(
             kind="system.config_changed",
+            tenant_id=system.tenant_id,
             data={
                 "system": system.name,
                 "component": component,
@@ -654,17 +822,6 @@ def report_config_change(
 # ------------------------------------------------------------------------------------- gate
 
 
-@dataclass(frozen=True)
-class GateView:
-    system: str
-    candidate: Candidate
-    decision: str
-    reasons: list[dict[str, Any]]
-    dossier: Dossier | None
-    triggers: dict[str, Any]
-    hold_id: uuid.UUID | None
-
-
 def gate_candidate(session: Session, system: System, version: str | None) -> Candidate | None:
     query = select(Candidate).where(Candidate.system_id == system.id)
     if version is not None:
@@ -672,62 +829,3 @@ def gate_candidate(session: Session, system: System, version: str | None) -> Can
     return session.exec(
         query.order_by(col(Candidate.created_at).desc(), col(Candidate.id).desc()).limit(1)
     ).first()
-
-
-def gate(session: Session, system: System, candidate: Candidate) -> GateView:
-    """allow, hold, block or reopened for one candidate, with every reason and the dossier the
-    answer rests on. Missing evidence is never `allow`."""
-    components = system_triggers(system)
-    hashes = trigger_hashes(
-        queries.component_hashes(session, candidate.manifest_digest), components
-    )
-    assay = session.exec(
-        select(Assay)
-        .where(Assay.candidate_id == candidate.id)
-        .order_by(col(Assay.created_at).desc())
-        .limit(1)
-    ).first()
-    catalogue = assay.catalogue if assay is not None else ""
-    allowed_row = last_allowed(session, system.id)
-    allowed = _allowed_view(session, allowed_row)
-    triggers = {
-        "components": list(components),
-        "hashes": hashes,
-        "catalogue_version": catalogue,
-        **compare_triggers(hashes, catalogue, allowed),
-    }
-    dossier = latest(session, candidate.id)
-    if dossier is not None:
-        # A re-run still running leaves the standing version in force until its own lands.
-        decision, reasons = dossier.decision, list(dossier.reasons)
-    elif assay is not None and assay.status == "failed":
-        decision = HOLD
-        reasons = [_reason("assay_failed", "the assay failed; there is no evidence to stand on")]
-    elif allowed is not None and (triggers["changed"] or triggers["catalogue_changed"]):
-        decision = REOPENED
-        what = ", ".join(triggers["changed"]) or "the fault catalogue"
-        reasons = [
-            _reason(
-                "trigger_changed",
-                f"{what} changed since the last allowed dossier "
-                f"{allowed['digest'][:12]} (version {allowed['version']}); the gate stays "
-                "reopened until this candidate's assay passes",
-            )
-        ]
-    else:
-        decision = HOLD
-        reasons = [_reason("assay_pending", "the candidate's assay has not finished")]
-    hold = next(iter(open_holds(session, candidate.id)), None)
-    return GateView(
-        system.name,
-        candidate,
-        decision,
-        reasons,
-        dossier,
-        triggers,
-        hold.id if hold is not None else None,
-    )
-
-
-def _reason(code: str, message: str) -> dict[str, Any]:
-    return {"code": code, "message": message, "fault": None, "severity": HOLD}

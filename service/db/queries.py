@@ -144,6 +144,18 @@ def systems(session: Session, *, tenant_id: uuid.UUID | None = None) -> list[Sys
     ]
 
 
+def manifest_digests(session: Session, candidate_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """Each candidate's manifest digest, in one query."""
+    if not candidate_ids:
+        return {}
+    rows = session.exec(
+        select(Candidate.id, Candidate.manifest_digest).where(
+            col(Candidate.id).in_(sorted(set(candidate_ids)))
+        )
+    ).all()
+    return dict(rows)
+
+
 def component_hashes(session: Session, manifest_digest: str) -> dict[str, str]:
     return component_hashes_of(session, [manifest_digest]).get(manifest_digest, {})
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from html import escape
 from typing import Any
 
@@ -60,51 +61,156 @@ HARD = ("unsafe_escape", "duplicate_effect", "unverifiable_release")
 
 
 def envelope_point(signature: Mapping[str, Any]) -> tuple[float, float, bool]:
-    """(containment and proof, useful service, a hard invariant broke) of one fault."""
-    proof = min(float(signature.get("contained", 0.0)), float(signature.get("verified", 0.0)))
+    """Where a fault sits, from its measured rates: right, the share of trials contained and
+    never released unproved (1 − unsafe escape − unverifiable release); up, the share that
+    delivered the refund (useful service, plus unverifiable releases, which served without
+    proof). A fault that only held safely sits bottom right (contained but dead), one that
+    released without proof top left (useful but unproved); only unsafe or unproved releases move
+    a fault left. The third value: a hard invariant broke (unsafe, duplicate or unverifiable)."""
+    unsafe = float(signature.get("unsafe_escape", 0.0))
+    unproved = float(signature.get("unverifiable_release", 0.0))
     service = float(signature.get("useful_service", 0.0))
     broke = any(float(signature.get(k, 0.0)) > 0 for k in HARD)
-    return max(0.0, min(1.0, proof)), max(0.0, min(1.0, service)), broke
+    return _unit(1.0 - unsafe - unproved), _unit(service + unproved), broke
+
+
+def region(point: tuple[float, float, bool], floor: float = 0.8) -> str:
+    """The region of the chart a point lies in (floors on both axes at `floor`)."""
+    proof, service, _ = point
+    if proof >= floor:
+        return "release envelope" if service >= floor else "contained but dead"
+    return "useful but unproved" if service >= floor else "unsafe escape"
+
+
+def _unit(x: float) -> float:
+    return max(0.0, min(1.0, x))
+
+
+# --------------------------------------------------------------------------- label layout
+
+# Text boxes are estimated from the font size, generously (0.62 em per character, ascent 0.8 em,
+# descent 0.25 em), so labels laid out apart on these estimates are apart on screen too.
+EM = 0.62
+
+
+@dataclass(frozen=True)
+class Box:
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+
+    def overlap(self, other: Box) -> float:
+        w = min(self.x1, other.x1) - max(self.x0, other.x0)
+        h = min(self.y1, other.y1) - max(self.y0, other.y0)
+        return w * h if w > 0 and h > 0 else 0.0
+
+    def inside(self, width: float, height: float) -> bool:
+        return self.x0 >= 0 and self.y0 >= 0 and self.x1 <= width and self.y1 <= height
+
+
+def text_box(x: float, y: float, text: str, size: float, anchor: str = "start") -> Box:
+    """The box a line of text occupies, `y` being its baseline."""
+    w = len(text) * size * EM
+    x0 = x - w if anchor == "end" else x - w / 2 if anchor == "middle" else x
+    return Box(x0, y - 0.8 * size, x0 + w, y + 0.25 * size)
+
+
+def place(
+    candidates: Sequence[tuple[float, float, str]],
+    text: str,
+    size: float,
+    taken: list[Box],
+    width: float,
+    height: float,
+) -> tuple[float, float, str]:
+    """The first candidate position (x, baseline y, anchor) where the text overlaps nothing
+    already placed and stays in the chart; else the one overlapping least. The chosen box is
+    added to `taken`."""
+    best: tuple[float, tuple[float, float, str], Box] | None = None
+    for x, y, anchor in candidates:
+        box = text_box(x, y, text, size, anchor)
+        if not box.inside(width, height):
+            continue
+        clash = sum(box.overlap(t) for t in taken)
+        if best is None or clash < best[0]:
+            best = (clash, (x, y, anchor), box)
+        if clash == 0:
+            break
+    if best is None:
+        x, y, anchor = candidates[0]
+        best = (0.0, (x, y, anchor), text_box(x, y, text, size, anchor))
+    taken.append(best[2])
+    return best[1]
 
 
 def envelope_chart(
     faults: Sequence[Mapping[str, Any]],
-    size: int = 360,
     proof_floor: float = 0.8,
     service_floor: float = 0.8,
 ) -> str:
-    """Useful service (up) against containment and proof (right), with the paper's four
-    regions: the release envelope (both above their floors), contained but dead (proved, no
-    service), useful but unproved (service, no proof) and unsafe escape (neither). A fault with
-    any unsafe, duplicate or unverifiable trial is drawn as a cross, wherever it lands."""
-    m = 40
-    s = size - 2 * m
-    fx, fy = m + proof_floor * s, m + (1 - service_floor) * s
+    """Service delivered (up) against containment and proof (right), with the paper's four
+    regions: the release envelope (both above their floors), contained but dead (safe, no
+    service), useful but unproved (service, no proof) and unsafe escape (neither). Each fault
+    sits at its measured rates (`envelope_point`); one with any unsafe, duplicate or
+    unverifiable trial is drawn as a cross. Region names sit outside the plot, beside a swatch of
+    their colour, so no fault ever hides one; the count of faults sharing a spot is placed where
+    it overlaps no other text or mark."""
+    font = 11.0
+    left, right, top, bottom = 48.0, 34.0, 30.0, 66.0
+    s = 300.0
+    width, height = left + s + right, top + s + bottom
+
+    def x_of(v: float) -> float:
+        return left + v * s
+
+    def y_of(v: float) -> float:
+        return top + (1 - v) * s
+
+    fx, fy = x_of(proof_floor), y_of(service_floor)
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="envelope" width="{size}" '
-        f'height="{size}" viewBox="0 0 {size} {size}" role="img" aria-label="release envelope">',
-        f'<rect x="{m}" y="{m}" width="{_num(fx - m)}" height="{_num(fy - m)}" '
-        'class="r-unproved"/>',
-        f'<rect x="{_num(fx)}" y="{m}" width="{_num(m + s - fx)}" height="{_num(fy - m)}" '
-        'class="r-envelope"/>',
-        f'<rect x="{m}" y="{_num(fy)}" width="{_num(fx - m)}" height="{_num(m + s - fy)}" '
-        'class="r-unsafe"/>',
-        f'<rect x="{_num(fx)}" y="{_num(fy)}" width="{_num(m + s - fx)}" '
-        f'height="{_num(m + s - fy)}" class="r-dead"/>',
-        f'<rect x="{m}" y="{m}" width="{s}" height="{s}" class="frame"/>',
-        f'<text x="{m + 4}" y="{m + 14}" class="rl">useful but unproved</text>',
-        f'<text x="{m + s - 4}" y="{m + 14}" class="rl" text-anchor="end">release envelope</text>',
-        f'<text x="{m + 4}" y="{_num(m + s - 6)}" class="rl">unsafe escape</text>',
-        f'<text x="{m + s - 4}" y="{_num(m + s - 6)}" class="rl" text-anchor="end">'
-        "contained but dead</text>",
-        f'<text x="{m}" y="{size - 8}" class="axis">containment and outcome proof →</text>',
-        f'<text x="12" y="{m + s}" class="axis" transform="rotate(-90 12 {m + s})">'
-        "useful service under fault →</text>",
-        f'<text x="{_num(fx)}" y="{m + s + 14}" class="tick" text-anchor="middle">'
-        f"{100 * proof_floor:.0f}%</text>",
-        f'<text x="{m - 4}" y="{_num(fy + 4)}" class="tick" text-anchor="end">'
-        f"{100 * service_floor:.0f}%</text>",
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="envelope" width="{_num(width)}" '
+        f'height="{_num(height)}" viewBox="0 0 {_num(width)} {_num(height)}" role="img" '
+        'aria-label="release envelope">',
+        _rect(left, top, fx - left, fy - top, "r-unproved"),
+        _rect(fx, top, left + s - fx, fy - top, "r-envelope"),
+        _rect(left, fy, fx - left, top + s - fy, "r-unsafe"),
+        _rect(fx, fy, left + s - fx, top + s - fy, "r-dead"),
+        _rect(left, top, s, s, "frame"),
     ]
+    taken: list[Box] = []
+
+    def text(x: float, y: float, body: str, cls: str, anchor: str = "start") -> None:
+        taken.append(text_box(x, y, body, font, anchor))
+        extra = f' text-anchor="{anchor}"' if anchor != "start" else ""
+        parts.append(
+            f'<text x="{_num(x)}" y="{_num(y)}" class="{cls}"{extra}>{escape(body)}</text>'
+        )
+
+    # Region names: the top two above the frame, the bottom two below the ticks.
+    sw = 8.0
+    for name, cls, x, y, anchor in (
+        ("useful but unproved", "r-unproved", left, top - 9, "start"),
+        ("release envelope", "r-envelope", left + s, top - 9, "end"),
+        ("unsafe escape", "r-unsafe", left, top + s + 32, "start"),
+        ("contained but dead", "r-dead", left + s, top + s + 32, "end"),
+    ):
+        w = len(name) * font * EM
+        box_x = x if anchor == "start" else x - w - sw - 4
+        parts.append(_rect(box_x, y - sw, sw, sw, f"{cls} swatch"))
+        taken.append(Box(box_x, y - sw, box_x + sw, y))
+        text(box_x + sw + 4, y, name, "rl")
+    # Floors on their axes, axis titles last in the margins.
+    text(fx, top + s + 14, f"{100 * proof_floor:.0f}%", "tick", "middle")
+    text(left - 4, fy + 4, f"{100 * service_floor:.0f}%", "tick", "end")
+    text(left, height - 8, "contained, never released unproved →", "axis")
+    title = "service delivered under fault →"
+    parts.append(
+        f'<text x="14" y="{_num(top + s)}" class="axis" transform="rotate(-90 14 {_num(top + s)})">'
+        f"{title}</text>"
+    )
+    taken.append(Box(14 - 0.8 * font, top + s - len(title) * font * EM, 14 + 0.25 * font, top + s))
+
     # Faults that land on the same spot are drawn once, with their count and every name.
     spots: dict[tuple[int, int, bool], list[str]] = {}
     for f in faults:
@@ -114,10 +220,12 @@ def envelope_chart(
         proof, service, broke = envelope_point(sig)
         spot = (round(proof * 100), round(service * 100), broke)
         spots.setdefault(spot, []).append(str(f.get("id", "")))
-    for (px, py, broke), names in sorted(spots.items()):
-        cx, cy = m + px / 100 * s, m + (1 - py / 100) * s
+    marks = sorted(spots.items())
+    for (px, py, broke), names in marks:
+        cx, cy = x_of(px / 100), y_of(py / 100)
+        taken.append(Box(cx - 6, cy - 6, cx + 6, cy + 6))
         title = (
-            f"<title>{escape(', '.join(names))}: service {py}%, proof {px}%"
+            f"<title>{escape(', '.join(names))}: service {py}%, contained and proved {px}%"
             f"{' — hard invariant broken' if broke else ''}</title>"
         )
         if broke:
@@ -130,16 +238,35 @@ def envelope_chart(
             parts.append(
                 f'<circle cx="{_num(cx)}" cy="{_num(cy)}" r="5" class="pt">{title}</circle>'
             )
-        if len(names) > 1:
-            anchor = "end" if cx > m + s / 2 else "start"
-            dx = -8 if anchor == "end" else 8
-            dy = 14 if cy < m + s / 2 else -8
-            parts.append(
-                f'<text x="{_num(cx + dx)}" y="{_num(cy + dy)}" class="count" '
-                f'text-anchor="{anchor}">×{len(names)}</text>'
+    for (px, py, _broke), names in marks:
+        if len(names) < 2:
+            continue
+        cx, cy = x_of(px / 100), y_of(py / 100)
+        label = f"×{len(names)}"
+        candidates = [
+            (cx + dx, cy + dy, anchor)
+            for dx, dy, anchor in (
+                (-9, 15, "end"),
+                (-9, -8, "end"),
+                (9, 15, "start"),
+                (9, -8, "start"),
+                (0, 19, "middle"),
+                (0, -10, "middle"),
+                (-9, 4, "end"),
+                (9, 4, "start"),
+                (-16, 24, "end"),
+                (16, 24, "start"),
             )
+        ]
+        x, y, anchor = place(candidates, label, font, taken, width, height)
+        extra = f' text-anchor="{anchor}"' if anchor != "start" else ""
+        parts.append(f'<text x="{_num(x)}" y="{_num(y)}" class="count"{extra}>{label}</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _rect(x: float, y: float, w: float, h: float, cls: str) -> str:
+    return f'<rect x="{_num(x)}" y="{_num(y)}" width="{_num(w)}" height="{_num(h)}" class="{cls}"/>'
 
 
 def coverage_matrix(visited: Sequence[str], not_visited: Sequence[str]) -> str:

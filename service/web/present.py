@@ -1,5 +1,5 @@
-"""Reports and rows to what a page shows. Plain data in, plain data out: no HTML here (the
-templates escape), no database (the routes read)."""
+"""Reports, rows and gate standings to what a page shows. Plain data in, plain data out: no HTML
+here (the templates escape), no database (the routes read)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from service.app import gate
 from service.db import queries
 
 HARD = ("unsafe_escape", "duplicate_effect", "unverifiable_release")
@@ -39,21 +40,60 @@ def signed(value: Any) -> str:
 
 
 @dataclass(frozen=True)
-class GateState:
-    """What the systems page shows for a system: a state, its reasons, what it rests on."""
+class GateView:
+    """What a page shows for the gate: the word `GET /v1/gate` answers, its reasons, and a few
+    words on what it rests on (a waiver and its expiry, a reopened gate, a pending assay)."""
 
     state: str
     reasons: list[dict[str, Any]]
-    status: str | None = None
+    basis: str = "assay"
+    note: str = ""
+    dossier_version: int | None = None
+    # The assay's own decision when the gate now says something else (a waiver, a reopen).
+    assay_decision: str | None = None
 
 
-def state_of(row: queries.CandidateRow | None) -> GateState:
-    """Until the gate of issue 4 answers for a system, its state is the latest decision."""
-    if row is None:
-        return GateState("none", [])
-    if row.assay.decision is None:
-        return GateState("running" if row.assay.status in ("queued", "running") else "failed", [])
-    return GateState(row.assay.decision, worst_first(row.assay.reasons or []), row.assay.status)
+NOTES = {
+    "waived": "waived",
+    "rejected": "rejected",
+    "expired": "review expired",
+    "config_changed": "production config changed",
+    "trigger_changed": "triggers changed",
+    "pending": "assay pending",
+    "failed": "assay failed",
+}
+
+
+def gate_view(standing: gate.Standing | None, row: queries.CandidateRow | None) -> GateView:
+    """The standing of a system's or candidate's gate as a page shows it; `none` for a system
+    without candidates."""
+    if standing is None:
+        return GateView("none", [], basis="none")
+    note = NOTES.get(standing.basis.value, "")
+    if standing.basis.value == "pending" and row is not None and is_running(row):
+        note = "assay running"
+    if standing.until is not None and standing.basis.value in ("waived", "rejected"):
+        note = f"{note} until {when(standing.until)}"
+    return GateView(
+        standing.decision.value,
+        worst_first(standing.reasons),
+        standing.basis.value,
+        note,
+        standing.dossier.version if standing.dossier is not None else None,
+        standing.assay_decision,
+    )
+
+
+def is_running(row: queries.CandidateRow) -> bool:
+    return row.assay.status in ("queued", "running")
+
+
+def severities(reasons: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for r in reasons:
+        sev = str(r.get("severity", "hold"))
+        found[sev] = found.get(sev, 0) + 1
+    return found
 
 
 def worst_first(reasons: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -166,3 +206,118 @@ def report_view(report: Mapping[str, Any], reasons: Sequence[Mapping[str, Any]])
         stopped=report.get("stopped"),
         negatives=[f for f in faults if f.diagnosis],
     )
+
+
+# ------------------------------------------------------------------------------ event log
+
+ALERTS = ("assay.stopped", "assay.aborted", "assay.failed", "credential.refused")
+
+
+def _short(value: Any, n: int = 8) -> str:
+    return str(value)[:n]
+
+
+def describe(kind: str, data: Mapping[str, Any] | None, shard: int | None = None) -> str:
+    """An event as a sentence: what happened, in the words of the pages."""
+    d: Mapping[str, Any] = data or {}
+    if kind == "candidate.submitted":
+        return (
+            f"{d.get('system')} {d.get('version')} submitted at revision "
+            f"{_short(d.get('source_revision'), 12)}: {d.get('shards')} shards queued"
+        )
+    if kind == "candidate.rerun":
+        return f"re-run requested by key {_short(d.get('requested_by'))}: {d.get('shards')} shards"
+    if kind == "credential.minted":
+        return (
+            f"injector credential minted for {len(d.get('modes') or [])} fault modes, at most "
+            f"{d.get('max_effects')} effects in {d.get('namespace')}, until {d.get('expires')}"
+        )
+    if kind == "assay.decided":
+        n = len(d.get("reasons") or [])
+        return f"assay decided {d.get('decision')} ({n} reason{'' if n == 1 else 's'})"
+    if kind in ("assay.stopped", "assay.aborted"):
+        return f"{kind.split('.')[1]}: {d.get('reason')}"
+    if kind == "assay.failed":
+        return f"failed: {d.get('error')}"
+    if kind == "dossier.issued":
+        return f"dossier version {d.get('version')} signed ({d.get('decision')}): {d.get('change')}"
+    if kind == "system.config_changed":
+        reopened = len(d.get("reopened") or [])
+        effect = (
+            f"a trigger: {reopened} dossier{'' if reopened == 1 else 's'} reopened"
+            if d.get("trigger")
+            else "not a trigger"
+        )
+        return (
+            f"production {d.get('component')} of {d.get('system')} reported as "
+            f"{_short(d.get('sha256'), 12)} ({effect})"
+        )
+    if kind == "system.triggers_set":
+        return f"triggers of {d.get('system')} set to {', '.join(d.get('triggers') or [])}"
+    if kind == "audit":
+        roles = ", ".join(d.get("roles") or [])
+        return f"{d.get('action')} on {d.get('target')} by key {_short(d.get('key_id'))} ({roles})"
+    if kind == "shard.started":
+        return f"shard {shard} started (attempt {d.get('attempt')}) on {d.get('worker')}"
+    if kind == "shard.stored":
+        return f"shard {shard} stored: {d.get('trials')} trials"
+    if kind.endswith(".refused"):
+        rest = {k: v for k, v in d.items() if k != "reason"}
+        extra = f" ({_pairs(rest)})" if rest else ""
+        return f"refused: {d.get('reason')}{extra}"
+    return _pairs(d)
+
+
+def _pairs(data: Mapping[str, Any], limit: int = 200) -> str:
+    text = ", ".join(
+        f"{k.replace('_', ' ')} {v}"
+        for k, v in sorted(data.items())
+        if isinstance(v, str | int | float | bool) or v is None
+    )
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class EventLine:
+    event: Any
+    text: str
+    alert: bool
+
+
+@dataclass(frozen=True)
+class EventGroup:
+    """One assay's events on a page (or a candidate's, or the tenant's own), newest first, with
+    its shard events folded into a tally."""
+
+    candidate_id: Any
+    assay_id: Any
+    row: queries.CandidateRow | None
+    lines: list[EventLine]
+    shards: Any = None
+
+
+def group_events(
+    events: Sequence[Any],
+    shards: Mapping[Any, Any],
+    rows: Mapping[Any, queries.CandidateRow],
+) -> list[EventGroup]:
+    """Events grouped by assay (else candidate, else the tenant), groups in the order of their
+    newest event."""
+    order: list[tuple[Any, Any]] = []
+    lines: dict[tuple[Any, Any], list[EventLine]] = {}
+    for e in events:
+        key = (e.candidate_id, e.assay_id)
+        if key not in lines:
+            order.append(key)
+            lines[key] = []
+        lines[key].append(EventLine(e, describe(e.kind, e.data, e.shard_index), e.kind in ALERTS))
+    return [
+        EventGroup(
+            candidate_id,
+            assay_id,
+            rows.get(candidate_id) if candidate_id is not None else None,
+            lines[(candidate_id, assay_id)],
+            shards.get(assay_id) if assay_id is not None else None,
+        )
+        for candidate_id, assay_id in order
+    ]

@@ -11,14 +11,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from service.db import queries
-from service.db.models import Assay, Candidate, Dossier, Event, Manifest, System
+from service.db.models import Assay, Candidate, Event, Manifest, System
 
 
 @dataclass(frozen=True)
@@ -106,11 +106,29 @@ def candidate_detail(
     )
 
 
+SHARD_EVENTS = ("shard.started", "shard.stored")
+
+
+@dataclass(frozen=True)
+class ShardTally:
+    """An assay's shard events, folded into one line of the event log."""
+
+    started: int
+    stored: int
+    # Shards started more than once (a redelivery after a lost worker).
+    restarted: int
+    workers: int
+    first: datetime
+    last: datetime
+
+
 @dataclass(frozen=True)
 class EventsPage:
     events: Sequence[Event]
     # The id to pass as `before` for the next (older) page, or None on the last page.
     next_before: int | None
+    # Per assay on the page, its shard events (left out of `events` when folded).
+    shards: dict[uuid.UUID, ShardTally]
 
 
 def events_page(
@@ -121,64 +139,77 @@ def events_page(
     before: int | None = None,
     kind: str | None = None,
     candidate_id: uuid.UUID | None = None,
+    fold_shards: bool = True,
 ) -> EventsPage:
     """The tenant's events (as `GET /v1/events` shows them), newest first, keyset-paginated on
-    the event id (the table only ever grows)."""
+    the event id (the table only ever grows). Folded, shard events are left out of the page and
+    counted per assay instead: one assay's hundreds of them never flood the log."""
     query = select(Event).where(queries.events_of_tenant(tenant_id))
     if before is not None:
         query = query.where(col(Event.id) < before)
     if kind:
         query = query.where(col(Event.kind) == kind)
+    elif fold_shards:
+        query = query.where(col(Event.kind).not_in(SHARD_EVENTS))
     if candidate_id is not None:
         query = query.where(col(Event.candidate_id) == candidate_id)
     rows = list(session.exec(query.order_by(col(Event.id).desc()).limit(limit + 1)).all())
     page = rows[:limit]
-    return EventsPage(page, page[-1].id if len(rows) > limit and page else None)
+    assays = sorted({e.assay_id for e in page if e.assay_id is not None})
+    return EventsPage(
+        page,
+        page[-1].id if len(rows) > limit and page else None,
+        shard_tallies(session, assays) if fold_shards and not kind else {},
+    )
 
 
-def last_allowed_digests(session: Session, system_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, str]:
-    """The manifest digest of each system's newest allowed candidate, in one query."""
-    if not system_ids:
+def shard_tallies(session: Session, assay_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, ShardTally]:
+    """Shard events per assay, counted in one query."""
+    if not assay_ids:
         return {}
-    allowed = (
+    rows = session.execute(
         sa.select(
-            col(Candidate.system_id), col(Candidate.manifest_digest), col(Candidate.created_at)
+            col(Event.assay_id),
+            col(Event.kind),
+            sa.func.count(),
+            sa.func.count(sa.distinct(col(Event.shard_index))),
+            sa.func.min(col(Event.at)),
+            sa.func.max(col(Event.at)),
         )
-        .join(Assay, col(Assay.candidate_id) == col(Candidate.id))
-        .where(col(Candidate.system_id).in_(system_ids), col(Assay.decision) == "allow")
-        .order_by(col(Candidate.system_id), col(Candidate.created_at).desc())
-    )
-    newest = (
-        sa.select(col(Candidate.system_id), sa.func.max(col(Candidate.created_at)))
-        .join(Assay, col(Assay.candidate_id) == col(Candidate.id))
-        .where(col(Candidate.system_id).in_(system_ids), col(Assay.decision) == "allow")
-        .group_by(col(Candidate.system_id))
-    )
-    found: dict[uuid.UUID, str] = {}
-    for system_id, digest, _at in session.execute(
-        allowed.where(sa.tuple_(col(Candidate.system_id), col(Candidate.created_at)).in_(newest))
-    ).all():
-        found.setdefault(system_id, digest)
-    return found
-
-
-def latest_dossiers(
-    session: Session, candidate_ids: Sequence[uuid.UUID]
-) -> dict[uuid.UUID, Dossier]:
-    """Each candidate's newest dossier version, in one query, without the signed bytes."""
-    if not candidate_ids:
-        return {}
-    newest = (
-        sa.select(col(Dossier.candidate_id), sa.func.max(col(Dossier.version)))
-        .where(col(Dossier.candidate_id).in_(candidate_ids))
-        .group_by(col(Dossier.candidate_id))
-    )
-    rows = session.exec(
-        select(Dossier)
-        .where(sa.tuple_(col(Dossier.candidate_id), col(Dossier.version)).in_(newest))
-        .options(defer(cast(Any, Dossier.payload)), defer(cast(Any, Dossier.envelope)))
+        .where(col(Event.assay_id).in_(assay_ids), col(Event.kind).in_(SHARD_EVENTS))
+        .group_by(col(Event.assay_id), col(Event.kind))
     ).all()
-    return {d.candidate_id: d for d in rows}
+    workers = dict(
+        session.execute(
+            sa.select(
+                col(Event.assay_id),
+                sa.func.count(sa.distinct(Event.data["worker"].as_string())),
+            )
+            .where(col(Event.assay_id).in_(assay_ids), col(Event.kind) == "shard.started")
+            .group_by(col(Event.assay_id))
+        ).all()
+    )
+    found: dict[uuid.UUID, dict[str, Any]] = {}
+    for assay_id, kind, n, distinct, first, last in rows:
+        t = found.setdefault(
+            assay_id, {"started": 0, "stored": 0, "restarted": 0, "first": first, "last": last}
+        )
+        if kind == "shard.started":
+            t["started"], t["restarted"] = int(n), int(n) - int(distinct)
+        else:
+            t["stored"] = int(n)
+        t["first"], t["last"] = min(t["first"], first), max(t["last"], last)
+    return {
+        assay_id: ShardTally(
+            t["started"],
+            t["stored"],
+            t["restarted"],
+            int(workers.get(assay_id, 0)),
+            t["first"],
+            t["last"],
+        )
+        for assay_id, t in found.items()
+    }
 
 
 def candidate_rows(

@@ -31,13 +31,14 @@ from service.api.errors import ApiError
 from service.api.routes import dossiers as dossier_routes
 from service.api.routes import holds as hold_routes
 from service.api.schemas import ReviewCreate
+from service.app import gate
 from service.core.dossier import Signer, verify
 from service.core.errors import AssaygateError
 from service.db import dossier as dossiers
 from service.db import queries, websession
 from service.db.apikey import review_conflict
 from service.db.models import Dossier, Hold, HoldStatus
-from service.web import auth
+from service.web import auth, present
 from service.web import queries as web_queries
 from service.web.access import PAGE_DEPENDENCIES, PageRoute, Viewer, ViewerDep, safe_next
 from service.web.auth import WebSessionDep
@@ -158,9 +159,15 @@ def _hash_diff(before: dict[str, str], after: dict[str, str]) -> list[dict[str, 
 
 @router.get("/candidates/{candidate_id}/dossier", response_class=HTMLResponse)
 def dossier_page(
-    candidate_id: str, request: Request, session: SessionDep, who: ViewerDep, ring: KeyRingDep
+    candidate_id: str,
+    request: Request,
+    session: SessionDep,
+    who: ViewerDep,
+    ring: KeyRingDep,
+    signer: SignerDep,
 ) -> HTMLResponse:
-    """Every version with its chain link, each verified now against the published keys."""
+    """Every version with its chain link, each verified now against the published keys, and
+    what the gate says now."""
     ws = who.ws
     try:
         cid = uuid.UUID(candidate_id)
@@ -171,6 +178,7 @@ def dossier_page(
         return _render(
             request, ws, "error.html", {"title": "Not found", "message": "no such candidate"}, 404
         )
+    gate.refresh(session, signer)
     keys = {k.keyid: k for k in ring.published()}
     versions: list[dict[str, Any]] = []
     previous: Dossier | None = None
@@ -212,6 +220,7 @@ def dossier_page(
         {
             "title": f"Dossier {row.system.name} {row.candidate.version}",
             "row": row,
+            "gate": present.gate_view(gate.standing(session, row), row),
             "versions": list(reversed(versions)),
             "allowed": allowed,
             "against_allowed": against_allowed,

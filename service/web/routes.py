@@ -32,11 +32,14 @@ from service.api.deps import (
     MetricsDep,
     SessionDep,
     SettingsDep,
+    SignerDep,
     SubmissionLimitDep,
 )
 from service.api.errors import ApiError
 from service.api.routes.candidates import submit_candidate
 from service.api.schemas import CandidateCreate
+from service.app import gate
+from service.core.dossier import Signer
 from service.core.errors import AssaygateError
 from service.db import dossier as dossiers
 from service.db import queries
@@ -56,22 +59,23 @@ from service.web.auth import (
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
 PAGE = 50
-DEFAULT_TRIGGERS = ("policy", "retry", "tools")
 KNOWN_EVENTS = (
     "candidate.submitted",
     "candidate.rerun",
     "credential.minted",
+    "credential.refused",
     "shard.started",
     "shard.stored",
+    "injection.refused",
+    "sandbox.refused",
     "assay.decided",
     "assay.stopped",
     "assay.aborted",
     "assay.failed",
     "dossier.issued",
-    "hold.waived",
-    "hold.rejected",
     "system.config_changed",
     "system.triggers_set",
+    "audit",
 )
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -180,54 +184,52 @@ def decode_cursor(cursor: str | None) -> tuple[datetime, uuid.UUID] | None:
 def systems_page(
     request: Request,
     session: SessionDep,
+    signer: SignerDep,
     who: ViewerDep,
     page: Annotated[int, Query(ge=1, le=100_000)] = 1,
     q: Annotated[str | None, Query(max_length=200)] = None,
 ) -> HTMLResponse:
-    """Every system's gate state with its reasons, and what changed since it was last allowed."""
+    """Every system's gate state (what `GET /v1/gate/{system}` answers for its newest
+    candidate) with its reasons, and what changed since it was last allowed."""
+    gate.refresh(session, signer)
     found = web_queries.systems_page(
         session, tenant_id=who.tenant_id, limit=PAGE, offset=(page - 1) * PAGE, name=q
     )
-    ids = [r.system.id for r in found.rows]
-    allowed = web_queries.last_allowed_digests(session, ids)
-    latest_digests = [r.latest.candidate.manifest_digest for r in found.rows if r.latest]
-    hashes = queries.component_hashes_of(session, [*latest_digests, *allowed.values()])
-    standing_dossiers = web_queries.latest_dossiers(
-        session, [r.latest.candidate.id for r in found.rows if r.latest]
+    latest_rows = [r.latest for r in found.rows if r.latest is not None]
+    standings = gate.standings(session, latest_rows)
+    allowed = dossiers.last_allowed_per_system(session, [r.system.id for r in found.rows])
+    allowed_digests = queries.manifest_digests(session, [d.candidate_id for d in allowed.values()])
+    hashes = queries.component_hashes_of(
+        session, [*(r.candidate.manifest_digest for r in latest_rows), *allowed_digests.values()]
     )
     rows: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
     for r in found.rows:
         changed: list[tuple[str, bool]] = []
-        triggers = tuple(r.system.triggers) if r.system.triggers is not None else DEFAULT_TRIGGERS
-        if r.latest is not None and r.system.id in allowed:
+        triggers = dossiers.system_triggers(r.system)
+        last = allowed.get(r.system.id)
+        allowed_digest = allowed_digests.get(last.candidate_id) if last is not None else None
+        if r.latest is not None and allowed_digest is not None:
             now = hashes.get(r.latest.candidate.manifest_digest, {})
-            then = hashes.get(allowed[r.system.id], {})
+            then = hashes.get(allowed_digest, {})
             changed = [
                 (c, c in triggers)
                 for c in sorted(set(now) | set(then))
                 if now.get(c) != then.get(c)
             ]
-        gate = present.state_of(r.latest)
-        standing = standing_dossiers.get(r.latest.candidate.id) if r.latest else None
-        if standing is not None:
-            # What the deploy gate answers when the candidate has a dossier: its latest version.
-            gate = present.GateState(standing.decision, present.worst_first(standing.reasons))
-        elif r.latest is not None:
-            # No dossier yet: the gate decides between reopened, hold (pending) and failed.
-            view = dossiers.gate(session, r.system, r.latest.candidate)
-            if not (gate.state == "running" and view.dossier is None and view.decision == "hold"):
-                gate = present.GateState(view.decision, present.worst_first(view.reasons))
-        counts[gate.state] = counts.get(gate.state, 0) + 1
+        standing = standings.get(r.latest.candidate.id) if r.latest is not None else None
+        state = present.gate_view(standing, r.latest)
+        counts[state.state] = counts.get(state.state, 0) + 1
         rows.append(
             {
                 "system": r.system,
                 "candidates": r.candidates,
                 "latest": r.latest,
-                "gate": gate,
+                "gate": state,
+                "running": r.latest is not None and present.is_running(r.latest),
                 "progress": present.progress_fraction(r.latest) if r.latest else 0.0,
                 "changed": changed,
-                "ever_allowed": r.system.id in allowed,
+                "ever_allowed": allowed_digest is not None,
             }
         )
     return render(
@@ -250,33 +252,39 @@ def system_page(
     name: str,
     request: Request,
     session: SessionDep,
+    signer: SignerDep,
     who: ViewerDep,
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> HTMLResponse:
     system = queries.system_named(session, name, who.tenant_id)
     if system is None:
         return not_found(request, who.ws, f"no system named {name}")
-    return _candidate_list(request, session, who, cursor, system.name, f"System {system.name}")
+    return _candidate_list(
+        request, session, signer, who, cursor, system.name, f"System {system.name}"
+    )
 
 
 @router.get("/candidates", response_class=HTMLResponse)
 def candidates_page(
     request: Request,
     session: SessionDep,
+    signer: SignerDep,
     who: ViewerDep,
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> HTMLResponse:
-    return _candidate_list(request, session, who, cursor, None, "Candidates")
+    return _candidate_list(request, session, signer, who, cursor, None, "Candidates")
 
 
 def _candidate_list(
     request: Request,
     session: Any,
+    signer: Signer,
     who: Viewer,
     cursor: str | None,
     system: str | None,
     title: str,
 ) -> HTMLResponse:
+    gate.refresh(session, signer)
     rows = queries.candidates(
         session,
         system=system,
@@ -285,8 +293,14 @@ def _candidate_list(
         tenant_id=who.tenant_id,
     )
     page = rows[:PAGE]
+    standings = gate.standings(session, page)
     items = [
-        {"row": r, "gate": present.state_of(r), "progress": present.progress_fraction(r)}
+        {
+            "row": r,
+            "gate": present.gate_view(standings[r.candidate.id], r),
+            "running": present.is_running(r),
+            "progress": present.progress_fraction(r),
+        }
         for r in page
     ]
     return render(
@@ -305,24 +319,24 @@ def _candidate_list(
 
 @router.get("/candidates/{candidate_id}", response_class=HTMLResponse)
 def candidate_page(
-    candidate_id: str, request: Request, session: SessionDep, who: ViewerDep
+    candidate_id: str, request: Request, session: SessionDep, signer: SignerDep, who: ViewerDep
 ) -> HTMLResponse:
-    """Live progress while the assay runs; the whole containment evidence once it is decided."""
+    """What the gate says now, live progress while the assay runs, and the whole containment
+    evidence once it is decided."""
     try:
         cid = uuid.UUID(candidate_id)
     except ValueError:
         return not_found(request, who.ws, "not a candidate id")
+    gate.refresh(session, signer)
     detail = web_queries.candidate_detail(session, cid, tenant_id=who.tenant_id)
     if detail is None:
         return not_found(request, who.ws, f"no candidate {cid}")
     row = detail.row
-    reasons = present.worst_first(row.assay.reasons or [])
-    severities: dict[str, int] = {}
-    for r in reasons:
-        sev = str(r.get("severity", "hold"))
-        severities[sev] = severities.get(sev, 0) + 1
-    view = present.report_view(detail.report, reasons) if detail.report else None
-    running = row.assay.status in ("queued", "running")
+    state = present.gate_view(gate.standing(session, row), row)
+    # The assay's own reasons are the evidence; the gate's reasons say why it stands as it does.
+    evidence_reasons = present.worst_first(row.assay.reasons or [])
+    view = present.report_view(detail.report, evidence_reasons) if detail.report else None
+    running = present.is_running(row)
     return render(
         request,
         who.ws,
@@ -330,13 +344,14 @@ def candidate_page(
         {
             "title": f"{row.system.name} {row.candidate.version}",
             "row": row,
-            "gate": present.state_of(row),
+            "gate": state,
             "running": running,
             "progress": present.progress_fraction(row),
             "faults_progress": detail.progress,
             "view": view,
-            "reasons": reasons,
-            "severities": severities,
+            "reasons": state.reasons,
+            "severities": present.severities(state.reasons),
+            "evidence_reasons": evidence_reasons,
             "hashes": detail.component_hashes,
             "envelope_points": [
                 {"id": f.id, "signature": f.signature} for f in (view.faults if view else [])
@@ -354,7 +369,9 @@ def events_page(
     kind: Annotated[str | None, Query(max_length=64)] = None,
     candidate: Annotated[str | None, Query(max_length=64)] = None,
 ) -> HTMLResponse:
-    """The append-only event log: submissions, credential mintings, stops, aborts, decisions."""
+    """The append-only event log, grouped by assay: submissions, credential mintings, stops,
+    aborts, decisions, dossiers, reviews. Shard events are folded into one line per assay
+    (`?kind=shard.stored` lists them)."""
     try:
         candidate_id = uuid.UUID(candidate) if candidate else None
     except ValueError:
@@ -367,28 +384,22 @@ def events_page(
         kind=kind or None,
         candidate_id=candidate_id,
     )
-    events = [{"event": e, "data": _brief(e.data)} for e in found.events]
+    rows = web_queries.candidate_rows(
+        session, [e.candidate_id for e in found.events if e.candidate_id is not None]
+    )
     return render(
         request,
         who.ws,
         "events.html",
         {
             "title": "Event log",
-            "events": events,
+            "groups": present.group_events(found.events, found.shards, rows),
             "next_before": found.next_before,
             "kind": kind or "",
             "kinds": KNOWN_EVENTS,
             "candidate": str(candidate_id) if candidate_id else "",
         },
     )
-
-
-def _brief(data: dict[str, Any] | None, limit: int = 240) -> str:
-    """An event's data on one line, cut short: the log is for scanning, the pages for detail."""
-    if not data:
-        return ""
-    text = json.dumps(data, sort_keys=True, separators=(", ", ": "), default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # ------------------------------------------------------------------------------ submitting

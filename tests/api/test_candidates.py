@@ -86,6 +86,9 @@ def test_a_repeated_idempotency_key_replays_the_first_response(
     assert first.status_code == again.status_code == 202
     assert again.json() == first.json()
     assert again.headers["idempotent-replayed"] == "true"
+    # The replay says where the candidate is, as the first answer did.
+    assert again.headers["location"] == first.headers["location"]
+    assert again.headers["location"] == f"/v1/candidates/{first.json()['id']}"
     assert row_counts(engine) == before
 
 

@@ -134,8 +134,155 @@ def test_submit_wait_exits_with_the_decision(embedded: Embedded) -> None:
     ]
     env = {**os.environ, "ASSAYGATE_API_KEY": embedded.key}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    decision = json.loads(done.stdout)["dossier"]["decision"]
-    assert done.returncode == {"allow": 0, "block": 1, "hold": 2}[decision]
+    answer = json.loads(done.stdout)
+    decision = answer["gate"]["decision"]
+    assert done.returncode == {"allow": 0, "block": 1, "hold": 2, "reopened": 2}[decision]
+    assert answer["dossier"]["decision"] == decision
+    page = f"{url}/candidates/{answer['id']}"
+    assert answer["dashboard_url"] == page
+    assert answer["id"] in done.stderr and answer["assay_id"] in done.stderr and page in done.stderr
+    assert "shards" not in done.stderr  # no terminal, no progress bar
+
+
+def on_a_terminal(command: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run `command` with stdout and stderr on a pseudo-terminal; its exit code and output."""
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        command, cwd=ROOT, stdout=follower, stderr=follower, env={**env, "COLUMNS": "110"}
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    code = proc.wait(timeout=120)
+    os.close(leader)
+    return code, b"".join(chunks).decode(errors="replace")
+
+
+def test_submit_wait_on_a_terminal_shows_each_faults_shards_and_where_to_follow_it(
+    embedded: Embedded,
+) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "service.cli",
+        "submit",
+        str(EXAMPLES / "copperfin-typed.json"),
+        "--url",
+        embedded.url,
+        "--trials",
+        "400",
+        "--wait",
+    ]
+    code, out = on_a_terminal(command, {**os.environ, "ASSAYGATE_API_KEY": embedded.key})
+    assert code == 2, out  # the typed system holds
+    found = re.search(r"candidate (\S+) \(assay (\S+)\) submitted; follow it at (\S+)", out)
+    assert found, out
+    assert found.group(3) == f"{embedded.url}/candidates/{found.group(1)}"
+    assert re.search(r"assay (queued|running|done)\s", out) and "shards" in out
+    assert "subject_swap" in out and "break_trace_lineage" in out  # a bar per fault
+    assert "the gate says hold" in out
+
+
+def test_a_submit_wait_timeout_names_the_candidate_its_assay_and_how_far_it_got(
+    embedded: Embedded,
+) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "service.cli",
+        "submit",
+        str(EXAMPLES / "copperfin-typed.json"),
+        "--trials",
+        "20000",
+        "--wait",
+        "--timeout",
+        "0",
+    ]
+    env = {**os.environ, "ASSAYGATE_URL": embedded.url, "ASSAYGATE_API_KEY": embedded.key}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3
+    error = json.loads(done.stdout)["error"]
+    assert error["code"] == "timeout"
+    assert error["dashboard_url"] == f"{embedded.url}/candidates/{error['candidate_id']}"
+    assert error["candidate_id"] in error["message"] and error["assay_id"] in error["message"]
+    assert re.search(r"\d+ of \d+ shards, \d+ of \d+ trials done", error["message"])
+    assert error["message"] in done.stderr
+
+
+def test_serve_frames_its_first_key_after_start_up(embedded: Embedded) -> None:
+    printed = (embedded.data_dir / "serve.log").read_text(errors="replace")
+    started = printed.index("Application startup complete")
+    frame = printed.index("┌", started)
+    assert printed.index(embedded.key) > frame and printed.index("└", frame) > printed.index(
+        embedded.key
+    )
+    assert "Assaygate is up: http://127.0.0.1:" in printed[frame:]
+
+
+def test_demo_keep_leaves_a_service_to_browse_and_says_how(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    env["TMPDIR"] = str(tmp_path)
+    demo = subprocess.run(
+        [sys.executable, "-m", "service.cli", "demo", "--keep", "--trials", "5"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert demo.returncode == 0, demo.stderr
+    told = re.search(r"serve --data-dir (\S+)", demo.stdout)
+    key = re.search(r"sign in with this reviewer key:[\s│]*(ag_\S+)", demo.stdout)
+    assert told and key, demo.stdout
+    folder = Path(told.group(1))
+    assert folder.parent == tmp_path and (folder / "assaygate.sqlite3").is_file()
+    # Browse it as told: serve the kept folder and read the decisions with the printed key.
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "serve",
+            "--data-dir",
+            str(folder),
+            "--port",
+            str(port),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _ready(url), 60.0, "the kept demo served")
+        headers = {"Authorization": f"Bearer {key.group(1)}"}
+        items = httpx.get(f"{url}/v1/candidates", headers=headers).json()["items"]
+        assert len(items) == len(list(EXAMPLES.glob("*.json")))
+        assert {c["gate"]["decision"] for c in items} <= {"allow", "hold", "block"}
+        assert httpx.get(f"{url}/signin").status_code == 200
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz").status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def test_a_killed_embedded_worker_is_restarted_and_its_shards_run_again(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.settings import JsonLineFormatter, Settings
+from service.settings import JsonLineFormatter, Settings, TextFormatter, log_format
 from tests.support.service import ROOT, WorkerProcess, candidate_body, wait_decided
 
 
@@ -73,6 +75,34 @@ def test_log_lines_are_json_objects_carrying_the_ids() -> None:
     line = json.loads(JsonLineFormatter().format(record))
     assert line["msg"] == "shard stored"
     assert (line["assay_id"], line["candidate_id"], line["shard"]) == ("a-1", "c-1", 3)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_logs_are_readable_lines_on_a_terminal_and_json_for_everything_else(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(data_dir=tmp_path)
+    assert settings.log_format == "auto"
+    assert log_format(settings, Terminal()) == "text"
+    with (tmp_path / "log").open("w") as file:
+        assert log_format(settings, file) == "json"
+    assert log_format(Settings(data_dir=tmp_path, log_format="json"), Terminal()) == "json"
+    assert log_format(Settings(data_dir=tmp_path, log_format="text"), io.StringIO()) == "text"
+
+
+def test_a_readable_log_line_carries_the_ids_as_key_value_pairs() -> None:
+    record = logging.LogRecord(
+        "assaygate.worker", logging.INFO, __file__, 1, "shard stored", (), None
+    )
+    record.__dict__.update(assay_id="a-1", shard=3)
+    line = TextFormatter().format(record)
+    assert re.fullmatch(r"\d\d:\d\d:\d\d INFO +shard stored +\((.*)\)", line), line
+    assert "assay_id=a-1" in line and "shard=3" in line
+    assert not line.startswith("{")
 
 
 @pytest.mark.integration

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.support.keys import Key
-from tests.support.service import example
+from tests.support.service import example, wait_decided
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -162,6 +162,16 @@ def test_reviewer_signs_in_sees_the_dossier_verified_and_waives_a_hold(
     assert str(rita.id) not in page.locator("main").inner_text()
     shot(page, artifacts, "10-dossier-after-waiver")
 
+    # Every page now says what the gate says: allow, resting on the waiver.
+    gate = api.get("/v1/gate/copperfin-review-browser").json()
+    assert (gate["decision"], gate["basis"]) == ("allow", "waived")
+    pages = pages_of(page, server_url, "copperfin-review-browser", candidate, "1.5.0")
+    assert pages == dict.fromkeys(pages, "allow"), pages
+    page.goto(f"{server_url}/candidates/{candidate}")
+    assert "waived until" in page.locator("#decision").inner_text()
+    assert page.locator("#assay-decision .pill-hold").count() == 1  # the assay's own answer
+    shot(page, artifacts, "11-candidate-waived")
+
 
 def test_another_tenant_sees_none_of_it(
     page: Any, server_url: str, api: httpx.Client, artifacts: Path, browser_keys: dict[str, Key]
@@ -175,9 +185,177 @@ def test_another_tenant_sees_none_of_it(
     candidate = created.json()["id"]
     sign_in(page, server_url, browser_keys["gina"], "/")
     assert page.get_by_text("copperfin-tenant-browser").count() == 0
-    shot(page, artifacts, "11-systems-other-tenant")
+    shot(page, artifacts, "12-systems-other-tenant")
     for url in (f"/candidates/{candidate}", f"/candidates/{candidate}/dossier"):
         answer = page.goto(server_url + url)
         assert answer is not None and answer.status == 404
     page.goto(server_url + "/holds")
     assert page.locator(f'a[href="/candidates/{candidate}"]').count() == 0
+
+
+def gate_word(page: Any, row: Any) -> str:
+    """The word of the gate pill in a row (or the page's decision card)."""
+    pill = row.locator(".pill").first
+    return str(pill.inner_text()).strip().lower()
+
+
+def pages_of(page: Any, base: str, system: str, candidate: str, version: str) -> dict[str, str]:
+    """What each page shows as the gate of `system` (its newest candidate) and of `candidate`."""
+    shown: dict[str, str] = {}
+    page.goto(f"{base}/candidates/{candidate}")
+    shown["candidate header"] = gate_word(page, page.locator("h1"))
+    shown["candidate decision"] = page.locator("#decision").get_attribute("data-gate")
+    page.goto(f"{base}/")
+    row = page.locator("table.systems tr", has=page.locator(f'a[href="/systems/{system}"]'))
+    shown["systems"] = gate_word(page, row.locator("td.gate"))
+    page.goto(f"{base}/systems/{system}")
+    row = page.locator(
+        "table.candidates tr", has=page.locator(f'a[href="/candidates/{candidate}"]')
+    )
+    shown["system"] = gate_word(page, row.locator("td.gate"))
+    page.goto(f"{base}/candidates")
+    row = page.locator(
+        "table.candidates tr", has=page.locator(f'a[href="/candidates/{candidate}"]')
+    )
+    shown["candidates"] = gate_word(page, row.locator("td.gate"))
+    return shown
+
+
+def test_after_a_config_change_every_page_shows_the_reopened_gate(
+    page: Any, server_url: str, api: httpx.Client, artifacts: Path, browser_keys: dict[str, Key]
+) -> None:
+    system = "copperfin-reopen-browser"
+    manifest = example("typed-repair")
+    manifest["system"] = system
+    first = api.post(
+        "/v1/candidates",
+        json={"version": "2.0.0", "source_revision": "r-0001", "manifest": manifest, "plan": PLAN},
+    )
+    assert first.status_code == 202, first.text
+    live = wait_decided(api, first.json()["id"])
+    assert live["gate"]["decision"] == "allow"
+    reported = api.post(
+        f"/v1/systems/{system}/config-changes",
+        json={"component": "retry", "sha256": "5e" * 32, "note": "ops raised max_attempts"},
+    )
+    assert reported.status_code == 201, reported.text
+    # A new candidate with the old retry config: its assay allows, the gate stays reopened.
+    second = api.post(
+        "/v1/candidates",
+        json={"version": "2.0.1", "source_revision": "r-0002", "manifest": manifest, "plan": PLAN},
+    )
+    assert second.status_code == 202, second.text
+    candidate = second.json()["id"]
+    assert wait_decided(api, candidate)["decision"] == "allow"
+    gate = api.get(f"/v1/gate/{system}").json()
+    assert (gate["version"], gate["decision"]) == ("2.0.1", "reopened")
+
+    sign_in(page, server_url, browser_keys["rita"], "/")
+    pages = pages_of(page, server_url, system, candidate, "2.0.1")
+    assert pages == dict.fromkeys(pages, "reopened"), pages
+    page.goto(f"{server_url}/candidates/{candidate}")
+    decision = page.locator("#decision").inner_text()
+    assert "production retry changed" in decision and "config_changed" in decision
+    assert page.locator("#assay-decision .pill-allow").count() == 1
+    shot(page, artifacts, "13-candidate-reopened")
+    page.goto(f"{server_url}/")
+    shot(page, artifacts, "14-systems-reopened")
+    page.goto(f"{server_url}/systems/{system}")
+    # The candidate assayed before the change is reopened too, in its own new dossier version.
+    older = page.locator("table.candidates tr", has=page.get_by_text("2.0.0", exact=True))
+    assert gate_word(page, older.locator("td.gate")) == "reopened"
+    shot(page, artifacts, "15-system-reopened")
+    page.goto(f"{server_url}/candidates")
+    shot(page, artifacts, "16-candidates-reopened")
+
+
+LAYOUT_CHECK = """
+() => {
+  const problems = [];
+  const classes = (e) => typeof e.className === 'string' && e.className.trim()
+    ? '.' + e.className.trim().split(/\\s+/).join('.') : '';
+  const name = (e) => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + classes(e);
+  const root = document.documentElement;
+  if (root.scrollWidth > root.clientWidth) {
+    problems.push(`the page scrolls sideways: ${root.scrollWidth} > ${root.clientWidth}`);
+  }
+  const boxes = [...document.querySelectorAll('main .card, main .stat, main > table.grid')];
+  for (const box of boxes) {
+    const r = box.getBoundingClientRect();
+    for (const inner of box.querySelectorAll('*')) {
+      const c = inner.getBoundingClientRect();
+      if (c.width === 0 || getComputedStyle(inner).position === 'absolute') continue;
+      if (c.right > r.right + 1 || c.left < r.left - 1) {
+        const span = (x) => `${Math.round(x.left)}-${Math.round(x.right)}`;
+        problems.push(`${name(inner)} sticks out of ${name(box)} (${span(c)} in ${span(r)})`);
+        break;
+      }
+    }
+  }
+  for (let i = 0; i < boxes.length; i++) {
+    for (let j = i + 1; j < boxes.length; j++) {
+      const a = boxes[i], b = boxes[j];
+      if (a.contains(b) || b.contains(a)) continue;
+      const p = a.getBoundingClientRect(), q = b.getBoundingClientRect();
+      const across = Math.min(p.right, q.right) - Math.max(p.left, q.left);
+      const gap = Math.max(p.top, q.top) - Math.min(p.bottom, q.bottom);
+      if (across > 0 && gap < 4) {
+        problems.push(`${name(a)} and ${name(b)} overlap or touch (gap ${Math.round(gap)}px)`);
+      }
+    }
+  }
+  return problems;
+}
+"""
+
+ENVELOPE_CHECK = """
+() => {
+  const svg = document.querySelector('svg.envelope');
+  const texts = [...svg.querySelectorAll('text')]
+    .map(t => [t.textContent, t.getBoundingClientRect()]);
+  const marks = [...svg.querySelectorAll('.pt')].map(m => ['mark', m.getBoundingClientRect()]);
+  const hit = (p, q) => Math.min(p.right, q.right) > Math.max(p.left, q.left) &&
+    Math.min(p.bottom, q.bottom) > Math.max(p.top, q.top);
+  const problems = [];
+  texts.forEach(([a, p], i) => {
+    texts.slice(i + 1).forEach(([b, q]) => { if (hit(p, q)) problems.push(`${a} / ${b}`); });
+    marks.forEach(([b, q]) => { if (hit(p, q)) problems.push(`${a} / a fault mark`); });
+  });
+  return problems;
+}
+"""
+
+
+def test_no_page_overflows_or_overlaps_at_the_tested_width(
+    page: Any, server_url: str, api: httpx.Client, artifacts: Path, browser_keys: dict[str, Key]
+) -> None:
+    manifest = example("baseline")
+    manifest["system"] = "copperfin-layout-browser"
+    created = api.post(
+        "/v1/candidates", json={"source_revision": "l-0001", "manifest": manifest, "plan": PLAN}
+    )
+    assert created.status_code == 202, created.text
+    candidate = created.json()["id"]
+    wait_decided(api, candidate)
+    page.goto(f"{server_url}/signin")
+    assert page.evaluate(LAYOUT_CHECK) == []
+    sign_in(page, server_url, browser_keys["rita"], "/")
+    for name, url in (
+        ("20-layout-systems", "/"),
+        ("21-layout-candidates", "/candidates"),
+        ("22-layout-system", "/systems/copperfin-layout-browser"),
+        ("23-layout-candidate", f"/candidates/{candidate}"),
+        ("24-layout-dossier", f"/candidates/{candidate}/dossier"),
+        ("25-layout-holds", "/holds"),
+        ("26-layout-events", "/events"),
+        ("27-layout-submit", "/submit"),
+        ("28-layout-not-found", "/candidates/00000000-0000-0000-0000-000000000000"),
+    ):
+        page.goto(server_url + url)
+        shot(page, artifacts, name)
+        assert page.evaluate(LAYOUT_CHECK) == [], url
+    page.goto(f"{server_url}/candidates/{candidate}")
+    assert page.evaluate(ENVELOPE_CHECK) == []
+    page.locator("section.card:has(svg.envelope)").screenshot(
+        path=str(artifacts / "29-envelope-chart.png")
+    )

@@ -168,3 +168,46 @@ def test_a_long_run_on_a_terminal_shows_a_progress_bar_and_json_never_does() -> 
 
     assert "assaying" in run()
     assert "assaying" not in run("--json")
+
+
+def test_replay_into_a_reader_that_left_ends_quietly_without_a_broken_pipe_traceback() -> None:
+    # `assaygate replay … | head`: here the reader is gone before the first line is written.
+    baseline = str(EXAMPLES / "copperfin-baseline.json")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "replay", baseline, "--seed", "188", "--trial", "7"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141  # what a shell shows for a writer ended by SIGPIPE
+    assert stderr == ""
+
+
+def test_replay_into_head_prints_the_first_lines() -> None:
+    baseline = str(EXAMPLES / "copperfin-baseline.json")
+    done = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"{sys.executable} -m service.cli replay {baseline} --seed 188 --trial 7 | head -1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.startswith("Trial 7: fault ") and done.stderr == ""
+
+
+def test_submit_and_gate_help_name_the_url_they_default_to() -> None:
+    for command in ("submit", "gate"):
+        done = subprocess.run(
+            [sys.executable, "-m", "service.cli", command, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "default: $ASSAYGATE_URL, else http://127.0.0.1:8000" in " ".join(
+            done.stdout.split()
+        )

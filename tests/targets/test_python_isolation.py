@@ -19,11 +19,10 @@ from typing import Any
 import pytest
 
 from service.core.catalogue import FaultSpec
-from service.core.harness import Runtime, TrialRecord, run_trial
 from service.core.compiled import HOT_MODULES
+from service.core.harness import Runtime, TrialRecord, run_trial
 from service.core.sandbox import Tools
-from service.core.target import ToolPort
-from service.core.target import Target
+from service.core.target import Target, ToolPort
 from service.targets import PythonTarget, close_target, load_target
 from service.targets.python_host import RemoteTools
 from tests.targets.conftest import ROOT, assay, example, fault, plan

@@ -61,10 +61,11 @@ def seed_candidate(
     with_shards: bool = True,
     signer: Signer | None = None,
     tenant: str = "acme",
+    manifest_document: dict[str, Any] | None = None,
 ) -> Recorded:
     """One candidate of `tenant`'s `system`, decided with `report` (the example's own by
-    default)."""
-    document = example(example_name)
+    default); `manifest_document` instead of the example's manifest, if given."""
+    document = manifest_document if manifest_document is not None else example(example_name)
     manifest = parse_manifest(document)
     plan = parse_plan(PLAN)
     shards = plan_shards(manifest, plan, trials_per_shard=PLAN["trials"])

@@ -5,7 +5,18 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from service.web.charts import coverage_matrix, envelope_chart, envelope_point, signature_bars
+import pytest
+
+from service.web.charts import (
+    EM,
+    Box,
+    coverage_matrix,
+    envelope_chart,
+    envelope_point,
+    region,
+    signature_bars,
+    text_box,
+)
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -43,10 +54,84 @@ def test_signature_bars_draw_five_bars_with_whiskers_at_the_interval_ends() -> N
 
 
 def test_envelope_places_each_fault_in_the_region_the_paper_names() -> None:
-    assert envelope_point(signature()) == (1.0, 1.0, False)  # release envelope
-    assert envelope_point(signature(useful_service=0.0)) == (1.0, 0.0, False)  # contained but dead
-    assert envelope_point(signature(verified=0.2))[:2] == (0.2, 1.0)  # useful but unproved
-    assert envelope_point(signature(unsafe_escape=0.3, contained=0.1))[2] is True
+    assert region(envelope_point(signature())) == "release envelope"
+    held = signature(verified=0.0, recovered=0.0, useful_service=0.0)
+    assert region(envelope_point(held)) == "contained but dead"
+    unproved = signature(verified=0.0, useful_service=0.0, unverifiable_release=1.0)
+    assert region(envelope_point(unproved)) == "useful but unproved"
+    unsafe = signature(contained=0.0, verified=0.0, useful_service=0.0, unsafe_escape=1.0)
+    assert region(envelope_point(unsafe)) == "unsafe escape"
+    assert envelope_point(unsafe)[2] is True and envelope_point(held)[2] is False
+
+
+def test_a_fault_with_no_unsafe_escape_that_only_held_is_never_drawn_as_an_unsafe_escape() -> None:
+    # The typed system's broken trace lineage: contained, held, nothing proved, nothing served.
+    lineage = signature(verified=0.0, recovered=0.0, useful_service=0.0)
+    assert envelope_point(lineage) == (1.0, 0.0, False)
+    for service in (0.0, 0.3, 0.79, 0.8, 1.0):
+        for verified in (0.0, 0.5, 1.0):
+            point = envelope_point(signature(verified=verified, useful_service=service))
+            assert region(point) in ("contained but dead", "release envelope")
+
+
+def test_a_fault_is_placed_by_its_measured_rates() -> None:
+    sig = signature(unsafe_escape=0.1, unverifiable_release=0.25, useful_service=0.5)
+    proof, service, broke = envelope_point(sig)
+    assert (round(proof, 2), round(service, 2), broke) == (0.65, 0.75, True)
+
+
+CORNERS = {
+    "envelope": signature(),
+    "dead": signature(verified=0.0, useful_service=0.0),
+    "unproved": signature(verified=0.0, useful_service=0.0, unverifiable_release=1.0),
+    "unsafe": signature(contained=0.0, useful_service=0.0, unsafe_escape=1.0),
+}
+
+
+def boxes_of(svg: str) -> tuple[list[tuple[str, Box]], list[Box]]:
+    """The estimated box of every text (rotated axis title included) and of every mark."""
+    root = ET.fromstring(svg)
+    texts: list[tuple[str, Box]] = []
+    for t in root.iter(f"{SVG}text"):
+        x, y, body = float(t.get("x", "0")), float(t.get("y", "0")), t.text or ""
+        if t.get("transform"):
+            w = len(body) * 11 * EM
+            texts.append((body, Box(x - 0.8 * 11, y - w, x + 0.25 * 11, y)))
+        else:
+            texts.append((body, text_box(x, y, body, 11, t.get("text-anchor", "start"))))
+    marks = [
+        Box(
+            float(c.get("cx", 0)) - 6,
+            float(c.get("cy", 0)) - 6,
+            float(c.get("cx", 0)) + 6,
+            float(c.get("cy", 0)) + 6,
+        )
+        for c in root.iter(f"{SVG}circle")
+    ]
+    for p in root.iter(f"{SVG}path"):
+        if "pt-bad" in (p.get("class") or ""):
+            x, y = (float(v) for v in re.findall(r"[-\d.]+", p.get("d", ""))[:2])
+            marks.append(Box(x - 1, y - 1, x + 11, y + 11))
+    return texts, marks
+
+
+@pytest.mark.parametrize("crowd", [1, 2, 9, 18])
+def test_no_label_of_the_envelope_chart_overlaps_another_or_a_fault(crowd: int) -> None:
+    faults = [
+        {"id": f"{name}-{i}", "signature": sig}
+        for name, sig in CORNERS.items()
+        for i in range(crowd)
+    ]
+    svg = envelope_chart(faults)
+    texts, marks = boxes_of(svg)
+    assert {t for t, _ in texts} >= {"release envelope", "unsafe escape"}
+    for i, (a, box) in enumerate(texts):
+        for b, other in texts[i + 1 :]:
+            assert box.overlap(other) == 0, (a, b)
+        for mark in marks:
+            assert box.overlap(mark) == 0, (a, mark)
+    if crowd > 1:
+        assert svg.count(f"×{crowd}") == 4
 
 
 def test_envelope_chart_has_the_four_regions_and_crosses_for_broken_invariants() -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlmodel import Session
 
+from service.db import queries
 from service.db.apikey import ensure_tenant
 from service.db.models import Event, System
 from tests.web.conftest import EVIL, Seeded, signed_in
@@ -26,7 +28,16 @@ def test_systems_page_shows_each_systems_decision_with_its_reasons(
     )
     assert row and row.group(1) == "hold"  # the typed candidate is the latest
     assert "break_trace_lineage" in page.text
-    assert 'class="pill pill-running"' in page.text  # the system whose assay still runs
+    # The system whose first assay still runs: the gate holds it (pending), as the API says.
+    running = re.search(
+        r'<tr class="row-(\w+)">\s*<td class="name"><a href="/systems/still-running">.*?'
+        r'<td class="gate">(.*?)</td>',
+        page.text,
+        re.S,
+    )
+    assert running and running.group(1) == "hold"
+    assert "pill-hold" in running.group(2) and "assay running" in running.group(2)
+    assert "pill-running" not in page.text
 
 
 def test_html_in_system_names_versions_and_reasons_is_escaped(
@@ -120,18 +131,56 @@ def test_event_log_is_paginated_newest_first_and_filters_by_kind(
     with Session(web_engine) as session:
         tenant = ensure_tenant(session, "acme").id
         session.add_all(
-            Event(kind="shard.started", tenant_id=tenant, data={"n": i}) for i in range(60)
+            Event(
+                kind="audit",
+                tenant_id=tenant,
+                data={"action": "key.create", "target": f"key:{i}", "roles": ["admin"]},
+            )
+            for i in range(60)
         )
         session.commit()
     page = web_client.get("/events").text
     ids = [int(x) for x in re.findall(r'<td class="num muted">(\d+)</td>', page)]
     assert len(ids) == 50 and ids == sorted(ids, reverse=True)
+    assert "key.create on key:59 by key" in page  # a sentence, not the raw JSON
+    assert '{"action"' not in page and "&#34;action&#34;" not in page
     older = web_client.get(f"/events?before={ids[-1]}").text
     older_ids = [int(x) for x in re.findall(r'<td class="num muted">(\d+)</td>', older)]
     assert older_ids and max(older_ids) < ids[-1]
     decided = web_client.get("/events?kind=assay.decided").text
     kinds = set(re.findall(r'<span class="kind">([^<]+)</span>', decided))
     assert kinds == {"assay.decided"}
+
+
+def test_an_assays_shard_events_are_folded_into_one_line_of_its_group(
+    web_client: TestClient, web_engine: sa.Engine, seeded: Seeded
+) -> None:
+    with Session(web_engine) as session:
+        row = queries.candidate(session, uuid.UUID(seeded.typed))
+        assert row is not None
+        ids = {"candidate_id": row.candidate.id, "assay_id": row.assay.id}
+        for shard in range(36):
+            attempts = 2 if shard < 2 else 1  # two shards ran again after a lost worker
+            for attempt in range(1, attempts + 1):
+                session.add(
+                    Event(
+                        kind="shard.started",
+                        shard_index=shard,
+                        data={"attempt": attempt, "worker": f"w{shard % 2}"},
+                        **ids,
+                    )
+                )
+            session.add(Event(kind="shard.stored", shard_index=shard, data={"trials": 20}, **ids))
+        session.commit()
+    page = web_client.get(f"/events?candidate={seeded.typed}").text
+    kinds = re.findall(r'<span class="kind">([^<]+)</span>', page)
+    assert "shard.started" not in kinds and "shard.stored" not in kinds
+    assert kinds.count("shard.*") == 1
+    assert "36 shards stored, 38 started (2 again after a lost worker) by 2 workers" in page
+    assert 'class="group-head"' in page and "copperfin-returns 1.1.0" in page
+    listed = web_client.get(f"/events?kind=shard.stored&candidate={seeded.typed}").text
+    assert re.findall(r'<span class="kind">([^<]+)</span>', listed).count("shard.stored") == 36
+    assert "shard 35 stored: 20 trials" in listed
 
 
 def test_submit_form_refuses_a_post_without_sign_in_or_without_its_token(

@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, select
 
+from service.app import gate
 from service.core.assay import plan_shards
 from service.core.catalogue import custom_catalogue, full_catalogue
 from service.core.dossier import verify
@@ -98,7 +99,7 @@ def test_invalid_counterfactual_evidence_holds_the_gate_and_is_never_allow(
         row = session.exec(select(System).where(System.name == system)).one()
         candidate = dossiers.gate_candidate(session, row, "1")
         assert candidate is not None
-        view = dossiers.gate(session, row, candidate)
+        view = gate.answer(session, row, candidate).standing
         holds = session.exec(select(Hold).where(Hold.candidate_id == candidate.id)).all()
     assert view.decision == "hold"
     assert "counterfactual_invalid" in {r["code"] for r in view.reasons}

@@ -32,6 +32,7 @@ from service.api.deps import (
     PrincipalDep,
     SessionDep,
     SettingsDep,
+    SignerDep,
     SubmissionLimitDep,
     resolve,
 )
@@ -50,6 +51,7 @@ from service.api.present import (
     encode_cursor,
 )
 from service.api.schemas import CandidateCreate, CandidatePage, CandidatePublic
+from service.app import gate
 from service.core.assay import ShardSpec, plan_shards
 from service.core.manifest import parse_manifest
 from service.core.plan import AssayPlan, parse_plan
@@ -121,7 +123,12 @@ def _replay(row: IdempotencyKey, digest: str) -> JSONResponse:
             "this Idempotency-Key was used with a different body", field="Idempotency-Key"
         )
     return JSONResponse(
-        row.response, status_code=row.status_code, headers={"Idempotent-Replayed": "true"}
+        row.response,
+        status_code=row.status_code,
+        headers={
+            "Idempotent-Replayed": "true",
+            "Location": f"/v1/candidates/{row.candidate_id}",
+        },
     )
 
 
@@ -266,10 +273,15 @@ def _withdraw(session: Session, recorded: Recorded) -> None:
     responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
 )
 def get_candidate(
-    candidate_id: uuid.UUID, session: SessionDep, metrics: MetricsDep, principal: PrincipalDep
+    candidate_id: uuid.UUID,
+    session: SessionDep,
+    metrics: MetricsDep,
+    principal: PrincipalDep,
+    signer: SignerDep,
 ) -> CandidatePublic:
-    """Status, progress, and the decision once the assay is done."""
+    """Status, progress, the assay's decision once it is done, and what the gate says now."""
     with metrics.gate_check_seconds.time():
+        gate.refresh(session, signer)
         row = queries.candidate(session, candidate_id, tenant_id=principal.tenant_id)
         if row is None:
             raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
@@ -284,12 +296,14 @@ def get_candidate(
 def list_candidates(
     session: SessionDep,
     principal: PrincipalDep,
+    signer: SignerDep,
     system: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[str | None, Query(max_length=60, pattern=CURSOR_PATTERN)] = None,
 ) -> CandidatePage:
     """Newest first. Follow `next_cursor` until it is null."""
     before = decode_cursor(cursor) if cursor else None
+    gate.refresh(session, signer)
     rows = queries.candidates(
         session, system=system, limit=limit + 1, before=before, tenant_id=principal.tenant_id
     )

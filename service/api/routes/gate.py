@@ -13,7 +13,7 @@ from fastapi import APIRouter, Path, Query
 
 from service.api.deps import MetricsDep, PrincipalDep, SessionDep, SignerDep
 from service.api.errors import ERROR_RESPONSES, NotFound
-from service.api.present import dossier_ref
+from service.api.present import dossier_ref, maybe_aware
 from service.api.schemas import (
     ConfigChangeCreate,
     ConfigChangePublic,
@@ -21,6 +21,7 @@ from service.api.schemas import (
     TriggersPublic,
     TriggersUpdate,
 )
+from service.app import gate
 from service.db import dossier as dossiers
 from service.db import queries
 from service.db.apikey import Principal, audit
@@ -51,10 +52,10 @@ def get_gate(
     principal: PrincipalDep,
     version: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> GatePublic:
-    """May this version ship? `allow` only on a signed dossier that allows it."""
+    """May this version ship? `allow` only on a signed dossier that allows it, and never while a
+    reported production change this candidate does not carry is open."""
     with metrics.gate_check_seconds.time():
-        if dossiers.reopen_expired(session, signer):
-            session.commit()
+        gate.refresh(session, signer)
         row = _system(session, system, principal)
         candidate = dossiers.gate_candidate(session, row, version)
         if candidate is None:
@@ -63,16 +64,19 @@ def get_gate(
                 + (f" with version {version}" if version else ""),
                 field="version" if version else "system",
             )
-        view = dossiers.gate(session, row, candidate)
+        found = gate.answer(session, row, candidate)
+        standing = found.standing
         return GatePublic(
-            system=view.system,
+            system=found.system,
             version=candidate.version,
             candidate_id=candidate.id,
-            decision=view.decision,
-            reasons=view.reasons,
-            dossier=dossier_ref(view.dossier) if view.dossier is not None else None,
-            triggers=view.triggers,
-            hold_id=view.hold_id,
+            decision=standing.decision.value,
+            reasons=standing.reasons,
+            dossier=dossier_ref(standing.dossier) if standing.dossier is not None else None,
+            triggers=found.triggers,
+            hold_id=standing.hold_id,
+            basis=standing.basis.value,
+            until=maybe_aware(standing.until),
         )
 
 

@@ -1,0 +1,245 @@
+"""What the gate says now: one read model for the deploy gate, the API, the CLI and every page.
+
+The word is the standing dossier version's — the newest signed version of the candidate's
+evidence: the assay's own decision, a waiver (`allow`), a rejection (`block`), a lapsed review
+(`hold` again) or a reopened gate — with every reported production change the candidate does not
+carry laid over it, so no page can show `allow` while `GET /v1/gate` answers `reopened`. Before a
+candidate has a dossier the word is `reopened` when its trigger hashes differ from the last
+allowed dossier's, else `hold` (its assay is pending, or failed). Missing evidence is never
+`allow`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlmodel import Session
+
+from service.core.dossier import Signer, compare_triggers, trigger_hashes
+from service.db import dossier as dossiers
+from service.db import queries
+from service.db.models import Candidate, Dossier, HoldStatus, System
+
+
+class Word(StrEnum):
+    """The gate's answer; the wire form is the value."""
+
+    ALLOW = "allow"
+    HOLD = "hold"
+    BLOCK = "block"
+    REOPENED = "reopened"
+
+
+class Basis(StrEnum):
+    """What the word rests on."""
+
+    ASSAY = "assay"  # the assay's own decision, as first signed
+    WAIVED = "waived"  # held reasons waived by a reviewer, until an expiry
+    REJECTED = "rejected"  # refused by a reviewer
+    EXPIRED = "expired"  # a waiver or rejection lapsed: the hold is open again
+    CONFIG_CHANGED = "config_changed"  # production changed a trigger this candidate lacks
+    TRIGGER_CHANGED = "trigger_changed"  # no dossier yet; triggers differ from the last allowed
+    PENDING = "pending"  # no dossier yet; the assay has not finished
+    FAILED = "failed"  # no dossier; the assay failed
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What the gate says now about one candidate, and what that rests on."""
+
+    candidate_id: uuid.UUID
+    decision: Word
+    basis: Basis
+    reasons: list[dict[str, Any]]
+    # The signed version the answer rests on (None before the first one).
+    dossier: Dossier | None
+    # The open hold a reviewer may act on, if any.
+    hold_id: uuid.UUID | None = None
+    # When the waiver (or rejection) the answer rests on lapses.
+    until: datetime | None = None
+    # The assay's own decision, when it differs from the standing word.
+    assay_decision: str | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The deploy gate's answer for one candidate: its standing and the trigger comparison."""
+
+    system: str
+    candidate: Candidate
+    standing: Standing
+    triggers: dict[str, Any] = field(default_factory=dict)
+
+
+def refresh(session: Session, signer: Signer) -> None:
+    """Apply every lapsed waiver or rejection (a new signed version each) before reading, so an
+    expired waiver is never read as `allow`. Commits what it wrote."""
+    if dossiers.reopen_expired(session, signer):
+        session.commit()
+
+
+def standing(session: Session, row: queries.CandidateRow) -> Standing:
+    return standings(session, [row])[row.candidate.id]
+
+
+def standings(session: Session, rows: Sequence[queries.CandidateRow]) -> dict[uuid.UUID, Standing]:
+    """The gate's word for each candidate of a page, in a handful of queries whatever its size."""
+    if not rows:
+        return {}
+    ids = [r.candidate.id for r in rows]
+    latest = dossiers.latest_of(session, ids)
+    hashes = queries.component_hashes_of(session, [r.candidate.manifest_digest for r in rows])
+    system_ids = sorted({r.system.id for r in rows})
+    open_changes = dossiers.open_config_changes(session, system_ids)
+    undecided = [r for r in rows if r.candidate.id not in latest]
+    allowed = dossiers.last_allowed_per_system(session, sorted({r.system.id for r in undecided}))
+    holds: dict[uuid.UUID, list[Any]] = {}
+    for hold in dossiers.reviews_of(
+        session, [r.candidate.id for r in rows if latest.get(r.candidate.id)]
+    ):
+        holds.setdefault(hold.candidate_id, []).append(hold)
+    found: dict[uuid.UUID, Standing] = {}
+    for row in rows:
+        cid = row.candidate.id
+        own = hashes.get(row.candidate.manifest_digest, {})
+        dossier = latest.get(cid)
+        if dossier is not None:
+            base = _from_dossier(row, dossier, holds.get(cid, []))
+        else:
+            base = _before_dossier(session, row, own, allowed.get(row.system.id))
+        found[cid] = _with_open_changes(base, own, open_changes.get(row.system.id, []))
+    return found
+
+
+def answer(session: Session, system: System, candidate: Candidate) -> Answer:
+    """The deploy gate for one candidate: its standing, and its trigger hashes compared with
+    the last allowed dossier of another candidate of the system."""
+    row = queries.candidate(session, candidate.id)
+    assert row is not None
+    found = standing(session, row)
+    components = dossiers.system_triggers(system)
+    hashes = trigger_hashes(
+        queries.component_hashes(session, candidate.manifest_digest), components
+    )
+    allowed = dossiers.allowed_view(
+        session, dossiers.last_allowed(session, system.id, excluding=candidate.id)
+    )
+    triggers = {
+        "components": list(components),
+        "hashes": hashes,
+        "catalogue_version": row.assay.catalogue,
+        **compare_triggers(hashes, row.assay.catalogue, allowed),
+    }
+    return Answer(system.name, candidate, found, triggers)
+
+
+# ------------------------------------------------------------------------------ the rules
+
+
+def _basis_of(dossier: Dossier) -> Basis:
+    codes = {str(r.get("code")) for r in dossier.reasons}
+    if "config_changed" in codes:
+        return Basis.CONFIG_CHANGED
+    if any(c.endswith("_expired") for c in codes):
+        return Basis.EXPIRED
+    if "rejected" in codes:
+        return Basis.REJECTED
+    if "waived" in codes:
+        return Basis.WAIVED
+    return Basis.ASSAY
+
+
+def _from_dossier(row: queries.CandidateRow, dossier: Dossier, holds: Sequence[Any]) -> Standing:
+    basis = _basis_of(dossier)
+    open_hold = next((h for h in holds if h.status == HoldStatus.OPEN.value), None)
+    until = None
+    if basis in (Basis.WAIVED, Basis.REJECTED):
+        status = HoldStatus.WAIVED if basis is Basis.WAIVED else HoldStatus.REJECTED
+        reviewed = [h for h in holds if h.status == status.value]
+        until = reviewed[-1].expires_at if reviewed else None
+    assay_decision = row.assay.decision if row.assay.decision != dossier.decision else None
+    return Standing(
+        row.candidate.id,
+        Word(dossier.decision),
+        basis,
+        [dict(r) for r in dossier.reasons],
+        dossier,
+        open_hold.id if open_hold is not None else None,
+        until,
+        assay_decision,
+    )
+
+
+def _before_dossier(
+    session: Session,
+    row: queries.CandidateRow,
+    own: Mapping[str, str],
+    allowed: Dossier | None,
+) -> Standing:
+    cid = row.candidate.id
+    if row.assay.status == "failed":
+        return Standing(
+            cid,
+            Word.HOLD,
+            Basis.FAILED,
+            [_reason("assay_failed", "the assay failed; there is no evidence to stand on")],
+            None,
+        )
+    if allowed is not None:
+        hashes = trigger_hashes(own, dossiers.system_triggers(row.system))
+        compared = compare_triggers(
+            hashes, row.assay.catalogue, dossiers.allowed_view(session, allowed)
+        )
+        if compared["changed"] or compared["catalogue_changed"]:
+            what = ", ".join(compared["changed"]) or "the fault catalogue"
+            version = (compared["compared_with"] or {}).get("version")
+            return Standing(
+                cid,
+                Word.REOPENED,
+                Basis.TRIGGER_CHANGED,
+                [
+                    _reason(
+                        "trigger_changed",
+                        f"{what} changed since the last allowed dossier "
+                        f"{allowed.digest[:12]} (version {version}); the gate stays reopened "
+                        "until this candidate's assay passes",
+                    )
+                ],
+                None,
+            )
+    return Standing(
+        cid,
+        Word.HOLD,
+        Basis.PENDING,
+        [_reason("assay_pending", "the candidate's assay has not finished")],
+        None,
+    )
+
+
+def _with_open_changes(
+    base: Standing, own: Mapping[str, str], changes: Sequence[dossiers.OpenChange]
+) -> Standing:
+    """A production change this candidate does not carry reopens whatever did not block. (The
+    signed chain records it too; this covers a change reported while the assay finished.)"""
+    pending = dossiers.unmet(own, changes)
+    if not pending or base.decision is Word.BLOCK or base.basis is Basis.CONFIG_CHANGED:
+        return base
+    return Standing(
+        base.candidate_id,
+        Word.REOPENED,
+        Basis.CONFIG_CHANGED,
+        [dossiers.config_changed_reason(c, own.get(c.component)) for c in pending],
+        base.dossier,
+        None,
+        None,
+        base.assay_decision or (base.dossier.decision if base.dossier is not None else None),
+    )
+
+
+def _reason(code: str, message: str) -> dict[str, Any]:
+    return {"code": code, "message": message, "fault": None, "severity": "hold"}
