@@ -170,6 +170,7 @@ def submit_candidate(
                 catalogue=plan.resolve_catalogue().version,
                 shards=shards,
                 submitter=principal.actor,
+                lease_s=settings.shard_lease_s,
             )
             issue_for(
                 session,
