@@ -219,9 +219,15 @@ class Heartbeat:
 
 def register(app: Celery, ctx: WorkerContext) -> None:
     # The result of a shard lives in the database; nothing reads Celery's result backend, so
-    # storing one would only add a broker write that an outage can fail.
+    # storing one would only add a broker write that an outage can fail. Not `shared`: the task
+    # closes over this app's context, and must not be copied into another app of the process.
     @app.task(
-        name=RUN_SHARD, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True
+        name=RUN_SHARD,
+        bind=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        ignore_result=True,
+        shared=False,
     )
     def run_shard_task(self: Task[Any, Any], assay_id: str, shard_index: int) -> dict[str, Any]:
         try:

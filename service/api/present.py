@@ -66,7 +66,15 @@ def candidate_public(
         progress=progress(row.assay),
         decision=row.assay.decision,
         reasons=reasons(row.assay),
+        error=failure(row.assay),
     )
+
+
+def failure(assay: Assay) -> str | None:
+    if assay.status != AssayStatus.FAILED or not assay.report:
+        return None
+    error = assay.report.get("error")
+    return str(error) if error is not None else None
 
 
 def encode_cursor(row: queries.CandidateRow) -> str:

@@ -61,6 +61,11 @@ class CandidatePublic(BaseModel):
     progress: Progress
     decision: Literal["allow", "hold", "block"] | None = None
     reasons: list[dict[str, Any]] = Field(default_factory=list)
+    error: str | None = Field(
+        default=None,
+        description="why a `failed` assay could not be decided: an engine error, or a shard "
+        "that did not finish after its attempts",
+    )
 
 
 class CandidatePage(BaseModel):

@@ -148,6 +148,27 @@ def mark_dispatched(
     )
 
 
+def release_all(session: Session, lease_s: float) -> dict[uuid.UUID, list[int]]:
+    """Every unfinished shard of every open assay, put back in the queue: pending, one more
+    message counted, a fresh lease. Only for a deployment whose one worker is known to be gone
+    (embedded `serve`, before it starts its worker child): the shards that worker held may start
+    again at once, without waiting for their leases to lapse. The caller sends the messages."""
+    now = utcnow()
+    rows = session.execute(
+        sa.select(col(AssayShard.assay_id), col(AssayShard.shard_index))
+        .join(Assay, col(Assay.id) == col(AssayShard.assay_id))
+        .where(col(Assay.status).in_(OPEN), col(AssayShard.status) != ShardStatus.DONE.value)
+        .order_by(col(AssayShard.assay_id), col(AssayShard.shard_index))
+        .with_for_update(of=AssayShard)
+    ).all()
+    found: dict[uuid.UUID, list[int]] = {}
+    for assay_id, index in rows:
+        found.setdefault(assay_id, []).append(index)
+    for assay_id, indices in found.items():
+        mark_dispatched(session, assay_id, indices, now, lease_s)
+    return found
+
+
 def settle_stopped(session: Session, assay_id: uuid.UUID, reason: str, *, by: str) -> list[int]:
     """Store an empty, stopped result for every shard of a stopping assay that no worker holds a
     live lease on: pending ones, and running ones whose worker went quiet. A worker that still

@@ -219,6 +219,15 @@ def test_a_shard_that_kills_its_worker_every_time_fails_the_assay_after_its_atte
     (failed,) = events(engine, assay_id, "assay.failed")
     assert failed.data["error"] == row.report["error"]
     assert len(events(engine, assay_id, "shard.started")) >= 2
+    # The operator reads why on the candidate.
+    headers = make_key(engine, "acme", ALL_ROLES).headers
+    with (
+        ApiServer(create_app(settings)) as server,
+        httpx.Client(base_url=server.url, timeout=30.0, headers=headers) as client,
+    ):
+        candidate = client.get(f"/v1/candidates/{row.candidate_id}").json()
+    assert candidate["status"] == "failed"
+    assert candidate["decision"] is None and candidate["error"] == row.report["error"]
     # A failed assay runs nothing more: a late copy of the message starts nothing.
     starts = len(events(engine, assay_id, "shard.started"))
     assert execute_shard(WorkerContext(settings), assay_id, 0, "late")["stored"] is False
