@@ -72,7 +72,7 @@ TRANSIENT: tuple[type[Exception], ...] = (StoreUnavailable, *DATABASE_ERRORS)
 
 def retrying(ctx: WorkerContext, what: str, ids: dict[str, Any], step: Callable[[], T]) -> T:
     """Run one unit of database work, retrying a database that does not answer with exponential
-    back-off (0.25 s doubling to 5 s) for `store_retry_s`. Each unit is idempotent, and a unit
+    back-off (0.25 s doubling to 2 s) for `store_retry_s`. Each unit is idempotent, and a unit
     that failed rolled back, so running it again is always safe."""
     deadline = time.monotonic() + ctx.settings.store_retry_s
     delay = 0.25
@@ -90,7 +90,7 @@ def retrying(ctx: WorkerContext, what: str, ids: dict[str, Any], step: Callable[
                 extra=ids,
             )
             time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            delay = min(delay * 2, 2.0)
 
 
 @dataclass(frozen=True)
