@@ -20,6 +20,7 @@ reach the database or the broker is skipped until the next round.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import uuid
@@ -75,6 +76,8 @@ class Reconciler:
         self._thread = threading.Thread(target=self._loop, name="reconciler", daemon=True)
         # The stores this reconciler found unreachable, so an outage is logged once, not per round.
         self._down: set[str] = set()
+        # A pool child forked while this thread holds connections must never use or close them.
+        os.register_at_fork(after_in_child=self.ctx.forget_engine)
 
     def start(self) -> None:
         self._thread.start()
@@ -122,8 +125,8 @@ class Reconciler:
         done = Round()
         engine = self.ctx.engine
         max_attempts = self.settings.shard_max_attempts
+        stopping: dict[uuid.UUID, str] = {}
         with session_scope(engine) as session:
-            stopping: dict[uuid.UUID, str] = {}
             for shard in lapsed_shards(session, utcnow()):
                 if shard.stop_reason is not None:
                     stopping[shard.assay_id] = shard.stop_reason
@@ -140,26 +143,32 @@ class Reconciler:
                 settled = settle_stopped(session, assay_id, reason, by=f"reconciler:{self.name}")
                 done.settled += len(settled)
         self._reachable("database")
+        # A stopping assay whose last shards were just settled is decided now, not next round.
+        done.decided = sum(self._decide(assay_id) for assay_id in stopping)
         done.queue_depth = self.queue_depth()
         if done.queue_depth is not None:
             done.resent = self._resend(done.queue_depth)
-        done.decided = self._decide_leftovers()
+        done.decided += self._decide_leftovers()
         return done
 
     def _resend(self, queue_depth: int) -> int:
         """Send again the lapsed shards that were lost; rolled back if the broker refuses."""
         now = utcnow()
         lease_s = self.settings.shard_lease_s
-        with session_scope(self.ctx.engine) as session:
-            lost: dict[uuid.UUID, list[int]] = defaultdict(list)
-            for shard in lapsed_shards(session, now):
-                if self._lost(shard, queue_depth):
-                    lost[shard.assay_id].append(shard.shard_index)
-            if not lost:
-                return 0
-            for assay_id, indices in lost.items():
-                mark_dispatched(session, assay_id, indices, now, lease_s)
-            self.publish(lost)
+        lost: dict[uuid.UUID, list[int]] = defaultdict(list)
+        try:
+            with session_scope(self.ctx.engine) as session:
+                for shard in lapsed_shards(session, now):
+                    if self._lost(shard, queue_depth):
+                        lost[shard.assay_id].append(shard.shard_index)
+                if not lost:
+                    return 0
+                for assay_id, indices in lost.items():
+                    mark_dispatched(session, assay_id, indices, now, lease_s)
+                self.publish(lost)
+        except BROKER_ERRORS as exc:
+            self._unreachable("broker", exc)  # nothing counted: the transaction rolled back
+            return 0
         count = sum(len(v) for v in lost.values())
         log.warning("resent %d lost shards of %d assays", count, len(lost))
         return count
@@ -173,13 +182,13 @@ class Reconciler:
         grace = max(self.settings.reconcile_interval_s, 1.0)
         with Session(self.ctx.engine) as session:
             undecided = undecided_assays(session, utcnow() - timedelta(seconds=grace))
-        decided = 0
-        for assay_id in undecided:
-            with Session(self.ctx.engine) as session:
-                parsed = self.ctx.assay(session, assay_id)
-            if parsed is not None and finalize(self.ctx, parsed) is not None:
-                decided += 1
-        return decided
+        return sum(self._decide(assay_id) for assay_id in undecided)
+
+    def _decide(self, assay_id: uuid.UUID) -> int:
+        """1 if the assay is now decided (by this call or a racing one), else 0."""
+        with Session(self.ctx.engine) as session:
+            parsed = self.ctx.assay(session, assay_id)
+        return int(parsed is not None and finalize(self.ctx, parsed) is not None)
 
     # ---------------------------------------------------------------------------------- broker
 

@@ -117,10 +117,18 @@ class WorkerContext:
     @property
     def engine(self) -> Engine:
         if self._engine is None or self._pid != os.getpid():
+            self.forget_engine()
             self._engine = make_engine(self.settings)
             self._pid = os.getpid()
             self._assays.clear()
         return self._engine
+
+    def forget_engine(self) -> None:
+        """In a forked child: drop the parent's pooled connections without closing them (they
+        are the parent's sockets), as SQLAlchemy advises for multiprocessing."""
+        if self._engine is not None:
+            self._engine.dispose(close=False)
+            self._engine = None
 
     def public_keys(self) -> dict[str, PublicKey]:
         """The service's published keys (public halves only: no private key reaches a worker)."""

@@ -24,8 +24,9 @@ from service.core.assay import ShardSpec, plan_shards, run_assay, run_shard
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
 from service.db.apikey import ensure_tenant
-from service.db.assay import assay_inputs, store_shard_result
+from service.db.assay import assay_inputs, begin_shard, store_shard_result
 from service.db.candidate import record_submission
+from service.db.injector import request_stop
 from service.db.models import Assay, AssayShard, AssayStatus, Dossier, Event, ShardStatus
 from service.db.session import session_scope
 from service.settings import Settings
@@ -179,6 +180,34 @@ def test_an_assay_stored_whole_but_never_merged_is_decided_by_a_reconciler(
     with Session(engine) as session:
         dossiers = session.exec(select(func.count()).where(col(Dossier.assay_id) == assay_id)).one()
     assert dossiers == 1
+
+
+def test_a_stopping_assay_whose_worker_died_is_settled_and_decided_by_a_reconciler(
+    settings: Settings, engine: sa.Engine
+) -> None:
+    # A stop condition tripped, then the worker holding shard 0 died: nobody will store it.
+    assay_id = record(
+        engine, settings, {"trials": 30, "seed": 2, "families": ["state"]}, lease_s=60
+    )
+    with session_scope(engine) as session:
+        inputs = assay_inputs(session, assay_id)
+        assert inputs is not None
+        assert begin_shard(session, inputs, 0, "died", lease_s=0.001) is not None
+        assert request_stop(
+            session, assay_id, "effects above the cap", kind="assay.stopped", data={}
+        )
+    time.sleep(0.01)
+    reconciler = Reconciler(settings, "settler")
+    try:
+        done = reconciler.run_once()
+    finally:
+        reconciler.client.close()
+    shards = shards_of(engine, assay_id)
+    assert done.settled == len(shards) and done.decided == 1
+    row = assay_row(engine, assay_id)
+    assert row.status == AssayStatus.STOPPED and row.decision == "block"
+    assert row.report is not None and row.report["stopped"] == "effects above the cap"
+    assert all(s.status == ShardStatus.DONE and s.trials == 0 for s in shards)
 
 
 def test_a_shard_that_kills_its_worker_every_time_fails_the_assay_after_its_attempts(
