@@ -34,6 +34,8 @@ from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan
 from service.db.assay import (
     AssayInputs,
+    ShardStart,
+    Stored,
     assay_inputs,
     begin_shard,
     fail_assay,
@@ -243,8 +245,9 @@ def register(app: Celery, ctx: WorkerContext) -> None:
         except StoreUnavailable as exc:
             # Never acknowledged as done: the broker keeps the message for another try.
             log.error(
-                "shard handed back to the broker",
-                extra={"assay_id": assay_id, "shard": shard_index, "error": str(exc)},
+                "shard handed back to the broker: %s",
+                exc,
+                extra={"assay_id": assay_id, "shard": shard_index},
             )
             raise Reject(str(exc), requeue=True) from exc
 
@@ -255,7 +258,7 @@ def execute_shard(
     ids: dict[str, Any] = {"assay_id": str(assay_id), "shard": shard_index, "worker": worker}
     outcome: dict[str, Any] = {"assay_id": str(assay_id), "shard": shard_index, "stored": False}
 
-    def begin() -> tuple[Parsed | None, Any, InjectorState | None]:
+    def begin() -> tuple[Parsed | None, ShardStart | None, InjectorState | None]:
         with session_scope(ctx.engine) as session:
             parsed = ctx.assay(session, assay_id)
             start = (
@@ -301,7 +304,7 @@ def execute_shard(
                 retrying(ctx, "record the failure", ids, fail)
                 raise
 
-            def store() -> Any:
+            def store() -> Stored:
                 with session_scope(ctx.engine) as session:
                     stored = store_shard_result(
                         session, parsed.inputs, shard_index, result.to_dict(), result.trials
