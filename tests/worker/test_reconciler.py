@@ -5,6 +5,9 @@ answer is never acknowledged as done. Real PostgreSQL, Redis and worker processe
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -47,22 +50,24 @@ from worker.tasks import RUN_SHARD, StoreUnavailable, WorkerContext, execute_sha
 pytestmark = pytest.mark.integration
 
 DEAD_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:1/assaygate"
-KILLS_WORKER = "tests.targets.agents.kills_worker:run"
 
 
-def manifest_document(**target: Any) -> dict[str, Any]:
+def manifest_document() -> dict[str, Any]:
     document: dict[str, Any] = json.loads((EXAMPLES / "copperfin-typed.json").read_text())
-    if target:
-        document["target"] = target
     return document
 
 
 def record(
-    engine: sa.Engine, settings: Settings, plan: dict[str, Any], *, lease_s: float, **target: Any
+    engine: sa.Engine,
+    settings: Settings,
+    plan: dict[str, Any],
+    *,
+    lease_s: float,
+    shard: int | None = None,
 ) -> uuid.UUID:
     """An assay recorded as the API records one, under a lease of `lease_s`, and no message sent:
     as if every message was lost on the way."""
-    manifest = parse_manifest(manifest_document(**target))
+    manifest = parse_manifest(manifest_document())
     parsed = parse_plan(plan)
     with session_scope(engine) as session:
         recorded = record_submission(
@@ -74,7 +79,9 @@ def record(
             manifest=manifest,
             plan_document=parsed.model_dump(mode="json"),
             catalogue=parsed.resolve_catalogue().version,
-            shards=plan_shards(manifest, parsed, trials_per_shard=settings.trials_per_shard),
+            shards=plan_shards(
+                manifest, parsed, trials_per_shard=shard or settings.trials_per_shard
+            ),
             lease_s=lease_s,
         )
         grant_injector(session, settings, recorded.assay, parsed)
@@ -210,44 +217,51 @@ def test_a_stopping_assay_whose_worker_died_is_settled_and_decided_by_a_reconcil
     assert all(s.status == ShardStatus.DONE and s.trials == 0 for s in shards)
 
 
-def test_a_shard_that_kills_its_worker_every_time_fails_the_assay_after_its_attempts(
+def pool_children(worker: WorkerProcess) -> list[int]:
+    found = subprocess.run(
+        ["pgrep", "-P", str(worker.process.pid)], capture_output=True, text=True
+    ).stdout.split()
+    return [int(pid) for pid in found]
+
+
+def test_a_shard_whose_worker_is_killed_every_time_fails_the_assay_after_its_attempts(
     settings: Settings, engine: sa.Engine, tmp_path: Path
 ) -> None:
-    plan = {"trials": 5, "seed": 3, "modes": ["subject_swap"]}
-    assay_id = record(
-        engine,
-        settings,
-        plan,
-        lease_s=settings.shard_lease_s,
-        **{
-            "kind": "python",
-            "entrypoint": KILLS_WORKER,
-        },
-    )
+    # One long shard (several seconds), so each kill lands inside it.
+    plan = parse_plan({"trials": 50_000, "seed": 3, "modes": ["subject_swap"]})
+    assay_id = record(engine, settings, plan.model_dump(mode="json"), lease_s=60, shard=50_000)
     dispatcher = Dispatcher(settings)
     try:
         dispatcher.enqueue_shards(assay_id, [0])
     finally:
         dispatcher.close()
-    # A prefork worker: its pool child dies with the shard, the worker lives on and forks another.
+    # A prefork worker whose pool child is killed (as the OOM killer would) each time it starts
+    # the shard: the worker lives on, forks another child, and its reconciler sends the shard
+    # again once its lease lapses, until the attempts run out.
     patient = settings.model_copy(update={"shard_max_attempts": 2})
-    worker = WorkerProcess(patient, "crashing", tmp_path, pool="prefork")
+    worker = WorkerProcess(patient, "oom", tmp_path, pool="prefork")
+    killed = 0
     try:
         worker.wait_ready()
-        wait_for(
-            lambda: assay_row(engine, assay_id).status == AssayStatus.FAILED,
-            90.0,
-            "the assay failed",
-        )
+        deadline = time.monotonic() + 90.0
+        while assay_row(engine, assay_id).status != AssayStatus.FAILED:
+            assert time.monotonic() < deadline, "the assay never failed"
+            if len(events(engine, assay_id, "shard.started")) > killed:
+                for child in pool_children(worker):
+                    os.kill(child, signal.SIGKILL)
+                killed += 1
+            time.sleep(0.05)
     finally:
         worker.stop()
+    assert killed == 2
     row = assay_row(engine, assay_id)
     assert row.report is not None
     assert "shard 0 (subject_swap) did not finish after 2 attempts" in row.report["error"]
     assert row.decision is None
     (failed,) = events(engine, assay_id, "assay.failed")
     assert failed.data["error"] == row.report["error"]
-    assert len(events(engine, assay_id, "shard.started")) >= 2
+    assert len(events(engine, assay_id, "shard.started")) == 2
+    assert shards_of(engine, assay_id)[0].status != ShardStatus.DONE
     # The operator reads why on the candidate.
     headers = make_key(engine, "acme", ALL_ROLES).headers
     with (
