@@ -124,6 +124,9 @@ def abort_assay(
             assay_id=assay_id,
             reason=reason,
         )
+    # The stop is committed first, on its own: every worker sees it at its next check, and no
+    # shard starts after it is recorded. Settling what is left is a second step.
+    session.commit()
     session.refresh(assay)
     if assay.stop_reason is None:
         raise Conflict(f"assay {assay_id} is already {assay.status}", field="assay_id")
