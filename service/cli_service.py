@@ -242,10 +242,12 @@ class EmbeddedWorker:
     """The worker child of `serve`: started, restarted if it dies, stopped with the server.
 
     The embedded broker has no visibility timeout, and a message is gone from its folder once a
-    worker has read it: a shard in the hands of a child that died would never come back. So
-    before each child starts, every shard of an open assay that has no result is enqueued
-    again. Copies of shards that are still queued cost one lookup each: by the time a copy is
-    read the original has stored the result, and the copy finds the shard done.
+    worker has read it. The child's reconciler would send a shard it held again once its lease
+    lapsed; embedded, the child is the only worker, so `serve` need not wait: before each child
+    starts, every shard of an open assay that has no result is released (pending, a fresh lease)
+    and enqueued again. Copies of shards that are still queued cost one lookup each: by the time
+    a copy is read the original has stored the result or holds the shard, and the copy finds it
+    done or leased.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -299,27 +301,25 @@ class EmbeddedWorker:
             self._spawn()
 
     def _requeue_unfinished(self) -> None:
-        from sqlmodel import Session
 
         from service.api.dispatch import Dispatcher
-        from service.db import queries
-        from service.db.session import make_engine
+        from service.db.lease import release_all
+        from service.db.session import make_engine, session_scope
 
+        if not self.settings.embedded:
+            return  # other workers may hold these shards: their leases and reconcilers decide
         engine = make_engine(self.settings)
-        try:
-            with Session(engine) as session:
-                unfinished = queries.unfinished_shards(session)
-        finally:
-            engine.dispose()
-        if not unfinished:
-            return
         dispatcher = Dispatcher(self.settings)
         dispatcher.prepare()
         try:
-            for assay_id, indices in unfinished.items():
-                dispatcher.enqueue_shards(assay_id, indices)
+            # Released and sent in one transaction: if the queue refuses, nothing is counted.
+            with session_scope(engine) as session:
+                unfinished = release_all(session, self.settings.shard_lease_s)
+                for assay_id, indices in unfinished.items():
+                    dispatcher.enqueue_shards(assay_id, indices)
         finally:
             dispatcher.close()
+            engine.dispose()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -474,13 +474,18 @@ def wait_for_decision(
     """Poll the candidate until its assay is finished; `on_progress(candidate)` after each
     poll. Raises `Undecided` at the deadline, naming the candidate, its assay and how far it got."""
     while True:
-        response = client.get(f"/v1/candidates/{candidate_id}")
-        response.raise_for_status()
-        candidate: dict[str, Any] = response.json()
-        if on_progress is not None:
-            on_progress(candidate)
-        if candidate["status"] in FINISHED:
-            return candidate
+        try:
+            response = client.get(f"/v1/candidates/{candidate_id}")
+        except httpx.TransportError:
+            response = None  # the API is restarting or unreachable: keep waiting
+        # 503: the service's database is away; the assay resumes when it is back.
+        if response is not None and response.status_code != 503:
+            response.raise_for_status()
+            candidate: dict[str, Any] = response.json()
+            if on_progress is not None:
+                on_progress(candidate)
+            if candidate["status"] in FINISHED:
+                return candidate
         if time.monotonic() > deadline:
             p = candidate.get("progress") or {}
             raise Undecided(

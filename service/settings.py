@@ -42,6 +42,17 @@ class Settings(BaseSettings):
     # long. It must exceed the longest shard, or a slow shard runs twice (harmless, but wasted).
     broker_visibility_timeout: float = Field(default=60.0, gt=0)
     broker_restore_interval: float = Field(default=5.0, gt=0)
+    # Durable shard execution. A shard not done holds a lease: from its dispatch while it is
+    # queued, then renewed (every third of it) by the worker running it. A lapsed lease means the
+    # message or the worker was lost; a reconciler in every worker, every `reconcile_interval_s`,
+    # sends such a shard again, or fails its assay once the shard has been started or sent
+    # `shard_max_attempts` times. See docs/operations.md, "Outages".
+    shard_lease_s: float = Field(default=60.0, gt=0)
+    reconcile_interval_s: float = Field(default=15.0, gt=0)
+    shard_max_attempts: int = Field(default=5, ge=1)
+    # How long a shard task retries a database that does not answer (with back-off) before it
+    # hands its message back to the broker instead; it never acknowledges the shard as done.
+    store_retry_s: float = Field(default=300.0, gt=0)
     trials_per_shard: int = Field(default=500, ge=1)
     # Huge plans get larger shards rather than millions of rows and messages.
     max_shards_per_assay: int = Field(default=2000, ge=1)

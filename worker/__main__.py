@@ -7,7 +7,7 @@ import os
 import sys
 import warnings
 
-from celery.exceptions import SecurityWarning
+from celery.exceptions import CPendingDeprecationWarning, SecurityWarning
 
 from service.settings import get_settings
 from worker.app import make_celery
@@ -36,6 +36,11 @@ def main(argv: list[str] | None = None) -> None:
         # warnings are wanted.
         args.insert(0, "--quiet")
         warnings.filterwarnings("ignore", category=SecurityWarning)
+    # Celery warns on every lost broker connection that cancelling running tasks will become
+    # its default; we chose not to cancel them (worker/app.py), so the warning says nothing.
+    warnings.filterwarnings(
+        "ignore", category=CPendingDeprecationWarning, message=r"\s*In Celery 5\.1 we introduced"
+    )
     if not any(a.startswith(("-n", "--hostname")) for a in extra):
         args += ["--hostname", f"assaygate-{os.getpid()}@%h"]
     make_celery(settings).worker_main(args + extra)

@@ -1,9 +1,18 @@
 """The Celery application, built by `make_celery(settings)`.
 
-Delivery is at-least-once on purpose: `acks_late` keeps a shard's message until the task
-returns, so a worker killed mid-shard loses nothing (Redis hands the message to another worker
-after the visibility timeout; a lost prefork child is rejected and requeued at once). Running a
-shard twice is safe because its result is written only while unset (see service.db.assay).
+Delivery is at-least-once on purpose, and the database, not the broker, is the record of what is
+left to do:
+
+- `acks_late` keeps a shard's message until the task returns, so a worker killed mid-shard loses
+  nothing: Redis hands the message to another worker after the visibility timeout, and a lost
+  prefork child is rejected and requeued at once (`task_reject_on_worker_lost`).
+- A task that cannot reach the database retries with back-off, then hands its message back
+  (`Reject(requeue=True)`): it never acknowledges a shard it did not store (worker.tasks).
+- What the broker loses anyway (a Redis restarted without its data loses every queued message;
+  one restarted with its append-only file still loses the messages in flight) is found by the
+  reconciler in every worker through each shard's lease, and sent again (worker.reconciler).
+- Running a shard twice is safe because its result is written only while unset, and a copy of a
+  message finds the shard stored or leased by a live worker and does nothing (service.db.assay).
 """
 
 from __future__ import annotations
@@ -11,9 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
-from celery.signals import setup_logging, worker_ready
+from celery.signals import setup_logging, worker_ready, worker_shutdown
 
 from service.settings import Settings, configure_logging
+from worker.reconciler import Reconciler
 from worker.tasks import WorkerContext, register
 
 
@@ -26,7 +36,13 @@ def make_celery(settings: Settings) -> Celery:
         # One message in hand per process: the rest stay in the broker for idle workers.
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
-        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # On a lost broker connection a running shard keeps running and stores its result in the
+        # database; its message cannot be acknowledged on the new connection, and the copy the
+        # broker may deliver again finds the shard stored. Cancelling it instead (Celery 6's
+        # default) would throw the work away.
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+        # Keep reconnecting to the broker however long it is away (Celery gives up after 100).
+        broker_connection_max_retries=None,
         # Remote control needs fanout exchanges, which the embedded filesystem broker lacks.
         worker_enable_remote_control=settings.broker_is_redis,
     )
@@ -40,6 +56,23 @@ def make_celery(settings: Settings) -> Celery:
         # `serve` waits for this before it listens, so its first screen is not buried.
         if settings.worker_ready_file is not None:
             settings.worker_ready_file.touch()
+
+    reconcilers: list[Reconciler] = []
+
+    @worker_ready.connect(weak=False)
+    def _start_reconciler(sender: Any = None, **_kwargs: Any) -> None:
+        if getattr(sender, "app", None) is not app:
+            return
+        reconciler = Reconciler(settings, str(getattr(sender, "hostname", "worker")))
+        reconciler.start()
+        reconcilers.append(reconciler)
+
+    @worker_shutdown.connect(weak=False)
+    def _stop_reconciler(sender: Any = None, **_kwargs: Any) -> None:
+        if getattr(sender, "app", None) is not app:
+            return
+        while reconcilers:
+            reconcilers.pop().stop()
 
     register(app, WorkerContext(settings))
     return app

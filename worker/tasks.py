@@ -1,39 +1,47 @@
-"""Tasks are thin: take ids, load, call the core, persist. Each is idempotent on its own key."""
+"""Tasks are thin: take ids, load, call the core, persist. Each is idempotent on its own key.
+
+A shard task never acknowledges a shard it could not store. A database that does not answer is
+retried with back-off for `store_retry_s` (the engine keeps running meanwhile: it needs no
+database), and past that the message is handed back to the broker (`Reject(requeue=True)`). The
+shard's lease is the last resort: if the message is lost anyway, the reconciler sends the shard
+again (worker.reconciler).
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from types import TracebackType
+from typing import Any, TypeVar
 
 from celery import Celery, Task
+from celery.exceptions import Reject
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from service.core.assay import Limits, ShardResult, ShardSpec, merge, run_shard
+from service.core.assay import Limits, ShardResult, ShardSpec, run_shard
 from service.core.credential import injection_guard, verify_credential
 from service.core.dossier import PublicKey, Signer
 from service.core.errors import CredentialInvalid
 from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan
 from service.core.target import Target
-from service.db import queries
 from service.db.assay import (
     AssayInputs,
-    FaultRow,
+    ShardStart,
+    Stored,
     assay_inputs,
     begin_shard,
     fail_assay,
     ready_to_merge,
-    record_report,
     store_shard_result,
 )
-from service.db.dossier import record_assay_dossier
 from service.db.injector import (
     InjectorState,
     add_totals,
@@ -42,7 +50,9 @@ from service.db.injector import (
     request_stop,
     stop_reason,
 )
-from service.db.session import make_engine, session_scope
+from service.db.lease import renew_lease
+from service.db.merge import decide
+from service.db.session import DATABASE_ERRORS, make_engine, session_scope
 from service.keys import ActiveKey, KeyRing
 from service.settings import Settings
 from service.targets import close_target, load_target
@@ -53,6 +63,39 @@ RUN_SHARD = "assay.run_shard"
 # Target adapters kept per process: a python target holds a child process, an http target a tool
 # server, so the least recently used beyond this many are closed.
 MAX_TARGETS = 4
+
+T = TypeVar("T")
+
+
+class StoreUnavailable(Exception):
+    """The database did not answer within the task's retry budget."""
+
+
+#: What a shard run must not turn into a failed assay: the database, not the engine, failed.
+TRANSIENT: tuple[type[Exception], ...] = (StoreUnavailable, *DATABASE_ERRORS)
+
+
+def retrying(ctx: WorkerContext, what: str, ids: dict[str, Any], step: Callable[[], T]) -> T:
+    """Run one unit of database work, retrying a database that does not answer with exponential
+    back-off (0.25 s doubling to 2 s) for `store_retry_s`. Each unit is idempotent, and a unit
+    that failed rolled back, so running it again is always safe."""
+    deadline = time.monotonic() + ctx.settings.store_retry_s
+    delay = 0.25
+    while True:
+        try:
+            return step()
+        except DATABASE_ERRORS as exc:
+            if time.monotonic() + delay > deadline:
+                raise StoreUnavailable(f"could not {what}: the database did not answer") from exc
+            log.warning(
+                "database unavailable (%s); retrying to %s in %.2f s",
+                exc.__class__.__name__,
+                what,
+                delay,
+                extra=ids,
+            )
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 @dataclass(frozen=True)
@@ -79,10 +122,18 @@ class WorkerContext:
     @property
     def engine(self) -> Engine:
         if self._engine is None or self._pid != os.getpid():
+            self.forget_engine()
             self._engine = make_engine(self.settings)
             self._pid = os.getpid()
             self._assays.clear()
         return self._engine
+
+    def forget_engine(self) -> None:
+        """In a forked child: drop the parent's pooled connections without closing them (they
+        are the parent's sockets), as SQLAlchemy advises for multiprocessing."""
+        if self._engine is not None:
+            self._engine.dispose(close=False)
+            self._engine = None
 
     def public_keys(self) -> dict[str, PublicKey]:
         """The service's published keys (public halves only: no private key reaches a worker)."""
@@ -107,7 +158,9 @@ class WorkerContext:
         return target
 
     def stop_flag(self, assay_id: uuid.UUID, every_s: float = 0.2) -> Callable[[], bool]:
-        """Polled between batches of trials: has a stop been recorded? At most every `every_s`."""
+        """Polled between batches of trials: has a stop been recorded? At most every `every_s`.
+        A database that does not answer is not a stop: the shard keeps running (the engine needs
+        no database) and reads the flag again once it answers."""
         last = [0.0]
 
         def stopped() -> bool:
@@ -115,8 +168,11 @@ class WorkerContext:
             if now - last[0] < every_s:
                 return False
             last[0] = now
-            with Session(self.engine) as session:
-                return stop_reason(session, assay_id) is not None
+            try:
+                with Session(self.engine) as session:
+                    return stop_reason(session, assay_id) is not None
+            except DATABASE_ERRORS:
+                return False
 
         return stopped
 
@@ -141,10 +197,66 @@ class WorkerContext:
         return parsed
 
 
+class Heartbeat:
+    """Renews a running shard's lease every third of `shard_lease_s`, from a thread, until the
+    shard is stored: a lease lapses only when its worker is gone or cut off. A database that
+    does not answer skips a beat; the reconciler then may send the shard again, and whichever
+    run stores first is kept."""
+
+    def __init__(self, ctx: WorkerContext, assay_id: uuid.UUID, index: int, attempt: int) -> None:
+        self._ctx, self._assay_id, self._index, self._attempt = ctx, assay_id, index, attempt
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _exc: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        self._done.set()
+        self._thread.join(timeout=10)
+
+    def _beat(self) -> None:
+        lease_s = self._ctx.settings.shard_lease_s
+        while not self._done.wait(lease_s / 3):
+            try:
+                with session_scope(self._ctx.engine) as session:
+                    renew_lease(session, self._assay_id, self._index, self._attempt, lease_s)
+            except DATABASE_ERRORS:
+                log.warning(
+                    "lease not renewed: the database did not answer",
+                    extra={"assay_id": str(self._assay_id), "shard": self._index},
+                )
+
+
 def register(app: Celery, ctx: WorkerContext) -> None:
-    @app.task(name=RUN_SHARD, bind=True, acks_late=True, reject_on_worker_lost=True)
+    # The result of a shard lives in the database; nothing reads Celery's result backend, so
+    # storing one would only add a broker write that an outage can fail. Not `shared`: the task
+    # closes over this app's context, and must not be copied into another app of the process.
+    @app.task(
+        name=RUN_SHARD,
+        bind=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        ignore_result=True,
+        shared=False,
+    )
     def run_shard_task(self: Task[Any, Any], assay_id: str, shard_index: int) -> dict[str, Any]:
-        return execute_shard(ctx, uuid.UUID(assay_id), shard_index, self.request.hostname or "")
+        try:
+            return execute_shard(ctx, uuid.UUID(assay_id), shard_index, self.request.hostname or "")
+        except StoreUnavailable as exc:
+            # Never acknowledged as done: the broker keeps the message for another try.
+            log.error(
+                "shard handed back to the broker: %s",
+                exc,
+                extra={"assay_id": assay_id, "shard": shard_index},
+            )
+            raise Reject(str(exc), requeue=True) from exc
 
 
 def execute_shard(
@@ -152,40 +264,72 @@ def execute_shard(
 ) -> dict[str, Any]:
     ids: dict[str, Any] = {"assay_id": str(assay_id), "shard": shard_index, "worker": worker}
     outcome: dict[str, Any] = {"assay_id": str(assay_id), "shard": shard_index, "stored": False}
-    with session_scope(ctx.engine) as session:
-        parsed = ctx.assay(session, assay_id)
-        start = begin_shard(session, parsed.inputs, shard_index, worker) if parsed else None
-        state = injector_state(session, assay_id) if start else None
+
+    def begin() -> tuple[Parsed | None, ShardStart | None, InjectorState | None]:
+        with session_scope(ctx.engine) as session:
+            parsed = ctx.assay(session, assay_id)
+            start = (
+                begin_shard(
+                    session, parsed.inputs, shard_index, worker, lease_s=ctx.settings.shard_lease_s
+                )
+                if parsed
+                else None
+            )
+            state = injector_state(session, assay_id) if start else None
+        return parsed, start, state
+
+    parsed, start, state = retrying(ctx, "start the shard", ids, begin)
     if parsed is None:
         log.warning("shard of an unknown assay dropped", extra=ids)
         return {**outcome, "decision": None}
     ids["candidate_id"] = str(parsed.inputs.candidate_id)
     if start is None or state is None:
-        log.info("shard already stored", extra=ids)
-        with Session(ctx.engine) as session:
-            complete = ready_to_merge(session, assay_id)
+        log.info(
+            "shard not started: stored, held by a live lease, or its assay finished", extra=ids
+        )
+
+        def ready() -> bool:
+            with Session(ctx.engine) as session:
+                return ready_to_merge(session, assay_id)
+
+        complete = retrying(ctx, "read the assay", ids, ready)
     else:
         spec = ShardSpec.from_dict(start.spec)
-        try:
-            result = run_guarded(ctx, parsed, spec, state, ids)
-        except Exception as exc:
-            log.exception("shard failed", extra=ids)
-            with session_scope(ctx.engine) as session:
-                fail_assay(session, assay_id, f"shard {shard_index}: {exc}")
-            raise
-        with session_scope(ctx.engine) as session:
-            stored = store_shard_result(
-                session, parsed.inputs, shard_index, result.to_dict(), result.trials
-            )
-            if stored.written:
-                record_shard_injector(session, parsed, shard_index, result)
+        with Heartbeat(ctx, assay_id, shard_index, start.attempt):
+            try:
+                result = run_guarded(ctx, parsed, spec, state, ids)
+            except TRANSIENT:
+                raise
+            except Exception as exc:
+                log.exception("shard failed", extra=ids)
+                error = f"shard {shard_index}: {exc}"
+
+                def fail() -> None:
+                    with session_scope(ctx.engine) as session:
+                        fail_assay(session, assay_id, error)
+
+                retrying(ctx, "record the failure", ids, fail)
+                raise
+
+            def store() -> Stored:
+                with session_scope(ctx.engine) as session:
+                    stored = store_shard_result(
+                        session, parsed.inputs, shard_index, result.to_dict(), result.trials
+                    )
+                    if stored.written:
+                        record_shard_injector(session, parsed, shard_index, result)
+                return stored
+
+            stored = retrying(ctx, "store the shard", ids, store)
         outcome["stored"] = stored.written
         complete = stored.complete
         log.info(
             "shard stored" if stored.written else "shard result already stored; discarded",
             extra={**ids, "trials": result.trials, "stop_reason": result.stop_reason},
         )
-    decision = finalize(ctx, parsed) if complete else None
+    decision = (
+        retrying(ctx, "merge the assay", ids, lambda: finalize(ctx, parsed)) if complete else None
+    )
     return {**outcome, "decision": decision}
 
 
@@ -216,16 +360,21 @@ def run_guarded(
             )
     except CredentialInvalid as exc:
         reason = f"injector credential refused: {exc}"
-        with session_scope(ctx.engine) as session:
-            record_event(
-                session,
-                "credential.refused",
-                candidate_id=parsed.inputs.candidate_id,
-                assay_id=assay_id,
-                shard_index=spec.index,
-                data={"reason": str(exc), "field": exc.field},
-            )
-            request_stop(session, assay_id, reason, kind="assay.stopped", data={})
+        refusal = {"reason": str(exc), "field": exc.field}
+
+        def refuse() -> None:
+            with session_scope(ctx.engine) as session:
+                record_event(
+                    session,
+                    "credential.refused",
+                    candidate_id=parsed.inputs.candidate_id,
+                    assay_id=assay_id,
+                    shard_index=spec.index,
+                    data=refusal,
+                )
+                request_stop(session, assay_id, reason, kind="assay.stopped", data={})
+
+        retrying(ctx, "record the refusal", ids, refuse)
         log.warning("injector credential refused", extra={**ids, "reason": str(exc)})
         return ShardResult(spec.index, {}, 0, True, reason)
     limits = state.limits
@@ -254,8 +403,11 @@ def run_guarded(
     )
     if result.stop_reason == "aborted":
         # Say why, in the words the abort was recorded with.
-        with Session(ctx.engine) as session:
-            result.stop_reason = stop_reason(session, assay_id) or "aborted"
+        def why() -> str | None:
+            with Session(ctx.engine) as session:
+                return stop_reason(session, assay_id)
+
+        result.stop_reason = retrying(ctx, "read the stop", ids, why) or "aborted"
     return result
 
 
@@ -285,51 +437,23 @@ def record_shard_injector(
 
 def finalize(ctx: WorkerContext, parsed: Parsed) -> str | None:
     """Merge once every shard is stored. Safe to call from any number of workers at once: the
-    report is written only by the first, the others find the assay done and change nothing."""
+    report is written only by the first, the others find the assay decided and change nothing."""
     assay_id = parsed.inputs.assay_id
-    with Session(ctx.engine) as session:
-        if not ready_to_merge(session, assay_id):
-            return None
-        results = queries.done_shard_results(session, assay_id)
-    report = merge(
-        parsed.manifest, parsed.plan, [ShardResult.from_dict(r) for r in results]
-    ).to_dict()
-    decision = str(report["decision"])
     signer = dossier_signer(ctx)
     with session_scope(ctx.engine) as session:
-        won = record_report(
-            session, assay_id, decision=decision, report=report, faults=fault_rows(report)
-        )
-        if won:
-            # In the same transaction: exactly one signed dossier version per finished assay.
-            record_assay_dossier(session, signer, assay_id, report)
-    if won:
+        decided = decide(session, signer, assay_id, parsed.manifest, parsed.plan)
+    if decided is None:
+        return None
+    if decided.won:
         log.info(
             "assay decided",
             extra={
                 "assay_id": str(assay_id),
                 "candidate_id": str(parsed.inputs.candidate_id),
-                "decision": decision,
+                "decision": decided.decision,
             },
         )
-    return decision
-
-
-def fault_rows(report: dict[str, Any]) -> list[FaultRow]:
-    """Split each fault of the report into its signature and its sampled trial evidence."""
-    rows: list[FaultRow] = []
-    for fault in report.get("faults", []):
-        samples = fault.get("samples") or []
-        rows.append(
-            FaultRow(
-                fault_id=str(fault["id"]),
-                domain=fault.get("domain"),
-                trials=int(fault.get("planned", 0)),
-                signature={k: v for k, v in fault.items() if k != "samples"},
-                evidence=list(samples),
-            )
-        )
-    return rows
+    return decided.decision
 
 
 _active_keys: dict[tuple[int, str], ActiveKey] = {}

@@ -24,7 +24,7 @@ import sqlmodel
 from alembic import op
 
 revision: str = '0007'
-down_revision: str | None = '0005'
+down_revision: str | None = '0006'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -60,6 +60,10 @@ class Dispatcher:
     def enqueue_shards(self, assay_id: uuid.UUID, shard_indices: Sequence[int]) -> None:
         try:
             with self._celery.producer_or_acquire() as producer:
+                # Declared on every send, not once per connection: a Redis restarted without its
+                # data has lost the queue's binding, and kombu drops a message sent to an
+                # exchange with no binding without an error.
+                self._celery.amqp.queues[self._settings.queue].bind(producer.channel).declare()
                 for index in shard_indices:
                     self._celery.send_task(
                         RUN_SHARD,

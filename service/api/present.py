@@ -82,7 +82,15 @@ def candidate_public(
         decision=row.assay.decision,
         reasons=reasons(row.assay),
         gate=gate_state(standing),
+        error=failure(row.assay),
     )
+
+
+def failure(assay: Assay) -> str | None:
+    if assay.status != AssayStatus.FAILED or not assay.report:
+        return None
+    error = assay.report.get("error")
+    return str(error) if error is not None else None
 
 
 #: A page cursor: the last row's creation time (microseconds since the epoch, UTC) and its id.

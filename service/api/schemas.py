@@ -138,6 +138,11 @@ class CandidatePublic(BaseModel):
         default_factory=list, description="the assay's own reasons"
     )
     gate: GateState = Field(description="what the deploy gate says now about this candidate")
+    error: str | None = Field(
+        default=None,
+        description="why a `failed` assay could not be decided: an engine error, or a shard "
+        "that did not finish after its attempts",
+    )
 
 
 class CandidatePage(BaseModel):

@@ -2,7 +2,8 @@
 
 Every write here is conditional on the row not being finished yet. That is what makes Celery's
 `acks_late` redelivery safe: a shard that runs twice (its first worker was killed after the
-write, or outlived the visibility timeout) finds its row done and changes nothing.
+write, or outlived the visibility timeout) finds its row done and changes nothing. A shard
+starts only when no other worker holds a live lease on it (see service.db.lease).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,6 +28,10 @@ from service.db.models import (
     ShardStatus,
     utcnow,
 )
+
+#: An assay still to be decided: its shards may start, and its lapsed shards are sent again.
+OPEN = (AssayStatus.QUEUED.value, AssayStatus.RUNNING.value)
+FINISHED = (AssayStatus.DONE.value, AssayStatus.STOPPED.value, AssayStatus.FAILED.value)
 
 
 @dataclass(frozen=True)
@@ -77,10 +83,19 @@ def assay_inputs(session: Session, assay_id: uuid.UUID) -> AssayInputs | None:
     return AssayInputs(assay_id, candidate_id, digest, document, plan)
 
 
+def lease_until(now: datetime, lease_s: float) -> datetime:
+    return now + timedelta(seconds=lease_s)
+
+
 def begin_shard(
-    session: Session, inputs: AssayInputs, shard_index: int, worker: str
+    session: Session, inputs: AssayInputs, shard_index: int, worker: str, *, lease_s: float
 ) -> ShardStart | None:
-    """Mark a shard running and count the attempt; None when it is unknown or already done."""
+    """Mark a shard running under a fresh lease and count the attempt.
+
+    None when the shard is unknown or done, when its assay is finished (failed, stopped, done),
+    or when another worker holds a live lease on it: this is a copy of its message, and the
+    holder either stores the shard or lets the lease lapse, and the reconciler sends it again.
+    """
     now = utcnow()
     row = session.execute(
         sa.update(AssayShard)
@@ -88,12 +103,23 @@ def begin_shard(
             col(AssayShard.assay_id) == inputs.assay_id,
             col(AssayShard.shard_index) == shard_index,
             col(AssayShard.status) != ShardStatus.DONE.value,
+            sa.or_(
+                col(AssayShard.status) == ShardStatus.PENDING.value,
+                col(AssayShard.lease_expires_at).is_(None),
+                col(AssayShard.lease_expires_at) < now,
+            ),
+            col(AssayShard.assay_id).in_(
+                sa.select(col(Assay.id)).where(
+                    col(Assay.id) == inputs.assay_id, col(Assay.status).in_(OPEN)
+                )
+            ),
         )
         .values(
             status=ShardStatus.RUNNING.value,
             attempts=col(AssayShard.attempts) + 1,
             worker=worker,
             started_at=now,
+            lease_expires_at=lease_until(now, lease_s),
         )
         .returning(col(AssayShard.attempts), col(AssayShard.spec))
     ).first()
@@ -132,7 +158,13 @@ def store_shard_result(
             col(AssayShard.shard_index) == shard_index,
             col(AssayShard.status) != ShardStatus.DONE.value,
         )
-        .values(status=ShardStatus.DONE.value, result=result, trials=trials, finished_at=utcnow())
+        .values(
+            status=ShardStatus.DONE.value,
+            result=result,
+            trials=trials,
+            finished_at=utcnow(),
+            lease_expires_at=None,
+        )
     )
     if written.rowcount != 1:  # type: ignore[attr-defined]
         return Stored(written=False, complete=ready_to_merge(session, inputs.assay_id))
@@ -160,11 +192,7 @@ def store_shard_result(
 
 def ready_to_merge(session: Session, assay_id: uuid.UUID) -> bool:
     assay = session.get(Assay, assay_id)
-    return (
-        assay is not None
-        and assay.status not in (AssayStatus.DONE, AssayStatus.STOPPED)
-        and assay.shards_done == assay.shard_count
-    )
+    return assay is not None and assay.status in OPEN and assay.shards_done == assay.shard_count
 
 
 def record_report(
@@ -180,7 +208,7 @@ def record_report(
         sa.update(Assay)
         .where(
             col(Assay.id) == assay_id,
-            col(Assay.status).not_in((AssayStatus.DONE.value, AssayStatus.STOPPED.value)),
+            col(Assay.status).in_(OPEN),
             col(Assay.shards_done) == col(Assay.shard_count),
         )
         .values(
@@ -217,20 +245,24 @@ def record_report(
     return True
 
 
-def fail_assay(session: Session, assay_id: uuid.UUID, message: str) -> None:
-    """An engine error is deterministic: retrying the shard would fail again, so say so once."""
+def fail_assay(session: Session, assay_id: uuid.UUID, message: str) -> bool:
+    """Say once why an assay cannot be decided: an engine error (deterministic: retrying the
+    shard would fail again), or a shard that was started or sent too often without finishing.
+    No shard of a failed assay starts afterwards."""
     written = session.execute(
         sa.update(Assay)
-        .where(col(Assay.id) == assay_id, col(Assay.status) != AssayStatus.DONE.value)
+        .where(col(Assay.id) == assay_id, col(Assay.status).in_(OPEN))
         .values(status=AssayStatus.FAILED.value, report={"error": message}, finished_at=utcnow())
     )
-    if written.rowcount == 1:  # type: ignore[attr-defined]
-        candidate_id = session.exec(select(Assay.candidate_id).where(Assay.id == assay_id)).one()
-        session.add(
-            Event(
-                kind="assay.failed",
-                candidate_id=candidate_id,
-                assay_id=assay_id,
-                data={"error": message},
-            )
+    if written.rowcount != 1:  # type: ignore[attr-defined]
+        return False
+    candidate_id = session.exec(select(Assay.candidate_id).where(Assay.id == assay_id)).one()
+    session.add(
+        Event(
+            kind="assay.failed",
+            candidate_id=candidate_id,
+            assay_id=assay_id,
+            data={"error": message},
         )
+    )
+    return True

@@ -13,6 +13,7 @@ from sqlmodel import Session, col, select
 from service.core.assay import ShardSpec
 from service.core.manifest import Manifest as CoreManifest
 from service.core.text import check_system_name
+from service.db.assay import lease_until
 from service.db.models import (
     Assay,
     AssayShard,
@@ -22,7 +23,11 @@ from service.db.models import (
     IdempotencyKey,
     Manifest,
     System,
+    utcnow,
 )
+
+#: The lease a shard gets when it is recorded and sent (`Settings.shard_lease_s` by default).
+DEFAULT_LEASE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,7 @@ def record_submission(
     shards: Sequence[ShardSpec],
     submitter: str | None = None,
     submitted_by: str | None = None,
+    lease_s: float = DEFAULT_LEASE_S,
 ) -> Recorded:
     """Stage every row of one submission in `session`; the caller commits or rolls back."""
     system = session.exec(
@@ -79,7 +85,7 @@ def record_submission(
     # each parent before its children.
     session.add(candidate)
     session.flush()
-    assay = _stage_assay(session, candidate, plan_document, catalogue, shards)
+    assay = _stage_assay(session, candidate, plan_document, catalogue, shards, lease_s)
     session.add(
         Event(
             kind="candidate.submitted",
@@ -104,8 +110,11 @@ def _stage_assay(
     plan_document: dict[str, Any],
     catalogue: str,
     shards: Sequence[ShardSpec],
+    lease_s: float,
 ) -> Assay:
-    """An assay of `candidate` and one row per shard, flushed parent first."""
+    """An assay of `candidate` and one row per shard, flushed parent first. The caller sends one
+    message per shard once this commits: each shard counts it, under a lease to be picked up in.
+    """
     assay = Assay(
         candidate_id=candidate.id,
         catalogue=catalogue,
@@ -115,6 +124,7 @@ def _stage_assay(
     )
     session.add(assay)
     session.flush()
+    lease = lease_until(utcnow(), lease_s)
     session.add_all(
         AssayShard(
             assay_id=assay.id,
@@ -123,6 +133,8 @@ def _stage_assay(
             start=s.start,
             stop=s.stop,
             spec=s.to_dict(),
+            dispatches=1,
+            lease_expires_at=lease,
         )
         for s in shards
     )
@@ -137,10 +149,11 @@ def record_rerun(
     catalogue: str,
     shards: Sequence[ShardSpec],
     requested_by: str | None,
+    lease_s: float = DEFAULT_LEASE_S,
 ) -> Assay:
     """A new assay of an existing candidate: its evidence will be a new dossier version with its
     own trial counts (never merged with, or chosen over, the run before)."""
-    assay = _stage_assay(session, candidate, plan_document, catalogue, shards)
+    assay = _stage_assay(session, candidate, plan_document, catalogue, shards, lease_s)
     session.add(
         Event(
             kind="candidate.rerun",

@@ -210,7 +210,11 @@ class Assay(SQLModel, table=True):
 
 class AssayShard(SQLModel, table=True):
     """One fault x trial range. (assay_id, shard_index) is the key a redelivered task writes to:
-    the result is set only while it is unset, so a shard is counted once however often it runs."""
+    the result is set only while it is unset, so a shard is counted once however often it runs.
+
+    Until it is done a shard holds a lease: from its dispatch while it waits in the queue, then
+    renewed by the worker running it. A shard whose lease lapsed has been lost (its message, or
+    its worker); the reconciler of any worker sends it again (see service.db.lease)."""
 
     __tablename__ = "assay_shard"
 
@@ -222,7 +226,12 @@ class AssayShard(SQLModel, table=True):
     # The core's own description of the shard, handed back to `run_shard` verbatim.
     spec: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
     status: str = Field(default=ShardStatus.PENDING.value, max_length=16)
+    # Starts by a worker (`shard.started` events), and messages sent for it (the first included).
     attempts: int = 0
+    dispatches: int = 0
+    lease_expires_at: datetime | None = Field(
+        default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
+    )
     trials: int | None = None
     result: dict[str, Any] | None = Field(
         default=None, sa_column=sa.Column(sa.JSON(none_as_null=True))

@@ -266,20 +266,3 @@ def totals(session: Session) -> Totals:
         )
     ).one()
     return Totals(by_status, int(shards_done or 0), int(trials or 0))
-
-
-def unfinished_shards(session: Session) -> dict[uuid.UUID, list[int]]:
-    """Shards without a result, by assay, for assays still open."""
-    rows = session.exec(
-        select(AssayShard.assay_id, AssayShard.shard_index)
-        .join(Assay, col(Assay.id) == col(AssayShard.assay_id))
-        .where(
-            AssayShard.status != ShardStatus.DONE.value,
-            col(Assay.status).in_([AssayStatus.QUEUED.value, AssayStatus.RUNNING.value]),
-        )
-        .order_by(col(AssayShard.assay_id), col(AssayShard.shard_index))
-    ).all()
-    found: dict[uuid.UUID, list[int]] = {}
-    for assay_id, index in rows:
-        found.setdefault(assay_id, []).append(index)
-    return found

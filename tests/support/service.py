@@ -106,6 +106,9 @@ def session_settings(database_url: str, data_dir: Path, label: str, **overrides:
         # Short, so a SIGKILLed worker's shard comes back within seconds.
         "broker_visibility_timeout": 3.0,
         "broker_restore_interval": 1.0,
+        # Short leases and frequent rounds, so a lost shard is found within seconds.
+        "shard_lease_s": 4.0,
+        "reconcile_interval_s": 1.0,
         "log_level": "INFO",
         # The suite submits far faster than CI would; the limit has its own test.
         "submissions_per_minute": 0,
@@ -128,17 +131,19 @@ def flush_redis_prefix(settings: Settings) -> None:
 
 
 class WorkerProcess:
-    """`python -m worker` as a child process, one task at a time (solo pool), so SIGKILL takes
-    exactly the shard in hand."""
+    """`python -m worker` as a child process, one task at a time (solo pool by default), so
+    SIGKILL takes exactly the shard in hand. `pool="prefork"` runs the task in one child
+    process, which the worker replaces if it dies."""
 
-    def __init__(self, settings: Settings, name: str, log_dir: Path) -> None:
+    def __init__(self, settings: Settings, name: str, log_dir: Path, *, pool: str = "solo") -> None:
         self.name = name
         self.log_path = log_dir / f"worker-{name}.log"
         env = settings.child_environment()
         env["ASSAYGATE_TRIALS_PER_SHARD"] = str(settings.trials_per_shard)
         self._log = self.log_path.open("wb")
+        pool_args = ["--pool", pool] + (["--concurrency", "1"] if pool == "prefork" else [])
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "worker", "--pool", "solo", "--hostname", f"{name}@%h"],
+            [sys.executable, "-m", "worker", *pool_args, "--hostname", f"{name}@%h"],
             cwd=ROOT,
             env=env,
             stdout=self._log,

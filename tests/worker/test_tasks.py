@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -71,14 +72,15 @@ def test_a_redelivered_shard_is_counted_once(ctx: WorkerContext, engine: sa.Engi
 def test_a_shard_run_by_two_workers_at_once_is_stored_by_one(
     ctx: WorkerContext, engine: sa.Engine
 ) -> None:
-    # The first worker outlived the visibility timeout: the broker handed its shard to a second.
+    # The first worker went quiet past its lease: the reconciler handed its shard to a second.
     assay_id = submit(engine, ctx.settings, modes=["subject_swap"])
     with session_scope(engine) as session:
         inputs = assay_inputs(session, assay_id)
         assert inputs is not None
-        assert begin_shard(session, inputs, 1, "slow") is not None
+        assert begin_shard(session, inputs, 1, "slow", lease_s=0.001) is not None
+    time.sleep(0.01)
     with session_scope(engine) as session:
-        assert begin_shard(session, inputs, 1, "fast") is not None
+        assert begin_shard(session, inputs, 1, "fast", lease_s=60) is not None
     result = {"index": 1, "trials": 20, "stopped": False, "tallies": {}}
     with session_scope(engine) as session:
         assert store_shard_result(session, inputs, 1, result, 20).written

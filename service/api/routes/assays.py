@@ -5,7 +5,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from service.api.deps import MetricsDep, PrincipalDep, SessionDep
+from service.api.deps import MetricsDep, PrincipalDep, SessionDep, SignerDep
 from service.api.errors import ERROR_RESPONSES, Conflict, NotFound
 from service.api.present import aware, maybe_aware, progress, reasons
 from service.api.schemas import AbortCreate, AbortPublic, AssayPublic, FaultPublic, Progress
@@ -15,7 +15,10 @@ from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
 from service.db import queries
 from service.db.apikey import audit
+from service.db.assay import OPEN, assay_inputs
 from service.db.injector import request_stop
+from service.db.lease import settle_stopped
+from service.db.merge import decide
 from service.db.models import Assay, AssayStatus, Candidate, Manifest
 
 router = APIRouter(prefix="/v1/assays", tags=["assays"])
@@ -96,10 +99,14 @@ def abort_assay(
     assay_id: uuid.UUID,
     session: SessionDep,
     principal: PrincipalDep,
+    signer: SignerDep,
     body: AbortCreate | None = None,
 ) -> AbortPublic:
-    """Stop an assay: no shard starts after this is recorded, running shards stop at their next
-    batch, and what was already recorded is kept. An aborted assay is decided `block`."""
+    """Stop an assay and end it. No shard starts after the stop is recorded; shards that no live
+    worker holds (queued, or whose worker went quiet) are stored at once as stopped, empty;
+    running shards stop at their next batch; what was already recorded is kept. The assay is
+    decided `block` as soon as no shard is running: in this request if none is. Repeating an
+    abort changes nothing recorded, and settles any shard whose worker has gone since."""
     assay = queries.assay(session, assay_id, tenant_id=principal.tenant_id)
     if assay is None:
         raise NotFound(f"no assay {assay_id}", field="assay_id")
@@ -117,13 +124,17 @@ def abort_assay(
             assay_id=assay_id,
             reason=reason,
         )
+    # The stop is committed first, on its own: every worker sees it at its next check, and no
+    # shard starts after it is recorded. Settling what is left is a second step.
     session.commit()
-    if not recorded:
-        current = queries.assay(session, assay_id)
-        if current is not None and current.stop_reason is None:
-            raise Conflict(f"assay {assay_id} is already {current.status}", field="assay_id")
-    current = queries.assay(session, assay_id)
-    assert current is not None
-    return AbortPublic(
-        id=assay_id, status=AssayStatus(current.status), stop_reason=current.stop_reason
-    )
+    session.refresh(assay)
+    if assay.stop_reason is None:
+        raise Conflict(f"assay {assay_id} is already {assay.status}", field="assay_id")
+    if assay.status in OPEN:
+        settle_stopped(session, assay_id, assay.stop_reason, by=f"abort:{principal.actor}")
+        inputs = assay_inputs(session, assay_id)
+        assert inputs is not None
+        decide(session, signer, assay_id, parse_manifest(inputs.manifest), parse_plan(inputs.plan))
+    session.commit()
+    session.refresh(assay)
+    return AbortPublic(id=assay_id, status=AssayStatus(assay.status), stop_reason=assay.stop_reason)

@@ -189,6 +189,7 @@ def submit_candidate(
                 shards=shards,
                 submitter=principal.actor,
                 submitted_by=principal.person,
+                lease_s=settings.shard_lease_s,
             )
             if stored_key is not None:
                 # Claim the key before counting the submission: a concurrent repeat waits on

@@ -182,6 +182,7 @@ def rerun(
         catalogue=plan.resolve_catalogue().version,
         shards=shards,
         requested_by=principal.actor,
+        lease_s=settings.shard_lease_s,
     )
     issue_for(
         session,

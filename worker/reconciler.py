@@ -1,0 +1,236 @@
+"""The reconciler: a thread in every worker process that finds lost shards and sends them again.
+
+Messages are hints; the database says what is left to do (service.db.lease). Every
+`reconcile_interval_s` (with jitter, so workers spread out) each worker's reconciler:
+
+1. fails an assay one of whose shards lapsed after `shard_max_attempts` starts or sends, with a
+   reason naming the shard; settles the lapsed shards of an assay that is stopping (an empty,
+   stopped result, as a worker would store on finding the stop);
+2. sends again every lapsed shard that was running (its worker is gone or cut off), and every
+   lapsed shard that was queued if the queue is empty (its message was lost: a broker that
+   restarted without its data, or a task that could not store it). A queued shard behind a
+   long queue is not lost, only waiting, so it is not sent twice;
+3. merges any assay whose shards are all stored but which nobody decided.
+
+Reconcilers in several workers never do a step twice: the lapsed rows are locked (`SKIP LOCKED`)
+and each send extends the lease in the transaction that publishes it. Any step that cannot
+reach the database or the broker is skipped until the next round.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from celery import Celery
+from kombu import Connection
+from kombu.exceptions import KombuError
+from kombu.exceptions import OperationalError as KombuOperationalError
+from sqlmodel import Session
+
+from service.db.assay import fail_assay
+from service.db.lease import (
+    Lapsed,
+    lapsed_shards,
+    mark_dispatched,
+    settle_stopped,
+    undecided_assays,
+)
+from service.db.models import ShardStatus, utcnow
+from service.db.session import DATABASE_ERRORS, session_scope
+from service.settings import Settings
+from worker.tasks import RUN_SHARD, WorkerContext, finalize
+
+log = logging.getLogger("assaygate.reconciler")
+
+BROKER_ERRORS: tuple[type[Exception], ...] = (KombuError, KombuOperationalError, OSError)
+
+
+@dataclass
+class Round:
+    """What one round did, for logs and tests."""
+
+    failed: list[str] = field(default_factory=list)
+    settled: int = 0
+    resent: int = 0
+    decided: int = 0
+    queue_depth: int | None = None
+
+
+class Reconciler:
+    def __init__(self, settings: Settings, name: str) -> None:
+        self.settings = settings
+        self.name = name
+        # Its own database engine and broker client: never the ones a task is using.
+        self.ctx = WorkerContext(settings)
+        self.client = Celery("assaygate-reconciler", set_as_current=False)
+        self.client.conf.update(settings.celery_config())
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="reconciler", daemon=True)
+        # The stores this reconciler found unreachable, so an outage is logged once, not per round.
+        self._down: set[str] = set()
+        # A pool child forked while this thread holds connections must never use or close them.
+        os.register_at_fork(after_in_child=self.ctx.forget_engine)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self.client.close()
+
+    def _loop(self) -> None:
+        interval = self.settings.reconcile_interval_s
+        while not self._stopping.wait(interval * random.uniform(0.75, 1.25)):
+            try:
+                done = self.run_once()
+            except DATABASE_ERRORS as exc:
+                self._unreachable("database", exc)
+                continue
+            except Exception:
+                log.exception("reconciler round failed")
+                continue
+            if done.failed or done.settled or done.resent or done.decided:
+                log.info(
+                    "reconciled: %d resent, %d settled, %d decided, %d failed (queue depth %s)",
+                    done.resent,
+                    done.settled,
+                    done.decided,
+                    len(done.failed),
+                    done.queue_depth,
+                )
+
+    # ---------------------------------------------------------------------------------- rounds
+
+    def _unreachable(self, store: str, exc: Exception) -> None:
+        if store not in self._down:
+            self._down.add(store)
+            log.warning("reconciler waits: the %s does not answer (%s)", store, exc)
+
+    def _reachable(self, store: str) -> None:
+        if store in self._down:
+            self._down.discard(store)
+            log.info("reconciler resumes: the %s answers again", store)
+
+    def run_once(self) -> Round:
+        done = Round()
+        engine = self.ctx.engine
+        max_attempts = self.settings.shard_max_attempts
+        stopping: dict[uuid.UUID, str] = {}
+        with session_scope(engine) as session:
+            for shard in lapsed_shards(session, utcnow()):
+                if shard.stop_reason is not None:
+                    stopping[shard.assay_id] = shard.stop_reason
+                elif shard.tries >= max_attempts and fail_assay(
+                    session, shard.assay_id, shard.exhausted(max_attempts)
+                ):
+                    done.failed.append(str(shard.assay_id))
+                    log.error(
+                        "assay failed: %s",
+                        shard.exhausted(max_attempts),
+                        extra={"assay_id": str(shard.assay_id), "shard": shard.shard_index},
+                    )
+            for assay_id, reason in stopping.items():
+                settled = settle_stopped(session, assay_id, reason, by=f"reconciler:{self.name}")
+                done.settled += len(settled)
+        self._reachable("database")
+        # A stopping assay whose last shards were just settled is decided now, not next round.
+        done.decided = sum(self._decide(assay_id) for assay_id in stopping)
+        done.queue_depth = self.queue_depth()
+        if done.queue_depth is not None:
+            done.resent = self._resend(done.queue_depth)
+        done.decided += self._decide_leftovers()
+        return done
+
+    def _resend(self, queue_depth: int) -> int:
+        """Send again the lapsed shards that were lost; rolled back if the broker refuses."""
+        now = utcnow()
+        lease_s = self.settings.shard_lease_s
+        lost: dict[uuid.UUID, list[int]] = defaultdict(list)
+        try:
+            with session_scope(self.ctx.engine) as session:
+                for shard in lapsed_shards(session, now):
+                    if self._lost(shard, queue_depth):
+                        lost[shard.assay_id].append(shard.shard_index)
+                if not lost:
+                    return 0
+                for assay_id, indices in lost.items():
+                    mark_dispatched(session, assay_id, indices, now, lease_s)
+                self.publish(lost)
+        except BROKER_ERRORS as exc:
+            self._unreachable("broker", exc)  # nothing counted: the transaction rolled back
+            return 0
+        count = sum(len(v) for v in lost.values())
+        log.warning("resent %d lost shards of %d assays", count, len(lost))
+        return count
+
+    def _lost(self, shard: Lapsed, queue_depth: int) -> bool:
+        if shard.stop_reason is not None or shard.tries >= self.settings.shard_max_attempts:
+            return False  # settled or failed by the first step
+        return shard.status == ShardStatus.RUNNING.value or queue_depth == 0
+
+    def _decide_leftovers(self) -> int:
+        grace = max(self.settings.reconcile_interval_s, 1.0)
+        with Session(self.ctx.engine) as session:
+            undecided = undecided_assays(session, utcnow() - timedelta(seconds=grace))
+        return sum(self._decide(assay_id) for assay_id in undecided)
+
+    def _decide(self, assay_id: uuid.UUID) -> int:
+        """1 if the assay is now decided (by this call or a racing one), else 0."""
+        with Session(self.ctx.engine) as session:
+            parsed = self.ctx.assay(session, assay_id)
+        return int(parsed is not None and finalize(self.ctx, parsed) is not None)
+
+    # ---------------------------------------------------------------------------------- broker
+
+    def _connection(self) -> Connection:
+        connection: Connection = self.client.connection_for_write()
+        connection.ensure_connection(
+            max_retries=1,
+            interval_start=0,
+            interval_step=1,
+            timeout=max(1, round(self.settings.readiness_timeout)),
+        )
+        return connection
+
+    def _declare(self, connection: Connection) -> int:
+        """Declare the shard queue and its binding; return the messages waiting in it. Declared
+        every time: a broker that restarted empty has lost them, and a message sent to an
+        exchange with no binding is dropped without an error."""
+        channel: Any = connection.default_channel
+        self.client.amqp.queues[self.settings.queue].bind(channel).declare()
+        return int(channel.queue_declare(queue=self.settings.queue, passive=False).message_count)
+
+    def queue_depth(self) -> int | None:
+        """Messages waiting in the shard queue, or None if the broker does not answer."""
+        try:
+            with self._connection() as connection:
+                depth = self._declare(connection)
+        except BROKER_ERRORS as exc:
+            self._unreachable("broker", exc)
+            return None
+        self._reachable("broker")
+        return depth
+
+    def publish(self, shards: dict[uuid.UUID, list[int]]) -> None:
+        """Send one message per shard; raises if the broker refuses any."""
+        with self._connection() as connection:
+            self._declare(connection)
+            with self.client.producer_or_acquire() as producer:
+                for assay_id, indices in shards.items():
+                    for index in indices:
+                        self.client.send_task(
+                            RUN_SHARD,
+                            args=[str(assay_id), index],
+                            producer=producer,
+                            queue=self.settings.queue,
+                        )
