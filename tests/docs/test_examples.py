@@ -37,6 +37,12 @@ NOT_RUN = {
 # Commands whose documented exit code is not 0 (a decision, not an error).
 EXIT_CODES = {
     ".venv/bin/assaygate submit examples/copperfin-typed.json --wait": 2,  # the typed system holds
+    # `assay` exits like `gate`: the typed system holds (2), the baseline blocks (1); its tool
+    # family alone is allowed (0, the default).
+    ".venv/bin/assaygate assay examples/copperfin-typed.json --fault tool": 0,
+    ".venv/bin/assaygate assay examples/copperfin-typed.json": 2,
+    ".venv/bin/assaygate assay examples/copperfin-baseline.json": 1,
+    ".venv/bin/assaygate assay examples/http-agent/typed.json": 2,
 }
 AGENT_PORT = 8081
 
