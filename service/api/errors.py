@@ -105,6 +105,13 @@ class ReviewerIsSubmitter(ApiError):
     code = "reviewer_is_submitter"
 
 
+class ExpiryPassed(ApiError):
+    """A review's expiry that the clock has already passed: it would lapse at once."""
+
+    status_code = 409
+    code = "expiry_passed"
+
+
 class HoldNotOpen(ApiError):
     status_code = 409
     code = "hold_not_open"

@@ -317,7 +317,16 @@ class ReviewCreate(BaseModel):
 
     reason: Annotated[Text, Field(min_length=1, max_length=2000)]
     expires_at: datetime | None = Field(
-        default=None, description="required for a waiver; when it lapses the hold reopens"
+        default=None,
+        description="when the rejection lapses and the hold reopens (in the future: an expiry "
+        "already past is `409 expiry_passed`)",
+    )
+
+
+class WaiverCreate(ReviewCreate):
+    expires_at: datetime = Field(
+        description="required: when the waiver lapses and the hold reopens (in the future: an "
+        "expiry already past is `409 expiry_passed`)"
     )
 
 

@@ -30,7 +30,7 @@ from service.api.deps import (
 from service.api.errors import ApiError
 from service.api.routes import dossiers as dossier_routes
 from service.api.routes import holds as hold_routes
-from service.api.schemas import ReviewCreate
+from service.api.schemas import ReviewCreate, WaiverCreate
 from service.app import gate
 from service.core.dossier import Signer, verify
 from service.core.errors import AssaygateError
@@ -342,9 +342,14 @@ def _review(
         return _refuse(request, ws, "a review needs a reason", 422)
     try:
         expiry = datetime.fromisoformat(expires_at).replace(tzinfo=UTC) if expires_at else None
-        body = ReviewCreate(reason=reason.strip(), expires_at=expiry)
-        call = hold_routes.waive if action == "waive" else hold_routes.reject
-        done = call(hold_id, body, session, signer, who.principal)
+        if action == "waive":
+            if expiry is None:
+                return _refuse(request, ws, "expires_at: a waiver needs an expiry", 422)
+            waiver = WaiverCreate(reason=reason.strip(), expires_at=expiry)
+            done = hold_routes.waive(hold_id, waiver, session, signer, who.principal)
+        else:
+            body = ReviewCreate(reason=reason.strip(), expires_at=expiry)
+            done = hold_routes.reject(hold_id, body, session, signer, who.principal)
     except (ValueError, ValidationError) as exc:
         return _refuse(request, ws, f"expires_at: {exc}", 422)
     except (ApiError, AssaygateError) as exc:

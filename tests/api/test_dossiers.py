@@ -468,6 +468,16 @@ def test_a_waiver_needs_another_reviewer_a_reason_and_an_expiry_and_lapses(
         f"/v1/holds/{hold}/waive", json={"reason": "ok"}, headers=keys.headers("bob")
     )
     assert (no_expiry.status_code, no_expiry.json()["error"]["field"]) == (422, "expires_at")
+    past = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
+    lapsed_at_once = client.post(
+        f"/v1/holds/{hold}/waive",
+        json={"reason": "ok", "expires_at": past},
+        headers=keys.headers("bob"),
+    )
+    assert lapsed_at_once.status_code == 409
+    assert lapsed_at_once.json()["error"]["code"] == "expiry_passed"
+    assert lapsed_at_once.json()["error"]["field"] == "expires_at"
+    assert client.get(f"/v1/holds/{hold}").json()["status"] == "open"
 
     waived = client.post(f"/v1/holds/{hold}/waive", json=body, headers=keys.headers("bob"))
     assert waived.status_code == 200, waived.text

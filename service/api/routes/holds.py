@@ -19,6 +19,7 @@ from fastapi import APIRouter, Query
 from service.api.deps import Caller, PrincipalDep, ReviewerDep, SessionDep, SignerDep, resolve
 from service.api.errors import (
     ERROR_RESPONSES,
+    ExpiryPassed,
     FieldInvalid,
     HoldNotOpen,
     NotFound,
@@ -26,7 +27,7 @@ from service.api.errors import (
     ReviewerIsSubmitter,
 )
 from service.api.present import dossier_ref, hold_public
-from service.api.schemas import HoldList, HoldPublic, ReviewCreate, ReviewPublic
+from service.api.schemas import HoldList, HoldPublic, ReviewCreate, ReviewPublic, WaiverCreate
 from service.db import dossier as dossiers
 from service.db.apikey import actor_view, audit, review_conflict
 from service.db.models import Candidate, HoldStatus
@@ -90,7 +91,8 @@ def _review(
         if expires_at.tzinfo is None:
             expires_at = expires_at.replace(tzinfo=UTC)
         if expires_at <= now:
-            raise FieldInvalid("the expiry must be in the future", field="expires_at")
+            # Well-formed, but the clock already passed it: a conflict with now, not bad input.
+            raise ExpiryPassed("the expiry must be in the future", field="expires_at")
     conflict = review_conflict(session, principal, candidate.submitter)
     if conflict is not None:
         raise ReviewerIsSubmitter(conflict, field="Authorization")
@@ -137,7 +139,7 @@ def _review(
 )
 def waive(
     hold_id: uuid.UUID,
-    body: ReviewCreate,
+    body: WaiverCreate,
     session: SessionDep,
     signer: SignerDep,
     reviewer: ReviewerDep,
