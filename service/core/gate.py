@@ -58,6 +58,8 @@ class FaultEvidence:
     # Nominated controls without a counterfactual pair: (control, "undeclared"|"cannot_disable").
     untested_controls: tuple[tuple[str, str], ...] = ()
     error_kinds: Mapping[str, int] = field(default_factory=dict)
+    # The team's own invariants (mcp targets) that failed: (name, severity, failed, trials).
+    invariants: tuple[tuple[str, str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,15 @@ def decide(
                     reasons.append(
                         Reason(key, f"{f.fault}: {label} in {k} of {m} {where}", f.fault, block)
                     )
+        for name, severity, failed, trials in f.invariants:
+            reasons.append(
+                Reason(
+                    f"invariant:{name}",
+                    f"{f.fault}: invariant {name} failed in {failed} of {trials} graded trials",
+                    f.fault,
+                    block if severity == "block" else hold,
+                )
+            )
         alarms = f.baseline.get("detected", 0)
         if alarms:
             reasons.append(
