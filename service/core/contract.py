@@ -475,20 +475,35 @@ def invariants_of(manifest: Manifest) -> Invariants:
     return parse_invariants(manifest.invariants)
 
 
-def mcp_plan(manifest: Manifest, plan: AssayPlan) -> AssayPlan:
-    """An mcp target's plan: its faults come from its contract unless the plan brings a custom
-    catalogue. The catalogue version names the contract's hash, so a new contract is a new
-    catalogue. Other targets' plans are returned unchanged."""
-    from service.core.catalogue import Catalogue as _Catalogue
+def catalogue_for(manifest: Manifest) -> Catalogue:
+    """An mcp target's catalogue: the faults its contract implies. Its version names the
+    contract's hash, so a new contract is a new catalogue."""
+    version = "mcp-" + manifest.component_hashes()["tools"][:12]
+    return mcp_catalogue(contract_of(manifest), version)
 
-    if manifest.target.kind != "mcp" or isinstance(plan.catalogue, _Catalogue):
-        return plan
-    if plan.catalogue == "paper":
+
+def plan_data_for(manifest: Manifest, data: dict[str, Any]) -> dict[str, Any]:
+    """Plan input for a manifest: an mcp target's named catalogue ("full", or none) becomes the
+    catalogue its contract implies; a custom catalogue and other targets' plans are unchanged."""
+    if manifest.target.kind != "mcp":
+        return data
+    named = data.get("catalogue", "full")
+    if named == "paper":
         from service.core.errors import PlanInvalid
 
         raise PlanInvalid("an mcp target has no paper mode", field="catalogue")
-    version = "mcp-" + manifest.component_hashes()["tools"][:12]
-    cat = mcp_catalogue(contract_of(manifest), version)
-    updated = plan.model_copy(update={"catalogue": cat})
-    updated.faults()  # unknown families or modes fail here
+    if named == "full":
+        return {**data, "catalogue": catalogue_for(manifest)}
+    return data
+
+
+def mcp_plan(manifest: Manifest, plan: AssayPlan) -> AssayPlan:
+    """`plan_data_for` on a parsed plan."""
+    from service.core.plan import AssayPlan as _Plan
+
+    data = plan_data_for(manifest, {**plan.model_dump(), "catalogue": plan.catalogue})
+    if data["catalogue"] is plan.catalogue:
+        return plan
+    updated = _Plan.model_validate(data)
+    updated.faults()
     return updated
