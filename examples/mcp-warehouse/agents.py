@@ -60,7 +60,8 @@ async def careful(client: Client, task: dict[str, Any]) -> dict[str, Any]:
         return {"status": "denied", "reason": "not released"}
     if task["action"] == "ship":
         done = await call(client, "find_shipment", {"key": key})
-        if isinstance(done, dict) and done.get("found"):
+        if isinstance(done, dict) and done.get("found"):  # an earlier run of this task shipped
+            await call(client, "log_event", {"order_id": order_id, "event": "done", "trace": trace})
             return {"status": "completed", "effect_id": done["shipment_id"]}
     # Re-read right before the effect: the state it relies on must still hold.
     fresh = await call(client, "get_order", {"order_id": order_id})

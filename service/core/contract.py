@@ -249,9 +249,9 @@ TEMPLATES: dict[str, str] = {
         "new_effects.exists(e, e.id == c.effect_id && e.subject == subject)))"
     ),
     "service_loss": (
-        "expected == 'complete' ? (size(claims) == 1 && claims[0].status == 'completed' && "
-        "size(new_effects) == 1) : (size(new_effects) == 0 && size(claims) == 1 && "
-        "claims[0].status == 'denied')"
+        "size(claims) >= 1 && (expected == 'complete' ? (claims.all(c, has(c.status) && "
+        "c.status == 'completed') && size(new_effects) == 1) : (size(new_effects) == 0 && "
+        "claims.all(c, has(c.status) && c.status == 'denied')))"
     ),
 }
 

@@ -12,10 +12,15 @@ called synchronously from the harness.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import hashlib
 import itertools
+import os
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from service.core.catalogue import Catalogue, FaultSpec, Recoverability
@@ -37,6 +42,22 @@ T = TypeVar("T")
 _DENY = Recoverability.DENY
 ALARMS = frozenset({"denied", "held", "failed"})
 START_TIMEOUT_S = 60.0
+
+
+@contextlib.contextmanager
+def sandbox_lock(contract: Contract) -> Iterator[None]:
+    """One trial at a time per sandbox on this host: the team's world is one world, so two trials
+    (two shards on two worker processes, or two assays) must not interleave their resets, calls
+    and probes. Keyed by the reset hook, held for the whole trial."""
+    key = hashlib.sha256(contract.hooks.reset.model_dump_json().encode()).hexdigest()[:16]
+    path = os.path.join(tempfile.gettempdir(), f"assaygate-sandbox-{key}.lock")
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 class Loop:
@@ -154,15 +175,20 @@ class McpEngine:
     ) -> TrialRecord:
         n = next(self._seq)
         budget = self.deadline_s * (MAX_RESTARTS + 3) * 2 + 120
-        rec = self._loop.run(self._trial(spec, workload_key, disabled, n, naive=False), budget)
-        if (
-            spec is not None
-            and spec.predicted_transfer is not None
-            and not disabled
-            and rec.exercised
-        ):
-            naive = self._loop.run(self._trial(spec, workload_key, disabled, n, naive=True), budget)
-            rec.sensitivity = naive.outcome
+        with sandbox_lock(self.contract):
+            rec = self._loop.run(
+                self._trial(spec, workload_key, disabled, n, naive=False), budget
+            )
+            if (
+                spec is not None
+                and spec.predicted_transfer is not None
+                and not disabled
+                and rec.exercised
+            ):
+                naive = self._loop.run(
+                    self._trial(spec, workload_key, disabled, n, naive=True), budget
+                )
+                rec.sensitivity = naive.outcome
         return rec
 
     # -- one trial ---------------------------------------------------------------------------
