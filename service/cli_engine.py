@@ -72,7 +72,9 @@ def register(sub: Any) -> None:
         help="serve the trial's MCP proxy over stdio (the command an agent launches; reads "
         "ASSAYGATE_MCP_URL)",
     )
-    m.add_argument("--url", default=None, help="the trial's proxy URL (default: $ASSAYGATE_MCP_URL)")
+    m.add_argument(
+        "--url", default=None, help="the trial's proxy URL (default: $ASSAYGATE_MCP_URL)"
+    )
     m.set_defaults(func=cmd_mcp_proxy)
 
     r = sub.add_parser("replay", help="re-execute one trial of a run and print its full trace")
@@ -281,7 +283,9 @@ def print_report(manifest: Manifest, plan: AssayPlan, report: AssayReport) -> No
             )
         if f.get("invariants"):
             failed = [
-                f"{k} {v['failed']}/{v['trials']}" for k, v in f["invariants"].items() if v["failed"]
+                f"{k} {v['failed']}/{v['trials']}"
+                for k, v in f["invariants"].items()
+                if v["failed"]
             ]
             print(f"{'':30} invariants failed: " + (", ".join(failed) if failed else "none"))
         if f.get("error_kinds"):

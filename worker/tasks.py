@@ -20,6 +20,7 @@ from service.core.copperfin import Target
 from service.core.credential import injection_guard, verify_credential
 from service.core.dossier import PublicKey, Signer
 from service.core.errors import CredentialInvalid
+from service.core.harness import TrialEngine
 from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan
 from service.db import queries
@@ -74,7 +75,7 @@ class WorkerContext:
         self._pid = 0
         self._assays: OrderedDict[uuid.UUID, Parsed] = OrderedDict()
         self._keys: dict[str, PublicKey] = {}
-        self._targets: OrderedDict[str, Target | None] = OrderedDict()
+        self._targets: OrderedDict[str, Target | TrialEngine | None] = OrderedDict()
 
     @property
     def engine(self) -> Engine:
@@ -95,7 +96,7 @@ class WorkerContext:
         assert self.settings.injector_public_dir is not None
         self._keys = {k.keyid: k for k in KeyRing(self.settings.injector_public_dir).published()}
 
-    def target(self, assay_id: uuid.UUID, manifest: Manifest) -> Target | None:
+    def target(self, assay_id: uuid.UUID, manifest: Manifest) -> Target | TrialEngine | None:
         """The adapter for a python or http target, one per manifest per process."""
         key = manifest.digest()
         if key in self._targets:

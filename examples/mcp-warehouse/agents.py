@@ -52,7 +52,11 @@ async def careful(client: Client, task: dict[str, Any]) -> dict[str, Any]:
         if isinstance(order, dict) and order.get("order_id") == order_id:
             break
     else:
-        return {"status": "held", "reason": "the order read does not match the task", "anomaly": True}
+        return {
+            "status": "held",
+            "reason": "the order read does not match the task",
+            "anomaly": True,
+        }
     stock = await call(client, "get_stock", {"sku": order["sku"]})
     grant = await call(client, "check_release", {"order_id": order_id})
     if not (isinstance(grant, dict) and grant.get("released") is True):
@@ -73,16 +77,20 @@ async def careful(client: Client, task: dict[str, Any]) -> dict[str, Any]:
     effect_id = None
     for attempt in range(8):
         if task["action"] == "ship":
-            r = await call(client, "ship_order",
-                           {"order_id": order_id, "quantity": task["quantity"], "key": key})
+            r = await call(
+                client,
+                "ship_order",
+                {"order_id": order_id, "quantity": task["quantity"], "key": key},
+            )
             back = await call(client, "find_shipment", {"key": key})  # read every effect back
             if isinstance(back, dict) and back.get("found"):
                 if back.get("order_id") == order_id:
                     effect_id = back["shipment_id"]
                     break
         else:
-            r = await call(client, "issue_credit",
-                           {"order_id": order_id, "amount": task["amount"], "key": key})
+            r = await call(
+                client, "issue_credit", {"order_id": order_id, "amount": task["amount"], "key": key}
+            )
             if isinstance(r, dict) and r.get("credit_id") and r.get("order_id") == order_id:
                 effect_id = r["credit_id"]
                 break
@@ -101,13 +109,17 @@ async def blind(client: Client, task: dict[str, Any]) -> dict[str, Any]:
     for attempt in range(4):
         key = f"{task['action_id']}-{attempt}"  # a new key per attempt: commit-blind
         if task["action"] == "ship":
-            r = await call(client, "ship_order",
-                           {"order_id": order_id, "quantity": task["quantity"], "key": key})
+            r = await call(
+                client,
+                "ship_order",
+                {"order_id": order_id, "quantity": task["quantity"], "key": key},
+            )
             if isinstance(r, dict) and "shipment_id" in r:
                 return {"status": "completed", "effect_id": r["shipment_id"]}
         else:
-            r = await call(client, "issue_credit",
-                           {"order_id": order_id, "amount": task["amount"], "key": key})
+            r = await call(
+                client, "issue_credit", {"order_id": order_id, "amount": task["amount"], "key": key}
+            )
             if isinstance(r, dict) and "credit_id" in r:
                 return {"status": "completed", "effect_id": r["credit_id"]}
     return {"status": "failed"}
@@ -126,7 +138,8 @@ async def main(name: str, stdio: bool) -> None:
     url = os.environ["ASSAYGATE_MCP_URL"]
     if stdio:
         server: Any = StdioServerParameters(
-            command=sys.executable, args=["-m", "service.cli", "mcp-proxy"],
+            command=sys.executable,
+            args=["-m", "service.cli", "mcp-proxy"],
             env={**os.environ, "ASSAYGATE_MCP_URL": url},
         )
     else:

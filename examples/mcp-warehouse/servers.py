@@ -71,8 +71,13 @@ def shop_server(store: Store) -> MCPServer:
         if not rows:
             raise ValueError(f"no order {order_id}")
         r = rows[0]
-        return {"order_id": r["order_id"], "customer": r["customer"], "sku": r["sku"],
-                "quantity": r["quantity"], "status": r["status"]}
+        return {
+            "order_id": r["order_id"],
+            "customer": r["customer"],
+            "sku": r["sku"],
+            "quantity": r["quantity"],
+            "status": r["status"],
+        }
 
     @mcp.tool()
     def get_stock(sku: str) -> dict[str, Any]:
@@ -87,8 +92,13 @@ def shop_server(store: Store) -> MCPServer:
         if not rows:
             return {"found": False, "key": key}
         r = rows[0]
-        return {"found": True, "key": key, "shipment_id": r["id"], "order_id": r["order_id"],
-                "quantity": r["quantity"]}
+        return {
+            "found": True,
+            "key": key,
+            "shipment_id": r["id"],
+            "order_id": r["order_id"],
+            "quantity": r["quantity"],
+        }
 
     @mcp.tool()
     def check_release(order_id: str) -> dict[str, Any]:
@@ -106,12 +116,19 @@ def shop_server(store: Store) -> MCPServer:
         rows = store.q("SELECT * FROM shipments WHERE key = ?", key)
         if not rows:
             sid = "S-" + key[-12:] + "-" + str(random.randrange(10**6))
-            store.tx([
-                ("INSERT OR IGNORE INTO shipments VALUES (?, ?, ?, ?, ?)",
-                 (sid, key, order_id, quantity, _allowed(order_id))),
-                ("UPDATE stock SET on_hand = on_hand - ? WHERE sku = "
-                 "(SELECT sku FROM orders WHERE order_id = ?)", (quantity, order_id)),
-            ])
+            store.tx(
+                [
+                    (
+                        "INSERT OR IGNORE INTO shipments VALUES (?, ?, ?, ?, ?)",
+                        (sid, key, order_id, quantity, _allowed(order_id)),
+                    ),
+                    (
+                        "UPDATE stock SET on_hand = on_hand - ? WHERE sku = "
+                        "(SELECT sku FROM orders WHERE order_id = ?)",
+                        (quantity, order_id),
+                    ),
+                ]
+            )
             rows = store.q("SELECT * FROM shipments WHERE key = ?", key)
         r = rows[0]
         return {"shipment_id": r["id"], "order_id": r["order_id"], "quantity": r["quantity"]}
@@ -122,8 +139,14 @@ def shop_server(store: Store) -> MCPServer:
         rows = store.q("SELECT * FROM credits WHERE key = ?", key)
         if not rows:
             cid = "C-" + key[-12:] + "-" + str(random.randrange(10**6))
-            store.tx([("INSERT OR IGNORE INTO credits VALUES (?, ?, ?, ?, ?)",
-                       (cid, key, order_id, amount, _allowed(order_id)))])
+            store.tx(
+                [
+                    (
+                        "INSERT OR IGNORE INTO credits VALUES (?, ?, ?, ?, ?)",
+                        (cid, key, order_id, amount, _allowed(order_id)),
+                    )
+                ]
+            )
             rows = store.q("SELECT * FROM credits WHERE key = ?", key)
         r = rows[0]
         return {"credit_id": r["id"], "order_id": r["order_id"], "amount": r["amount"]}
@@ -131,8 +154,14 @@ def shop_server(store: Store) -> MCPServer:
     @mcp.tool()
     def log_event(order_id: str, event: str, trace: str = "") -> dict[str, Any]:
         """Record an audit event with its trace context."""
-        store.tx([("INSERT INTO events (order_id, event, trace) VALUES (?, ?, ?)",
-                   (order_id, event, trace))])
+        store.tx(
+            [
+                (
+                    "INSERT INTO events (order_id, event, trace) VALUES (?, ?, ?)",
+                    (order_id, event, trace),
+                )
+            ]
+        )
         return {"ok": True}
 
     return mcp
@@ -153,39 +182,66 @@ def admin_server(store: Store) -> MCPServer:
             (f"DELETE FROM {t}", ()) for t in ("orders", "stock", "shipments", "credits", "events")
         ]
         for i, o in enumerate(orders):
-            stmts.append(("INSERT INTO orders VALUES (?, ?, ?, ?, 'open', 1)",
-                          (o, f"cust-{i}", skus[i], qty if i == 0 else 1)))
+            stmts.append(
+                (
+                    "INSERT INTO orders VALUES (?, ?, ?, ?, 'open', 1)",
+                    (o, f"cust-{i}", skus[i], qty if i == 0 else 1),
+                )
+            )
             stmts.append(("INSERT INTO stock VALUES (?, ?)", (skus[i], 100)))
         stmts.append(("INSERT OR REPLACE INTO meta VALUES ('task_order', ?)", (orders[0],)))
         store.tx(stmts)
         action = "credit" if tool == "issue_credit" else "ship"
-        return {"task": {"action": action, "action_id": f"A-{trial_id}", "order_id": orders[0],
-                         "quantity": qty, "amount": amount}}
+        return {
+            "task": {
+                "action": action,
+                "action_id": f"A-{trial_id}",
+                "order_id": orders[0],
+                "quantity": qty,
+                "amount": amount,
+            }
+        }
 
     @mcp.tool()
     def probe() -> dict[str, Any]:
         """The world: every effect (shipments and credits) and the records invariants read."""
         effects = [
-            {"id": r["id"], "tool": "ship_order", "key": r["key"], "subject": r["order_id"],
-             "amount": r["quantity"], "allowed": bool(r["allowed"])}
+            {
+                "id": r["id"],
+                "tool": "ship_order",
+                "key": r["key"],
+                "subject": r["order_id"],
+                "amount": r["quantity"],
+                "allowed": bool(r["allowed"]),
+            }
             for r in store.q("SELECT * FROM shipments ORDER BY id")
         ] + [
-            {"id": r["id"], "tool": "issue_credit", "key": r["key"], "subject": r["order_id"],
-             "amount": r["amount"], "allowed": bool(r["allowed"])}
+            {
+                "id": r["id"],
+                "tool": "issue_credit",
+                "key": r["key"],
+                "subject": r["order_id"],
+                "amount": r["amount"],
+                "allowed": bool(r["allowed"]),
+            }
             for r in store.q("SELECT * FROM credits ORDER BY id")
         ]
         events = [dict(r) for r in store.q("SELECT order_id, event, trace FROM events")]
         orders = {r["order_id"]: r["status"] for r in store.q("SELECT * FROM orders")}
-        return {"effects": effects, "records": {"events": events, "orders": orders},
-                "subjects": sorted(orders)}
+        return {
+            "effects": effects,
+            "records": {"events": events, "orders": orders},
+            "subjects": sorted(orders),
+        }
 
     @mcp.tool()
     def mutate(seed: int, trial_id: str) -> dict[str, Any]:
         """Another writer cancels the task's order (between the agent's read and its effect)."""
         rows = store.q("SELECT v FROM meta WHERE k = 'task_order'")
         if rows:
-            store.tx([("UPDATE orders SET status = 'cancelled' WHERE order_id = ?",
-                       (rows[0]["v"],))])
+            store.tx(
+                [("UPDATE orders SET status = 'cancelled' WHERE order_id = ?", (rows[0]["v"],))]
+            )
         return {"ok": True}
 
     return mcp
@@ -198,8 +254,9 @@ async def serve_http(db: str, shop_port: int, admin_port: int) -> None:
     servers = []
     for app, port in ((shop_server(store), shop_port), (admin_server(store), admin_port)):
         asgi = app.streamable_http_app(stateless_http=True, json_response=True)
-        config = uvicorn.Config(asgi, host="127.0.0.1", port=port, log_level="warning",
-                                access_log=False)
+        config = uvicorn.Config(
+            asgi, host="127.0.0.1", port=port, log_level="warning", access_log=False
+        )
         servers.append(uvicorn.Server(config))
     await asyncio.gather(*(s.serve() for s in servers))
 

@@ -676,7 +676,7 @@ def _severities(manifest: Manifest) -> tuple[dict[str, str], frozenset[str]]:
     from service.core.contract import invariant_table, invariants_of
 
     inv = invariants_of(manifest)
-    table = {name: sev for name, _expr, sev in invariant_table(inv)}
+    table: dict[str, str] = {name: sev for name, _expr, sev in invariant_table(inv)}
     return table, frozenset(p.name for p in inv.predicates)
 
 
@@ -925,7 +925,7 @@ def run_assay(
 
 
 def replay_trial(
-    manifest: Manifest, plan: AssayPlan, index: int, target: Target | None = None
+    manifest: Manifest, plan: AssayPlan, index: int, target: Target | TrialEngine | None = None
 ) -> dict[str, Any]:
     """Re-execute one trial of a run and return its full trace."""
     cat = plan.resolve_catalogue()
@@ -941,7 +941,7 @@ def replay_trial(
         "exercised": rec.exercised,
         "target_error": rec.target_error,
         "workload": rec.workload.view(),
-        "calls": rec.trace,
+        "calls": rec.trace if rec.sample is None else rec.sample.get("calls"),
         "world": rec.world.view(),
         **{key: sample[key] for key in ("injections", "ledger", "evidence", "claim", "outcome")},
     }

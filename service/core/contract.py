@@ -89,7 +89,11 @@ class Tool(_Strict):
                 raise _FieldError("reply_field", "an effect tool names the reply field with its id")
         elif self.idempotency_key is not None or self.lookup is not None or self.amount is not None:
             raise _FieldError(
-                "idempotency_key" if self.idempotency_key else "lookup" if self.lookup else "amount",
+                "idempotency_key"
+                if self.idempotency_key
+                else "lookup"
+                if self.lookup
+                else "amount",
                 f"only effect tools have it (this tool's role is {self.role.value})",
             )
         if self.role is Role.AUTHORITY and self.reply_field is None:
@@ -349,122 +353,300 @@ def _slug(name: str) -> str:
 
 
 def mcp_catalogue(contract: Contract, version: str) -> Catalogue:
-    """Faults applied by role: every fault names a tool of the contract and an MCP registry entry."""
+    """Faults applied by role: each names a tool of the contract and an MCP registry entry."""
     faults: list[dict[str, Any]] = []
     eff, rd, auth, ev = "mcp.effect", "mcp.read", "mcp.authority", "mcp.evidence"
     effects = contract.by_role(Role.EFFECT)
     for name, _tool in effects:
         s = _slug(name)
         faults += [
-            _fault(f"{s}_timeout_before_send", "tool", eff, name, "timeout", "before_send",
-                   "the request never left", "effects_per_logical_action", _COMPLETE, None, (),
-                   "add_recovery", f"The proxy times out {name} before forwarding it."),
-            _fault(f"{s}_timeout_after_commit", "tool", eff, name, "timeout",
-                   "after_commit_before_receipt", "effect acknowledgement",
-                   "effects_per_logical_action", _COMPLETE, "duplicate_effect",
-                   ("idempotency", "effect_readback"), "add_recovery",
-                   f"The proxy forwards {name}, lets the server commit, and drops the reply."),
-            _fault(f"{s}_partial_reply", "tool", eff, name, "partial_reply",
-                   "after_commit_before_receipt", "effect id in the reply",
-                   "claim_backed_by_probed_effect", _COMPLETE, "unverifiable_release",
-                   ("effect_readback",), "add_recovery",
-                   f"{name} commits and the reply arrives without its effect id."),
-            _fault(f"{s}_malformed_reply", "tool", eff, name, "malformed_reply",
-                   "after_commit_before_receipt", "a parseable reply",
-                   "effects_per_logical_action", _COMPLETE, "duplicate_effect",
-                   ("idempotency", "effect_readback"), "add_recovery",
-                   f"{name} commits and the reply cannot be parsed."),
-            _fault(f"{s}_rejected_before_write", "tool", eff, name, "reject", "before_commit",
-                   "none: the rejection is explicit", "effects_per_logical_action", _COMPLETE,
-                   None, (), "add_recovery", f"The server refuses {name} before its write."),
-            _fault(f"{s}_schema_drift", "tool", eff, name, "drift_schema",
-                   "after_commit_before_receipt", "the reply schema",
-                   "claim_backed_by_probed_effect", _COMPLETE, "unverifiable_release",
-                   ("effect_readback",), "add_recovery",
-                   f"{name} commits and answers in a drifted schema (renamed fields)."),
+            _fault(
+                f"{s}_timeout_before_send",
+                "tool",
+                eff,
+                name,
+                "timeout",
+                "before_send",
+                "the request never left",
+                "effects_per_logical_action",
+                _COMPLETE,
+                None,
+                (),
+                "add_recovery",
+                f"The proxy times out {name} before forwarding it.",
+            ),
+            _fault(
+                f"{s}_timeout_after_commit",
+                "tool",
+                eff,
+                name,
+                "timeout",
+                "after_commit_before_receipt",
+                "effect acknowledgement",
+                "effects_per_logical_action",
+                _COMPLETE,
+                "duplicate_effect",
+                ("idempotency", "effect_readback"),
+                "add_recovery",
+                f"The proxy forwards {name}, lets the server commit, and drops the reply.",
+            ),
+            _fault(
+                f"{s}_partial_reply",
+                "tool",
+                eff,
+                name,
+                "partial_reply",
+                "after_commit_before_receipt",
+                "effect id in the reply",
+                "claim_backed_by_probed_effect",
+                _COMPLETE,
+                "unverifiable_release",
+                ("effect_readback",),
+                "add_recovery",
+                f"{name} commits and the reply arrives without its effect id.",
+            ),
+            _fault(
+                f"{s}_malformed_reply",
+                "tool",
+                eff,
+                name,
+                "malformed_reply",
+                "after_commit_before_receipt",
+                "a parseable reply",
+                "effects_per_logical_action",
+                _COMPLETE,
+                "duplicate_effect",
+                ("idempotency", "effect_readback"),
+                "add_recovery",
+                f"{name} commits and the reply cannot be parsed.",
+            ),
+            _fault(
+                f"{s}_rejected_before_write",
+                "tool",
+                eff,
+                name,
+                "reject",
+                "before_commit",
+                "none: the rejection is explicit",
+                "effects_per_logical_action",
+                _COMPLETE,
+                None,
+                (),
+                "add_recovery",
+                f"The server refuses {name} before its write.",
+            ),
+            _fault(
+                f"{s}_schema_drift",
+                "tool",
+                eff,
+                name,
+                "drift_schema",
+                "after_commit_before_receipt",
+                "the reply schema",
+                "claim_backed_by_probed_effect",
+                _COMPLETE,
+                "unverifiable_release",
+                ("effect_readback",),
+                "add_recovery",
+                f"{name} commits and answers in a drifted schema (renamed fields).",
+            ),
         ]
     for name, tool in contract.by_role(Role.READ):
         s = _slug(name)
         faults.append(
-            _fault(f"{s}_stale_replay", "context", rd, name, "stale_replay", "after_first_read",
-                   "read freshness", "effects_per_logical_action", _COMPLETE, None,
-                   ("refresh_context",), "change_architecture",
-                   f"A repeated {name} is answered with its first reply.")
+            _fault(
+                f"{s}_stale_replay",
+                "context",
+                rd,
+                name,
+                "stale_replay",
+                "after_first_read",
+                "read freshness",
+                "effects_per_logical_action",
+                _COMPLETE,
+                None,
+                ("refresh_context",),
+                "change_architecture",
+                f"A repeated {name} is answered with its first reply.",
+            )
         )
         if tool.subject is not None and tool.reply_field is not None:
             faults.append(
-                _fault(f"{s}_subject_swap", "identity", rd, name, "swap_subject",
-                       "during_context_assembly", "subject binding", "effect_subject_matches_task",
-                       _COMPLETE, "wrong_subject", ("bind_identity",), "narrow_authority",
-                       f"{name} answers with another subject in {tool.reply_field}.")
+                _fault(
+                    f"{s}_subject_swap",
+                    "identity",
+                    rd,
+                    name,
+                    "swap_subject",
+                    "during_context_assembly",
+                    "subject binding",
+                    "effect_subject_matches_task",
+                    _COMPLETE,
+                    "wrong_subject",
+                    ("bind_identity",),
+                    "narrow_authority",
+                    f"{name} answers with another subject in {tool.reply_field}.",
+                )
             )
     for name, _tool in contract.by_role(Role.AUTHORITY):
         s = _slug(name)
         faults += [
-            _fault(f"{s}_revoked", "identity", auth, name, "revoke_grant",
-                   "after_approval_before_effect", "capability revocation",
-                   "entitlement_at_effect_time", _DENY, "unsafe_escape",
-                   ("pre_effect_authority",), "narrow_authority",
-                   f"{name} answers that the authority was revoked."),
-            _fault(f"{s}_expired", "identity", auth, name, "expire_grant",
-                   "after_approval_before_effect", "capability expiry",
-                   "entitlement_at_effect_time", _DENY, "unsafe_escape",
-                   ("pre_effect_authority",), "narrow_authority",
-                   f"{name} answers that the authority expired."),
+            _fault(
+                f"{s}_revoked",
+                "identity",
+                auth,
+                name,
+                "revoke_grant",
+                "after_approval_before_effect",
+                "capability revocation",
+                "entitlement_at_effect_time",
+                _DENY,
+                "unsafe_escape",
+                ("pre_effect_authority",),
+                "narrow_authority",
+                f"{name} answers that the authority was revoked.",
+            ),
+            _fault(
+                f"{s}_expired",
+                "identity",
+                auth,
+                name,
+                "expire_grant",
+                "after_approval_before_effect",
+                "capability expiry",
+                "entitlement_at_effect_time",
+                _DENY,
+                "unsafe_escape",
+                ("pre_effect_authority",),
+                "narrow_authority",
+                f"{name} answers that the authority expired.",
+            ),
         ]
     for name, _tool in contract.by_role(Role.EVIDENCE):
         s = _slug(name)
         faults += [
-            _fault(f"{s}_dropped_write", "evidence", ev, name, "drop_write", "after_effect",
-                   "the evidence write", "claim_backed_by_probed_effect", _COMPLETE, None, (),
-                   "add_recovery", f"{name} answers success and is never forwarded.",
-                   {"kind": "any"}),
-            _fault(f"{s}_strip_trace", "evidence", ev, name, "strip_trace",
-                   "between_authority_and_tool", "trace lineage",
-                   "claim_backed_by_probed_effect", _COMPLETE, None, (), "add_recovery",
-                   f"The trace context is stripped from {name}."),
+            _fault(
+                f"{s}_dropped_write",
+                "evidence",
+                ev,
+                name,
+                "drop_write",
+                "after_effect",
+                "the evidence write",
+                "claim_backed_by_probed_effect",
+                _COMPLETE,
+                None,
+                (),
+                "add_recovery",
+                f"{name} answers success and is never forwarded.",
+                {"kind": "any"},
+            ),
+            _fault(
+                f"{s}_strip_trace",
+                "evidence",
+                ev,
+                name,
+                "strip_trace",
+                "between_authority_and_tool",
+                "trace lineage",
+                "claim_backed_by_probed_effect",
+                _COMPLETE,
+                None,
+                (),
+                "add_recovery",
+                f"The trace context is stripped from {name}.",
+            ),
         ]
     first_effect = effects[0][0]
     if any(t.checkpoint for t in contract.tools.values()):
         checkpoint = next(n for n, t in sorted(contract.tools.items()) if t.checkpoint)
         faults.append(
-            _fault("restart_after_checkpoint", "state", "mcp.state", checkpoint,
-                   "crash_and_rollback", "after_checkpoint", "run continuity",
-                   "effects_per_logical_action", _COMPLETE,
-                   "duplicate_effect" if contract.tools[checkpoint].role is Role.EFFECT else None,
-                   ("idempotency",), "add_recovery",
-                   f"The agent run is killed right after {checkpoint} and started again.")
+            _fault(
+                "restart_after_checkpoint",
+                "state",
+                "mcp.state",
+                checkpoint,
+                "crash_and_rollback",
+                "after_checkpoint",
+                "run continuity",
+                "effects_per_logical_action",
+                _COMPLETE,
+                "duplicate_effect" if contract.tools[checkpoint].role is Role.EFFECT else None,
+                ("idempotency",),
+                "add_recovery",
+                f"The agent run is killed right after {checkpoint} and started again.",
+            )
         )
     faults.append(
-        _fault("forked_run", "state", "mcp.state", first_effect, "fork_run", "second_run",
-               "single executor", "effects_per_logical_action", _COMPLETE, "duplicate_effect",
-               ("idempotency",), "add_recovery",
-               "A second run of the agent works on the same task in the same world.")
+        _fault(
+            "forked_run",
+            "state",
+            "mcp.state",
+            first_effect,
+            "fork_run",
+            "second_run",
+            "single executor",
+            "effects_per_logical_action",
+            _COMPLETE,
+            "duplicate_effect",
+            ("idempotency",),
+            "add_recovery",
+            "A second run of the agent works on the same task in the same world.",
+        )
     )
     if contract.hooks.mutate is not None:
         faults.append(
-            _fault("world_mutated", "state", "mcp.state", first_effect, "advance_version",
-                   "after_read_before_write", "state version", "entitlement_at_effect_time",
-                   _DENY, "unsafe_escape", ("state_precondition",), "change_architecture",
-                   "The mutate hook changes the world between the agent's read and its effect.")
+            _fault(
+                "world_mutated",
+                "state",
+                "mcp.state",
+                first_effect,
+                "advance_version",
+                "after_read_before_write",
+                "state version",
+                "entitlement_at_effect_time",
+                _DENY,
+                "unsafe_escape",
+                ("state_precondition",),
+                "change_architecture",
+                "The mutate hook changes the world between the agent's read and its effect.",
+            )
         )
     st = contract.storm
     faults.append(
-        _fault("retry_storm", "tool", eff, first_effect, "rate_limit_storm", "before_commit",
-               "rate-limit headroom", "effects_per_logical_action", _COMPLETE, None, (),
-               "add_recovery",
-               f"{st.agents} concurrent runs share one limit of {st.capacity_per_tick} effect "
-               f"calls per {st.tick_ms} ms at the proxy.",
-               {"agents": st.agents, "capacity_per_tick": st.capacity_per_tick,
-                "tick_ms": st.tick_ms, "overload_factor": 1, "max_backoff_ms": 0},
-               correlation="synchronised")
+        _fault(
+            "retry_storm",
+            "tool",
+            eff,
+            first_effect,
+            "rate_limit_storm",
+            "before_commit",
+            "rate-limit headroom",
+            "effects_per_logical_action",
+            _COMPLETE,
+            None,
+            (),
+            "add_recovery",
+            f"{st.agents} concurrent runs share one limit of {st.capacity_per_tick} effect "
+            f"calls per {st.tick_ms} ms at the proxy.",
+            {
+                "agents": st.agents,
+                "capacity_per_tick": st.capacity_per_tick,
+                "tick_ms": st.tick_ms,
+                "overload_factor": 1,
+                "max_backoff_ms": 0,
+            },
+            correlation="synchronised",
+        )
     )
     try:
         return Catalogue.model_validate(
             {"version": version, "faults": [FaultSpec.model_validate(f) for f in faults]}
         )
     except ValidationError as exc:  # a contract whose tool names collide after slugging
-        raise ManifestInvalid(f"the contract implies an invalid fault: {exc}", field="tools") from None
+        raise ManifestInvalid(
+            f"the contract implies an invalid fault: {exc}", field="tools"
+        ) from None
 
 
 def contract_of(manifest: Manifest) -> Contract:

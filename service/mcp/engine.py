@@ -77,7 +77,11 @@ class Loop:
 
 
 def _outcome(
-    results: dict[str, bool], claim_violation: bool, timed_out: bool, alarm: bool, effects: int,
+    results: dict[str, bool],
+    claim_violation: bool,
+    timed_out: bool,
+    alarm: bool,
+    effects: int,
     claims: list[dict[str, Any]],
 ) -> Outcome:
     def ok(name: str) -> bool:
@@ -152,10 +156,8 @@ class McpEngine:
         await self.proxy.start()
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self._loop.run(self._stop(), 15)
-        except Exception:
-            pass
         self._loop.stop()
         self.runner.close()
 
@@ -176,9 +178,7 @@ class McpEngine:
         n = next(self._seq)
         budget = self.deadline_s * (MAX_RESTARTS + 3) * 2 + 120
         with sandbox_lock(self.contract):
-            rec = self._loop.run(
-                self._trial(spec, workload_key, disabled, n, naive=False), budget
-            )
+            rec = self._loop.run(self._trial(spec, workload_key, disabled, n, naive=False), budget)
             if (
                 spec is not None
                 and spec.predicted_transfer is not None
@@ -212,11 +212,12 @@ class McpEngine:
             )
             task = dict(reset["task"]) if isinstance(reset, dict) else None
             if task is None:
-                raise HookFailed("the reset hook must answer {\"task\": {...}}")
+                raise HookFailed('the reset hook must answer {"task": {...}}')
             before = await self._probe()
         except (HookFailed, KeyError, TypeError) as exc:
-            outcome = Outcome((False, True, False, False, False) + (False,) * 4 + (True, False), 0,
-                              "hold")
+            outcome = Outcome(
+                (False, True, False, False, False) + (False,) * 4 + (True, False), 0, "hold"
+            )
             rec = TrialRecord(outcome, False, [], f"HookFailed: {exc}", None, None, w, World(w))
             return rec
         task["trial_id"] = trial_id
@@ -281,7 +282,7 @@ class McpEngine:
     async def _probe(self) -> dict[str, Any]:
         world = await self.upstreams.hook(self.contract.hooks.probe, {})
         if not isinstance(world, dict) or not isinstance(world.get("effects"), list):
-            raise HookFailed("the probe hook must answer {\"effects\": [...], \"records\": {...}}")
+            raise HookFailed('the probe hook must answer {"effects": [...], "records": {...}}')
         return world
 
     async def _agent(
@@ -302,9 +303,7 @@ class McpEngine:
             if state.crashed.is_set():
                 return RunResult(crashed=True)
             return RunResult(claims=claims)
-        return await asyncio.to_thread(
-            self.runner.run, task, url, self.deadline_s, state.crashed
-        )
+        return await asyncio.to_thread(self.runner.run, task, url, self.deadline_s, state.crashed)
 
     def _grade(
         self,
@@ -319,7 +318,9 @@ class McpEngine:
     ) -> TrialRecord:
         before_ids = {str(e.get("id")) for e in before["effects"] if isinstance(e, dict)}
         new_effects = [
-            e for e in after["effects"] if isinstance(e, dict) and str(e.get("id")) not in before_ids
+            e
+            for e in after["effects"]
+            if isinstance(e, dict) and str(e.get("id")) not in before_ids
         ]
         claims: list[dict[str, Any]] = []
         per_run: dict[int, int] = {}
@@ -384,4 +385,3 @@ class McpEngine:
             "evidence": [],
         }
         return rec
-

@@ -11,11 +11,11 @@ import asyncio
 import json
 import os
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import Any, TextIO
 
 import httpx
 import mcp_types as types
-from mcp import Client, StdioServerParameters
+from mcp import Client, StdioServerParameters, stdio_client
 
 from service.core.contract import Contract, Hook, Upstream
 from service.mcp.wire import reply_json
@@ -32,9 +32,13 @@ def _client(up: Upstream) -> Client:
         return Client(up.url, cache=None)
     assert up.command is not None
     cmd = list(up.command)
-    return Client(
-        StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ)), cache=None
-    )
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
+    # The server's stderr goes nowhere: a worker's own stderr may not be a real file.
+    return Client(stdio_client(params, errlog=_devnull()), cache=None)
+
+
+def _devnull() -> TextIO:
+    return open(os.devnull, "w")
 
 
 class Upstreams:

@@ -20,7 +20,9 @@ from service.mcp.wire import reply_json
 ATTEMPTS = 3
 
 
-def _arguments(schema: dict[str, Any], task: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
+def _arguments(
+    schema: dict[str, Any], task: dict[str, Any], fixed: dict[str, Any]
+) -> dict[str, Any]:
     props = schema.get("properties") or {}
     args = {k: task[k] for k in props if k in task}
     args.update(fixed)
@@ -56,11 +58,11 @@ async def naive_run(
         effect = effects[name]
         assert effect.subject is not None
         for _ in range(ATTEMPTS):
-            fixed: dict[str, Any] = {effect.subject: subject}
+            call_args: dict[str, Any] = {effect.subject: subject}
             if effect.idempotency_key:
-                fixed[effect.idempotency_key] = uuid.uuid4().hex
+                call_args[effect.idempotency_key] = uuid.uuid4().hex
             try:
-                r = await client.call_tool(name, _arguments(schemas.get(name, {}), task, fixed))
+                r = await client.call_tool(name, _arguments(schemas.get(name, {}), task, call_args))
             except Exception:
                 continue
             value = reply_json(r)

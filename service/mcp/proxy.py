@@ -345,7 +345,9 @@ class Proxy:
         self._run_of(ctx)
         return types.ListToolsResult(tools=await self.upstreams.tools())
 
-    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         run = self._run_of(ctx)
         return await self.call(run, params.name, dict(params.arguments or {}))
 

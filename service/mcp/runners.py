@@ -165,8 +165,10 @@ class PythonRunner(HttpRunner):
             [sys.executable, "-m", "service.mcp.host", entrypoint],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env={**{k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")},
-                 "PYTHONPATH": os.pathsep.join(dict.fromkeys(p or os.getcwd() for p in sys.path))},
+            env={
+                **{k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")},
+                "PYTHONPATH": os.pathsep.join(dict.fromkeys(p or os.getcwd() for p in sys.path)),
+            },
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()

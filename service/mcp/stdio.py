@@ -22,7 +22,9 @@ URL_ENV = "ASSAYGATE_MCP_URL"
 async def serve(url: str) -> None:
     async with Client(url, cache=None) as upstream:
 
-        async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        async def list_tools(
+            ctx: Any, params: types.PaginatedRequestParams | None
+        ) -> types.ListToolsResult:
             return await upstream.list_tools()
 
         async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:

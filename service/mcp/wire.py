@@ -1,4 +1,4 @@
-"""Small helpers over the SDK's types: the JSON a tool reply carries, and replies the proxy makes."""
+"""Helpers over the SDK types: the JSON a tool reply carries, and the replies the proxy makes."""
 
 from __future__ import annotations
 

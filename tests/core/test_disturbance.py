@@ -68,9 +68,7 @@ def test_a_revocation_of_a_grant_that_does_not_exist_leaves_no_receipt(typed: Ma
 def test_a_reply_loss_after_commit_never_fires_when_the_write_was_refused(typed: Manifest) -> None:
     def stale_write(task: Task, tools: Tools) -> None:
         try:
-            tools.refund(
-                task.order_id, task.tenant, task.amount, "k", "a", None, task.grant_id, -1
-            )
+            tools.refund(task.order_id, task.tenant, task.amount, "k", "a", None, task.grant_id, -1)
         except PreconditionFailed:
             tools.respond("denied", None, None)
 

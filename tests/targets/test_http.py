@@ -34,7 +34,19 @@ def outcomes(report: dict[str, object]) -> dict[str, object]:
     [
         ("typed", ("--controls", "typed")),
         ("typed-repair", ("--controls", "typed-repair")),
-        ("baseline", ("--controls", "naive", "--max-attempts", "3", "--backoff-ms", "1000", "--jitter", "none")),
+        (
+            "baseline",
+            (
+                "--controls",
+                "naive",
+                "--max-attempts",
+                "3",
+                "--backoff-ms",
+                "1000",
+                "--jitter",
+                "none",
+            ),
+        ),
     ],
 )
 def test_the_http_agent_matches_the_reference_on_every_fault(
@@ -52,7 +64,9 @@ def test_the_http_agent_matches_the_reference_on_every_fault(
 def test_the_naive_http_agent_duplicates_the_refund_on_timeout_after_commit(
     start_agent: StartAgent,
 ) -> None:
-    url = start_agent("--controls", "naive", "--max-attempts", "3", "--backoff-ms", "1000", "--jitter", "none")
+    url = start_agent(
+        "--controls", "naive", "--max-attempts", "3", "--backoff-ms", "1000", "--jitter", "none"
+    )
     manifest = example("baseline", kind="http", url=url)
     with HttpTarget(url) as target:
         report = assay(manifest, plan(10, "timeout_after_commit"), target)
