@@ -243,14 +243,18 @@ def run_guarded(
         deadline=float(deadline) if deadline is not None else None,
         clock=time.time,
     )
+    target = ctx.target(assay_id, parsed.manifest)
+    guard = injection_guard(scope, time.time)
+    if isinstance(target, TrialEngine) and hasattr(target, "guard"):
+        target.guard = guard  # an engine's injector checks this assay's credential too
     result = run_shard(
         parsed.manifest,
         parsed.plan,
         spec,
         should_stop=ctx.stop_flag(assay_id),
-        target=ctx.target(assay_id, parsed.manifest),
+        target=target,
         limits=guard_limits,
-        guard=injection_guard(scope, time.time),
+        guard=guard,
         namespace=scope.namespace,
     )
     if result.stop_reason == "aborted":
