@@ -19,8 +19,8 @@ from service.core.assay import Limits, ShardResult, ShardSpec, merge, run_shard
 from service.core.copperfin import Target
 from service.core.credential import injection_guard, verify_credential
 from service.core.dossier import PublicKey, Signer
+from service.core.engine import TrialEngine
 from service.core.errors import CredentialInvalid
-from service.core.harness import TrialEngine
 from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan
 from service.db import queries

@@ -13,9 +13,10 @@ from typing import Any
 
 from service.core.catalogue import Catalogue, FaultSpec
 from service.core.copperfin import Target
+from service.core.engine import TrialEngine
 from service.core.errors import PlanInvalid
 from service.core.gate import FaultEvidence, decide
-from service.core.harness import Runtime, Storm, TrialEngine, TrialRecord, run_trial
+from service.core.harness import Runtime, Storm, TrialRecord, run_trial
 from service.core.manifest import Manifest
 from service.core.oracle import FLAGS, VIOLATIONS, Outcome
 from service.core.plan import AssayPlan

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from service.core.catalogue import Catalogue, FaultSpec, Recoverability
 from service.core.copperfin import Target, copperfin
 from service.core.disturbance import Disturbance
+from service.core.engine import TrialEngine
 from service.core.errors import TargetUnsupported
 from service.core.injector import InjectionReceipt, Injector
 from service.core.manifest import Manifest, RetryPolicy
@@ -25,21 +26,6 @@ from service.core.world import Workload, World
 MAX_RESTARTS = 3
 _COMPLETE = Recoverability.COMPLETE
 _STORM = Disturbance.RATE_LIMIT_STORM
-
-
-@runtime_checkable
-class TrialEngine(Protocol):
-    """A target that runs whole trials in a world of its own (an `mcp` target: the team's sandbox
-    servers behind Assaygate's proxy) and grades them with the oracle's flags."""
-
-    def run_trial(
-        self,
-        spec: FaultSpec | None,
-        workload_key: int,
-        storm_key: int,
-        disabled: frozenset[str],
-        capture: bool,
-    ) -> TrialRecord: ...
 
 
 class Runtime:

@@ -9,7 +9,7 @@ python target, the child process serving the callable): release them with `close
 from __future__ import annotations
 
 from service.core.copperfin import Target
-from service.core.harness import TrialEngine
+from service.core.engine import TrialEngine
 from service.core.manifest import Manifest
 from service.targets.http import DEFAULT_TIMEOUT_S, HttpTarget
 from service.targets.python import PythonTarget, load_python_target
