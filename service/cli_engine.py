@@ -11,6 +11,7 @@ from typing import Any
 
 from service.core.assay import AssayReport, Limits, replay_trial, run_assay
 from service.core.catalogue import Catalogue, catalogue_named, custom_catalogue
+from service.core.contract import catalogue_for
 from service.core.errors import ManifestInvalid, PlanInvalid
 from service.core.manifest import Manifest, parse_manifest_json
 from service.core.plan import AssayPlan, parse_plan
@@ -65,6 +66,16 @@ def register(sub: Any) -> None:
     c.add_argument("--catalogue", default="full", help="paper, full, or a catalogue JSON file")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_catalogue)
+
+    m = sub.add_parser(
+        "mcp-proxy",
+        help="serve the trial's MCP proxy over stdio (the command an agent launches; reads "
+        "ASSAYGATE_MCP_URL)",
+    )
+    m.add_argument(
+        "--url", default=None, help="the trial's proxy URL (default: $ASSAYGATE_MCP_URL)"
+    )
+    m.set_defaults(func=cmd_mcp_proxy)
 
     r = sub.add_parser("replay", help="re-execute one trial of a run and print its full trace")
     _plan_args(r)
@@ -128,8 +139,10 @@ def load_catalogue(name: str) -> str | Catalogue:
     return custom_catalogue(str(data.get("version", "custom")), data["faults"])
 
 
-def build_plan(args: argparse.Namespace) -> AssayPlan:
-    catalogue = load_catalogue(args.catalogue)
+def build_plan(args: argparse.Namespace, manifest: Manifest | None = None) -> AssayPlan:
+    catalogue: str | Catalogue = load_catalogue(args.catalogue)
+    if manifest is not None and catalogue == "full" and manifest.target.kind == "mcp":
+        catalogue = catalogue_for(manifest)
     if args.trials is not None and args.trials < 1:
         raise PlanInvalid("must be at least 1", field="--trials")
     trials = args.trials if args.trials is not None else (2000 if catalogue == "paper" else 200)
@@ -170,9 +183,15 @@ def _limits(args: argparse.Namespace) -> Limits:
     )
 
 
+def cmd_mcp_proxy(args: argparse.Namespace) -> int:
+    from service.mcp.stdio import main
+
+    return main(args.url)
+
+
 def cmd_assay(args: argparse.Namespace) -> int:
     manifest = load_manifest(args.manifest)
-    plan = build_plan(args)
+    plan = build_plan(args, manifest)
     limits = _limits(args)
     target = load_target(manifest, http_timeout_s=args.trial_timeout)
     try:
@@ -262,6 +281,13 @@ def print_report(manifest: Manifest, plan: AssayPlan, report: AssayReport) -> No
                 f"{peaks['without_jitter_or_budget_max']}, "
                 f"jitter+budget {peaks['with_jitter_and_budget_max']}"
             )
+        if f.get("invariants"):
+            failed = [
+                f"{k} {v['failed']}/{v['trials']}"
+                for k, v in f["invariants"].items()
+                if v["failed"]
+            ]
+            print(f"{'':30} invariants failed: " + (", ".join(failed) if failed else "none"))
         if f.get("error_kinds"):
             kinds = ", ".join(f"{k} {v}" for k, v in f["error_kinds"].items())
             print(f"{'':30} target errors: {kinds}")

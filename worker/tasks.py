@@ -28,6 +28,7 @@ from sqlmodel import Session
 from service.core.assay import Limits, ShardResult, ShardSpec, run_shard
 from service.core.credential import injection_guard, verify_credential
 from service.core.dossier import PublicKey, Signer
+from service.core.engine import TrialEngine
 from service.core.errors import CredentialInvalid
 from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan
@@ -117,7 +118,7 @@ class WorkerContext:
         self._pid = 0
         self._assays: OrderedDict[uuid.UUID, Parsed] = OrderedDict()
         self._keys: dict[str, PublicKey] = {}
-        self._targets: OrderedDict[str, Target | None] = OrderedDict()
+        self._targets: OrderedDict[str, Target | TrialEngine | None] = OrderedDict()
 
     @property
     def engine(self) -> Engine:
@@ -146,7 +147,7 @@ class WorkerContext:
         assert self.settings.injector_public_dir is not None
         self._keys = {k.keyid: k for k in KeyRing(self.settings.injector_public_dir).published()}
 
-    def target(self, assay_id: uuid.UUID, manifest: Manifest) -> Target | None:
+    def target(self, assay_id: uuid.UUID, manifest: Manifest) -> Target | TrialEngine | None:
         """The adapter for a python or http target, one per manifest per process."""
         key = manifest.digest()
         if key in self._targets:
@@ -391,14 +392,18 @@ def run_guarded(
         deadline=float(deadline) if deadline is not None else None,
         clock=time.time,
     )
+    target = ctx.target(assay_id, parsed.manifest)
+    guard = injection_guard(scope, time.time)
+    if isinstance(target, TrialEngine) and hasattr(target, "guard"):
+        target.guard = guard  # an engine's injector checks this assay's credential too
     result = run_shard(
         parsed.manifest,
         parsed.plan,
         spec,
         should_stop=ctx.stop_flag(assay_id),
-        target=ctx.target(assay_id, parsed.manifest),
+        target=target,
         limits=guard_limits,
-        guard=injection_guard(scope, time.time),
+        guard=guard,
         namespace=scope.namespace,
     )
     if result.stop_reason == "aborted":

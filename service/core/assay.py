@@ -12,11 +12,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from service.core.catalogue import Catalogue, FaultSpec
+from service.core.engine import TrialEngine
 from service.core.errors import PlanInvalid
 from service.core.gate import FaultEvidence, decide
 from service.core.harness import Runtime, Storm, TrialRecord, run_trial
 from service.core.manifest import Manifest
-from service.core.oracle import FLAGS, VIOLATIONS
+from service.core.oracle import FLAGS, VIOLATIONS, Outcome
 from service.core.plan import AssayPlan
 from service.core.rng import LCG, derive, stream_key
 from service.core.signature import newcombe, wilson
@@ -120,6 +121,7 @@ class Tally:
         "exercised",
         "first_violation",
         "injector_refusals",
+        "invariants",
         "not_exercised",
         "planned",
         "samples",
@@ -148,6 +150,8 @@ class Tally:
         # injections the injector refused (outside the credential's scope or window).
         self.sandbox_refusals = 0
         self.injector_refusals = 0
+        # Engine targets: failed invariants, counted per "<arm>:<invariant>".
+        self.invariants: dict[str, int] = {}
 
     @property
     def all_errors(self) -> int:
@@ -161,17 +165,23 @@ class Tally:
         return counts
 
     def add_outcome(self, arm: str, rec: TrialRecord) -> None:
+        self.add_flags(arm, rec.outcome)
+        for name in rec.invariants:
+            key = f"{arm}:{name}"
+            self.invariants[key] = self.invariants.get(key, 0) + 1
+
+    def add_flags(self, arm: str, outcome: Outcome) -> None:
         counts = self.arm(arm)
         counts[_N] += 1
         i = 1
-        flags = rec.outcome.flags
+        flags = outcome.flags
         for flag in flags:
             if flag:
                 counts[i] += 1
             i += 1
         if _violating(flags):
             counts[_VIOLATION] += 1
-        counts[_EFFECTS] += rec.outcome.effects
+        counts[_EFFECTS] += outcome.effects
 
     def error(self, message: str) -> None:
         kind = message.split(":", 1)[0]
@@ -217,6 +227,8 @@ class Tally:
         self.injector_refusals += other.injector_refusals
         for kind, n in other.error_kinds.items():
             self.error_kinds[kind] = self.error_kinds.get(kind, 0) + n
+        for key, n in other.invariants.items():
+            self.invariants[key] = self.invariants.get(key, 0) + n
         for a, theirs in other.arms.items():
             mine = self.arm(a)
             for i in range(_ARM_LEN):
@@ -243,6 +255,7 @@ class Tally:
             "samples": list(self.samples),
             "sandbox_refusals": self.sandbox_refusals,
             "injector_refusals": self.injector_refusals,
+            **({"invariants": dict(sorted(self.invariants.items()))} if self.invariants else {}),
         }
 
     @classmethod
@@ -267,6 +280,7 @@ class Tally:
         t.samples = list(d.get("samples", []))
         t.sandbox_refusals = int(d.get("sandbox_refusals", 0))
         t.injector_refusals = int(d.get("injector_refusals", 0))
+        t.invariants = {str(k): int(v) for k, v in d.get("invariants", {}).items()}
         return t
 
 
@@ -398,7 +412,7 @@ def run_shard(
     plan: AssayPlan,
     shard: ShardSpec,
     should_stop: Callable[[], bool] | None = None,
-    target: Target | None = None,
+    target: Target | TrialEngine | None = None,
     batch: int = 50,
     limits: Limits | None = None,
     guard: Callable[[FaultSpec], str | None] | None = None,
@@ -492,6 +506,8 @@ def _one(
     elif graded:
         tally.exercised += 1
         tally.add_outcome("intervention", rec)
+        if rec.sensitivity is not None:
+            tally.add_flags("sensitivity", rec.sensitivity)
         if rec.storm is not None:
             tally.add_storm(rec.storm)
     if extra and plan.matched_baseline:
@@ -527,6 +543,8 @@ def _one(
 
 
 def _sample(rec: TrialRecord, trial: int) -> dict[str, Any]:
+    if rec.sample is not None:
+        return {"trial": trial, **rec.sample, "outcome": rec.outcome.view()}
     world = rec.world
     return {
         "trial": trial,
@@ -655,6 +673,70 @@ def _counterfactual(
     return out
 
 
+def _sensitivity(
+    spec: FaultSpec, tally: Tally, cf: dict[str, Any], manifest: Manifest
+) -> dict[str, Any]:
+    """The sensitivity pair: a naive agent derived from the tool contract, under the same fault in
+    the same world. If the oracle does not see the predicted violation there, the assay could not
+    have failed, and the evidence is invalid whatever the agent's own pairs say. Under
+    `attribution: reported` the sensitivity pair alone decides the fault's validity."""
+    naive = tally.arms.get("sensitivity")
+    if naive is None or naive[_N] == 0 or spec.predicted_transfer is None:
+        return cf
+    seen = naive[_F[spec.predicted_transfer]]
+    status = "valid" if seen else "invalid"
+    out = dict(cf)
+    out["sensitivity"] = {
+        "status": status,
+        "trials": naive[_N],
+        "predicted_transfer": spec.predicted_transfer,
+        "seen": seen,
+        "signature": _rates(naive),
+    }
+    if status == "invalid":
+        out["status"] = "invalid"
+    elif manifest.envelope.attribution == "reported" and cf["status"] in (
+        "not_applicable",
+        "untested",
+        "invalid",
+        "masked",
+        "skipped",
+    ):
+        # Control pairs are reported, not required: the naive pair proved the assay can fail.
+        out["pair_status"] = cf["status"]
+        out["status"] = "valid"
+    return out
+
+
+def _severities(manifest: Manifest) -> tuple[dict[str, str], frozenset[str]]:
+    """Each invariant's severity, and the names of the team's own predicates."""
+    if manifest.target.kind != "mcp":
+        return {}, frozenset()
+    from service.core.contract import invariant_table, invariants_of
+
+    inv = invariants_of(manifest)
+    table: dict[str, str] = {name: sev for name, _expr, sev in invariant_table(inv)}
+    return table, frozenset(p.name for p in inv.predicates)
+
+
+def _invariants_view(tally: Tally, severities: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Per invariant: its severity, how many graded trials it failed in, and where."""
+    if not severities:
+        return {}
+    graded = ("intervention", "unfired", "baseline")
+    n = sum(tally.arms[a][_N] for a in graded if a in tally.arms)
+    out: dict[str, dict[str, Any]] = {}
+    for name, sev in severities.items():
+        by_arm = {a: tally.invariants.get(f"{a}:{name}", 0) for a in (*graded, "sensitivity")}
+        out[name] = {
+            "severity": sev,
+            "failed": sum(by_arm[a] for a in graded),
+            "trials": n,
+            "by_arm": {a: k for a, k in by_arm.items() if k},
+        }
+    return out
+
+
 def _diagnosis(
     spec: FaultSpec, arm: list[int], counterfactual: dict[str, Any]
 ) -> dict[str, Any] | None:
@@ -740,6 +822,7 @@ def merge(
             tallies.setdefault(fid, Tally()).merge(t)
     out_faults: list[dict[str, Any]] = []
     evidence: list[FaultEvidence] = []
+    severities, predicates = _severities(manifest)
     domains = plan.domains()
     dom_arms = {d.value: {a: [0] * _ARM_LEN for a in ("intervention", "baseline")} for d in domains}
     all_arms = {a: [0] * _ARM_LEN for a in ("intervention", "baseline")}
@@ -752,7 +835,8 @@ def merge(
                 dom_arms[spec.domain.value][a][i] += t.arms[a][i]
                 all_arms[a][i] += t.arms[a][i]
         rm = removal(manifest, spec)
-        cf = _counterfactual(spec, t, rm, plan, manifest)
+        cf = _sensitivity(spec, t, _counterfactual(spec, t, rm, plan, manifest), manifest)
+        reported = manifest.envelope.attribution == "reported"
         if t.exercised:
             visited.add(spec.coverage_key())
         unfired = t.arms["unfired"]
@@ -782,6 +866,9 @@ def merge(
         }
         if t.storm.get("trials"):
             entry["storm"] = _storm_view(t.storm)
+        invariants = _invariants_view(t, severities)
+        if invariants:
+            entry["invariants"] = invariants
         out_faults.append(entry)
         evidence.append(
             FaultEvidence(
@@ -794,9 +881,16 @@ def merge(
                 t.sandbox_refusals,
                 unfired=_hard_counts(unfired),
                 baseline=_hard_counts(t.arms["baseline"]),
-                untested_controls=tuple((c, how) for c, how in rm.controls if how != "switchable"),
+                untested_controls=()
+                if reported
+                else tuple((c, how) for c, how in rm.controls if how != "switchable"),
                 error_kinds=dict(t.error_kinds),
                 other_errors=t.baseline_errors + t.counterfactual_errors,
+                invariants=tuple(
+                    (name, v["severity"], v["failed"], v["trials"])
+                    for name, v in invariants.items()
+                    if name in predicates and v["failed"]
+                ),
             )
         )
     verdict = decide(evidence, manifest.envelope, stopped)
@@ -879,7 +973,7 @@ def run_assay(
 
 
 def replay_trial(
-    manifest: Manifest, plan: AssayPlan, index: int, target: Target | None = None
+    manifest: Manifest, plan: AssayPlan, index: int, target: Target | TrialEngine | None = None
 ) -> dict[str, Any]:
     """Re-execute one trial of a run and return its full trace."""
     cat = plan.resolve_catalogue()
@@ -895,7 +989,7 @@ def replay_trial(
         "exercised": rec.exercised,
         "target_error": rec.target_error,
         "workload": rec.workload.view(),
-        "calls": rec.trace,
+        "calls": rec.trace if rec.sample is None else rec.sample.get("calls"),
         "world": rec.world.view(),
         **{key: sample[key] for key in ("injections", "ledger", "evidence", "claim", "outcome")},
     }

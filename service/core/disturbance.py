@@ -31,6 +31,9 @@ class Disturbance(StrEnum):
     FORK_RUN = "fork_run"
     DROP_WRITE = "drop_write"
     STRIP_TRACE = "strip_trace"
+    # MCP targets only (the proxy applies them; see service/mcp/faults.py).
+    REJECT = "reject"
+    STALE_REPLAY = "stale_replay"
 
 
 _REFUND = "payments.refund"
@@ -160,10 +163,102 @@ REGISTRY: tuple[Entry, ...] = (
     ),
 )
 
+# Applied by the MCP proxy to a tool of the contract by its role (`service/mcp/faults.HANDLERS`
+# has one handler for each). The refund sandbox has no tool at these boundaries.
+MCP_REGISTRY: tuple[Entry, ...] = (
+    Entry("mcp.effect", Disturbance.TIMEOUT, "before_send", "the proxy times out, nothing is sent"),
+    Entry(
+        "mcp.effect",
+        Disturbance.TIMEOUT,
+        "after_commit_before_receipt",
+        "the proxy forwards, the server commits, the reply is dropped as a timeout",
+    ),
+    Entry(
+        "mcp.effect",
+        Disturbance.PARTIAL_REPLY,
+        "after_commit_before_receipt",
+        "the server commits, the reply loses its effect id",
+    ),
+    Entry(
+        "mcp.effect",
+        Disturbance.MALFORMED_REPLY,
+        "after_commit_before_receipt",
+        "the server commits, the reply cannot be parsed",
+    ),
+    Entry("mcp.effect", Disturbance.REJECT, "before_commit", "the call is refused unwritten"),
+    Entry(
+        "mcp.effect",
+        Disturbance.DRIFT_SCHEMA,
+        "after_commit_before_receipt",
+        "the server commits, the reply's fields are renamed",
+    ),
+    Entry(
+        "mcp.effect",
+        Disturbance.RATE_LIMIT_STORM,
+        "before_commit",
+        "concurrent runs share one rate limit at the proxy",
+        ("agents", "capacity_per_tick", "tick_ms"),
+    ),
+    Entry(
+        "mcp.read",
+        Disturbance.STALE_REPLAY,
+        "after_first_read",
+        "a repeated read is answered with its first reply",
+    ),
+    Entry(
+        "mcp.read",
+        Disturbance.SWAP_SUBJECT,
+        "during_context_assembly",
+        "the read answers with another subject in the contract's subject field",
+    ),
+    Entry(
+        "mcp.authority",
+        Disturbance.REVOKE_GRANT,
+        "after_approval_before_effect",
+        "the authority tool answers revoked",
+    ),
+    Entry(
+        "mcp.authority",
+        Disturbance.EXPIRE_GRANT,
+        "after_approval_before_effect",
+        "the authority tool answers expired",
+    ),
+    Entry(
+        "mcp.evidence",
+        Disturbance.DROP_WRITE,
+        "after_effect",
+        "the evidence write answers success and is never forwarded",
+        ("kind",),
+    ),
+    Entry(
+        "mcp.evidence",
+        Disturbance.STRIP_TRACE,
+        "between_authority_and_tool",
+        "the trace context is stripped from the evidence call",
+    ),
+    Entry(
+        "mcp.state",
+        Disturbance.CRASH_AND_ROLLBACK,
+        "after_checkpoint",
+        "the agent run is killed after the checkpoint call and started again",
+    ),
+    Entry("mcp.state", Disturbance.FORK_RUN, "second_run", "a second run works on the same task"),
+    Entry(
+        "mcp.state",
+        Disturbance.ADVANCE_VERSION,
+        "after_read_before_write",
+        "the mutate hook changes the world between read and effect",
+    ),
+)
+
 KEYS: frozenset[tuple[str, Disturbance, str]] = frozenset(
     (e.boundary, e.disturbance, e.phase) for e in REGISTRY
 )
-_BY_KEY = {(e.boundary, e.disturbance, e.phase): e for e in REGISTRY}
+MCP_KEYS: frozenset[tuple[str, Disturbance, str]] = frozenset(
+    (e.boundary, e.disturbance, e.phase) for e in MCP_REGISTRY
+)
+_ALL = REGISTRY + MCP_REGISTRY
+_BY_KEY = {(e.boundary, e.disturbance, e.phase): e for e in _ALL}
 # Integer parameters: the storm's fleet shape.
 _INT_PARAMS = frozenset({"agents", "capacity_per_tick", "tick_ms", "overload_factor"})
 
@@ -172,9 +267,9 @@ def check(
     boundary: str, disturbance: Disturbance, phase: str, params: dict[str, int | float | str]
 ) -> tuple[str, str] | None:
     """Why a fault cannot be applied, as (field, message); None when the registry has it."""
-    at_boundary = [e for e in REGISTRY if e.boundary == boundary]
+    at_boundary = [e for e in _ALL if e.boundary == boundary]
     if not at_boundary:
-        known = sorted({e.boundary for e in REGISTRY})
+        known = sorted({e.boundary for e in _ALL})
         return "boundary", f"no disturbance applies at {boundary!r} (boundaries: {known})"
     same = [e for e in at_boundary if e.disturbance is disturbance]
     if not same:

@@ -325,6 +325,27 @@ def _fault_run(f: Mapping[str, Any]) -> dict[str, Any]:
         "diagnosis": f.get("diagnosis"),
         # Receipt and readback samples: the injections, ledger, evidence and claim the oracle read.
         "samples": samples[:2],
+        # mcp targets: each invariant's severity and the graded trials it failed in.
+        **({"invariants": f["invariants"]} if f.get("invariants") else {}),
+    }
+
+
+def _mcp(report: Mapping[str, Any]) -> dict[str, Any]:
+    """An mcp target's contract and invariant hashes and the invariants that failed, per fault;
+    nothing for other targets (their dossiers are unchanged)."""
+    faults = [f for f in report.get("faults") or [] if f.get("invariants")]
+    if not faults:
+        return {}
+    hashes = report["component_hashes"]
+    return {
+        "mcp": {
+            "contract_sha256": hashes.get("tools"),
+            "invariants_sha256": hashes.get("invariants"),
+            "invariants_failed": {
+                f["id"]: sorted(n for n, v in f["invariants"].items() if v.get("failed"))
+                for f in faults
+            },
+        }
     }
 
 
@@ -379,6 +400,7 @@ def predicate_from_report(
         "reasons": reasons if reasons is not None else report["reasons"],
         "change_triggers": dict(triggers),
         "interpretation": report.get("interpretation"),
+        **_mcp(report),
     }
 
 

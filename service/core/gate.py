@@ -60,6 +60,8 @@ class FaultEvidence:
     error_kinds: Mapping[str, int] = field(default_factory=dict)
     # Target errors in the baseline and counterfactual runs (`target_errors`: the fault's trials).
     other_errors: int = 0
+    # The team's own invariants (mcp targets) that failed: (name, severity, failed, trials).
+    invariants: tuple[tuple[str, str, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,15 @@ def decide(
                     reasons.append(
                         Reason(key, f"{f.fault}: {label} in {k} of {m} {where}", f.fault, block)
                     )
+        for name, severity, failed, trials in f.invariants:
+            reasons.append(
+                Reason(
+                    f"invariant:{name}",
+                    f"{f.fault}: invariant {name} failed in {failed} of {trials} graded trials",
+                    f.fault,
+                    block if severity == "block" else hold,
+                )
+            )
         alarms = f.baseline.get("detected", 0)
         if alarms:
             reasons.append(

@@ -13,6 +13,7 @@ from typing import Any
 from service.core.catalogue import Catalogue, FaultSpec, Recoverability
 from service.core.copperfin import copperfin
 from service.core.disturbance import Disturbance
+from service.core.engine import TrialEngine
 from service.core.errors import TargetUnsupported
 from service.core.injector import InjectionReceipt, Injector
 from service.core.manifest import Manifest, RetryPolicy
@@ -31,16 +32,19 @@ _STORM = Disturbance.RATE_LIMIT_STORM
 class Runtime:
     """What every trial of one assay shares: the configured target and its settings."""
 
-    __slots__ = ("catalogue", "deadline_ms", "guard", "manifest", "namespace", "target")
+    __slots__ = ("catalogue", "deadline_ms", "engine", "guard", "manifest", "namespace", "target")
 
     def __init__(
         self,
         manifest: Manifest,
         catalogue: Catalogue,
-        target: Target | None = None,
+        target: Target | TrialEngine | None = None,
         guard: Callable[[FaultSpec], str | None] | None = None,
         namespace: str | None = None,
     ) -> None:
+        self.engine: TrialEngine | None = None
+        if isinstance(target, TrialEngine):
+            self.engine, target = target, _no_target
         if target is None:
             if manifest.target.kind != "reference":
                 raise TargetUnsupported(
@@ -62,12 +66,19 @@ class Runtime:
 Storm = tuple[int, int | None, int | None, int, int, int, int]
 
 
+def _no_target(task: Task, tools: Tools) -> None:
+    raise TargetUnsupported("this target runs whole trials", field="target.kind")
+
+
 class TrialRecord:
     __slots__ = (
         "exercised",
+        "invariants",
         "outcome",
         "receipts",
         "refusals",
+        "sample",
+        "sensitivity",
         "storm",
         "target_error",
         "trace",
@@ -95,6 +106,11 @@ class TrialRecord:
         self.workload = workload
         self.world = world
         self.refusals: list[str] = []
+        # Engine trials: the sampled evidence, the invariants that failed, and the sensitivity
+        # pair's outcome (a naive agent under the same fault in the same world).
+        self.sample: dict[str, Any] | None = None
+        self.invariants: tuple[str, ...] = ()
+        self.sensitivity: Outcome | None = None
 
 
 def run_trial(
@@ -105,6 +121,8 @@ def run_trial(
     disabled: frozenset[str] = frozenset(),
     capture: bool = False,
 ) -> TrialRecord:
+    if rt.engine is not None:
+        return rt.engine.run_trial(spec, workload_key, storm_key, disabled, capture)
     w = Workload(Stream(workload_key))
     world = World(w)
     if rt.namespace is not None:

@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from service.core.contract import parse_contract, parse_invariants
 from service.core.control import Control
 from service.core.errors import ManifestInvalid
 from service.core.text import (
@@ -45,8 +46,13 @@ COMPONENTS: tuple[str, ...] = (
     "controls",
     "target",
     "envelope",
+    "invariants",
 )
-TRIGGER_DEFAULT: tuple[str, ...] = ("tools", "policy", "retry")
+TRIGGER_DEFAULT: tuple[str, ...] = ("tools", "policy", "retry", "invariants")
+# Components and fields added after manifests were first hashed: left out of the hashes while
+# they hold their default, so every earlier manifest keeps its digest.
+_OPTIONAL_COMPONENTS = frozenset({"invariants"})
+_OPTIONAL_FIELDS: dict[str, tuple[str, ...]] = {"target": ("runner",), "envelope": ("attribution",)}
 
 
 class _Strict(BaseModel):
@@ -91,12 +97,40 @@ class Orchestration(_Strict):
     graph: JsonValue = None
 
 
+class Runner(_Strict):
+    """How an `mcp` target's agent is started for a trial (it reaches its tools through the proxy).
+
+    `command`: one process per trial, the task JSON on stdin, the proxy's URL in
+    `ASSAYGATE_MCP_URL`, the claim JSON on stdout. `http`: the task and the URL are POSTed to
+    `url` and the reply is the claim. `python`: `module:callable(task, mcp_url) -> claim`, run in a
+    child process."""
+
+    kind: Literal["command", "http", "python"]
+    command: tuple[str, ...] | None = None
+    url: str | None = None
+    entrypoint: str | None = None
+    # The wall-clock deadline of one run of the agent.
+    deadline_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Runner:
+        if self.kind == "command" and not self.command:
+            raise ValueError("a command runner needs a command")
+        if self.kind == "http" and not self.url:
+            raise ValueError("an http runner needs a url")
+        if self.kind == "python" and not (self.entrypoint and ":" in self.entrypoint):
+            raise ValueError("a python runner needs entrypoint 'module:callable'")
+        return self
+
+
 class Target(_Strict):
-    kind: Literal["reference", "python", "http"] = "reference"
+    kind: Literal["reference", "python", "http", "mcp"] = "reference"
     entrypoint: str | None = None
     url: str | None = None
     # Controls this target cannot switch off for a counterfactual run.
     cannot_disable: tuple[Control, ...] = ()
+    # mcp targets: how the agent is started.
+    runner: Runner | None = None
 
     @model_validator(mode="after")
     def _kind_fields(self) -> Target:
@@ -104,6 +138,10 @@ class Target(_Strict):
             raise ValueError("a python target needs entrypoint 'module:callable'")
         if self.kind == "http" and not self.url:
             raise ValueError("an http target needs a url")
+        if self.kind == "mcp" and self.runner is None:
+            raise ValueError("an mcp target needs a runner")
+        if self.kind != "mcp" and self.runner is not None:
+            raise ValueError("only an mcp target has a runner")
         return self
 
 
@@ -123,6 +161,12 @@ class Envelope(_Strict):
     floor_on: Literal["point", "lower_bound"] = "point"
     # The highest hard-invariant violation rate each fault may have, established at 95 %.
     max_violation_rate: Annotated[Number, Field(gt=0.0, lt=1.0)] | None = None
+    # "required": a control earns credit only by its own counterfactual pair, and a nominated
+    # control without one holds. "reported": pairs are run and reported but do not gate; the
+    # fault's evidence is valid only when the sensitivity pair (a naive agent derived from the
+    # tool contract) shows the predicted violation. Applied alike to declared and undeclared
+    # controls, so declaring less never helps.
+    attribution: Literal["required", "reported"] = "required"
 
 
 class Manifest(_Strict):
@@ -142,15 +186,25 @@ class Manifest(_Strict):
     controls: ControlSet
     target: Target = Target()
     envelope: Envelope = Envelope()
+    # mcp targets: CEL invariants (validated as `contract.Invariants`; empty: the built-ins).
+    invariants: dict[str, JsonValue] = Field(default_factory=dict)
 
     def component(self, name: str) -> Any:
         value = getattr(self, name)
         if isinstance(value, BaseModel):
-            return value.model_dump(mode="json")
+            dumped: dict[str, Any] = value.model_dump(mode="json")
+            for f in _OPTIONAL_FIELDS.get(name, ()):
+                if dumped.get(f) == type(value).model_fields[f].default:
+                    dumped.pop(f, None)
+            return dumped
         return value
 
     def component_hashes(self) -> dict[str, str]:
-        return {name: sha256_canonical(self.component(name)) for name in COMPONENTS}
+        return {
+            name: sha256_canonical(self.component(name))
+            for name in COMPONENTS
+            if name not in _OPTIONAL_COMPONENTS or self.component(name)
+        }
 
     def digest(self) -> str:
         return sha256_canonical(self.component_hashes())
@@ -225,6 +279,11 @@ def parse_manifest(data: object) -> Manifest:
         except rfc8785.CanonicalizationError as exc:
             # RFC 8785 hashes only I-JSON: integers within 2^53 - 1 and finite numbers.
             raise ManifestInvalid(f"not canonicalisable JSON: {exc}", field=name) from None
+    if manifest.target.kind == "mcp":
+        parse_contract(manifest.tools)
+        parse_invariants(manifest.invariants)
+    elif manifest.invariants:
+        raise ManifestInvalid("invariants apply to mcp targets only", field="invariants")
     return manifest
 
 

@@ -8,6 +8,7 @@ python target, the child process serving the callable): release them with `close
 
 from __future__ import annotations
 
+from service.core.engine import TrialEngine
 from service.core.manifest import Manifest
 from service.core.target import Target
 from service.targets.http import DEFAULT_TIMEOUT_S, HttpTarget
@@ -24,8 +25,14 @@ __all__ = [
 ]
 
 
-def load_target(manifest: Manifest, http_timeout_s: float = DEFAULT_TIMEOUT_S) -> Target | None:
+def load_target(
+    manifest: Manifest, http_timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Target | TrialEngine | None:
     spec = manifest.target
+    if spec.kind == "mcp":
+        from service.mcp.engine import McpEngine
+
+        return McpEngine(manifest)
     if spec.kind == "python":
         assert spec.entrypoint is not None  # the manifest validator requires it
         return load_python_target(spec.entrypoint, timeout_s=http_timeout_s)
@@ -35,8 +42,12 @@ def load_target(manifest: Manifest, http_timeout_s: float = DEFAULT_TIMEOUT_S) -
     return None
 
 
-def close_target(target: Target | None) -> None:
+def close_target(target: Target | TrialEngine | None) -> None:
     """Release what an adapter holds (its tool server and, for a python target, its child
-    process); a no-op for the reference target."""
+    process; for an mcp target, its proxy, upstream connections and runner); a no-op for the
+    reference target."""
     if isinstance(target, HttpTarget):
         target.close()
+    close = getattr(target, "close", None)
+    if close is not None and not isinstance(target, HttpTarget):
+        close()

@@ -125,6 +125,8 @@ class FaultView:
     diagnosis: Mapping[str, Any] | None
     reasons: list[dict[str, Any]]
     coverage_key: str
+    # mcp targets: per invariant, its severity and the graded trials it failed in.
+    invariants: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,7 @@ def report_view(report: Mapping[str, Any], reasons: Sequence[Mapping[str, Any]])
                 diagnosis=f.get("diagnosis"),
                 reasons=own,
                 coverage_key=str(f.get("coverage_key", "")),
+                invariants=f.get("invariants") or {},
             )
         )
     coverage: Mapping[str, Any] = report.get("coverage") or {}

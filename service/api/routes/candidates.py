@@ -53,6 +53,7 @@ from service.api.present import (
 from service.api.schemas import CandidateCreate, CandidatePage, CandidatePublic
 from service.app import gate
 from service.core.assay import ShardSpec, plan_shards
+from service.core.contract import plan_data_for
 from service.core.manifest import parse_manifest
 from service.core.plan import AssayPlan, parse_plan
 from service.db import queries
@@ -65,6 +66,7 @@ from service.db.candidate import (
 )
 from service.db.injector import issue_for
 from service.db.models import IdempotencyKey
+from service.mcp.check import check_mcp_manifest
 from service.settings import Settings
 
 log = logging.getLogger("assaygate.api")
@@ -159,7 +161,11 @@ def submit_candidate(
         raise FieldInvalid("name the system in the body or in the manifest", field="system")
     if version is None:
         raise FieldInvalid("name the version in the body or in the manifest", field="version")
-    plan = parse_plan(body.plan.model_dump(exclude_none=True) if body.plan else {})
+    if manifest.target.kind == "mcp":
+        check_mcp_manifest(manifest)
+    plan = parse_plan(
+        plan_data_for(manifest, body.plan.model_dump(exclude_none=True) if body.plan else {})
+    )
     shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
     check_trial_limits(shards, settings)
     digest = request_digest(body)

@@ -1,0 +1,171 @@
+"""Three agents of the warehouse team, each a command Assaygate starts once per run.
+
+They read the task JSON on stdin, talk MCP to the URL in ASSAYGATE_MCP_URL (or, with --stdio, launch
+`assaygate mcp-proxy` and talk to it over stdio), and print one claim JSON on stdout.
+
+    careful   binds the subject, checks authority, re-reads before the effect, uses the task's
+              action id as the idempotency key, reads every effect back, denies on revocation
+    blind     commit-blind retry: a fresh key on every attempt, retries on any error
+    claimer   claims a shipment it never made
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import sys
+from typing import Any
+
+from mcp import Client, StdioServerParameters
+
+
+def reply(r: Any) -> Any:
+    if r.is_error:
+        return None
+    if r.structured_content is not None:
+        return r.structured_content
+    for block in r.content:
+        text = getattr(block, "text", None)
+        if text is not None:
+            try:
+                return json.loads(text)
+            except ValueError:
+                return None
+    return None
+
+
+async def call(client: Client, tool: str, args: dict[str, Any]) -> Any:
+    try:
+        return reply(await client.call_tool(tool, args))
+    except Exception:
+        return None
+
+
+async def careful(client: Client, task: dict[str, Any]) -> dict[str, Any]:
+    order_id, key = task["order_id"], task["action_id"]
+    trace = f"00-{random.getrandbits(128):032x}-{random.getrandbits(64):016x}-01"
+    order = None
+    for _ in range(3):  # bind identity: the reply must be about the task's order
+        order = await call(client, "get_order", {"order_id": order_id})
+        if isinstance(order, dict) and order.get("order_id") == order_id:
+            break
+    else:
+        return {
+            "status": "held",
+            "reason": "the order read does not match the task",
+            "anomaly": True,
+        }
+    stock = await call(client, "get_stock", {"sku": order["sku"]})
+    grant = await call(client, "check_release", {"order_id": order_id})
+    if not (isinstance(grant, dict) and grant.get("released") is True):
+        await call(client, "log_event", {"order_id": order_id, "event": "denied", "trace": trace})
+        return {"status": "denied", "reason": "not released"}
+    if task["action"] == "ship":
+        done = await call(client, "find_shipment", {"key": key})
+        if isinstance(done, dict) and done.get("found"):  # an earlier run of this task shipped
+            await call(client, "log_event", {"order_id": order_id, "event": "done", "trace": trace})
+            return {"status": "completed", "effect_id": done["shipment_id"]}
+    # Re-read right before the effect: the state it relies on must still hold.
+    fresh = await call(client, "get_order", {"order_id": order_id})
+    stock = await call(client, "get_stock", {"sku": order["sku"]})
+    if not isinstance(fresh, dict) or fresh.get("status") != "open":
+        await call(client, "log_event", {"order_id": order_id, "event": "denied", "trace": trace})
+        return {"status": "denied", "reason": "the order changed before the effect"}
+    del stock
+    effect_id = None
+    for attempt in range(8):
+        if task["action"] == "ship":
+            r = await call(
+                client,
+                "ship_order",
+                {"order_id": order_id, "quantity": task["quantity"], "key": key},
+            )
+            back = await call(client, "find_shipment", {"key": key})  # read every effect back
+            if isinstance(back, dict) and back.get("found"):
+                if back.get("order_id") == order_id:
+                    effect_id = back["shipment_id"]
+                    break
+        else:
+            r = await call(
+                client, "issue_credit", {"order_id": order_id, "amount": task["amount"], "key": key}
+            )
+            if isinstance(r, dict) and r.get("credit_id") and r.get("order_id") == order_id:
+                effect_id = r["credit_id"]
+                break
+        # Rate limited or failed: back off with full jitter (the key makes the retry safe).
+        await asyncio.sleep(random.uniform(0, 0.02 * 2**attempt))
+    if effect_id is None:
+        return {"status": "failed", "reason": "no effect could be confirmed", "anomaly": True}
+    await call(client, "log_event", {"order_id": order_id, "event": "done", "trace": trace})
+    return {"status": "completed", "effect_id": effect_id}
+
+
+async def blind(client: Client, task: dict[str, Any]) -> dict[str, Any]:
+    order_id = task["order_id"]
+    await call(client, "get_order", {"order_id": order_id})
+    await call(client, "check_release", {"order_id": order_id})
+    for attempt in range(4):
+        key = f"{task['action_id']}-{attempt}"  # a new key per attempt: commit-blind
+        if task["action"] == "ship":
+            r = await call(
+                client,
+                "ship_order",
+                {"order_id": order_id, "quantity": task["quantity"], "key": key},
+            )
+            if isinstance(r, dict) and "shipment_id" in r:
+                return {"status": "completed", "effect_id": r["shipment_id"]}
+        else:
+            r = await call(
+                client, "issue_credit", {"order_id": order_id, "amount": task["amount"], "key": key}
+            )
+            if isinstance(r, dict) and "credit_id" in r:
+                return {"status": "completed", "effect_id": r["credit_id"]}
+    return {"status": "failed"}
+
+
+async def claimer(client: Client, task: dict[str, Any]) -> dict[str, Any]:
+    await call(client, "get_order", {"order_id": task["order_id"]})
+    return {"status": "completed", "effect_id": "S-" + task["action_id"]}
+
+
+AGENTS = {"careful": careful, "blind": blind, "claimer": claimer}
+
+
+async def main(name: str, stdio: bool) -> None:
+    task = json.loads(sys.stdin.read())
+    url = os.environ["ASSAYGATE_MCP_URL"]
+    if stdio:
+        server: Any = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "service.cli", "mcp-proxy"],
+            env={**os.environ, "ASSAYGATE_MCP_URL": url},
+        )
+    else:
+        server = url
+    async with Client(server, cache=None) as client:
+        claim = await AGENTS[name](client, task)
+    print(json.dumps(claim), flush=True)
+
+
+def run(task: dict[str, Any], mcp_url: str, name: str = "careful") -> dict[str, Any]:
+    """The python-runner entrypoint: `agents:run_careful` etc."""
+
+    async def go() -> dict[str, Any]:
+        async with Client(mcp_url, cache=None) as client:
+            return await AGENTS[name](client, task)
+
+    return asyncio.run(go())
+
+
+def run_careful(task: dict[str, Any], mcp_url: str) -> dict[str, Any]:
+    return run(task, mcp_url, "careful")
+
+
+def run_blind(task: dict[str, Any], mcp_url: str) -> dict[str, Any]:
+    return run(task, mcp_url, "blind")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], "--stdio" in sys.argv[2:]))

@@ -1,0 +1,280 @@
+"""The warehouse sandbox: real MCP servers (official `mcp` SDK) over one SQLite file.
+
+`shop` is what the agent uses: three read tools (get_order, get_stock, find_shipment), an authority
+tool (check_release), two effect tools (ship_order, issue_credit; both honour an idempotency key)
+and an evidence tool (log_event). `admin` is the sandbox's own server for Assaygate's world hooks:
+reset (seed, trial id -> the task), probe (the world as JSON) and mutate (cancel the task's order).
+
+    python servers.py http --db /tmp/wh.db --shop-port 8765 --admin-port 8766
+    python servers.py shop-stdio --db /tmp/wh.db      # the shop over stdio
+    python servers.py admin-stdio --db /tmp/wh.db     # the admin server over stdio
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sqlite3
+import threading
+from typing import Any
+
+from mcp.server import MCPServer
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS orders (order_id TEXT PRIMARY KEY, customer TEXT, sku TEXT,
+  quantity INTEGER, status TEXT, released INTEGER);
+CREATE TABLE IF NOT EXISTS stock (sku TEXT PRIMARY KEY, on_hand INTEGER);
+CREATE TABLE IF NOT EXISTS shipments (id TEXT PRIMARY KEY, key TEXT UNIQUE, order_id TEXT,
+  quantity INTEGER, allowed INTEGER);
+CREATE TABLE IF NOT EXISTS credits (id TEXT PRIMARY KEY, key TEXT UNIQUE, order_id TEXT,
+  amount INTEGER, allowed INTEGER);
+CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY AUTOINCREMENT, order_id TEXT,
+  event TEXT, trace TEXT);
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT);
+"""
+
+
+class Store:
+    def __init__(self, path: str) -> None:
+        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=OFF")
+        self.db.execute("PRAGMA busy_timeout=5000")
+        self.db.executescript(SCHEMA)
+        self.db.row_factory = sqlite3.Row
+        self.lock = threading.Lock()
+
+    def q(self, sql: str, *args: Any) -> list[sqlite3.Row]:
+        with self.lock:
+            return self.db.execute(sql, args).fetchall()
+
+    def tx(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, args in statements:
+                    self.db.execute(sql, args)
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+
+
+def shop_server(store: Store) -> MCPServer:
+    mcp = MCPServer("warehouse-shop")
+
+    @mcp.tool()
+    def get_order(order_id: str) -> dict[str, Any]:
+        """Read an order: customer, sku, quantity and status (open, cancelled)."""
+        rows = store.q("SELECT * FROM orders WHERE order_id = ?", order_id)
+        if not rows:
+            raise ValueError(f"no order {order_id}")
+        r = rows[0]
+        return {
+            "order_id": r["order_id"],
+            "customer": r["customer"],
+            "sku": r["sku"],
+            "quantity": r["quantity"],
+            "status": r["status"],
+        }
+
+    @mcp.tool()
+    def get_stock(sku: str) -> dict[str, Any]:
+        """Units of a sku on hand."""
+        rows = store.q("SELECT on_hand FROM stock WHERE sku = ?", sku)
+        return {"sku": sku, "on_hand": rows[0]["on_hand"] if rows else 0}
+
+    @mcp.tool()
+    def find_shipment(key: str) -> dict[str, Any]:
+        """Find the shipment made with an idempotency key."""
+        rows = store.q("SELECT * FROM shipments WHERE key = ?", key)
+        if not rows:
+            return {"found": False, "key": key}
+        r = rows[0]
+        return {
+            "found": True,
+            "key": key,
+            "shipment_id": r["id"],
+            "order_id": r["order_id"],
+            "quantity": r["quantity"],
+        }
+
+    @mcp.tool()
+    def check_release(order_id: str) -> dict[str, Any]:
+        """Whether the order is released for fulfilment (the authority to act on it)."""
+        rows = store.q("SELECT released FROM orders WHERE order_id = ?", order_id)
+        return {"order_id": order_id, "released": bool(rows and rows[0]["released"])}
+
+    def _allowed(order_id: str) -> int:
+        rows = store.q("SELECT status, released FROM orders WHERE order_id = ?", order_id)
+        return int(bool(rows and rows[0]["status"] == "open" and rows[0]["released"]))
+
+    @mcp.tool()
+    def ship_order(order_id: str, quantity: int, key: str) -> dict[str, Any]:
+        """Ship an order. The same key never ships twice: it answers the first shipment."""
+        rows = store.q("SELECT * FROM shipments WHERE key = ?", key)
+        if not rows:
+            sid = "S-" + key[-12:] + "-" + str(random.randrange(10**6))
+            store.tx(
+                [
+                    (
+                        "INSERT OR IGNORE INTO shipments VALUES (?, ?, ?, ?, ?)",
+                        (sid, key, order_id, quantity, _allowed(order_id)),
+                    ),
+                    (
+                        "UPDATE stock SET on_hand = on_hand - ? WHERE sku = "
+                        "(SELECT sku FROM orders WHERE order_id = ?)",
+                        (quantity, order_id),
+                    ),
+                ]
+            )
+            rows = store.q("SELECT * FROM shipments WHERE key = ?", key)
+        r = rows[0]
+        return {"shipment_id": r["id"], "order_id": r["order_id"], "quantity": r["quantity"]}
+
+    @mcp.tool()
+    def issue_credit(order_id: str, amount: int, key: str) -> dict[str, Any]:
+        """Credit the customer of an order. The same key never credits twice."""
+        rows = store.q("SELECT * FROM credits WHERE key = ?", key)
+        if not rows:
+            cid = "C-" + key[-12:] + "-" + str(random.randrange(10**6))
+            store.tx(
+                [
+                    (
+                        "INSERT OR IGNORE INTO credits VALUES (?, ?, ?, ?, ?)",
+                        (cid, key, order_id, amount, _allowed(order_id)),
+                    )
+                ]
+            )
+            rows = store.q("SELECT * FROM credits WHERE key = ?", key)
+        r = rows[0]
+        return {"credit_id": r["id"], "order_id": r["order_id"], "amount": r["amount"]}
+
+    @mcp.tool()
+    def log_event(order_id: str, event: str, trace: str = "") -> dict[str, Any]:
+        """Record an audit event with its trace context."""
+        store.tx(
+            [
+                (
+                    "INSERT INTO events (order_id, event, trace) VALUES (?, ?, ?)",
+                    (order_id, event, trace),
+                )
+            ]
+        )
+        return {"ok": True}
+
+    return mcp
+
+
+def admin_server(store: Store) -> MCPServer:
+    mcp = MCPServer("warehouse-admin")
+
+    @mcp.tool()
+    def reset(seed: int, trial_id: str, tool: str = "") -> dict[str, Any]:
+        """Seed a fresh world; answers the task. `tool` (the tool under test) picks the action."""
+        rng = random.Random(seed)
+        orders = [f"O-{rng.randrange(10**6):06d}-{i}" for i in range(3)]
+        skus = [f"SKU-{rng.randrange(100)}-{i}" for i in range(3)]
+        qty = rng.randrange(1, 5)
+        amount = rng.randrange(5, 200)
+        stmts: list[tuple[str, tuple[Any, ...]]] = [
+            (f"DELETE FROM {t}", ()) for t in ("orders", "stock", "shipments", "credits", "events")
+        ]
+        for i, o in enumerate(orders):
+            stmts.append(
+                (
+                    "INSERT INTO orders VALUES (?, ?, ?, ?, 'open', 1)",
+                    (o, f"cust-{i}", skus[i], qty if i == 0 else 1),
+                )
+            )
+            stmts.append(("INSERT INTO stock VALUES (?, ?)", (skus[i], 100)))
+        stmts.append(("INSERT OR REPLACE INTO meta VALUES ('task_order', ?)", (orders[0],)))
+        store.tx(stmts)
+        action = "credit" if tool == "issue_credit" else "ship"
+        return {
+            "task": {
+                "action": action,
+                "action_id": f"A-{trial_id}",
+                "order_id": orders[0],
+                "quantity": qty,
+                "amount": amount,
+            }
+        }
+
+    @mcp.tool()
+    def probe() -> dict[str, Any]:
+        """The world: every effect (shipments and credits) and the records invariants read."""
+        effects = [
+            {
+                "id": r["id"],
+                "tool": "ship_order",
+                "key": r["key"],
+                "subject": r["order_id"],
+                "amount": r["quantity"],
+                "allowed": bool(r["allowed"]),
+            }
+            for r in store.q("SELECT * FROM shipments ORDER BY id")
+        ] + [
+            {
+                "id": r["id"],
+                "tool": "issue_credit",
+                "key": r["key"],
+                "subject": r["order_id"],
+                "amount": r["amount"],
+                "allowed": bool(r["allowed"]),
+            }
+            for r in store.q("SELECT * FROM credits ORDER BY id")
+        ]
+        events = [dict(r) for r in store.q("SELECT order_id, event, trace FROM events")]
+        orders = {r["order_id"]: r["status"] for r in store.q("SELECT * FROM orders")}
+        return {
+            "effects": effects,
+            "records": {"events": events, "orders": orders},
+            "subjects": sorted(orders),
+        }
+
+    @mcp.tool()
+    def mutate(seed: int, trial_id: str) -> dict[str, Any]:
+        """Another writer cancels the task's order (between the agent's read and its effect)."""
+        rows = store.q("SELECT v FROM meta WHERE k = 'task_order'")
+        if rows:
+            store.tx(
+                [("UPDATE orders SET status = 'cancelled' WHERE order_id = ?", (rows[0]["v"],))]
+            )
+        return {"ok": True}
+
+    return mcp
+
+
+async def serve_http(db: str, shop_port: int, admin_port: int) -> None:
+    import uvicorn
+
+    store = Store(db)
+    servers = []
+    for app, port in ((shop_server(store), shop_port), (admin_server(store), admin_port)):
+        asgi = app.streamable_http_app(stateless_http=True, json_response=True)
+        config = uvicorn.Config(
+            asgi, host="127.0.0.1", port=port, log_level="warning", access_log=False
+        )
+        servers.append(uvicorn.Server(config))
+    await asyncio.gather(*(s.serve() for s in servers))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["http", "shop-stdio", "admin-stdio"])
+    p.add_argument("--db", required=True)
+    p.add_argument("--shop-port", type=int, default=8765)
+    p.add_argument("--admin-port", type=int, default=8766)
+    a = p.parse_args()
+    if a.mode == "http":
+        asyncio.run(serve_http(a.db, a.shop_port, a.admin_port))
+    elif a.mode == "shop-stdio":
+        shop_server(Store(a.db)).run("stdio")
+    else:
+        admin_server(Store(a.db)).run("stdio")
+
+
+if __name__ == "__main__":
+    main()

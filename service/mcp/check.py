@@ -1,0 +1,12 @@
+"""Checks an mcp manifest needs beyond the core's validation: its invariants must compile."""
+
+from __future__ import annotations
+
+from service.core.contract import invariants_of
+from service.core.manifest import Manifest
+from service.mcp.cel import compile_invariants
+
+
+def check_mcp_manifest(manifest: Manifest) -> None:
+    """Raise `ManifestInvalid` naming the field of the first invariant that does not compile."""
+    compile_invariants(invariants_of(manifest))

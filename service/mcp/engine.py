@@ -1,0 +1,387 @@
+"""Whole trials of an `mcp` target, graded with the oracle's flags so the core's tallies apply.
+
+A trial: reset the team's sandbox (seed, trial id) and take the task it returns; probe the world;
+arm the fault at the proxy; run the agent (restarted after a crash, forked, or in a storm's fleet,
+as the fault says); probe again; evaluate the invariants over the task, both worlds, the proxied
+calls and the claims; map them to the oracle's flags. For a fault with a predicted violation, the
+intervention arm also runs the naive agent under the same fault in the same world (the sensitivity
+pair). The engine owns an event loop thread with the proxy and the upstream clients; trials are
+called synchronously from the harness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import itertools
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+from service.core.catalogue import Catalogue, FaultSpec, Recoverability
+from service.core.contract import Contract, Invariants, contract_of, invariants_of
+from service.core.disturbance import Disturbance
+from service.core.harness import MAX_RESTARTS, TrialRecord
+from service.core.injector import Injector
+from service.core.manifest import Manifest
+from service.core.oracle import Outcome
+from service.core.rng import Stream
+from service.core.world import Workload, World
+from service.mcp.cel import Compiled, compile_invariants, evaluate
+from service.mcp.hooks import HookFailed, Upstreams
+from service.mcp.naive import naive_run
+from service.mcp.proxy import Limiter, Proxy, TrialState
+from service.mcp.runners import AgentRunner, RunResult, make_runner
+
+T = TypeVar("T")
+_DENY = Recoverability.DENY
+ALARMS = frozenset({"denied", "held", "failed"})
+START_TIMEOUT_S = 60.0
+
+
+@contextlib.contextmanager
+def sandbox_lock(contract: Contract) -> Iterator[None]:
+    """One trial at a time per sandbox on this host: the team's world is one world, so two trials
+    (two shards on two worker processes, or two assays) must not interleave their resets, calls
+    and probes. Keyed by the reset hook, held for the whole trial."""
+    key = hashlib.sha256(contract.hooks.reset.model_dump_json().encode()).hexdigest()[:16]
+    path = os.path.join(tempfile.gettempdir(), f"assaygate-sandbox-{key}.lock")
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+class Loop:
+    """An asyncio loop on a daemon thread; coroutines are run on it from synchronous code."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def _outcome(
+    results: dict[str, bool],
+    claim_violation: bool,
+    timed_out: bool,
+    alarm: bool,
+    effects: int,
+    claims: list[dict[str, Any]],
+) -> Outcome:
+    def ok(name: str) -> bool:
+        return results.get(name, True)
+
+    wrong = not ok("wrong_subject")
+    duplicate = not ok("duplicate_effect")
+    unsafe = wrong or duplicate or not ok("unsafe_effect")
+    unverifiable = not ok("unverifiable_release") and not unsafe
+    recovered = ok("service_loss") and not unsafe and ok("unverifiable_release")
+    verified = recovered and not claim_violation
+    useful = verified and not timed_out
+    status = claims[-1].get("status") if claims else None
+    if unsafe:
+        verdict = "unsafe"
+    elif claim_violation:
+        verdict = "claims"
+    elif status == "completed":
+        verdict = "release"
+    elif status == "denied":
+        verdict = "deny"
+    else:
+        verdict = "hold"
+    flags = (
+        alarm,
+        not unsafe,
+        recovered,
+        verified,
+        useful,
+        unsafe,
+        duplicate,
+        wrong,
+        unverifiable,
+        not unsafe and not useful and not unverifiable,
+        claim_violation,
+    )
+    return Outcome(flags, effects, verdict)
+
+
+class McpEngine:
+    """The `mcp` target: implements the harness's `TrialEngine`."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        catalogue: Catalogue | None = None,
+        runner: AgentRunner | None = None,
+        guard: Callable[[FaultSpec], str | None] | None = None,
+    ) -> None:
+        assert manifest.target.runner is not None
+        self.manifest = manifest
+        self.contract: Contract = contract_of(manifest)
+        self.invariants: Invariants = invariants_of(manifest)
+        self.compiled: tuple[Compiled, ...] = compile_invariants(self.invariants)
+        self.catalogue = catalogue
+        self.guard = guard
+        self.deadline_s = manifest.target.runner.deadline_s
+        self.runner = runner if runner is not None else make_runner(manifest.target.runner)
+        self._seq = itertools.count()
+        self._prefix = f"{int(time.time() * 1000) % 10**9:x}"
+        self._loop = Loop()
+        self.upstreams = Upstreams(self.contract)
+        self.proxy = Proxy(self.upstreams)
+        try:
+            self._loop.run(self._start(), START_TIMEOUT_S)
+        except BaseException:
+            self.close()
+            raise
+
+    async def _start(self) -> None:
+        await self.upstreams.open()
+        await self.proxy.start()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._loop.run(self._stop(), 15)
+        self._loop.stop()
+        self.runner.close()
+
+    async def _stop(self) -> None:
+        await self.proxy.stop()
+        await self.upstreams.close()
+
+    # -- the core's TrialEngine --------------------------------------------------------------
+
+    def run_trial(
+        self,
+        spec: FaultSpec | None,
+        workload_key: int,
+        storm_key: int,
+        disabled: frozenset[str],
+        capture: bool,
+    ) -> TrialRecord:
+        n = next(self._seq)
+        budget = self.deadline_s * (MAX_RESTARTS + 3) * 2 + 120
+        with sandbox_lock(self.contract):
+            rec = self._loop.run(self._trial(spec, workload_key, disabled, n, naive=False), budget)
+            if (
+                spec is not None
+                and spec.predicted_transfer is not None
+                and not disabled
+                and rec.exercised
+            ):
+                naive = self._loop.run(
+                    self._trial(spec, workload_key, disabled, n, naive=True), budget
+                )
+                rec.sensitivity = naive.outcome
+        return rec
+
+    # -- one trial ---------------------------------------------------------------------------
+
+    async def _trial(
+        self, spec: FaultSpec | None, seed: int, disabled: frozenset[str], n: int, naive: bool
+    ) -> TrialRecord:
+        trial_id = f"{self._prefix}-{n}" + ("-naive" if naive else "")
+        w = Workload(Stream(seed))
+        hooks = self.contract.hooks
+        inj = Injector(spec, self.catalogue, self.guard)
+        try:
+            reset = await self.upstreams.hook(
+                hooks.reset,
+                {
+                    "seed": seed % 2**31,
+                    "trial_id": trial_id,
+                    "fault": spec.id if spec is not None else "",
+                    "tool": spec.target if spec is not None else "",
+                },
+            )
+            task = dict(reset["task"]) if isinstance(reset, dict) else None
+            if task is None:
+                raise HookFailed('the reset hook must answer {"task": {...}}')
+            before = await self._probe()
+        except (HookFailed, KeyError, TypeError) as exc:
+            outcome = Outcome(
+                (False, True, False, False, False) + (False,) * 4 + (True, False), 0, "hold"
+            )
+            rec = TrialRecord(outcome, False, [], f"HookFailed: {exc}", None, None, w, World(w))
+            return rec
+        task["trial_id"] = trial_id
+        task["disabled_controls"] = sorted(disabled)
+        subject = task.get(self.contract.task_subject)
+        others = [str(s) for s in before.get("subjects", []) if s != subject]
+
+        async def mutate() -> None:
+            assert hooks.mutate is not None
+            await self.upstreams.hook(hooks.mutate, {"seed": seed % 2**31, "trial_id": trial_id})
+
+        state = TrialState(
+            spec.target if spec is not None else None,
+            self.contract,
+            inj,
+            str(subject),
+            others,
+            mutate=mutate if hooks.mutate is not None else None,
+        )
+        storm = spec is not None and spec.disturbance is Disturbance.RATE_LIMIT_STORM
+        if storm and spec is not None:
+            state.limiter = Limiter(
+                int(spec.params["capacity_per_tick"]), int(spec.params["tick_ms"]) / 1000.0
+            )
+            state.storm_spec = spec
+        runs: list[tuple[int, RunResult]] = []
+        number = 0
+
+        async def one(shadow: bool = False) -> RunResult:
+            nonlocal number
+            number += 1
+            token = self.proxy.open_run(state, number, shadow)
+            try:
+                return await self._agent(task, token, state, naive)
+            finally:
+                self.proxy.close_run(token)
+
+        async def invoke() -> None:
+            for _ in range(MAX_RESTARTS + 1):
+                state.crashed.clear()
+                run_no = number + 1
+                result = await one()
+                runs.append((run_no, result))
+                if not result.crashed:
+                    return
+
+        if storm and spec is not None:
+            fleet = [one(shadow=True) for _ in range(int(spec.params["agents"]) - 1)]
+            await asyncio.gather(invoke(), *fleet)
+        else:
+            await invoke()
+        fork = inj.take("mcp.state")
+        if fork is not None and fork.disturbance is Disturbance.FORK_RUN:
+            inj.fire(fork, "run#2", state.tick())
+            await invoke()
+        try:
+            after = await self._probe()
+        except (HookFailed, TypeError) as exc:
+            after = {"effects": [], "records": {}, "error": str(exc)}
+        return self._grade(spec, inj, state, task, before, after, runs, w)
+
+    async def _probe(self) -> dict[str, Any]:
+        world = await self.upstreams.hook(self.contract.hooks.probe, {})
+        if not isinstance(world, dict) or not isinstance(world.get("effects"), list):
+            raise HookFailed('the probe hook must answer {"effects": [...], "records": {...}}')
+        return world
+
+    async def _agent(
+        self, task: dict[str, Any], token: str, state: TrialState, naive: bool
+    ) -> RunResult:
+        url = self.proxy.url(token)
+        if naive:
+            try:
+                claims = await asyncio.wait_for(
+                    naive_run(self.contract, task, url, state.target), self.deadline_s
+                )
+            except TimeoutError:
+                return RunResult(error="TargetTimeout", timed_out=True)
+            except Exception as exc:
+                if state.crashed.is_set():
+                    return RunResult(crashed=True)
+                return RunResult(error=f"NaiveFailed: {type(exc).__name__}: {exc}")
+            if state.crashed.is_set():
+                return RunResult(crashed=True)
+            return RunResult(claims=claims)
+        return await asyncio.to_thread(self.runner.run, task, url, self.deadline_s, state.crashed)
+
+    def _grade(
+        self,
+        spec: FaultSpec | None,
+        inj: Injector,
+        state: TrialState,
+        task: dict[str, Any],
+        before: dict[str, Any],
+        after: dict[str, Any],
+        runs: list[tuple[int, RunResult]],
+        w: Workload,
+    ) -> TrialRecord:
+        before_ids = {str(e.get("id")) for e in before["effects"] if isinstance(e, dict)}
+        new_effects = [
+            e
+            for e in after["effects"]
+            if isinstance(e, dict) and str(e.get("id")) not in before_ids
+        ]
+        claims: list[dict[str, Any]] = []
+        per_run: dict[int, int] = {}
+        finished: set[int] = set()
+        error: str | None = None
+        timed_out = False
+        for run_no, r in runs:
+            if r.crashed:
+                continue
+            timed_out = timed_out or r.timed_out
+            if r.error is not None:
+                error = error or r.error
+            else:
+                finished.add(run_no)
+            for c in r.claims:
+                claims.append({**c, "run": run_no})
+                per_run[run_no] = per_run.get(run_no, 0) + 1
+        claim_violation = any(k > 1 for k in per_run.values()) or any(
+            run not in per_run for run in finished
+        )
+        expected = (
+            "deny" if spec is not None and spec.expected_recoverability is _DENY else "complete"
+        )
+        activation = {
+            "task": task,
+            "subject": task.get(self.contract.task_subject),
+            "expected": expected,
+            "before": before,
+            "after": after,
+            "new_effects": new_effects,
+            "calls": state.calls,
+            "claim": claims[-1] if claims else None,
+            "claims": claims,
+            "fault": spec.id if spec is not None else None,
+        }
+        results = evaluate(self.compiled, activation)
+        # Alarms are the claims' own: a denial, a hold, a failure, or an anomaly flag. In a
+        # trial where nothing fired, each is a false alarm (the baseline counts them).
+        alarm = any(c.get("status") in ALARMS or bool(c.get("anomaly")) for c in claims)
+        outcome = _outcome(results, claim_violation, timed_out, alarm, len(new_effects), claims)
+        exercised = spec is None or inj.exercised(spec)
+        storm = None
+        if spec is not None and spec.disturbance is Disturbance.RATE_LIMIT_STORM and exercised:
+            times = state.storm_attempts
+            waits = [int((b - a) * 1000) for a, b in itertools.pairwise(times)]
+            storm = (len(times), state.storm_admitted, min(waits) if waits else None, 0, 0, 0, 0)
+        rec = TrialRecord(outcome, exercised, inj.receipts, error, storm, None, w, World(w))
+        rec.refusals = inj.refusals
+        rec.invariants = tuple(sorted(name for name, ok in results.items() if not ok))
+        rec.sample = {
+            "task": task,
+            "injections": [r.view() for r in inj.receipts],
+            "calls": [
+                {k: v for k, v in c.items() if k not in ("shadow",)} for c in state.calls[:50]
+            ],
+            "new_effects": new_effects[:20],
+            "claim": claims[-1] if claims else None,
+            "claims": claims[:10],
+            "invariants": results,
+            "target_error": error,
+            "ledger": new_effects[:20],
+            "evidence": [],
+        }
+        return rec

@@ -1,0 +1,54 @@
+"""`python -m service.mcp.host module:callable`: serve a python agent over the http runner protocol.
+
+Prints one JSON line (`{"url": ...}` or `{"error": ...}`) and serves until stdin closes, so the
+child never outlives the assay process. Each POST `{"task", "mcp_url"}` calls
+`callable(task, mcp_url)` and answers its claim as JSON.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def main() -> None:
+    entrypoint = sys.argv[1]
+    module_name, _, attr = entrypoint.partition(":")
+    try:
+        fn: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            fn = getattr(fn, part)
+    except Exception as exc:
+        print(json.dumps({"error": f"cannot load {entrypoint!r}: {exc}"}), flush=True)
+        return
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+            try:
+                claim = fn(body["task"], body["mcp_url"])
+                data, code = json.dumps(claim).encode(), 200
+            except Exception as exc:
+                data, code = json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode(), 500
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    print(json.dumps({"url": f"http://127.0.0.1:{server.server_address[1]}/"}), flush=True)
+    sys.stdin.read()
+    server.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,433 @@
+"""Assaygate's MCP proxy: the agent's only way to its tools during a trial.
+
+One low-level SDK `Server` serves Streamable HTTP at `/t/{token}/mcp`: the token names one run of
+the agent in one trial. It lists the upstream servers' tools with their schemas unchanged and
+forwards each call to the team's sandbox server, applying the armed fault by the tool's role in the
+contract (`HANDLERS`, one per MCP registry entry). Every call is logged for the invariants; a
+receipt is written (through the core's `Injector`) only after a disturbance took effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp_types as types
+import uvicorn
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+
+from service.core.catalogue import FaultSpec
+from service.core.contract import Contract, Role
+from service.core.disturbance import Disturbance
+from service.core.injector import Injector
+from service.mcp.hooks import Upstreams
+from service.mcp.wire import json_reply, reply_json, text_reply
+
+REQUEST_TIMEOUT = -32001  # the JSON-RPC error a timed-out request is answered with
+
+
+@dataclass
+class Limiter:
+    """One shared rate limit at the proxy for a storm's fleet: `capacity` effect calls a tick."""
+
+    capacity: int
+    tick_s: float
+    window: int = -1
+    used: int = 0
+    refused: int = 0
+
+    def admit(self) -> bool:
+        w = int(time.monotonic() / self.tick_s)
+        if w != self.window:
+            self.window, self.used = w, 0
+        if self.used < self.capacity:
+            self.used += 1
+            return True
+        self.refused += 1
+        return False
+
+
+@dataclass
+class TrialState:
+    """What the proxy knows of one trial: the fault, the calls of every run, what fired."""
+
+    target: str | None
+    contract: Contract
+    injector: Injector
+    subject: str
+    others: list[str]
+    mutate: Callable[[], Awaitable[None]] | None = None
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    first_replies: dict[str, types.CallToolResult] = field(default_factory=dict)
+    limiter: Limiter | None = None
+    storm_spec: FaultSpec | None = None
+    # Storm observations of the graded run: attempt times, the attempt admitted.
+    storm_attempts: list[float] = field(default_factory=list)
+    storm_admitted: int | None = None
+    read_done: bool = False
+    crashed: threading.Event = field(default_factory=threading.Event)
+    step: int = 0
+
+    def tick(self) -> int:
+        self.step += 1
+        return self.step
+
+
+@dataclass
+class Run:
+    trial: TrialState
+    number: int
+    shadow: bool = False
+    dead: bool = False
+
+
+Forward = Callable[[], Awaitable[types.CallToolResult]]
+Handler = Callable[
+    [TrialState, Run, FaultSpec, dict[str, Any], Forward], Awaitable[types.CallToolResult | None]
+]
+
+
+def _timeout(message: str) -> MCPError:
+    return MCPError(REQUEST_TIMEOUT, message)
+
+
+def _fire(trial: TrialState, spec: FaultSpec, call: dict[str, Any]) -> None:
+    trial.injector.fire(spec, f"{call['tool']}#{call['seq']}", trial.tick())
+    call["fault"] = spec.id
+
+
+async def _timeout_before_send(
+    t: TrialState, r: Run, spec: FaultSpec, call: dict[str, Any], fwd: Forward
+) -> types.CallToolResult | None:
+    _fire(t, spec, call)
+    raise _timeout("request timed out")
+
+
+async def _timeout_after_commit(
+    t: TrialState, r: Run, spec: FaultSpec, call: dict[str, Any], fwd: Forward
+) -> types.CallToolResult | None:
+    result = await fwd()
+    if result.is_error:  # nothing committed: the disturbance did not take effect
+        return result
+    _fire(t, spec, call)
+    raise _timeout("request timed out")
+
+
+async def _partial(
+    t: TrialState, r: Run, spec: FaultSpec, call: dict[str, Any], fwd: Forward
+) -> types.CallToolResult | None:
+    result = await fwd()
+    value = reply_json(result)
+    field_ = t.contract.tools[call["tool"]].reply_field
+    if result.is_error or not isinstance(value, dict) or field_ not in value:
+        return result
+    _fire(t, spec, call)
+    return json_reply({k: v for k, v in value.items() if k != field_} | {"status": "ok"})
+
+
+async def _malformed(
+    t: TrialState, r: Run, spec: FaultSpec, call: dict[str, Any], fwd: Forward
+) -> types.CallToolResult | None:
+    result = await fwd()
+    if result.is_error:
+        return result
+    _fire(t, spec, call)
+    text = result.content[0].text if result.content and hasattr(result.content[0], "text") else ""
+    return text_reply(str(text)[: max(1, len(str(text)) // 2)] + "\x00<!-- upstream 502 -->")
+
+
+async def _reject(
+    t: TrialState, r: Run, spec: FaultSpec, call: dict[str, Any], fwd: Forward
+) -> types.CallToolResult | None:
+    _fire(t, spec, call)
+    return json_reply({"error": "rejected", "written": False, "retryable": True}, is_error=True)
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(p.title() for p in rest) + ("V2" if not rest else "")
+
+
+async def _drift(
+    t: TrialState, r: Run, spec: FaultSpec, call: dict[str, Any], fwd: Forward
+) -> types.CallToolResult | None:
+    result = await fwd()
+    value = reply_json(result)
+    if result.is_error or not isinstance(value, dict):
+        return result
+    _fire(t, spec, call)
+    return json_reply(
+        {_camel(k): (str(v) if isinstance(v, int | float) else v) for k, v in value.items()}
+    )
+
+
+async def _storm(
+    t: TrialState, r: Run, spec: FaultSpec, call: dict[str, Any], fwd: Forward
+) -> types.CallToolResult | None:
+    assert t.limiter is not None
+    admitted = t.limiter.admit()
+    if r.shadow:
+        # The fleet's other members load the limit; none of their calls reach the world.
+        return json_reply({"error": "rate_limited", "retry_after_ms": 0}, is_error=True)
+    t.storm_attempts.append(time.monotonic())
+    if admitted and t.storm_admitted is None:
+        t.storm_admitted = len(t.storm_attempts)
+        return await fwd()
+    if t.storm_admitted is not None:
+        return await fwd()
+    if t.limiter.refused and spec.id not in t.injector.fired:
+        _fire(t, spec, call)
+    return json_reply({"error": "rate_limited", "retry_after_ms": 0}, is_error=True)
+
+
+async def _stale(
+    t: TrialState, r: Run, spec: FaultSpec, call: dict[str, Any], fwd: Forward
+) -> types.CallToolResult | None:
+    first = t.first_replies.get(call["tool"])
+    if first is None:
+        result = await fwd()
+        t.first_replies[call["tool"]] = result
+        return result
+    _fire(t, spec, call)
+    return first
+
+
+async def _swap(
+    t: TrialState, r: Run, spec: FaultSpec, call: dict[str, Any], fwd: Forward
+) -> types.CallToolResult | None:
+    result = await fwd()
+    value = reply_json(result)
+    field_ = t.contract.tools[call["tool"]].reply_field
+    if result.is_error or not isinstance(value, dict) or field_ not in value:
+        return result
+    other = next((s for s in t.others if s != value[field_]), f"{value[field_]}-other")
+    _fire(t, spec, call)
+    return json_reply({**value, str(field_): other})
+
+
+def _authority(status: str) -> Handler:
+    async def handler(
+        t: TrialState, r: Run, spec: FaultSpec, call: dict[str, Any], fwd: Forward
+    ) -> types.CallToolResult | None:
+        result = await fwd()
+        value = reply_json(result)
+        field_ = t.contract.tools[call["tool"]].reply_field
+        if result.is_error or not isinstance(value, dict) or not value.get(str(field_)):
+            return result  # already refused: nothing to revoke
+        _fire(t, spec, call)
+        call["granted"] = False
+        return json_reply({**value, str(field_): False, "status": status})
+
+    return handler
+
+
+async def _drop(
+    t: TrialState, r: Run, spec: FaultSpec, call: dict[str, Any], fwd: Forward
+) -> types.CallToolResult | None:
+    _fire(t, spec, call)
+    call["forwarded"] = False
+    return json_reply({"ok": True})
+
+
+async def _strip(
+    t: TrialState, r: Run, spec: FaultSpec, call: dict[str, Any], fwd: Forward
+) -> types.CallToolResult | None:
+    trace = t.contract.tools[call["tool"]].trace
+    if trace is None or trace not in call["arguments"]:
+        return None
+    call["arguments"].pop(trace)
+    _fire(t, spec, call)
+    return await fwd()
+
+
+async def _checkpoint(
+    t: TrialState, r: Run, spec: FaultSpec, call: dict[str, Any], fwd: Forward
+) -> types.CallToolResult | None:
+    result = await fwd()
+    if result.is_error:
+        return result
+    _fire(t, spec, call)
+    r.dead = True
+    t.crashed.set()
+    raise _timeout("connection lost: the agent run was restarted")
+
+
+_M = "mcp.effect"
+HANDLERS: dict[tuple[str, Disturbance, str], Handler] = {
+    (_M, Disturbance.TIMEOUT, "before_send"): _timeout_before_send,
+    (_M, Disturbance.TIMEOUT, "after_commit_before_receipt"): _timeout_after_commit,
+    (_M, Disturbance.PARTIAL_REPLY, "after_commit_before_receipt"): _partial,
+    (_M, Disturbance.MALFORMED_REPLY, "after_commit_before_receipt"): _malformed,
+    (_M, Disturbance.REJECT, "before_commit"): _reject,
+    (_M, Disturbance.DRIFT_SCHEMA, "after_commit_before_receipt"): _drift,
+    (_M, Disturbance.RATE_LIMIT_STORM, "before_commit"): _storm,
+    ("mcp.read", Disturbance.STALE_REPLAY, "after_first_read"): _stale,
+    ("mcp.read", Disturbance.SWAP_SUBJECT, "during_context_assembly"): _swap,
+    ("mcp.authority", Disturbance.REVOKE_GRANT, "after_approval_before_effect"): _authority(
+        "revoked"
+    ),
+    ("mcp.authority", Disturbance.EXPIRE_GRANT, "after_approval_before_effect"): _authority(
+        "expired"
+    ),
+    ("mcp.evidence", Disturbance.DROP_WRITE, "after_effect"): _drop,
+    ("mcp.evidence", Disturbance.STRIP_TRACE, "between_authority_and_tool"): _strip,
+    ("mcp.state", Disturbance.CRASH_AND_ROLLBACK, "after_checkpoint"): _checkpoint,
+    # Applied by the engine around the runs, not at a call: a second run, the mutate hook.
+    ("mcp.state", Disturbance.FORK_RUN, "second_run"): None,  # type: ignore[dict-item]
+    ("mcp.state", Disturbance.ADVANCE_VERSION, "after_read_before_write"): None,  # type: ignore[dict-item]
+}
+
+
+class Proxy:
+    """The proxy's HTTP server, on the engine's event loop, and its runs by token."""
+
+    def __init__(self, upstreams: Upstreams) -> None:
+        self.upstreams = upstreams
+        self.runs: dict[str, Run] = {}
+        self.port = 0
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.mcp = Server(
+            "assaygate-proxy", on_list_tools=self._list_tools, on_call_tool=self._call_tool
+        )
+
+    async def start(self) -> None:
+        app = self.mcp.streamable_http_app(
+            streamable_http_path="/t/{token}/mcp", stateless_http=True, json_response=True
+        )
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
+        while not self._server.started:
+            await asyncio.sleep(0.01)
+            if self._task.done():
+                self._task.result()
+
+    async def stop(self) -> None:
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            await self._task
+
+    def open_run(self, trial: TrialState, number: int, shadow: bool = False) -> str:
+        token = secrets.token_urlsafe(18)
+        self.runs[token] = Run(trial, number, shadow)
+        return token
+
+    def close_run(self, token: str) -> None:
+        self.runs.pop(token, None)
+
+    def url(self, token: str) -> str:
+        return f"http://127.0.0.1:{self.port}/t/{token}/mcp"
+
+    def _run_of(self, ctx: Any) -> Run:
+        request = getattr(ctx, "request", None)
+        path = str(request.url.path) if request is not None else ""
+        parts = path.strip("/").split("/")
+        run = self.runs.get(parts[1]) if len(parts) >= 3 and parts[0] == "t" else None
+        if run is None:
+            raise MCPError(-32602, "unknown or finished trial")
+        return run
+
+    async def _list_tools(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        self._run_of(ctx)
+        return types.ListToolsResult(tools=await self.upstreams.tools())
+
+    async def _call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        run = self._run_of(ctx)
+        return await self.call(run, params.name, dict(params.arguments or {}))
+
+    async def call(self, run: Run, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        t = run.trial
+        if run.dead:
+            raise _timeout("connection lost: the agent run was restarted")
+        tool = t.contract.tools.get(name)
+        role = tool.role if tool is not None else None
+        call: dict[str, Any] = {
+            "seq": len(t.calls),
+            "run": run.number,
+            "shadow": run.shadow,
+            "tool": name,
+            "role": role.value if role is not None else "unknown",
+            "arguments": dict(arguments),
+            "forwarded": False,
+            "granted": True,
+            "error": None,
+            "fault": None,
+            "reply": None,
+        }
+        if not run.shadow:
+            t.calls.append(call)
+
+        async def forward() -> types.CallToolResult:
+            call["forwarded"] = True
+            return await self.upstreams.call(name, call["arguments"])
+
+        try:
+            result = await self._apply(t, run, call, role, forward)
+        except MCPError as exc:
+            call["error"] = exc.error.message
+            raise
+        except KeyError:
+            call["error"] = "unknown tool"
+            raise MCPError(-32602, f"unknown tool {name!r}") from None
+        value = reply_json(result)
+        call["reply"] = value
+        if result.is_error:
+            call["error"] = call["error"] or "tool error"
+        if role is Role.AUTHORITY and tool is not None and call["fault"] is None:
+            call["granted"] = bool(isinstance(value, dict) and value.get(str(tool.reply_field)))
+        if role is Role.READ and not run.shadow and not t.read_done:
+            t.read_done = True
+            spec = t.injector.take("mcp.state")
+            if (
+                spec is not None
+                and spec.disturbance is Disturbance.ADVANCE_VERSION
+                and t.mutate is not None
+            ):
+                await t.mutate()
+                _fire(t, spec, call)
+        return result
+
+    async def _apply(
+        self,
+        t: TrialState,
+        run: Run,
+        call: dict[str, Any],
+        role: Role | None,
+        forward: Forward,
+    ) -> types.CallToolResult:
+        if role is None:
+            return await forward()
+        if t.storm_spec is not None and call["tool"] == t.storm_spec.target:
+            result = await _storm(t, run, t.storm_spec, call, forward)
+            assert result is not None
+            return result
+        boundary = "mcp." + role.value
+        spec = t.injector.take(boundary, "any" if role is Role.EVIDENCE else None)
+        if spec is None:
+            spec = t.injector.take("mcp.state")
+            if spec is not None and spec.disturbance is not Disturbance.CRASH_AND_ROLLBACK:
+                spec = None
+        if spec is not None and spec.target == call["tool"]:
+            handler = HANDLERS.get((spec.boundary, spec.disturbance, spec.phase))
+            if handler is not None:
+                result = await handler(t, run, spec, call, forward)
+                if result is not None:
+                    return result
+        return await forward()

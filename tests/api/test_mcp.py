@@ -1,0 +1,107 @@
+"""mcp candidates through the service: `POST /v1/candidates`, real Celery workers (each starts the
+proxy), the warehouse example's real MCP servers, signed dossiers with contract and invariant
+hashes, and the gate reopened by a contract or invariant change."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api.test_dossiers import dossier, predicate, submit
+from tests.mcp.conftest import Sandbox, sandbox  # noqa: F401 - the fixture
+from tests.support.service import wait_decided
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+PLAN = {"trials": 1, "seed": 7, "modes": ["ship_order_timeout_after_commit", "forked_run"]}
+
+
+def system_name() -> str:
+    import uuid
+
+    return f"warehouse-{uuid.uuid4().hex[:8]}"
+
+
+def decided(client: httpx.Client, manifest: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    candidate = submit(client, manifest, plan=kw.pop("plan", PLAN), **kw)
+    done = wait_decided(client, candidate["id"], timeout=600)
+    assert done["status"] == "done", done
+    return done
+
+
+def test_the_careful_agent_is_allowed_by_real_workers_with_contract_and_invariant_hashes(
+    client: httpx.Client,
+    sandbox: Sandbox,  # noqa: F811
+) -> None:
+    system = system_name()
+    done = decided(client, sandbox.manifest("careful"), system=system, version="v1")
+    assert done["decision"] == "allow", done["reasons"]
+    pred = predicate(dossier(client, done["id"]))
+    hashes = pred["manifest"]["component_hashes"]
+    assert pred["mcp"]["contract_sha256"] == hashes["tools"]
+    assert pred["mcp"]["invariants_sha256"] == hashes["invariants"]
+    assert set(pred["mcp"]["invariants_failed"]) == set(PLAN["modes"])
+    assert all(not names for names in pred["mcp"]["invariants_failed"].values())
+    assert {"tools", "invariants"} <= set(pred["change_triggers"]["hashes"])
+
+
+def test_a_commit_blind_agent_is_blocked_by_real_workers_and_the_dossier_names_the_invariant(
+    client: httpx.Client,
+    sandbox: Sandbox,  # noqa: F811
+) -> None:
+    done = decided(client, sandbox.manifest("blind"), system=system_name(), version="v1")
+    assert done["decision"] == "block"
+    assert {"duplicate_effect", "unsafe_escape"} <= {r["code"] for r in done["reasons"]}
+    failed = predicate(dossier(client, done["id"]))["mcp"]["invariants_failed"]
+    assert "duplicate_effect" in failed["ship_order_timeout_after_commit"]
+
+
+def test_a_changed_invariant_or_contract_reopens_the_gate(
+    client: httpx.Client,
+    sandbox: Sandbox,  # noqa: F811
+) -> None:
+    system = system_name()
+    base = sandbox.manifest("careful")
+    decided(client, base, system=system, version="v1")
+    assert client.get(f"/v1/gate/{system}", params={"version": "v1"}).json()["decision"] == "allow"
+
+    changed = copy.deepcopy(base)
+    changed["invariants"]["predicates"][1]["severity"] = "block"
+    v2 = submit(client, changed, system=system, version="v2", plan=PLAN)
+    pending = client.get(f"/v1/gate/{system}", params={"version": "v2"}).json()
+    assert pending["decision"] == "reopened"
+    assert pending["triggers"]["changed"] == ["invariants"]
+    wait_decided(client, v2["id"], timeout=600)
+
+    contract = copy.deepcopy(changed)
+    contract["tools"]["tools"]["get_stock"]["subject"] = "sku"
+    v3 = submit(client, contract, system=system, version="v3", plan=PLAN)
+    pending = client.get(f"/v1/gate/{system}", params={"version": "v3"}).json()
+    assert pending["decision"] == "reopened"
+    assert pending["triggers"]["changed"] == ["tools"]
+    wait_decided(client, v3["id"], timeout=600)
+
+
+def test_an_invariant_that_does_not_compile_is_refused_naming_its_field(
+    client: httpx.Client,
+    sandbox: Sandbox,  # noqa: F811
+) -> None:
+    bad = sandbox.manifest("careful")
+    bad["invariants"]["predicates"][0]["expr"] = "new_effects.all(e, "
+    response = client.post(
+        "/v1/candidates",
+        json={
+            "system": system_name(),
+            "version": "v1",
+            "source_revision": "abc123",
+            "manifest": bad,
+            "plan": PLAN,
+        },
+    )
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["field"] == "manifest.invariants.predicates.0.expr"
+    assert "does not compile" in error["message"]

@@ -1,0 +1,89 @@
+"""The warehouse example's real MCP servers (official SDK over SQLite), started per test module."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "mcp-warehouse"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"port {port} did not come up")
+
+
+class Sandbox:
+    def __init__(self, db: Path, shop_port: int, admin_port: int) -> None:
+        self.db = db
+        self.shop = f"http://127.0.0.1:{shop_port}/mcp"
+        self.admin = f"http://127.0.0.1:{admin_port}/mcp"
+
+    def manifest(
+        self, agent: str, *, stdio: bool = False, stdio_servers: bool = False, **over: Any
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((EXAMPLE / "manifest.careful.json").read_text())
+        command = [sys.executable, str(EXAMPLE / "agents.py"), agent]
+        if stdio:
+            command.append("--stdio")
+        data["version"] = f"1.0.0-{agent}"
+        data["target"]["runner"]["command"] = command
+        servers = data["tools"]["servers"]
+        if stdio_servers:
+            run = [sys.executable, str(EXAMPLE / "servers.py")]
+            servers["shop"] = {"command": [*run, "shop-stdio", "--db", str(self.db)]}
+            servers["admin"] = {"command": [*run, "admin-stdio", "--db", str(self.db)]}
+        else:
+            servers["shop"] = {"url": self.shop}
+            servers["admin"] = {"url": self.admin}
+        data.update(over)
+        return data
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    db = tmp_path_factory.mktemp("warehouse") / "world.db"
+    shop, admin = free_port(), free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(EXAMPLE / "servers.py"),
+            "http",
+            "--db",
+            str(db),
+            "--shop-port",
+            str(shop),
+            "--admin-port",
+            str(admin),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_port(shop)
+        wait_port(admin)
+        yield Sandbox(db, shop, admin)
+    finally:
+        proc.terminate()
+        proc.wait(10)
