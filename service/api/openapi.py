@@ -21,6 +21,7 @@ from typing import Any
 
 from service.api.access import PUBLIC
 from service.core.catalogue import catalogue_named
+from service.core.contract import Contract
 from service.core.manifest import Manifest
 from service.core.text import CONTROL_CLASS, SYSTEM_NAME_PATTERN, TEXT_PATTERN
 from service.settings import Settings
@@ -86,6 +87,7 @@ def _manifest(components: dict[str, Any]) -> None:
         "The configuration manifest (README, 'Manifests'): unknown keys are refused."
     )
     components[_MANIFEST_PREFIX] = document
+    _mcp_rules(document, components)
     target = components.get(f"{_MANIFEST_PREFIX}Target")
     if target is not None:
         entrypoint = f"^[^{CONTROL_CLASS}]*:[^{CONTROL_CLASS}]*$"
@@ -128,6 +130,36 @@ def _manifest(components: dict[str, Any]) -> None:
             }
             for name in ("system", "version")
         ]
+
+
+def _mcp_rules(document: dict[str, Any], components: dict[str, Any]) -> None:
+    """An `mcp` target needs a runner and a tool contract in `tools`; `invariants` belong to mcp
+    targets only (the core's rules, stated so that a client following the schema is accepted)."""
+    contract = Contract.model_json_schema(ref_template=f"{_REF}{_MANIFEST_PREFIX}{{model}}")
+    for name, definition in contract.pop("$defs", {}).items():
+        components.setdefault(f"{_MANIFEST_PREFIX}{name}", definition)
+    components[f"{_MANIFEST_PREFIX}Contract"] = contract
+    is_mcp = {
+        "required": ["target"],
+        "properties": {"target": {"required": ["kind"], "properties": {"kind": {"const": "mcp"}}}},
+    }
+    document["allOf"] = [
+        {
+            "if": is_mcp,
+            "then": {
+                "properties": {
+                    "tools": {"$ref": f"{_REF}{_MANIFEST_PREFIX}Contract"},
+                    "target": {"required": ["runner"]},
+                }
+            },
+            "else": {
+                "properties": {
+                    "invariants": {"type": "object", "maxProperties": 0},
+                    "target": {"not": {"required": ["runner"]}},
+                }
+            },
+        }
+    ]
 
 
 def _plan(components: dict[str, Any], settings: Settings) -> None:
