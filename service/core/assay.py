@@ -104,8 +104,12 @@ class ShardSpec:
         return cls(int(d["index"]), d.get("fault_id"), int(d["start"]), int(d["stop"]))
 
 
+_V1, _V2, _V3 = VIOLATIONS
+
+
 def _violating(flags: tuple[bool, ...]) -> bool:
-    return any(flags[i] for i in VIOLATIONS)
+    # Three indexed reads: this runs for every arm of every trial.
+    return flags[_V1] or flags[_V2] or flags[_V3]
 
 
 class Tally:
@@ -171,15 +175,15 @@ class Tally:
             self.invariants[key] = self.invariants.get(key, 0) + 1
 
     def add_flags(self, arm: str, outcome: Outcome) -> None:
-        counts = self.arm(arm)
+        counts = self.arms.get(arm)
+        if counts is None:
+            counts = self.arms[arm] = [0] * _ARM_LEN
         counts[_N] += 1
-        i = 1
         flags = outcome.flags
-        for flag in flags:
+        for i, flag in enumerate(flags, 1):
             if flag:
                 counts[i] += 1
-            i += 1
-        if _violating(flags):
+        if flags[_V1] or flags[_V2] or flags[_V3]:
             counts[_VIOLATION] += 1
         counts[_EFFECTS] += outcome.effects
 
