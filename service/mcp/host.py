@@ -1,4 +1,5 @@
-"""`python -m service.mcp.host [--framework KIND] module:callable`: serve a python agent over the http runner protocol.
+"""`python -m service.mcp.host [--framework KIND] module:callable`: serve a python agent over the
+http runner protocol (with `--framework`, a LangGraph graph or an OpenAI Agents SDK agent).
 
 Prints one JSON line (`{"url": ...}` or `{"error": ...}`) and serves until stdin closes, so the
 child never outlives the assay process. Each POST `{"task", "mcp_url"}` calls
