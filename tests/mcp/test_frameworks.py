@@ -6,6 +6,11 @@ agent is allowed; the commit-blind one is blocked for its duplicate shipment."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +18,7 @@ import pytest
 
 from service.cli import main
 from tests.mcp.conftest import ROOT, Sandbox
+from tests.support.embedded import Embedded, embedded_service
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -81,3 +87,50 @@ def test_a_framework_runner_without_module_and_attribute_is_one_error_naming_the
     assert main(["assay", str(path), "--trials", "1"]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "target" in err and "module:attribute" in err
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
+    data_dir = tmp_path_factory.mktemp("frameworks-service")
+    with embedded_service(
+        [sys.executable, "-m", "service.cli"], data_dir, {"PYTHONPATH": str(ROOT)}
+    ) as running:
+        yield running
+
+
+@pytest.mark.parametrize("framework", ["langgraph", "openai-agents"])
+def test_through_the_service_the_careful_agent_is_allowed_and_the_defective_one_blocked(
+    framework: str, sandbox: Sandbox, service: Embedded, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    env.update(ASSAYGATE_URL=service.url, ASSAYGATE_API_KEY=service.key, PYTHONPATH=str(ROOT))
+    for agent, modes, expected in (
+        ("careful", CAREFUL_MODES[:2], 0),
+        ("defective", ["ship_order_timeout_after_commit"], 1),
+    ):
+        body = {
+            "manifest": framework_manifest(sandbox, framework, agent),
+            "plan": {"modes": modes, "trials": 1},
+        }
+        path = tmp_path / f"{agent}.json"
+        path.write_text(json.dumps(body))
+        junit = tmp_path / f"{agent}.xml"
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "service.cli",
+                "submit",
+                str(path),
+                "--wait",
+                "--junit",
+                *[str(junit)],
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == expected, done.stdout[-2000:] + done.stderr
+        names = {c.get("name") for c in ET.parse(junit).getroot().iter("testcase")}
+        assert set(modes) <= names
