@@ -233,6 +233,8 @@ def summary_markdown(outcome: Outcome) -> str:
 def check_paths(*paths: Path | None) -> None:
     """Refuse, before any work, a report path whose folder does not exist."""
     for path in paths:
+        if path is not None and path.is_dir():
+            raise UsageError(f"cannot write {path}: it is a folder (an empty path?)")
         if path is not None and not path.parent.is_dir():
             raise UsageError(f"cannot write {path}: no folder {path.parent}")
 

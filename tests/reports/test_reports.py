@@ -97,6 +97,12 @@ def test_a_report_path_in_a_missing_folder_is_one_line_and_exit_3_before_any_wor
     assert done.stderr.count("\n") == 1 and "no folder" in done.stderr
 
 
+def test_an_empty_summary_path_outside_ci_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    done = assaygate("assay", str(EXAMPLES / "copperfin-typed.json"), "--summary", "")
+    assert done.returncode == 3
+    assert done.stderr.count("\n") == 1 and "it is a folder" in done.stderr
+
+
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
     data_dir = tmp_path_factory.mktemp("reports-service")
