@@ -7,7 +7,7 @@ VENV ?= .venv
 venv:
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -e '.[dev]'
+	@$(PY) -m pip install -q -e '.[dev,langgraph,openai-agents]'
 	@# The fast core by default: compiled with mypyc when a C compiler is present (pure Python
 	@# otherwise, with a notice); rebuilt whenever a hot module's source changed.
 	@$(PY) -m service.compile --ensure

@@ -60,6 +60,14 @@ def register(sub: Any) -> None:
         metavar="SECONDS",
         help="stop (and block) when the assay has run this long",
     )
+    report_args(p)
+    p.add_argument(
+        "--report-out",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write the JSON report (what --json prints) to FILE; the summary links to it",
+    )
     p.set_defaults(func=cmd_assay)
 
     c = sub.add_parser("catalogue", help="list every FaultSpec with its coverage key")
@@ -82,6 +90,24 @@ def register(sub: Any) -> None:
     r.add_argument("--trial", type=int, required=True, help="the trial number in the run")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_replay)
+
+
+def report_args(p: argparse.ArgumentParser) -> None:
+    """`--junit` and `--summary`, alike on `assay`, `submit` and `gate`."""
+    p.add_argument(
+        "--junit",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write a JUnit XML report: one test case per fault, failures carry the reasons",
+    )
+    p.add_argument(
+        "--summary",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="append a Markdown summary (e.g. $GITHUB_STEP_SUMMARY): decision, reasons, faults",
+    )
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
@@ -190,6 +216,9 @@ def cmd_mcp_proxy(args: argparse.Namespace) -> int:
 
 
 def cmd_assay(args: argparse.Namespace) -> int:
+    from service import reports
+
+    reports.check_paths(args.junit, args.summary, args.report_out)
     manifest = load_manifest(args.manifest)
     plan = build_plan(args, manifest)
     limits = _limits(args)
@@ -200,10 +229,25 @@ def cmd_assay(args: argparse.Namespace) -> int:
         )
     finally:
         close_target(target)
+    data = report.to_dict()
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+        print(json.dumps(data, indent=2, sort_keys=True))
     else:
         print_report(manifest, plan, report)
+    if args.report_out is not None:
+        try:
+            args.report_out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        except OSError as exc:
+            raise PlanInvalid(
+                f"cannot write {args.report_out}: {exc.strerror}", field="--report-out"
+            ) from None
+    outcome = reports.from_report(
+        data,
+        manifest.system,
+        manifest.version,
+        None if args.report_out is None else str(args.report_out),
+    )
+    reports.write_reports(outcome, args.junit, args.summary)
     return DECISION_EXIT.get(report.decision, 3)
 
 

@@ -26,7 +26,9 @@ from typing import Any
 
 import httpx
 
+from service import reports
 from service.cli import UsageError
+from service.cli_engine import report_args
 from service.settings import Settings, configure_logging, get_settings
 
 log = logging.getLogger("assaygate.serve")
@@ -97,6 +99,7 @@ def register(sub: Any) -> None:
     submit.add_argument(
         "--dossier-out", type=Path, default=None, metavar="PATH", help="save the signed envelope"
     )
+    report_args(submit)
     _client_options(submit)
     submit.set_defaults(func=_submit)
 
@@ -112,6 +115,7 @@ def register(sub: Any) -> None:
     gate.add_argument(
         "--dossier-out", type=Path, default=None, metavar="PATH", help="save the signed envelope"
     )
+    report_args(gate)
     _client_options(gate)
     gate.set_defaults(func=_gate)
 
@@ -556,6 +560,7 @@ class ShardProgress:
 
 
 def _submit(args: argparse.Namespace) -> int:
+    reports.check_paths(args.junit, args.summary, args.dossier_out)
     body = candidate_body(
         _load(args.manifest),
         system=args.system,
@@ -613,25 +618,70 @@ def _submit(args: argparse.Namespace) -> int:
     print(json.dumps(candidate, indent=2))
     _save_envelope(args.dossier_out, dossier)
     # What the deploy gate says about this candidate now, not only what its assay decided.
-    decision = str((candidate.get("gate") or {}).get("decision") or dossier["decision"])
+    gate_now = candidate.get("gate") or {}
+    decision = str(gate_now.get("decision") or dossier["decision"])
+    _write_reports(
+        args,
+        dossier,
+        decision,
+        gate_now.get("reasons", dossier.get("reasons") or []),
+        url,
+    )
     print(f"assaygate: the gate says {decision}: {url}", file=sys.stderr)
     return DECISION_EXIT.get(decision, EXIT_ERROR)
 
 
 def _gate(args: argparse.Namespace) -> int:
+    reports.check_paths(args.junit, args.summary, args.dossier_out)
     params = {"version": args.candidate_version} if args.candidate_version else {}
+    wants_dossier = any(p is not None for p in (args.dossier_out, args.junit, args.summary))
     with _client(args, _headers(args)) as client:
         response = client.get(f"/v1/gate/{args.system}", params=params)
         if response.status_code != 200:
             return _refused(response)
         answer = response.json()
         print(json.dumps(answer, indent=2))
-        if args.dossier_out is not None and answer.get("dossier"):
+        if wants_dossier and answer.get("dossier"):
             found = client.get(f"/v1/dossiers/{answer['dossier']['id']}")
             if found.status_code != 200:
                 return _refused(found)
             _save_envelope(args.dossier_out, found.json())
+            url = dashboard_url(str(client.base_url), str(answer["candidate_id"]))
+            _write_reports(
+                args,
+                found.json(),
+                str(answer.get("decision")),
+                answer.get("reasons") or [],
+                url,
+            )
+        elif args.junit is not None or args.summary is not None:
+            # No dossier yet (pending): the reports say what the gate says, without faults.
+            outcome = reports.Outcome(
+                system=str(answer.get("system", args.system)),
+                version=str(answer.get("version", "")),
+                decision=str(answer.get("decision")),
+                reasons=list(answer.get("reasons") or []),
+                faults=[],
+            )
+            reports.write_reports(outcome, args.junit, args.summary)
     return DECISION_EXIT.get(str(answer.get("decision")), EXIT_ERROR)
+
+
+def _write_reports(
+    args: argparse.Namespace,
+    dossier: dict[str, Any],
+    decision: str,
+    reasons: list[dict[str, Any]],
+    link: str,
+) -> None:
+    if args.junit is None and args.summary is None:
+        return
+    outcome = reports.from_dossier(
+        dossier["envelope"], decision=decision, reasons=reasons, link=link
+    )
+    if args.dossier_out is not None:
+        outcome.properties["dossier_file"] = str(args.dossier_out)
+    reports.write_reports(outcome, args.junit, args.summary)
 
 
 class _Client(httpx.Client):

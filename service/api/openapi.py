@@ -86,6 +86,14 @@ def _manifest(components: dict[str, Any]) -> None:
     document["description"] = (
         "The configuration manifest (README, 'Manifests'): unknown keys are refused."
     )
+    # Invariants apply to mcp targets only: any other manifest holds none.
+    mcp_target = {
+        "required": ["target"],
+        "properties": {"target": {"required": ["kind"], "properties": {"kind": {"const": "mcp"}}}},
+    }
+    document["allOf"] = [
+        {"if": {"not": mcp_target}, "then": {"properties": {"invariants": {"maxProperties": 0}}}}
+    ]
     components[_MANIFEST_PREFIX] = document
     _mcp_rules(document, components)
     target = components.get(f"{_MANIFEST_PREFIX}Target")
@@ -106,6 +114,28 @@ def _manifest(components: dict[str, Any]) -> None:
                     "properties": {"url": {"type": "string", "minLength": 1}},
                 },
             },
+            {
+                "if": {"properties": {"kind": {"const": "mcp"}}, "required": ["kind"]},
+                "then": {"required": ["runner"], "properties": {"runner": {"type": "object"}}},
+            },
+        ]
+    runner = components.get(f"{_MANIFEST_PREFIX}Runner")
+    if runner is not None:
+        entrypoint = f"^[^{CONTROL_CLASS}]*:[^{CONTROL_CLASS}]*$"
+        runner["allOf"] = [
+            {
+                "if": {"properties": {"kind": {"enum": list(kinds)}}, "required": ["kind"]},
+                "then": {"required": [field], "properties": {field: rule}},
+            }
+            for kinds, field, rule in (
+                (("command",), "command", {"type": "array", "minItems": 1}),
+                (("http",), "url", {"type": "string", "minLength": 1}),
+                (
+                    ("python", "langgraph", "openai-agents"),
+                    "entrypoint",
+                    {"type": "string", "pattern": entrypoint},
+                ),
+            )
         ]
     create = components.get("CandidateCreate")
     if create is not None:

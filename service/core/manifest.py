@@ -103,9 +103,11 @@ class Runner(_Strict):
     `command`: one process per trial, the task JSON on stdin, the proxy's URL in
     `ASSAYGATE_MCP_URL`, the claim JSON on stdout. `http`: the task and the URL are POSTed to
     `url` and the reply is the claim. `python`: `module:callable(task, mcp_url) -> claim`, run in a
-    child process."""
+    child process. `langgraph`: a compiled graph (or a builder of one from the tools) and
+    `openai-agents`: an `Agent`, each as `entrypoint` `module:attribute`, run in a child process
+    with its tools on the proxy (docs/frameworks.md)."""
 
-    kind: Literal["command", "http", "python"]
+    kind: Literal["command", "http", "python", "langgraph", "openai-agents"]
     command: tuple[str, ...] | None = None
     url: str | None = None
     entrypoint: str | None = None
@@ -120,6 +122,10 @@ class Runner(_Strict):
             raise ValueError("an http runner needs a url")
         if self.kind == "python" and not (self.entrypoint and ":" in self.entrypoint):
             raise ValueError("a python runner needs entrypoint 'module:callable'")
+        if self.kind in ("langgraph", "openai-agents") and not (
+            self.entrypoint and ":" in self.entrypoint
+        ):
+            raise ValueError(f"a {self.kind} runner needs entrypoint 'module:attribute'")
         return self
 
 

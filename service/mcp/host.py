@@ -1,4 +1,5 @@
-"""`python -m service.mcp.host module:callable`: serve a python agent over the http runner protocol.
+"""`python -m service.mcp.host [--framework KIND] module:callable`: serve a python agent over the
+http runner protocol (with `--framework`, a LangGraph graph or an OpenAI Agents SDK agent).
 
 Prints one JSON line (`{"url": ...}` or `{"error": ...}`) and serves until stdin closes, so the
 child never outlives the assay process. Each POST `{"task", "mcp_url"}` calls
@@ -16,12 +17,19 @@ from typing import Any
 
 
 def main() -> None:
-    entrypoint = sys.argv[1]
+    # `--framework KIND module:attribute`: a LangGraph graph or an OpenAI Agents SDK agent.
+    framework = sys.argv[2] if sys.argv[1] == "--framework" else None
+    entrypoint = sys.argv[-1]
     module_name, _, attr = entrypoint.partition(":")
     try:
-        fn: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            fn = getattr(fn, part)
+        if framework is not None:
+            from service.mcp.frameworks import runner_for
+
+            fn: Any = runner_for(framework, entrypoint)
+        else:
+            fn = importlib.import_module(module_name)
+            for part in attr.split("."):
+                fn = getattr(fn, part)
     except Exception as exc:
         print(json.dumps({"error": f"cannot load {entrypoint!r}: {exc}"}), flush=True)
         return

@@ -6,6 +6,8 @@ JSON on stdout (one object, or one object per line: each is a claim), a per-run 
 `http`: POST `{"task", "mcp_url"}` to the agent; the reply is the claim (or `{"claims": [...]}`).
 `python`: `module:callable(task, mcp_url) -> claim`, served from a child process over the `http`
 protocol (`python -m service.mcp.host`), so the agent never shares a process with the proxy.
+`langgraph` / `openai-agents`: a graph or an `Agent` as `module:attribute`, served the same way
+(`service.mcp.frameworks`, docs/frameworks.md).
 """
 
 from __future__ import annotations
@@ -160,9 +162,10 @@ class HttpRunner:
 class PythonRunner(HttpRunner):
     """A callable in the team's code, served by a child process over the http runner protocol."""
 
-    def __init__(self, entrypoint: str) -> None:
+    def __init__(self, entrypoint: str, framework: str | None = None) -> None:
+        extra = [] if framework is None else ["--framework", framework]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service.mcp.host", entrypoint],
+            [sys.executable, "-m", "service.mcp.host", *extra, entrypoint],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env={
@@ -202,4 +205,6 @@ def make_runner(spec: Runner) -> AgentRunner:
         assert spec.url is not None
         return HttpRunner(spec.url)
     assert spec.entrypoint is not None
+    if spec.kind in ("langgraph", "openai-agents"):
+        return PythonRunner(spec.entrypoint, framework=spec.kind)
     return PythonRunner(spec.entrypoint)

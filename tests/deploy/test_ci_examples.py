@@ -26,13 +26,18 @@ def scripts(node: Any) -> list[str]:
             if key == "run" and isinstance(value, str):
                 found.extend(value.splitlines() if "\n" in value.strip() else [value])
             elif key == "script" and isinstance(value, list):
-                found.extend(str(v) for v in value)
+                found.extend(str(v) for v in _flat(value))
             else:
                 found.extend(scripts(value))
     elif isinstance(node, list):
         for item in node:
             found.extend(scripts(item))
     return found
+
+
+def _flat(items: list[Any]) -> list[Any]:
+    """A GitLab script with its YAML anchors (nested lists) flattened."""
+    return [x for item in items for x in (_flat(item) if isinstance(item, list) else [item])]
 
 
 def assaygate_calls(path: Path) -> list[list[str]]:
@@ -66,7 +71,7 @@ def test_the_github_workflow_keeps_the_dossier_and_gates_the_deploy() -> None:
     jobs = workflow["jobs"]
     assert jobs["deploy"]["needs"] == "assay"
     uploads = [s for s in jobs["assay"]["steps"] if "upload-artifact" in str(s.get("uses"))]
-    assert uploads and uploads[0]["with"]["path"] == "dossier.json"
+    assert uploads and uploads[0]["with"]["path"].split() == ["dossier.json", "assaygate-junit.xml"]
     assert uploads[0]["if"] == "always()"
     runs = " ".join(str(s.get("run", "")) for s in jobs["deploy"]["steps"])
     assert "assaygate gate" in runs

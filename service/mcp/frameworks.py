@@ -1,0 +1,128 @@
+"""Framework runners: a LangGraph graph or an OpenAI Agents SDK `Agent`, run once per trial with
+its tools on the trial's MCP proxy (docs/frameworks.md).
+
+Both are served like a `python` runner (`python -m service.mcp.host --framework KIND TARGET`), so
+the framework never shares a process with the proxy. The claim is the run's structured final
+output: the graph's final state `claim` (a dict), else its last message's content as a JSON
+object; the agent's `final_output` (a dict, a pydantic model, or a JSON object as text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+#: The config key under which a compiled graph finds the trial's tools.
+TOOLS_KEY = "mcp_tools"
+
+
+def load(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def claim_of(value: Any) -> dict[str, Any]:
+    """A structured final output as a claim object; anything else is a malformed claim."""
+    if hasattr(value, "model_dump"):
+        value = value.model_dump(mode="json", exclude_none=True)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ValueError("the final output is not a JSON claim object") from None
+    if not isinstance(value, dict) or not isinstance(value.get("status"), str):
+        raise ValueError("the final output is not a claim object with a status")
+    return value
+
+
+def _reply_text(result: Any) -> str:
+    if result.is_error:
+        texts = [getattr(b, "text", "") for b in result.content]
+        return json.dumps({"error": " ".join(t for t in texts if t) or "tool error"})
+    if result.structured_content is not None:
+        return json.dumps(result.structured_content)
+    texts = [getattr(b, "text", None) for b in result.content]
+    return "\n".join(t for t in texts if t is not None)
+
+
+async def langchain_tools(client: Any) -> list[Any]:
+    """The proxy's tools as LangChain tools, each calling the proxy through the MCP SDK."""
+    from langchain_core.tools import StructuredTool
+
+    listed = await client.list_tools()
+    tools = []
+    for tool in listed.tools:
+
+        async def call(_name: str = tool.name, **arguments: Any) -> str:
+            try:
+                return _reply_text(await client.call_tool(_name, arguments))
+            except Exception as exc:  # a JSON-RPC error (a timeout, a refusal) is the reply
+                return json.dumps({"error": str(exc)})
+
+        tools.append(
+            StructuredTool(
+                name=tool.name,
+                description=tool.description or tool.name,
+                args_schema=dict(tool.input_schema),
+                coroutine=call,
+            )
+        )
+    return tools
+
+
+async def _langgraph(target: Any, task: dict[str, Any], mcp_url: str) -> dict[str, Any]:
+    from langchain_core.messages import HumanMessage
+    from mcp import Client
+
+    async with Client(mcp_url, cache=None) as client:
+        tools = await langchain_tools(client)
+        # A compiled graph finds the tools in its config; a builder makes the graph with them.
+        graph = target if hasattr(target, "ainvoke") else target(tools)
+        state = await graph.ainvoke(
+            {"messages": [HumanMessage(json.dumps(task))]},
+            config={"configurable": {TOOLS_KEY: tools}, "recursion_limit": 200},
+        )
+    if isinstance(state, dict) and state.get("claim") is not None:
+        return claim_of(state["claim"])
+    messages = state.get("messages") if isinstance(state, dict) else None
+    if not messages:
+        raise ValueError("the graph ended without a claim or a message")
+    return claim_of(messages[-1].content)
+
+
+async def _openai_agents(target: Any, task: dict[str, Any], mcp_url: str) -> dict[str, Any]:
+    from agents import Runner
+    from agents.mcp import MCPServerStreamableHttp
+
+    server = MCPServerStreamableHttp(
+        {"url": mcp_url}, name="assaygate", client_session_timeout_seconds=30
+    )
+    async with server:
+        # The team's agent, with its MCP servers pointed at the trial's proxy.
+        agent = target.clone(mcp_servers=[server])
+        result = await Runner.run(agent, json.dumps(task), max_turns=200)
+    return claim_of(result.final_output)
+
+
+RUNS: dict[str, Callable[[Any, dict[str, Any], str], Any]] = {
+    "langgraph": _langgraph,
+    "openai-agents": _openai_agents,
+}
+
+
+def runner_for(kind: str, target: str) -> Callable[[dict[str, Any], str], dict[str, Any]]:
+    """`callable(task, mcp_url) -> claim` for the host: the target loaded once, run per trial."""
+    obj = load(target)
+    run = RUNS[kind]
+
+    def one_trial(task: dict[str, Any], mcp_url: str) -> dict[str, Any]:
+        claim: dict[str, Any] = asyncio.run(run(obj, task, mcp_url))
+        return claim
+
+    return one_trial

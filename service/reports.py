@@ -1,0 +1,251 @@
+"""CI reports of a decision: a JUnit XML file and a GitHub job-summary Markdown file.
+
+One writer for the three commands CI runs (`assay`, `submit`, `gate`). Each builds an `Outcome`
+from what it has — the local assay report, or the signed dossier's predicate with what the gate
+says now — and `write_reports` writes the files it was asked for.
+
+JUnit: one `<testsuite>` per system, one `<testcase>` per fault (classname the system, name the
+fault id); a fault with reasons is a `<failure>` whose `type` is the worst severity, whose
+`message` lists the reason codes and whose text gives each reason and the containment signature.
+Reasons that name no fault (a stopped assay, a reopened gate, a waiver) are the test case `gate`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from service.cli import UsageError
+
+#: The containment signature's columns: (heading, count name).
+SIGNATURE = (
+    ("detected", "detected"),
+    ("contained", "contained"),
+    ("recovered", "recovered"),
+    ("verified", "verified"),
+    ("service", "useful_service"),
+    ("unsafe", "unsafe_escape"),
+    ("duplicate", "duplicate_effect"),
+    ("unproved", "unverifiable_release"),
+)
+SEVERITY_ORDER = {"block": 0, "reopened": 1, "hold": 2, "allow": 3}
+GATE_CASE = "gate"
+
+
+@dataclass
+class FaultRow:
+    id: str
+    trials: int
+    counts: Mapping[str, int]
+    reasons: list[Mapping[str, Any]] = field(default_factory=list)
+
+    def signature(self) -> str:
+        return ", ".join(f"{h} {int(self.counts.get(k, 0))}/{self.trials}" for h, k in SIGNATURE)
+
+
+@dataclass
+class Outcome:
+    """What one decision says, in the shape both reports read."""
+
+    system: str
+    version: str
+    decision: str
+    reasons: list[Mapping[str, Any]]
+    faults: list[FaultRow]
+    #: Where the evidence is: the dossier (service) or the report file (local assay).
+    link: str | None = None
+    link_label: str = "dossier"
+    properties: dict[str, str] = field(default_factory=dict)
+
+    def unattached(self) -> list[Mapping[str, Any]]:
+        ids = {f.id for f in self.faults}
+        return [r for r in self.reasons if r.get("fault") not in ids]
+
+
+def _rows(
+    faults: Sequence[Mapping[str, Any]], reasons: Sequence[Mapping[str, Any]]
+) -> list[FaultRow]:
+    rows = []
+    for f in faults:
+        fid = str(f["id"])
+        if "signature" in f:  # a local report's fault entry
+            sig = f["signature"]
+            trials, counts = int(sig.get("trials", f.get("exercised", 0))), sig.get("counts", {})
+        else:  # a dossier predicate's run
+            counts = (f.get("intervention") or {}).get("counts", {})
+            trials = int(f.get("exercised", 0))
+        rows.append(FaultRow(fid, trials, counts, [r for r in reasons if r.get("fault") == fid]))
+    return rows
+
+
+def from_report(
+    report: Mapping[str, Any], system: str | None, version: str | None, link: str | None
+) -> Outcome:
+    """A local `assaygate assay` report (`AssayReport.to_dict()`)."""
+    reasons = list(report.get("reasons") or [])
+    return Outcome(
+        system=system or "assaygate",
+        version=version or "",
+        decision=str(report["decision"]),
+        reasons=reasons,
+        faults=_rows(report.get("faults") or [], reasons),
+        link=link,
+        link_label="report",
+        properties={"manifest_digest": str(report.get("manifest_digest", ""))},
+    )
+
+
+def predicate_of(envelope: Mapping[str, Any]) -> dict[str, Any]:
+    """The dossier predicate inside a DSSE envelope (the signed bytes, decoded; not verified)."""
+    statement = json.loads(base64.b64decode(str(envelope["payload"])))
+    return dict(statement["predicate"])
+
+
+def from_dossier(
+    envelope: Mapping[str, Any],
+    *,
+    decision: str,
+    reasons: Sequence[Mapping[str, Any]],
+    link: str | None,
+) -> Outcome:
+    """A signed dossier, with the gate's word now (`decision`, `reasons`) laid over it."""
+    p = predicate_of(envelope)
+    cand = p.get("candidate") or {}
+    reasons = list(reasons)
+    return Outcome(
+        system=str(cand.get("system", "")),
+        version=str(cand.get("version", "")),
+        decision=decision,
+        reasons=reasons,
+        faults=_rows(p.get("runs") or [], reasons),
+        link=link,
+        properties={
+            "candidate": str(cand.get("id", "")),
+            "dossier_version": str(p.get("dossier_version", "")),
+            "manifest_digest": str((p.get("manifest") or {}).get("digest", "")),
+        },
+    )
+
+
+def _worst(reasons: Sequence[Mapping[str, Any]]) -> str:
+    return min(
+        (str(r.get("severity", "hold")) for r in reasons), key=lambda s: SEVERITY_ORDER.get(s, 2)
+    )
+
+
+def _failure(case: ET.Element, reasons: Sequence[Mapping[str, Any]], signature: str | None) -> None:
+    codes = ", ".join(dict.fromkeys(str(r.get("code")) for r in reasons))
+    fail = ET.SubElement(
+        case, "failure", type=_worst(reasons), message=f"{_worst(reasons)}: {codes}"
+    )
+    lines = [f"[{r.get('severity')}] {r.get('code')}: {r.get('message')}" for r in reasons]
+    if signature is not None:
+        lines.append(f"containment signature: {signature}")
+    fail.text = "\n".join(lines)
+
+
+def junit_xml(outcome: Outcome) -> bytes:
+    suite_name = f"{outcome.system} {outcome.version}".strip()
+    cases: list[ET.Element] = []
+    for f in outcome.faults:
+        case = ET.Element("testcase", classname=outcome.system, name=f.id)
+        if f.reasons:
+            _failure(case, f.reasons, f.signature())
+        out = ET.SubElement(case, "system-out")
+        out.text = f"containment signature ({f.trials} trials): {f.signature()}"
+        cases.append(case)
+    loose = outcome.unattached()
+    if loose or outcome.decision != "allow":
+        case = ET.Element("testcase", classname=outcome.system, name=GATE_CASE)
+        if outcome.decision != "allow":
+            _failure(
+                case,
+                loose
+                or [
+                    {
+                        "severity": outcome.decision,
+                        "code": outcome.decision,
+                        "message": "see the faults",
+                    }
+                ],
+                None,
+            )
+        cases.append(case)
+    failures = sum(1 for c in cases if c.find("failure") is not None)
+    root = ET.Element(
+        "testsuites", name="assaygate", tests=str(len(cases)), failures=str(failures), errors="0"
+    )
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        name=suite_name or "assaygate",
+        tests=str(len(cases)),
+        failures=str(failures),
+        errors="0",
+        skipped="0",
+    )
+    props = ET.SubElement(suite, "properties")
+    for k, v in {"decision": outcome.decision, **outcome.properties}.items():
+        ET.SubElement(props, "property", name=k, value=v)
+    if outcome.link:
+        ET.SubElement(props, "property", name=outcome.link_label, value=outcome.link)
+    suite.extend(cases)
+    ET.indent(root)
+    return bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True)) + b"\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def summary_markdown(outcome: Outcome) -> str:
+    title = f"{outcome.system} {outcome.version}".strip()
+    lines = [f"## Assaygate: {outcome.decision.upper()} — {_cell(title)}", ""]
+    lines.append(f"**Decision:** `{outcome.decision}`")
+    if outcome.link:
+        label = "Dossier" if outcome.link_label == "dossier" else "Report"
+        lines.append(f"**{label}:** [{_cell(outcome.link)}]({outcome.link})")
+    lines.append("")
+    if outcome.reasons:
+        lines.append("### Reasons")
+        lines.append("")
+        for r in outcome.reasons:
+            lines.append(
+                f"- **{r.get('severity')}** `{r.get('code')}`: {_cell(str(r.get('message')))}"
+            )
+        lines.append("")
+    lines.append("### Faults")
+    lines.append("")
+    lines.append("| fault | trials | " + " | ".join(h for h, _ in SIGNATURE) + " | reasons |")
+    lines.append("|---|---:|" + "---:|" * len(SIGNATURE) + "---|")
+    for f in outcome.faults:
+        codes = ", ".join(f"`{r.get('code')}`" for r in f.reasons) or "—"
+        counts = " | ".join(str(int(f.counts.get(k, 0))) for _, k in SIGNATURE)
+        lines.append(f"| `{f.id}` | {f.trials} | {counts} | {codes} |")
+    return "\n".join(lines) + "\n"
+
+
+def check_paths(*paths: Path | None) -> None:
+    """Refuse, before any work, a report path whose folder does not exist."""
+    for path in paths:
+        if path is not None and path.is_dir():
+            raise UsageError(f"cannot write {path}: it is a folder (an empty path?)")
+        if path is not None and not path.parent.is_dir():
+            raise UsageError(f"cannot write {path}: no folder {path.parent}")
+
+
+def write_reports(outcome: Outcome, junit: Path | None, summary: Path | None) -> None:
+    try:
+        if junit is not None:
+            junit.write_bytes(junit_xml(outcome))
+        if summary is not None:
+            # GITHUB_STEP_SUMMARY is appended to by every step of a job: append, never replace.
+            with summary.open("a", encoding="utf-8") as fh:
+                fh.write(summary_markdown(outcome))
+    except OSError as exc:
+        raise UsageError(f"cannot write a report: {exc}") from None

@@ -1,0 +1,229 @@
+"""The CI examples run as written from a fresh checkout: Assaygate's wheel is built from the
+checkout and installed into a fresh virtualenv (what `setup-python` gives a job), and each job's
+steps — the GitHub workflow's, the GitLab pipeline's and the composite action's — run in order as a
+script against a real embedded service (`assaygate serve` in a temporary folder)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import xmlschema
+import yaml
+
+from tests.support.embedded import Embedded, embedded_service
+from tests.support.service import ROOT
+
+pytestmark = pytest.mark.integration
+
+CI = ROOT / "deploy" / "ci"
+SHA = "4f1c2e9a7b"
+JUNIT_XSD = xmlschema.XMLSchema(ROOT / "tests" / "assets" / "junit-10.xsd")
+EXPRESSION = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
+
+
+def fresh_checkout(dest: Path) -> Path:
+    """The working tree as a clone would hold it: tracked and new files, nothing ignored."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, (n.decode() for n in listed)):
+        source = ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
+@dataclass
+class Runner:
+    """One CI machine: a checkout, a fresh Python on PATH, the service's address and key."""
+
+    checkout: Path
+    python_bin: Path
+    service: Embedded
+    temp: Path
+    ran: list[str] = field(default_factory=list)
+    uploaded: list[Path] = field(default_factory=list)
+
+    def context(self, extra: Mapping[str, str]) -> dict[str, str]:
+        return {
+            "vars.ASSAYGATE_URL": self.service.url,
+            "secrets.ASSAYGATE_API_KEY": self.service.key,
+            "github.sha": SHA,
+            **extra,
+        }
+
+    def resolve(self, text: str, ctx: Mapping[str, str]) -> str:
+        def value(m: re.Match[str]) -> str:
+            assert m.group(1) in ctx, f"the test does not know the expression {m.group(0)}"
+            return ctx[m.group(1)]
+
+        return EXPRESSION.sub(value, text)
+
+    def shell(self, script: str, env: Mapping[str, str]) -> int:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("ASSAYGATE_", "PYTHON"))}
+        base.pop("VIRTUAL_ENV", None)
+        base["PATH"] = f"{self.python_bin}{os.pathsep}{base.get('PATH', '')}"
+        done = subprocess.run(
+            ["bash", "-e", "-o", "pipefail", "-c", script],
+            cwd=self.checkout,
+            env={**base, **env},
+            check=False,
+        )
+        self.ran.append(script)
+        return done.returncode
+
+    def github_job(
+        self, steps: list[dict[str, Any]], env: Mapping[str, str], ctx: Mapping[str, str]
+    ) -> int:
+        """A job's steps in order; after a failure only `if: always()` steps run."""
+        failed = 0
+        for step in steps:
+            if failed and step.get("if") != "always()":
+                continue
+            uses = str(step.get("uses", ""))
+            step_env = {
+                **env,
+                **{k: self.resolve(str(v), ctx) for k, v in step.get("env", {}).items()},
+            }
+            if "run" in step:
+                code = self.shell(self.resolve(step["run"], ctx), step_env)
+                failed = failed or code
+            elif uses.startswith("actions/upload-artifact"):
+                for line in self.resolve(step["with"]["path"], ctx).split():
+                    self.uploaded.append(self.checkout / line)
+            else:
+                assert uses.startswith(("actions/checkout", "actions/setup-python")), uses
+        return failed
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
+    data_dir = tmp_path_factory.mktemp("ci-service")
+    with embedded_service(
+        [sys.executable, "-m", "service.cli"], data_dir, {"PYTHONPATH": str(ROOT)}
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+def runner(service: Embedded, tmp_path: Path) -> Runner:
+    checkout = fresh_checkout(tmp_path / "checkout")
+    venv = tmp_path / "python"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    temp = tmp_path / "runner-temp"
+    temp.mkdir()
+    return Runner(checkout, venv / "bin", service, temp)
+
+
+def github_env(runner: Runner, workflow: dict[str, Any], **override: str) -> dict[str, str]:
+    ctx = runner.context({})
+    env = {k: runner.resolve(str(v), ctx) for k, v in workflow.get("env", {}).items()}
+    summary = runner.temp / "step-summary.md"
+    summary.touch()
+    return {**env, **override, "GITHUB_STEP_SUMMARY": str(summary), "RUNNER_TEMP": str(runner.temp)}
+
+
+def assert_junit(path: Path) -> ET.Element:
+    JUNIT_XSD.validate(str(path))
+    return ET.parse(path).getroot()
+
+
+def test_the_github_workflow_from_a_fresh_checkout_assays_uploads_and_deploys_an_allowed_build(
+    runner: Runner,
+) -> None:
+    workflow = yaml.safe_load((CI / "github-actions.yml").read_text())
+    env = github_env(runner, workflow)
+    ctx = runner.context({})
+    assert runner.github_job(workflow["jobs"]["assay"]["steps"], env, ctx) == 0
+    assert (runner.python_bin / "assaygate").is_file(), "installed from the built wheel"
+    assert {p.name for p in runner.uploaded} == {"dossier.json", "assaygate-junit.xml"}
+    assert all(p.is_file() for p in runner.uploaded)
+    assert assert_junit(runner.checkout / "assaygate-junit.xml").find(".//failure") is None
+    assert "## Assaygate: ALLOW" in Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    verify = runner.shell(
+        'curl -sf "$ASSAYGATE_URL/v1/keys" > keys.json\n'
+        "assaygate verify dossier.json --keys keys.json",
+        env,
+    )
+    assert verify == 0, "the uploaded dossier verifies offline"
+
+    assert workflow["jobs"]["deploy"]["needs"] == "assay"
+    assert runner.github_job(workflow["jobs"]["deploy"]["steps"], env, ctx) == 0
+    assert (runner.checkout / "deployed.txt").read_text().strip() == f"deploying {SHA}"
+
+
+def test_the_github_workflow_stops_a_blocked_build_before_deploy_and_still_uploads(
+    runner: Runner,
+) -> None:
+    workflow = yaml.safe_load((CI / "github-actions.yml").read_text())
+    env = github_env(runner, workflow, ASSAYGATE_MANIFEST="examples/copperfin-baseline.json")
+    code = runner.github_job(workflow["jobs"]["assay"]["steps"], env, runner.context({}))
+    assert code == 1, "submit exits 1 on block, so the job fails and `needs: assay` skips deploy"
+    junit = assert_junit(runner.checkout / "assaygate-junit.xml")
+    assert junit.find(".//testcase[@name='timeout_after_commit']/failure") is not None
+    assert all(p.is_file() for p in runner.uploaded), "the dossier is kept on failure too"
+
+
+def test_the_composite_action_installs_from_its_checkout_and_reports_the_decision(
+    runner: Runner,
+) -> None:
+    action = yaml.safe_load((CI / "action" / "action.yml").read_text())
+    assert set(action["inputs"]) == {"manifest", "url", "api-key", "version"}
+    output = runner.temp / "output.txt"
+    output.touch()
+    env = github_env(runner, {}, GITHUB_OUTPUT=str(output))
+    ctx = runner.context(
+        {
+            "inputs.manifest": "examples/copperfin-typed-repair.json",
+            "inputs.url": runner.service.url,
+            "inputs.api-key": runner.service.key,
+            "inputs.version": "action-1",
+            "github.action_path": str(runner.checkout / "deploy" / "ci" / "action"),
+        }
+    )
+    assert runner.github_job(action["runs"]["steps"], env, ctx) == 0
+    assert "decision=allow" in output.read_text()
+    assert {p.name for p in runner.uploaded} == {"assaygate-dossier.json", "assaygate-junit.xml"}
+    assert_junit(runner.checkout / "assaygate-junit.xml")
+
+
+def gitlab_lines(items: list[Any]) -> list[str]:
+    """A GitLab `script`, its YAML anchors (nested lists) flattened."""
+    out: list[str] = []
+    for item in items:
+        out.extend(gitlab_lines(item) if isinstance(item, list) else [str(item)])
+    return out
+
+
+def test_the_gitlab_pipeline_from_a_fresh_checkout_assays_and_deploys_an_allowed_build(
+    runner: Runner,
+) -> None:
+    pipeline = yaml.safe_load((CI / "gitlab-ci.yml").read_text())
+    env = {
+        **{k: str(v) for k, v in pipeline["variables"].items()},
+        "ASSAYGATE_URL": runner.service.url,
+        "ASSAYGATE_API_KEY": runner.service.key,
+        "CI_COMMIT_SHA": "gitlab-" + SHA,
+    }
+    for job in ("assaygate", "deploy"):
+        script = "\n".join(gitlab_lines(pipeline[job]["script"]))
+        assert runner.shell(script, env) == 0, job
+    assert pipeline["assaygate"]["artifacts"]["reports"]["junit"] == "assaygate-junit.xml"
+    for path in pipeline["assaygate"]["artifacts"]["paths"]:
+        assert (runner.checkout / path).is_file()
+    assert_junit(runner.checkout / "assaygate-junit.xml")
+    assert (runner.checkout / "deployed.txt").read_text().strip() == f"deploying gitlab-{SHA}"
