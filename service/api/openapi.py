@@ -86,14 +86,6 @@ def _manifest(components: dict[str, Any]) -> None:
     document["description"] = (
         "The configuration manifest (README, 'Manifests'): unknown keys are refused."
     )
-    # Invariants apply to mcp targets only: any other manifest holds none.
-    mcp_target = {
-        "required": ["target"],
-        "properties": {"target": {"required": ["kind"], "properties": {"kind": {"const": "mcp"}}}},
-    }
-    document["allOf"] = [
-        {"if": {"not": mcp_target}, "then": {"properties": {"invariants": {"maxProperties": 0}}}}
-    ]
     components[_MANIFEST_PREFIX] = document
     _mcp_rules(document, components)
     target = components.get(f"{_MANIFEST_PREFIX}Target")
