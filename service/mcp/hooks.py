@@ -49,6 +49,7 @@ class Upstreams:
         self.clients: dict[str, Client] = {}
         self._stack = AsyncExitStack()
         self._tools: list[types.Tool] | None = None
+        self._schemas: dict[str, dict[str, Any]] | None = None
         self._http: httpx.AsyncClient | None = None
 
     async def open(self) -> None:
@@ -70,6 +71,15 @@ class Upstreams:
                 out.extend((await self.clients[s].list_tools()).tools)
             self._tools = out
         return self._tools
+
+    def input_schema(self, tool: str) -> dict[str, Any] | None:
+        """A listed tool's input schema (None before the listing is fetched or for an unknown
+        tool: the SDK then skips its header check, as when a listing fails)."""
+        if self._schemas is None:
+            if self._tools is None:
+                return None
+            self._schemas = {t.name: dict(t.input_schema) for t in self._tools}
+        return self._schemas.get(tool)
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
         t = self.contract.tools.get(tool)
