@@ -39,6 +39,7 @@ Component = Literal[
     "controls",
     "target",
     "envelope",
+    "invariants",
 ]
 assert set(get_args(Component)) == set(COMPONENTS)
 
