@@ -3,8 +3,9 @@
 Each worker process has its own sandbox (the example's servers over its own SQLite file: one world
 per sandbox, so trials on one sandbox are serialised), its own proxy and the careful agent served by
 the python runner (a persistent child process; the command runner pays an interpreter start per
-run). A proxied trial is reset, probe, one run of the agent through the proxy (about ten tool
-calls), probe, and the invariants. Prints figures; asserts nothing.
+run). A proxied trial is reset (which also answers the fresh world, so no first probe), one run of
+the agent through the proxy (nine tool calls and one listing), probe, and the invariants; the
+proxy's sessions to the servers stay open for the whole run. Prints figures; asserts nothing.
 
     .venv/bin/python bench/mcp_target.py [--trials 100] [--workers 2]
 """

@@ -172,7 +172,9 @@ def admin_server(store: Store) -> MCPServer:
 
     @mcp.tool()
     def reset(seed: int, trial_id: str, tool: str = "") -> dict[str, Any]:
-        """Seed a fresh world; answers the task. `tool` (the tool under test) picks the action."""
+        """Seed a fresh world; answers the task and the fresh world (what probe would answer, so
+        Assaygate skips the probe before the trial). `tool` (the tool under test) picks the
+        action."""
         rng = random.Random(seed)
         orders = [f"O-{rng.randrange(10**6):06d}-{i}" for i in range(3)]
         skus = [f"SKU-{rng.randrange(100)}-{i}" for i in range(3)]
@@ -199,12 +201,16 @@ def admin_server(store: Store) -> MCPServer:
                 "order_id": orders[0],
                 "quantity": qty,
                 "amount": amount,
-            }
+            },
+            "world": world(),
         }
 
     @mcp.tool()
     def probe() -> dict[str, Any]:
         """The world: every effect (shipments and credits) and the records invariants read."""
+        return world()
+
+    def world() -> dict[str, Any]:
         effects = [
             {
                 "id": r["id"],

@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
+import httpx2
+
 from service.core.catalogue import Catalogue, FaultSpec, Recoverability
 from service.core.contract import Contract, Invariants, contract_of, invariants_of
 from service.core.disturbance import Disturbance
@@ -145,6 +147,7 @@ class McpEngine:
         self._loop = Loop()
         self.upstreams = Upstreams(self.contract)
         self.proxy = Proxy(self.upstreams)
+        self._naive_http: httpx2.AsyncClient | None = None
         try:
             self._loop.run(self._start(), START_TIMEOUT_S)
         except BaseException:
@@ -154,6 +157,10 @@ class McpEngine:
     async def _start(self) -> None:
         await self.upstreams.open()
         await self.proxy.start()
+        # Naive runs reach the proxy over one keep-alive client (read timeout: a run's deadline).
+        self._naive_http = httpx2.AsyncClient(
+            timeout=httpx2.Timeout(30.0, read=max(self.deadline_s, 30.0))
+        )
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -162,6 +169,8 @@ class McpEngine:
         self.runner.close()
 
     async def _stop(self) -> None:
+        if self._naive_http is not None:
+            await self._naive_http.aclose()
         await self.proxy.stop()
         await self.upstreams.close()
 
@@ -213,7 +222,10 @@ class McpEngine:
             task = dict(reset["task"]) if isinstance(reset, dict) else None
             if task is None:
                 raise HookFailed('the reset hook must answer {"task": {...}}')
-            before = await self._probe()
+            # A reset that also answers the fresh world (`"world"`: what probe would answer)
+            # saves the first probe's round trip.
+            world = reset.get("world")
+            before = self._world(world) if world is not None else await self._probe()
         except (HookFailed, KeyError, TypeError) as exc:
             outcome = Outcome(
                 (False, True, False, False, False) + (False,) * 4 + (True, False), 0, "hold"
@@ -280,7 +292,10 @@ class McpEngine:
         return self._grade(spec, inj, state, task, before, after, runs, w)
 
     async def _probe(self) -> dict[str, Any]:
-        world = await self.upstreams.hook(self.contract.hooks.probe, {})
+        return self._world(await self.upstreams.hook(self.contract.hooks.probe, {}))
+
+    @staticmethod
+    def _world(world: Any) -> dict[str, Any]:
         if not isinstance(world, dict) or not isinstance(world.get("effects"), list):
             raise HookFailed('the probe hook must answer {"effects": [...], "records": {...}}')
         return world
@@ -292,7 +307,8 @@ class McpEngine:
         if naive:
             try:
                 claims = await asyncio.wait_for(
-                    naive_run(self.contract, task, url, state.target), self.deadline_s
+                    naive_run(self.contract, task, url, state.target, self._naive_http),
+                    self.deadline_s,
                 )
             except TimeoutError:
                 return RunResult(error="TargetTimeout", timed_out=True)

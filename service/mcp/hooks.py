@@ -8,19 +8,23 @@ JSON on stdin and writes JSON on stdout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
-from contextlib import AsyncExitStack
+import socket
 from typing import Any, TextIO
 
 import httpx
 import mcp_types as types
 from mcp import Client, StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED
 
 from service.core.contract import Contract, Hook, Upstream
 from service.mcp.wire import reply_json
 
 HOOK_TIMEOUT_S = 30.0
+NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 
 
 class HookFailed(Exception):
@@ -41,25 +45,100 @@ def _devnull() -> TextIO:
     return open(os.devnull, "w")
 
 
+class _Held:
+    """One SDK client kept open by a task of its own for the whole assay (anyio's scopes must
+    close in the task that opened them; a trial's task is gone by the time a session is)."""
+
+    def __init__(self, up: Upstream) -> None:
+        self.up = up
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> Client:
+        ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._hold(ready))
+        return await ready
+
+    async def _hold(self, ready: asyncio.Future[Client]) -> None:
+        try:
+            async with _client(self.up) as client:
+                ready.set_result(client)
+                await self._stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            elif not isinstance(exc, Exception):
+                raise
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._task, HOOK_TIMEOUT_S)
+
+
 class Upstreams:
-    """One open SDK client per upstream server, entered on the engine's event loop."""
+    """One SDK session per upstream server, opened once on the engine's event loop and kept for
+    the whole assay (reopened after a transport failure)."""
 
     def __init__(self, contract: Contract) -> None:
         self.contract = contract
         self.clients: dict[str, Client] = {}
-        self._stack = AsyncExitStack()
+        self._held: dict[str, _Held] = {}
         self._tools: list[types.Tool] | None = None
+        self._schemas: dict[str, dict[str, Any]] | None = None
         self._http: httpx.AsyncClient | None = None
+        self.reopened = 0
 
     async def open(self) -> None:
-        for name, up in sorted(self.contract.servers.items()):
-            self.clients[name] = await self._stack.enter_async_context(_client(up))
-        self._http = await self._stack.enter_async_context(
-            httpx.AsyncClient(timeout=HOOK_TIMEOUT_S)
+        for name in sorted(self.contract.servers):
+            await self._open(name)
+        self._http = httpx.AsyncClient(
+            timeout=HOOK_TIMEOUT_S, transport=httpx.AsyncHTTPTransport(socket_options=NODELAY)
         )
 
+    async def _open(self, name: str) -> Client:
+        held = _Held(self.contract.servers[name])
+        self.clients[name] = await held.start()
+        self._held[name] = held
+        return self.clients[name]
+
+    async def reopen(self, name: str) -> Client:
+        """A fresh session to `name` after its transport failed (a restarted server, a stdio
+        server that exited)."""
+        old = self._held.pop(name, None)
+        if old is not None:
+            await old.stop()
+        self.reopened += 1
+        return await self._open(name)
+
     async def close(self) -> None:
-        await self._stack.aclose()
+        if self._http is not None:
+            await self._http.aclose()
+        for held in self._held.values():
+            await held.stop()
+        self._held.clear()
+
+    async def _call(
+        self, server: str, tool: str, arguments: dict[str, Any], retry: bool
+    ) -> types.CallToolResult:
+        """A tool call on `server`'s session. A transport failure (not an MCP error answer)
+        reopens the session; only a `retry` call (the world hooks: reset, probe and mutate are
+        safe to repeat) is sent again, an agent's call is answered with the failure."""
+        try:
+            return await self.clients[server].call_tool(tool, arguments)
+        except MCPError as exc:
+            if exc.error.code != CONNECTION_CLOSED:
+                raise  # the server's own answer: the session is fine
+            failure: Exception = exc
+        except Exception as exc:
+            failure = exc
+        if not retry:
+            with contextlib.suppress(Exception):
+                await self.reopen(server)
+            raise failure
+        client = await self.reopen(server)
+        return await client.call_tool(tool, arguments)
 
     async def tools(self) -> list[types.Tool]:
         """The tools of every server the contract's tools live on, schemas unchanged."""
@@ -71,15 +150,24 @@ class Upstreams:
             self._tools = out
         return self._tools
 
+    def input_schema(self, tool: str) -> dict[str, Any] | None:
+        """A listed tool's input schema (None before the listing is fetched or for an unknown
+        tool: the SDK then skips its header check, as when a listing fails)."""
+        if self._schemas is None:
+            if self._tools is None:
+                return None
+            self._schemas = {t.name: dict(t.input_schema) for t in self._tools}
+        return self._schemas.get(tool)
+
     async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
         t = self.contract.tools.get(tool)
         if t is not None:
-            return await self.clients[t.server].call_tool(tool, arguments)
+            return await self._call(t.server, tool, arguments, retry=False)
         # A tool the contract does not list: forwarded to the server that lists it.
         for s in sorted({x.server for x in self.contract.tools.values()}):
             names = {x.name for x in (await self.clients[s].list_tools()).tools}
             if tool in names:
-                return await self.clients[s].call_tool(tool, arguments)
+                return await self._call(s, tool, arguments, retry=False)
         raise KeyError(tool)
 
     async def hook(self, hook: Hook, payload: dict[str, Any]) -> Any:
@@ -87,7 +175,7 @@ class Upstreams:
         try:
             if hook.kind == "mcp":
                 assert hook.server is not None and hook.tool is not None
-                result = await self.clients[hook.server].call_tool(hook.tool, payload)
+                result = await self._call(hook.server, hook.tool, payload, retry=True)
                 if result.is_error:
                     raise HookFailed(f"{hook.tool} answered an error: {reply_text(result)}")
                 return reply_json(result)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,6 +36,14 @@ def main() -> None:
         return
 
     class Handler(BaseHTTPRequestHandler):
+        # Keep-alive (every reply has a length) and no Nagle delay: one connection serves the
+        # assay's runs, each reply leaves in one go.
+        protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
         def log_message(self, format: str, *args: Any) -> None:
             return
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import httpx2
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types.version import LATEST_MODERN_VERSION
 
 from service.core.contract import Contract, Role
 from service.mcp.wire import reply_json
@@ -29,13 +32,26 @@ def _arguments(
     return args
 
 
+def _client(url: str, http: httpx2.AsyncClient | None) -> Client:
+    if http is None:
+        return Client(url, cache=None)
+    # The proxy is Assaygate's own server: its protocol revision is known (no discover probe),
+    # and the engine's keep-alive HTTP client is shared by every naive run.
+    transport = streamable_http_client(url, http_client=http)
+    return Client(transport, mode=LATEST_MODERN_VERSION, cache=None)
+
+
 async def naive_run(
-    contract: Contract, task: dict[str, Any], url: str, tool: str | None = None
+    contract: Contract,
+    task: dict[str, Any],
+    url: str,
+    tool: str | None = None,
+    http: httpx2.AsyncClient | None = None,
 ) -> list[dict[str, Any]]:
     """One run; its claims. `tool`: the tool the fault targets, used as the effect when it is
-    one (else the contract's first effect tool)."""
+    one (else the contract's first effect tool). `http`: an open client to reach the proxy with."""
     subject: Any = task.get(contract.task_subject)
-    async with Client(url, cache=None) as client:
+    async with _client(url, http) as client:
         schemas = {t.name: dict(t.input_schema) for t in (await client.list_tools()).tools}
         for name, read in contract.by_role(Role.READ):
             if read.subject is None:

@@ -294,11 +294,18 @@ class Proxy:
         self.port = 0
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
+        # The input schema lookup answers the transport's per-call `Mcp-Param-*` header check
+        # from the upstream listing cached at start; without it the SDK runs the whole tools/list
+        # handler (and serialises every schema) once per proxied call.
         self.mcp = Server(
-            "assaygate-proxy", on_list_tools=self._list_tools, on_call_tool=self._call_tool
+            "assaygate-proxy",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            get_tool_input_schema=self.upstreams.input_schema,
         )
 
     async def start(self) -> None:
+        await self.upstreams.tools()  # the listing every run is served, fetched once
         app = self.mcp.streamable_http_app(
             streamable_http_path="/t/{token}/mcp", stateless_http=True, json_response=True
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -132,10 +133,14 @@ class CommandRunner:
         return None
 
 
+NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+
+
 class HttpRunner:
     def __init__(self, url: str) -> None:
         self.url = url
-        self._client = httpx.Client()
+        # Keep-alive to the agent, without Nagle's delay on the request's second segment.
+        self._client = httpx.Client(transport=httpx.HTTPTransport(socket_options=NODELAY))
 
     def run(
         self, task: dict[str, Any], url: str, deadline_s: float, crashed: threading.Event
