@@ -7,8 +7,9 @@ makes are queued where no worker listens, so the fuzzer never loads the suite's 
 
 One check is left out: `ensure_resource_availability` reads a candidate's dossier right after
 submitting it, and a dossier exists only once the assay is decided (`404` until then, as
-documented). Submissions skip `positive_data_acceptance` (a second run checks it everywhere
-else): an mcp manifest's tool contract has cross-references JSON Schema cannot state.
+documented). Submissions and re-runs skip `positive_data_acceptance` (a second run checks it
+everywhere else): an mcp manifest's tool contract has cross-references JSON Schema cannot state,
+and a re-run's plan must select a fault of the candidate's own catalogue.
 
 Then an API-level property: whatever a client sends as a submission, the answer is a 4xx naming
 a field (or 202 for the rare valid one), never a 500."""
@@ -88,14 +89,17 @@ def test_schemathesis_finds_nothing_with_every_check_in_every_phase(
         "--phases",
         "examples,coverage,fuzzing,stateful",
     )
-    # Schema-valid requests accepted, everywhere but submissions: an mcp manifest's tool contract
-    # has cross-references (an effect names a declared server and a read tool) that JSON Schema
-    # cannot state, so a schema-valid contract can still be refused as `manifest_invalid`.
+    # Schema-valid requests accepted, everywhere but submissions and re-runs: an mcp manifest's
+    # tool contract has cross-references (an effect names a declared server and a read tool) that
+    # JSON Schema cannot state, and a re-run's plan must select a fault of that candidate's own
+    # catalogue (an mcp contract's), so either can still be refused, naming the field.
     schemathesis(
         "--checks",
         "positive_data_acceptance",
         "--exclude-operation-id",
         "submit_candidate_v1_candidates_post",
+        "--exclude-operation-id",
+        "rerun_v1_candidates__candidate_id__rerun_post",
         "--phases",
         "examples,coverage,fuzzing",
     )
