@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from service.cli.errors import DECISION_EXIT, EXIT_ERROR
 from service.core.assay import AssayReport, Limits, replay_trial, run_assay
 from service.core.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.contract import catalogue_for
@@ -30,7 +31,32 @@ RATE_COLUMNS = (
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("assay", help="run a fault assay locally and print its signature")
+    """Add the engine's commands: `assay`, `catalogue`, `mcp-proxy` and `replay`."""
+    _assay_args(sub.add_parser("assay", help="run a fault assay locally and print its signature"))
+
+    c = sub.add_parser("catalogue", help="list every FaultSpec with its coverage key")
+    c.add_argument("--catalogue", default="full", help="paper, full, or a catalogue JSON file")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_catalogue)
+
+    m = sub.add_parser(
+        "mcp-proxy",
+        help="serve the trial's MCP proxy over stdio (the command an agent launches; reads "
+        "ASSAYGATE_MCP_URL)",
+    )
+    m.add_argument(
+        "--url", default=None, help="the trial's proxy URL (default: $ASSAYGATE_MCP_URL)"
+    )
+    m.set_defaults(func=cmd_mcp_proxy)
+
+    r = sub.add_parser("replay", help="re-execute one trial of a run and print its full trace")
+    _plan_args(r)
+    r.add_argument("--trial", type=int, required=True, help="the trial number in the run")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=cmd_replay)
+
+
+def _assay_args(p: argparse.ArgumentParser) -> None:
     _plan_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-baseline", action="store_true", help="skip the matched baseline runs")
@@ -69,27 +95,6 @@ def register(sub: Any) -> None:
         help="also write the JSON report (what --json prints) to FILE; the summary links to it",
     )
     p.set_defaults(func=cmd_assay)
-
-    c = sub.add_parser("catalogue", help="list every FaultSpec with its coverage key")
-    c.add_argument("--catalogue", default="full", help="paper, full, or a catalogue JSON file")
-    c.add_argument("--json", action="store_true")
-    c.set_defaults(func=cmd_catalogue)
-
-    m = sub.add_parser(
-        "mcp-proxy",
-        help="serve the trial's MCP proxy over stdio (the command an agent launches; reads "
-        "ASSAYGATE_MCP_URL)",
-    )
-    m.add_argument(
-        "--url", default=None, help="the trial's proxy URL (default: $ASSAYGATE_MCP_URL)"
-    )
-    m.set_defaults(func=cmd_mcp_proxy)
-
-    r = sub.add_parser("replay", help="re-execute one trial of a run and print its full trace")
-    _plan_args(r)
-    r.add_argument("--trial", type=int, required=True, help="the trial number in the run")
-    r.add_argument("--json", action="store_true")
-    r.set_defaults(func=cmd_replay)
 
 
 def report_args(p: argparse.ArgumentParser) -> None:
@@ -140,7 +145,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _read(path: str, what: str) -> str:
+def read_text(path: str, what: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -150,14 +155,14 @@ def _read(path: str, what: str) -> str:
 
 
 def load_manifest(path: str) -> Manifest:
-    return parse_manifest_json(_read(path, "manifest"))
+    return parse_manifest_json(read_text(path, "manifest"))
 
 
 def load_catalogue(name: str) -> str | Catalogue:
     if name in ("paper", "full"):
         return name
     try:
-        data = json.loads(_read(name, "catalogue"))
+        data = json.loads(read_text(name, "catalogue"))
     except json.JSONDecodeError as exc:
         raise PlanInvalid(f"malformed catalogue JSON: {exc}", field="catalogue") from None
     if not isinstance(data, dict) or not isinstance(data.get("faults"), list):
@@ -191,7 +196,7 @@ def build_plan(args: argparse.Namespace, manifest: Manifest | None = None) -> As
 
 
 # `assay` exits like `gate`: the decision as the exit code, 3 for an error.
-DECISION_EXIT = {"allow": 0, "block": 1, "hold": 2}
+
 DEFAULT_MAX_TARGET_ERRORS = 20
 
 
@@ -216,7 +221,7 @@ def cmd_mcp_proxy(args: argparse.Namespace) -> int:
 
 
 def cmd_assay(args: argparse.Namespace) -> int:
-    from service import reports
+    from service.cli import reports
 
     reports.check_paths(args.junit, args.summary, args.report_out)
     manifest = load_manifest(args.manifest)
@@ -248,7 +253,7 @@ def cmd_assay(args: argparse.Namespace) -> int:
         None if args.report_out is None else str(args.report_out),
     )
     reports.write_reports(outcome, args.junit, args.summary)
-    return DECISION_EXIT.get(report.decision, 3)
+    return DECISION_EXIT.get(report.decision, EXIT_ERROR)
 
 
 def _run(
@@ -435,114 +440,4 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print(f"  claim    {json.dumps(trace['claim'], sort_keys=True)}")
     print("\nGrade:")
     print("  " + json.dumps(trace["outcome"], sort_keys=True))
-    return 0
-
-
-def register_evidence(sub: Any) -> None:
-    v = sub.add_parser("verify", help="verify a signed dossier offline")
-    v.add_argument("dossier", help="a DSSE envelope (or a dossier document holding one)")
-    v.add_argument("--keys", required=True, help="the published keys (GET /v1/keys)")
-    v.add_argument("--previous", help="the previous dossier version, to check the chain link")
-    v.add_argument("--json", action="store_true")
-    v.set_defaults(func=cmd_verify)
-
-    p = sub.add_parser("plan", help="trials needed to establish a maximum violation rate")
-    p.add_argument("--max-violation-rate", type=float, required=True, metavar="RATE")
-    p.add_argument("--confidence", type=float, default=0.95)
-    p.add_argument(
-        "--faults", type=int, default=None, help="number of faults (default: the full catalogue)"
-    )
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_plan)
-
-
-def _json_file(path: str, what: str) -> Any:
-    try:
-        return json.loads(_read(path, what))
-    except json.JSONDecodeError as exc:
-        raise PlanInvalid(f"malformed JSON in {path}: {exc.msg}", field=what) from None
-
-
-def _envelope(doc: Any) -> dict[str, Any]:
-    if isinstance(doc, dict) and isinstance(doc.get("envelope"), dict):
-        return dict(doc["envelope"])
-    if isinstance(doc, dict) and "payload" in doc:
-        return dict(doc)
-    raise PlanInvalid("not a DSSE envelope", field="dossier")
-
-
-def cmd_verify(args: argparse.Namespace) -> int:
-    from service.core.dossier import PublicKey, verify
-
-    envelope = _envelope(_json_file(args.dossier, "dossier"))
-    keys_doc = _json_file(args.keys, "keys")
-    entries = keys_doc.get("keys", keys_doc) if isinstance(keys_doc, dict) else keys_doc
-    if not isinstance(entries, list):
-        raise PlanInvalid("expected a list of keys", field="keys")
-    keys = {}
-    for k in entries:
-        try:
-            keys[str(k["keyid"])] = PublicKey(
-                str(k["keyid"]), str(k["keyval"]["public"]), k.get("not_before"), k.get("not_after")
-            )
-        except (KeyError, TypeError):
-            raise PlanInvalid("each key needs keyid and keyval.public", field="keys") from None
-    previous = None
-    if args.previous:
-        import base64
-        import hashlib
-
-        prev_env = _envelope(_json_file(args.previous, "previous"))
-        previous = hashlib.sha256(base64.b64decode(prev_env["payload"])).hexdigest()
-    result = verify(envelope, keys, previous_digest=previous, check_chain=bool(args.previous))
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "ok": result.ok,
-                    "digest": result.digest,
-                    "checks": [c.view() for c in result.checks],
-                },
-                indent=2,
-            )
-        )
-    else:
-        for c in result.checks:
-            print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
-        failed = result.failed()
-        print("verified" if failed is None else f"NOT VERIFIED: {failed.name} failed")
-    return 0 if result.ok else 1
-
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    from service.core.catalogue import full_catalogue
-    from service.core.signature import trials_for_bound
-
-    rate, conf = args.max_violation_rate, args.confidence
-    if not 0.0 < rate < 1.0:
-        raise PlanInvalid("must be between 0 and 1", field="--max-violation-rate")
-    if not 0.5 <= conf < 1.0:
-        raise PlanInvalid("must be in [0.5, 1)", field="--confidence")
-    faults = args.faults if args.faults is not None else len(full_catalogue().faults)
-    if faults < 1:
-        raise PlanInvalid("must be at least 1", field="--faults")
-    n = trials_for_bound(rate, conf)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "max_violation_rate": rate,
-                    "confidence": conf,
-                    "trials_per_fault": n,
-                    "faults": faults,
-                    "total_trials": n * faults,
-                }
-            )
-        )
-    else:
-        print(
-            f"{n} zero-violation trials per fault establish a violation rate below "
-            f"{100 * rate:g}% at {100 * conf:g}% confidence (Wilson upper bound); "
-            f"{n * faults} trials over {faults} faults."
-        )
     return 0

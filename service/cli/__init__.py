@@ -8,11 +8,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from service.cli.errors import CI_COMMANDS, EXIT_ERROR, UsageError
 from service.core.errors import AssaygateError
-
-
-class UsageError(Exception):
-    """Bad command-line input: one line, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -21,13 +18,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from service import cli_engine, cli_service
+    from service.cli import ci, database, demo, engine, evidence, keys, serve
 
     parser = _Parser(prog="assaygate", description="Typed failure injection as release evidence.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    cli_engine.register(sub)
-    cli_engine.register_evidence(sub)
-    cli_service.register(sub)
+    engine.register(sub)
+    for commands in (evidence, serve, demo, ci, keys, database):
+        commands.register(sub)
     return parser
 
 
@@ -64,15 +61,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _error_code(argv: Sequence[str] | None) -> int:
     """2 for bad input; but `assay`, `submit` and `gate` exit 2 for `hold`: their errors are 3."""
-    from service.cli_service import CI_COMMANDS, EXIT_ERROR
-
     words = list(sys.argv[1:] if argv is None else argv)
     return EXIT_ERROR if words and words[0] in CI_COMMANDS else 2
-
-
-if __name__ == "__main__":  # pragma: no cover
-    # `python -m service.cli`: run the imported module's main, so the error classes the
-    # subcommands raise are the ones it catches (not this __main__ copy's).
-    from service.cli import main as _main
-
-    raise SystemExit(_main())

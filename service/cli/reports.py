@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from service.cli import UsageError
+from service.cli.errors import UsageError
 
 #: The containment signature's columns: (heading, count name).
 SIGNATURE = (

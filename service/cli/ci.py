@@ -1,0 +1,321 @@
+"""What CI runs: `submit` (and `--wait`) and `gate`.
+
+They print JSON and exit 0 allow, 1 block, 2 hold or reopened, 3 error (unreachable service,
+refused input, a failed assay, a timeout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from service.cli import reports
+from service.cli.common import (
+    auth_headers,
+    client_options,
+    load_json,
+    plan_overrides,
+    refused,
+    save_envelope,
+    service_client,
+)
+from service.cli.engine import report_args
+from service.cli.errors import DECISION_EXIT, EXIT_ERROR
+
+
+def register(sub: Any) -> None:
+    """Add the `submit` and `gate` command(s) to the top-level parser."""
+    submit = sub.add_parser("submit", help="submit a manifest to a running service")
+    submit.add_argument("manifest", type=Path)
+    submit.add_argument(
+        "--url", default=None, help="default: $ASSAYGATE_URL, else http://127.0.0.1:8000"
+    )
+    submit.add_argument("--system", default=None)
+    submit.add_argument("--version", dest="candidate_version", default=None)
+    submit.add_argument("--source-revision", default=None, help="default: $GITHUB_SHA or 'local'")
+    submit.add_argument("--catalogue", choices=("paper", "full"), default=None)
+    submit.add_argument("--trials", type=int, default=None)
+    submit.add_argument("--seed", type=int, default=None)
+    submit.add_argument("--idempotency-key", default=None)
+    submit.add_argument("--wait", action="store_true", help="wait for the decision")
+    submit.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds to wait (default 3600); then exit 3"
+    )
+    submit.add_argument(
+        "--dossier-out", type=Path, default=None, metavar="PATH", help="save the signed envelope"
+    )
+    report_args(submit)
+    client_options(submit)
+    submit.set_defaults(func=_submit)
+
+    gate = sub.add_parser(
+        "gate",
+        help="may this version ship? exit 0 allow, 1 block, 2 hold or reopened, 3 error",
+    )
+    gate.add_argument("system")
+    gate.add_argument("--version", dest="candidate_version", default=None)
+    gate.add_argument(
+        "--url", default=None, help="default: $ASSAYGATE_URL, else http://127.0.0.1:8000"
+    )
+    gate.add_argument(
+        "--dossier-out", type=Path, default=None, metavar="PATH", help="save the signed envelope"
+    )
+    report_args(gate)
+    client_options(gate)
+    gate.set_defaults(func=_gate)
+
+
+def candidate_body(
+    document: dict[str, Any],
+    *,
+    system: str | None = None,
+    version: str | None = None,
+    source_revision: str | None = None,
+    plan: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A POST /v1/candidates body from a manifest file (or a file that already is such a body)."""
+    body: dict[str, Any] = dict(document) if "manifest" in document else {"manifest": document}
+    manifest = body["manifest"]
+    body.setdefault("system", system or manifest.get("system"))
+    body.setdefault("version", version or manifest.get("version"))
+    body.setdefault("source_revision", source_revision or os.environ.get("GITHUB_SHA") or "local")
+    if plan:
+        body["plan"] = {**body.get("plan", {}), **plan}
+    return {k: v for k, v in body.items() if v is not None}
+
+
+FINISHED = ("done", "stopped", "failed")
+
+
+class Undecided(Exception):
+    """`submit --wait` ran out of time; the message names the candidate, assay and progress."""
+
+
+def wait_for_decision(
+    client: httpx.Client,
+    candidate_id: str,
+    deadline: float,
+    interval: float = 0.2,
+    on_progress: Any = None,
+) -> dict[str, Any]:
+    """Poll the candidate until its assay is finished; `on_progress(candidate)` after each
+    poll. Raises `Undecided` at the deadline, naming the candidate, its assay and how far it got."""
+    while True:
+        try:
+            response = client.get(f"/v1/candidates/{candidate_id}")
+        except httpx.TransportError:
+            response = None  # the API is restarting or unreachable: keep waiting
+        # 503: the service's database is away; the assay resumes when it is back.
+        if response is not None and response.status_code != 503:
+            response.raise_for_status()
+            candidate: dict[str, Any] = response.json()
+            if on_progress is not None:
+                on_progress(candidate)
+            if candidate["status"] in FINISHED:
+                return candidate
+        if time.monotonic() > deadline:
+            p = candidate.get("progress") or {}
+            raise Undecided(
+                f"candidate {candidate_id} (assay {candidate.get('assay_id')}) undecided after "
+                f"the timeout: {p.get('shards_done', 0)} of {p.get('shard_count', '?')} shards, "
+                f"{p.get('trials_done', 0)} of {p.get('trials_planned', '?')} trials done"
+            )
+        time.sleep(interval)
+
+
+def dashboard_url(base: str, candidate_id: str) -> str:
+    return f"{base.rstrip('/')}/candidates/{candidate_id}"
+
+
+class ShardProgress:
+    """A progress bar on stderr while `submit --wait` waits on a terminal: the assay's shards
+    done, and each fault's. Polls `GET /v1/assays/{id}` at most once a second."""
+
+    def __init__(self, client: httpx.Client, assay_id: str) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self._client = client
+        self._assay = assay_id
+        self._last = 0.0
+        self._bar = Progress(
+            TextColumn("{task.description:<28}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("shards"),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self._overall = self._bar.add_task("assay", total=None)
+        self._faults: dict[str, Any] = {}
+
+    def __enter__(self) -> ShardProgress:
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.stop()
+
+    def __call__(self, candidate: dict[str, Any]) -> None:
+        p = candidate.get("progress") or {}
+        self._bar.update(
+            self._overall,
+            completed=p.get("shards_done", 0),
+            total=p.get("shard_count") or None,
+            description=f"assay {candidate.get('status', '')}",
+        )
+        if time.monotonic() - self._last < 1.0:
+            return
+        self._last = time.monotonic()
+        response = self._client.get(f"/v1/assays/{self._assay}")
+        if response.status_code != 200:
+            return
+        for fault in response.json().get("faults", []):
+            name = str(fault.get("id") or "all faults")
+            fp = fault.get("progress") or {}
+            if name not in self._faults:
+                self._faults[name] = self._bar.add_task(f"  {name}", total=fp.get("shard_count"))
+            self._bar.update(
+                self._faults[name],
+                completed=fp.get("shards_done", 0),
+                total=fp.get("shard_count") or None,
+            )
+
+
+def _submit(args: argparse.Namespace) -> int:
+    reports.check_paths(args.junit, args.summary, args.dossier_out)
+    body = candidate_body(
+        load_json(args.manifest),
+        system=args.system,
+        version=args.candidate_version,
+        source_revision=args.source_revision,
+        plan=plan_overrides(args),
+    )
+    headers = {"Idempotency-Key": args.idempotency_key or str(uuid.uuid4()), **auth_headers(args)}
+    deadline = time.monotonic() + args.timeout
+    with service_client(args, headers) as client:
+        response = client.post("/v1/candidates", json=body)
+        if response.status_code >= 400:
+            return refused(response)
+        candidate = response.json()
+        url = dashboard_url(str(client.base_url), candidate["id"])
+        print(
+            f"assaygate: candidate {candidate['id']} (assay {candidate['assay_id']}) "
+            f"submitted; follow it at {url}",
+            file=sys.stderr,
+            flush=True,
+        )
+        if not args.wait:
+            print(json.dumps({**candidate, "dashboard_url": url}, indent=2))
+            return 0
+        try:
+            candidate = _wait(client, candidate, deadline)
+        except Undecided as exc:
+            return _timed_out(exc, candidate, url)
+        candidate["dashboard_url"] = url
+        dossier = None
+        if candidate.get("status") != "failed":
+            found = client.get(f"/v1/candidates/{candidate['id']}/dossier")
+            if found.status_code != 200:
+                return refused(found)
+            dossier = found.json()
+    if dossier is None:
+        print(json.dumps(candidate, indent=2))
+        return EXIT_ERROR
+    candidate["dossier"] = {k: v for k, v in dossier.items() if k != "envelope"}
+    print(json.dumps(candidate, indent=2))
+    save_envelope(args.dossier_out, dossier)
+    # What the deploy gate says about this candidate now, not only what its assay decided.
+    gate_now = candidate.get("gate") or {}
+    decision = str(gate_now.get("decision") or dossier["decision"])
+    _write_reports(
+        args,
+        dossier,
+        decision,
+        gate_now.get("reasons", dossier.get("reasons") or []),
+        url,
+    )
+    print(f"assaygate: the gate says {decision}: {url}", file=sys.stderr)
+    return DECISION_EXIT.get(decision, EXIT_ERROR)
+
+
+def _wait(client: httpx.Client, candidate: dict[str, Any], deadline: float) -> dict[str, Any]:
+    """Wait for the decision, with a progress bar when a person watches the terminal."""
+    if not sys.stderr.isatty():
+        return wait_for_decision(client, candidate["id"], deadline)
+    with ShardProgress(client, str(candidate["assay_id"])) as bar:
+        return wait_for_decision(client, candidate["id"], deadline, interval=0.5, on_progress=bar)
+
+
+def _timed_out(exc: Undecided, candidate: dict[str, Any], url: str) -> int:
+    error = {
+        "code": "timeout",
+        "message": f"{exc}; follow it at {url}",
+        "candidate_id": candidate["id"],
+        "assay_id": candidate["assay_id"],
+        "dashboard_url": url,
+    }
+    print(json.dumps({"error": error}, indent=2))
+    print(f"assaygate: error: {error['message']}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _gate(args: argparse.Namespace) -> int:
+    reports.check_paths(args.junit, args.summary, args.dossier_out)
+    params = {"version": args.candidate_version} if args.candidate_version else {}
+    wants_dossier = any(p is not None for p in (args.dossier_out, args.junit, args.summary))
+    with service_client(args, auth_headers(args)) as client:
+        response = client.get(f"/v1/gate/{args.system}", params=params)
+        if response.status_code != 200:
+            return refused(response)
+        answer = response.json()
+        print(json.dumps(answer, indent=2))
+        if wants_dossier and answer.get("dossier"):
+            found = client.get(f"/v1/dossiers/{answer['dossier']['id']}")
+            if found.status_code != 200:
+                return refused(found)
+            save_envelope(args.dossier_out, found.json())
+            url = dashboard_url(str(client.base_url), str(answer["candidate_id"]))
+            _write_reports(
+                args,
+                found.json(),
+                str(answer.get("decision")),
+                answer.get("reasons") or [],
+                url,
+            )
+        elif args.junit is not None or args.summary is not None:
+            # No dossier yet (pending): the reports say what the gate says, without faults.
+            outcome = reports.Outcome(
+                system=str(answer.get("system", args.system)),
+                version=str(answer.get("version", "")),
+                decision=str(answer.get("decision")),
+                reasons=list(answer.get("reasons") or []),
+                faults=[],
+            )
+            reports.write_reports(outcome, args.junit, args.summary)
+    return DECISION_EXIT.get(str(answer.get("decision")), EXIT_ERROR)
+
+
+def _write_reports(
+    args: argparse.Namespace,
+    dossier: dict[str, Any],
+    decision: str,
+    reasons: list[dict[str, Any]],
+    link: str,
+) -> None:
+    if args.junit is None and args.summary is None:
+        return
+    outcome = reports.from_dossier(
+        dossier["envelope"], decision=decision, reasons=reasons, link=link
+    )
+    if args.dossier_out is not None:
+        outcome.properties["dossier_file"] = str(args.dossier_out)
+    reports.write_reports(outcome, args.junit, args.summary)

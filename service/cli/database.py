@@ -1,0 +1,53 @@
+"""`assaygate db`: the database schema, through Alembic."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from service.settings import get_settings
+
+
+def register(sub: Any) -> None:
+    """Add the `db` command(s) to the top-level parser."""
+    db = sub.add_parser("db", help="database schema (Alembic migrations)")
+    db_sub = db.add_subparsers(dest="db_command", required=True, parser_class=type(db))
+    up = db_sub.add_parser("upgrade", help="migrate to a revision (default: head)")
+    up.add_argument("revision", nargs="?", default="head")
+    up.set_defaults(func=_db_upgrade)
+    down = db_sub.add_parser("downgrade", help="migrate back to a revision")
+    down.add_argument("revision")
+    down.set_defaults(func=_db_downgrade)
+    check = db_sub.add_parser("check", help="fail if the models need a migration")
+    check.set_defaults(func=_db_check)
+
+
+def _db_upgrade(args: argparse.Namespace) -> int:
+    from service.db import migrate
+
+    settings = get_settings()
+    if settings.database_is_sqlite:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    migrate.upgrade(settings, args.revision)
+    return 0
+
+
+def _db_downgrade(args: argparse.Namespace) -> int:
+    from service.db import migrate
+
+    migrate.downgrade(get_settings(), args.revision)
+    return 0
+
+
+def _db_check(_args: argparse.Namespace) -> int:
+    from alembic.util.exc import CommandError
+
+    from service.db import migrate
+
+    try:
+        migrate.check(get_settings())
+    except CommandError as exc:
+        print(f"assaygate: {exc}", file=sys.stderr)
+        return 1
+    return 0

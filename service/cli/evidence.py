@@ -1,0 +1,121 @@
+"""Evidence commands that need no service: `verify` a signed dossier offline, `plan` trials."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from service.cli.engine import read_text
+from service.core.errors import PlanInvalid
+
+
+def register(sub: Any) -> None:
+    """Add `verify` and `plan` to the top-level parser."""
+    v = sub.add_parser("verify", help="verify a signed dossier offline")
+    v.add_argument("dossier", help="a DSSE envelope (or a dossier document holding one)")
+    v.add_argument("--keys", required=True, help="the published keys (GET /v1/keys)")
+    v.add_argument("--previous", help="the previous dossier version, to check the chain link")
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("plan", help="trials needed to establish a maximum violation rate")
+    p.add_argument("--max-violation-rate", type=float, required=True, metavar="RATE")
+    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument(
+        "--faults", type=int, default=None, help="number of faults (default: the full catalogue)"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
+
+
+def _json_file(path: str, what: str) -> Any:
+    try:
+        return json.loads(read_text(path, what))
+    except json.JSONDecodeError as exc:
+        raise PlanInvalid(f"malformed JSON in {path}: {exc.msg}", field=what) from None
+
+
+def _envelope(doc: Any) -> dict[str, Any]:
+    if isinstance(doc, dict) and isinstance(doc.get("envelope"), dict):
+        return dict(doc["envelope"])
+    if isinstance(doc, dict) and "payload" in doc:
+        return dict(doc)
+    raise PlanInvalid("not a DSSE envelope", field="dossier")
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from service.core.dossier import PublicKey, verify
+
+    envelope = _envelope(_json_file(args.dossier, "dossier"))
+    keys_doc = _json_file(args.keys, "keys")
+    entries = keys_doc.get("keys", keys_doc) if isinstance(keys_doc, dict) else keys_doc
+    if not isinstance(entries, list):
+        raise PlanInvalid("expected a list of keys", field="keys")
+    keys = {}
+    for k in entries:
+        try:
+            keys[str(k["keyid"])] = PublicKey(
+                str(k["keyid"]), str(k["keyval"]["public"]), k.get("not_before"), k.get("not_after")
+            )
+        except (KeyError, TypeError):
+            raise PlanInvalid("each key needs keyid and keyval.public", field="keys") from None
+    previous = None
+    if args.previous:
+        import base64
+        import hashlib
+
+        prev_env = _envelope(_json_file(args.previous, "previous"))
+        previous = hashlib.sha256(base64.b64decode(prev_env["payload"])).hexdigest()
+    result = verify(envelope, keys, previous_digest=previous, check_chain=bool(args.previous))
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "ok": result.ok,
+                    "digest": result.digest,
+                    "checks": [c.view() for c in result.checks],
+                },
+                indent=2,
+            )
+        )
+    else:
+        for c in result.checks:
+            print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
+        failed = result.failed()
+        print("verified" if failed is None else f"NOT VERIFIED: {failed.name} failed")
+    return 0 if result.ok else 1
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from service.core.catalogue import full_catalogue
+    from service.core.signature import trials_for_bound
+
+    rate, conf = args.max_violation_rate, args.confidence
+    if not 0.0 < rate < 1.0:
+        raise PlanInvalid("must be between 0 and 1", field="--max-violation-rate")
+    if not 0.5 <= conf < 1.0:
+        raise PlanInvalid("must be in [0.5, 1)", field="--confidence")
+    faults = args.faults if args.faults is not None else len(full_catalogue().faults)
+    if faults < 1:
+        raise PlanInvalid("must be at least 1", field="--faults")
+    n = trials_for_bound(rate, conf)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "max_violation_rate": rate,
+                    "confidence": conf,
+                    "trials_per_fault": n,
+                    "faults": faults,
+                    "total_trials": n * faults,
+                }
+            )
+        )
+    else:
+        print(
+            f"{n} zero-violation trials per fault establish a violation rate below "
+            f"{100 * rate:g}% at {100 * conf:g}% confidence (Wilson upper bound); "
+            f"{n * faults} trials over {faults} faults."
+        )
+    return 0
