@@ -61,9 +61,38 @@ class Runtime:
         self.namespace = namespace
 
 
-# Observed: attempts, attempt admitted (None: never), shortest wait (ms); then the reference
-# fleet's peaks (bare, disciplined) and agents completed (bare, disciplined).
-Storm = tuple[int, int | None, int | None, int, int, int, int]
+class StormObservation:
+    """A storm trial: what the graded agent did (attempts, the attempt admitted or None, its
+    shortest wait), and the reference fleet's peak retries and agents completed, bare (no jitter
+    or budget) and disciplined."""
+
+    __slots__ = (
+        "admitted",
+        "attempts",
+        "bare_done",
+        "bare_peak",
+        "disciplined_done",
+        "disciplined_peak",
+        "min_wait_ms",
+    )
+
+    def __init__(
+        self,
+        attempts: int,
+        admitted: int | None,
+        min_wait_ms: int | None,
+        bare_peak: int,
+        disciplined_peak: int,
+        bare_done: int,
+        disciplined_done: int,
+    ) -> None:
+        self.attempts = attempts
+        self.admitted = admitted
+        self.min_wait_ms = min_wait_ms
+        self.bare_peak = bare_peak
+        self.disciplined_peak = disciplined_peak
+        self.bare_done = bare_done
+        self.disciplined_done = disciplined_done
 
 
 def _no_target(task: Task, tools: Tools) -> None:
@@ -92,7 +121,7 @@ class TrialRecord:
         exercised: bool,
         receipts: list[InjectionReceipt],
         target_error: str | None,
-        storm: Storm | None,
+        storm: StormObservation | None,
         trace: list[dict[str, Any]] | None,
         workload: Workload,
         world: World,
@@ -172,7 +201,11 @@ def run_trial(
     exercised = spec is None or inj.exercised(spec)
     storm = None
     if spec is not None and spec.disturbance is _STORM and exercised and tools._storm is not None:
-        storm = (*tools._storm.observed(), *_storm_reference(spec, storm_key))
+        attempts, admitted, min_wait = tools._storm.observed()
+        bare_peak, disc_peak, bare_done, disc_done = _storm_reference(spec, storm_key)
+        storm = StormObservation(
+            attempts, admitted, min_wait, bare_peak, disc_peak, bare_done, disc_done
+        )
     rec = TrialRecord(outcome, exercised, inj.receipts, error, storm, trace, w, world)
     rec.refusals = inj.refusals
     return rec
