@@ -144,9 +144,12 @@ def run_shard(
     limits: Limits | None = None,
     guard: Callable[[FaultSpec], str | None] | None = None,
     namespace: str | None = None,
+    honours_keys: bool = True,
 ) -> ShardResult:
+    """Run a shard's trials into tallies. `honours_keys=False` runs a sandbox whose ledger
+    ignores idempotency keys (a broken world, to show figures come from execution)."""
     cat = plan.resolve_catalogue()
-    rt = Runtime(manifest, cat, target, guard, namespace)
+    rt = Runtime(manifest, cat, target, guard, namespace, honours_keys)
     faults = plan.faults()
     tallies: dict[str, Tally] = {}
     removals = {f.id: removal(manifest, f) for f in faults}
@@ -292,8 +295,10 @@ def run_assay(
     progress: Callable[[int, int], None] | None = None,
     trials_per_shard: int = 500,
     limits: Limits | None = None,
+    honours_keys: bool = True,
 ) -> AssayReport:
-    """Run every shard in turn; a tripped stop condition ends the assay (and blocks it)."""
+    """Run every shard in turn; a tripped stop condition ends the assay (and blocks it).
+    `honours_keys`: as for `run_shard`."""
     shards = plan_shards(manifest, plan, trials_per_shard)
     total = sum(s.stop - s.start for s in shards)
     # Shard results are folded as they come: memory stays flat however many trials run.
@@ -301,7 +306,9 @@ def run_assay(
     done = 0
     stopped: str | None = None
     for shard in shards:
-        result = run_shard(manifest, plan, shard, target=target, limits=limits)
+        result = run_shard(
+            manifest, plan, shard, target=target, limits=limits, honours_keys=honours_keys
+        )
         folded.trials += result.trials
         for fid, tally in result.tallies.items():
             mine = folded.tallies.get(fid)

@@ -32,7 +32,16 @@ _STORM = Disturbance.RATE_LIMIT_STORM
 class Runtime:
     """What every trial of one assay shares: the configured target and its settings."""
 
-    __slots__ = ("catalogue", "deadline_ms", "engine", "guard", "manifest", "namespace", "target")
+    __slots__ = (
+        "catalogue",
+        "deadline_ms",
+        "engine",
+        "guard",
+        "honours_keys",
+        "manifest",
+        "namespace",
+        "target",
+    )
 
     def __init__(
         self,
@@ -41,8 +50,11 @@ class Runtime:
         target: Target | TrialEngine | None = None,
         guard: Callable[[FaultSpec], str | None] | None = None,
         namespace: str | None = None,
+        honours_keys: bool = True,
     ) -> None:
         self.engine: TrialEngine | None = None
+        # False only for a deliberately broken sandbox whose ledger ignores idempotency keys.
+        self.honours_keys = honours_keys
         if isinstance(target, TrialEngine):
             self.engine, target = target, _no_target
         if target is None:
@@ -153,7 +165,7 @@ def run_trial(
     if rt.engine is not None:
         return rt.engine.run_trial(spec, workload_key, storm_key, disabled, capture)
     w = Workload(Stream(workload_key))
-    world = World(w)
+    world = World(w, rt.honours_keys)
     if rt.namespace is not None:
         world.subject_namespace = rt.namespace
     inj = Injector(spec, rt.catalogue, rt.guard)
@@ -223,7 +235,7 @@ def _other_copy(
     """Another member of the storm's fleet, in a world of its own, refused at every attempt:
     its waits tell whether the fleet retries in lockstep. Only its back-off is kept."""
     w = Workload(Stream(workload_key))
-    world = World(w)
+    world = World(w, rt.honours_keys)
     if rt.namespace is not None:
         world.subject_namespace = rt.namespace
     tools = Tools(world, Injector(spec, rt.catalogue, rt.guard), w.latency_ms, w.decoy_order)
