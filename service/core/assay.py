@@ -147,7 +147,9 @@ def run_shard(
     honours_keys: bool = True,
 ) -> ShardResult:
     """Run a shard's trials into tallies. `honours_keys=False` runs a sandbox whose ledger
-    ignores idempotency keys (a broken world, to show figures come from execution)."""
+    ignores idempotency keys (a broken world, to show figures come from execution).
+
+    Over 60 lines on purpose: the per-trial loop is the compiled hot path, kept in one frame."""
     cat = plan.resolve_catalogue()
     rt = Runtime(manifest, cat, target, guard, namespace, honours_keys)
     faults = plan.faults()
@@ -215,6 +217,9 @@ def _one(
     violation the trial counts as graded evidence (damage beats error); only a clean world makes it
     a bare target error. A fault that never fired is still graded (never fired is not clean), and
     the matched baseline always runs (on every trial of the plan's evidence sample: `extra`).
+
+    Over 60 lines on purpose: it runs for every trial, and its arms share locals a split would
+    pass back and forth.
     """
     tally.planned += 1
     rec = run_trial(rt, spec, wkey, skey)

@@ -305,6 +305,14 @@ def _fold(
     return tallies, executed, stopped
 
 
+def _error_kinds(tallies: Iterable[Tally]) -> dict[str, int]:
+    kinds: dict[str, int] = {}
+    for t in tallies:
+        for kind, n in t.error_kinds.items():
+            kinds[kind] = kinds.get(kind, 0) + n
+    return dict(sorted(kinds.items()))
+
+
 def merge(
     manifest: Manifest, plan: AssayPlan, results: Iterable[ShardResult], stopped: str | None = None
 ) -> AssayReport:
@@ -340,10 +348,6 @@ def merge(
     plan_dump = plan.model_dump(mode="json")
     if isinstance(plan.catalogue, Catalogue):
         plan_dump["catalogue"] = {"version": cat.version}
-    kinds: dict[str, int] = {}
-    for t in tallies.values():
-        for kind, n in t.error_kinds.items():
-            kinds[kind] = kinds.get(kind, 0) + n
     return AssayReport(
         decision=verdict.decision,
         reasons=verdict.reasons,
@@ -364,7 +368,7 @@ def merge(
         seed=plan.seed,
         trials_executed=executed,
         target_errors_total=sum(t.all_errors for t in tallies.values()),
-        target_errors_by_kind=dict(sorted(kinds.items())),
+        target_errors_by_kind=_error_kinds(tallies.values()),
         stopped=stopped,
         interpretation=INTERPRETATION,
     )
