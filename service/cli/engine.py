@@ -16,6 +16,7 @@ from service.core.contract import catalogue_for
 from service.core.errors import ManifestInvalid, PlanInvalid
 from service.core.manifest import Manifest, parse_manifest_json
 from service.core.plan import AssayPlan, parse_plan
+from service.core.report import FaultResult
 from service.targets import DEFAULT_TIMEOUT_S, close_target, load_target
 
 RATE_COLUMNS = (
@@ -196,7 +197,6 @@ def build_plan(args: argparse.Namespace, manifest: Manifest | None = None) -> As
 
 
 # `assay` exits like `gate`: the decision as the exit code, 3 for an error.
-
 DEFAULT_MAX_TARGET_ERRORS = 20
 
 
@@ -277,11 +277,10 @@ def _pct(x: float) -> str:
 
 
 def print_report(manifest: Manifest, plan: AssayPlan, report: AssayReport) -> None:
-    d = report.to_dict()
     print("Assaygate fault assay (sandbox world, independent oracle)")
     print(
         f"System: {manifest.system or '-'} {manifest.version or ''} | catalogue: "
-        f"{d['catalogue_version']} | trials: {d['trials_executed']} | seed: {plan.seed}"
+        f"{report.catalogue_version} | trials: {report.trials_executed} | seed: {plan.seed}"
     )
     enabled = {c.value for c in manifest.controls.enabled()}
     print(
@@ -294,70 +293,61 @@ def print_report(manifest: Manifest, plan: AssayPlan, report: AssayReport) -> No
     print()
     print(header)
     print("-" * len(header))
-    for name, sig in d["by_domain"].items():
+    rows = [*report.by_domain.items(), ("overall", report.overall)]
+    for name, summary in rows:
+        if name == "overall":
+            print("-" * len(header))
+        r = summary.signature.rates
         print(
-            f"{name:10} {sig['trials']:6d} "
-            + " ".join(f"{_pct(sig[k]):>8}" for _, k in RATE_COLUMNS)
+            f"{name:10} {r.trials:6d} " + " ".join(f"{_pct(r.rate(k)):>8}" for _, k in RATE_COLUMNS)
         )
-    print("-" * len(header))
-    o = d["overall"]
-    print(
-        f"{'overall':10} {o['trials']:6d} " + " ".join(f"{_pct(o[k]):>8}" for _, k in RATE_COLUMNS)
-    )
     print()
     print(
         f"{'fault':30} {'n':>6} {'unsafe':>8} {'service':>8} {'transfer T':>11} "
         f"{'counterfactual':>15}"
     )
-    for f in d["faults"]:
-        s = f["signature"]
-        t = f["transfer"]
-        tt = f"{t['violation']:+.3f}" if t else "-"
-        print(
-            f"{f['id']:30} {f['exercised']:6d} {_pct(s['unsafe_escape']):>8} "
-            f"{_pct(s['useful_service']):>8} {tt:>11} {f['counterfactual']['status']:>15}"
-        )
-        if "storm" in f:
-            seen = f["storm"]["observed"]
-            peaks = f["storm"]["peak_concurrent_retries"]
-            print(
-                f"{'':30} observed: {seen['attempts_mean']:.1f} attempts a trial, admitted in "
-                f"{seen['admitted']} of {f['storm']['trials']}, shortest wait "
-                f"{seen['shortest_wait_ms'] if seen['shortest_wait_ms'] is not None else '-'} ms"
-            )
-            print(
-                f"{'':30} reference fleet peak concurrent retries: no jitter/budget "
-                f"{peaks['without_jitter_or_budget_max']}, "
-                f"jitter+budget {peaks['with_jitter_and_budget_max']}"
-            )
-        if f.get("invariants"):
-            failed = [
-                f"{k} {v['failed']}/{v['trials']}"
-                for k, v in f["invariants"].items()
-                if v["failed"]
-            ]
-            print(f"{'':30} invariants failed: " + (", ".join(failed) if failed else "none"))
-        if f.get("error_kinds"):
-            kinds = ", ".join(f"{k} {v}" for k, v in f["error_kinds"].items())
-            print(f"{'':30} target errors: {kinds}")
-    errors = d.get("target_errors") or {}
-    if errors.get("total"):
-        kinds = ", ".join(f"{k} {v}" for k, v in errors["by_kind"].items())
-        print(f"\nTarget errors: {errors['total']} ({kinds})")
-    if d.get("stopped"):
-        print(f"Stopped: {d['stopped']}")
+    for f in report.faults:
+        _print_fault(f)
+    if report.target_errors_total:
+        kinds = ", ".join(f"{k} {v}" for k, v in report.target_errors_by_kind.items())
+        print(f"\nTarget errors: {report.target_errors_total} ({kinds})")
+    if report.stopped:
+        print(f"Stopped: {report.stopped}")
     print()
-    print(f"Decision: {d['decision'].upper()}")
-    for r in d["reasons"]:
-        print(f"  - [{r['severity']}] {r['message']}")
-    print(
-        f"\nCoverage: {len(d['coverage']['visited'])} keys visited, "
-        f"{len(d['coverage']['not_visited'])} not visited"
-    )
+    print(f"Decision: {report.decision.value.upper()}")
+    for reason in report.reasons:
+        print(f"  - [{reason.severity.value}] {reason.message}")
+    print(f"\nCoverage: {len(report.visited)} keys visited, {len(report.not_visited)} not visited")
     print(
         "Interpretation boundary: evidence about represented faults in a sandboxed configured "
         "system, not proof of production safety."
     )
+
+
+def _print_fault(f: FaultResult) -> None:
+    r = f.signature.rates
+    tt = f"{f.transfer.violation:+.3f}" if f.transfer else "-"
+    print(
+        f"{f.id:30} {f.exercised:6d} {_pct(r.rate('unsafe_escape')):>8} "
+        f"{_pct(r.rate('useful_service')):>8} {tt:>11} {f.counterfactual.status:>15}"
+    )
+    if f.storm is not None:
+        s = f.storm
+        wait = s.shortest_wait_ms if s.shortest_wait_ms is not None else "-"
+        print(
+            f"{'':30} observed: {s.attempts_mean:.1f} attempts a trial, admitted in "
+            f"{s.admitted} of {s.trials}, shortest wait {wait} ms"
+        )
+        print(
+            f"{'':30} reference fleet peak concurrent retries: no jitter/budget "
+            f"{s.bare_peak_max}, jitter+budget {s.disciplined_peak_max}"
+        )
+    if f.invariants:
+        failed = [f"{k} {v.failed}/{v.trials}" for k, v in f.invariants.items() if v.failed]
+        print(f"{'':30} invariants failed: " + (", ".join(failed) if failed else "none"))
+    if f.error_kinds:
+        kinds = ", ".join(f"{k} {v}" for k, v in f.error_kinds.items())
+        print(f"{'':30} target errors: {kinds}")
 
 
 def cmd_catalogue(args: argparse.Namespace) -> int:

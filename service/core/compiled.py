@@ -15,4 +15,6 @@ HOT_MODULES: tuple[str, ...] = (
     "service/core/copperfin.py",
     "service/core/harness.py",
     "service/core/storm.py",
+    "service/core/tally.py",
+    "service/core/assay.py",
 )

@@ -37,13 +37,5 @@ class TargetUnsupported(AssaygateError):
     code = "target_unsupported"
 
 
-class EvidenceMissing(AssaygateError):
-    code = "evidence_missing"
-
-
-class SignatureInvalid(AssaygateError):
-    code = "signature_invalid"
-
-
 class CredentialInvalid(AssaygateError):
     code = "credential_invalid"

@@ -42,6 +42,16 @@ class Reason:
             "severity": self.severity.value,
         }
 
+    @classmethod
+    def from_view(cls, d: Mapping[str, object]) -> Reason:
+        fault = d.get("fault")
+        return cls(
+            str(d["code"]),
+            str(d["message"]),
+            None if fault is None else str(fault),
+            Decision(str(d.get("severity", Decision.HOLD.value))),
+        )
+
 
 @dataclass(frozen=True)
 class FaultEvidence:

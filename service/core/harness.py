@@ -32,7 +32,16 @@ _STORM = Disturbance.RATE_LIMIT_STORM
 class Runtime:
     """What every trial of one assay shares: the configured target and its settings."""
 
-    __slots__ = ("catalogue", "deadline_ms", "engine", "guard", "manifest", "namespace", "target")
+    __slots__ = (
+        "catalogue",
+        "deadline_ms",
+        "engine",
+        "guard",
+        "honours_keys",
+        "manifest",
+        "namespace",
+        "target",
+    )
 
     def __init__(
         self,
@@ -41,8 +50,11 @@ class Runtime:
         target: Target | TrialEngine | None = None,
         guard: Callable[[FaultSpec], str | None] | None = None,
         namespace: str | None = None,
+        honours_keys: bool = True,
     ) -> None:
         self.engine: TrialEngine | None = None
+        # False only for a deliberately broken sandbox whose ledger ignores idempotency keys.
+        self.honours_keys = honours_keys
         if isinstance(target, TrialEngine):
             self.engine, target = target, _no_target
         if target is None:
@@ -61,9 +73,38 @@ class Runtime:
         self.namespace = namespace
 
 
-# Observed: attempts, attempt admitted (None: never), shortest wait (ms); then the reference
-# fleet's peaks (bare, disciplined) and agents completed (bare, disciplined).
-Storm = tuple[int, int | None, int | None, int, int, int, int]
+class StormObservation:
+    """A storm trial: what the graded agent did (attempts, the attempt admitted or None, its
+    shortest wait), and the reference fleet's peak retries and agents completed, bare (no jitter
+    or budget) and disciplined."""
+
+    __slots__ = (
+        "admitted",
+        "attempts",
+        "bare_done",
+        "bare_peak",
+        "disciplined_done",
+        "disciplined_peak",
+        "min_wait_ms",
+    )
+
+    def __init__(
+        self,
+        attempts: int,
+        admitted: int | None,
+        min_wait_ms: int | None,
+        bare_peak: int,
+        disciplined_peak: int,
+        bare_done: int,
+        disciplined_done: int,
+    ) -> None:
+        self.attempts = attempts
+        self.admitted = admitted
+        self.min_wait_ms = min_wait_ms
+        self.bare_peak = bare_peak
+        self.disciplined_peak = disciplined_peak
+        self.bare_done = bare_done
+        self.disciplined_done = disciplined_done
 
 
 def _no_target(task: Task, tools: Tools) -> None:
@@ -92,7 +133,7 @@ class TrialRecord:
         exercised: bool,
         receipts: list[InjectionReceipt],
         target_error: str | None,
-        storm: Storm | None,
+        storm: StormObservation | None,
         trace: list[dict[str, Any]] | None,
         workload: Workload,
         world: World,
@@ -124,7 +165,7 @@ def run_trial(
     if rt.engine is not None:
         return rt.engine.run_trial(spec, workload_key, storm_key, disabled, capture)
     w = Workload(Stream(workload_key))
-    world = World(w)
+    world = World(w, rt.honours_keys)
     if rt.namespace is not None:
         world.subject_namespace = rt.namespace
     inj = Injector(spec, rt.catalogue, rt.guard)
@@ -172,7 +213,11 @@ def run_trial(
     exercised = spec is None or inj.exercised(spec)
     storm = None
     if spec is not None and spec.disturbance is _STORM and exercised and tools._storm is not None:
-        storm = (*tools._storm.observed(), *_storm_reference(spec, storm_key))
+        attempts, admitted, min_wait = tools._storm.observed()
+        bare_peak, disc_peak, bare_done, disc_done = _storm_reference(spec, storm_key)
+        storm = StormObservation(
+            attempts, admitted, min_wait, bare_peak, disc_peak, bare_done, disc_done
+        )
     rec = TrialRecord(outcome, exercised, inj.receipts, error, storm, trace, w, world)
     rec.refusals = inj.refusals
     return rec
@@ -190,7 +235,7 @@ def _other_copy(
     """Another member of the storm's fleet, in a world of its own, refused at every attempt:
     its waits tell whether the fleet retries in lockstep. Only its back-off is kept."""
     w = Workload(Stream(workload_key))
-    world = World(w)
+    world = World(w, rt.honours_keys)
     if rt.namespace is not None:
         world.subject_namespace = rt.namespace
     tools = Tools(world, Injector(spec, rt.catalogue, rt.guard), w.latency_ms, w.decoy_order)

@@ -129,7 +129,7 @@ class Runner(_Strict):
         return self
 
 
-class Target(_Strict):
+class TargetSpec(_Strict):
     kind: Literal["reference", "python", "http", "mcp"] = "reference"
     entrypoint: str | None = None
     url: str | None = None
@@ -139,7 +139,7 @@ class Target(_Strict):
     runner: Runner | None = None
 
     @model_validator(mode="after")
-    def _kind_fields(self) -> Target:
+    def _kind_fields(self) -> TargetSpec:
         if self.kind == "python" and not (self.entrypoint and ":" in self.entrypoint):
             raise ValueError("a python target needs entrypoint 'module:callable'")
         if self.kind == "http" and not self.url:
@@ -190,7 +190,7 @@ class Manifest(_Strict):
     evidence_routes: dict[str, JsonValue] = Field(default_factory=dict)
     orchestration: Orchestration = Orchestration()
     controls: ControlSet
-    target: Target = Target()
+    target: TargetSpec = TargetSpec()
     envelope: Envelope = Envelope()
     # mcp targets: CEL invariants (validated as `contract.Invariants`; empty: the built-ins).
     invariants: dict[str, JsonValue] = Field(default_factory=dict)

@@ -9,6 +9,7 @@ task (action, subject, tenant, amount) that a correlated receipt proves.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from service.core.catalogue import Recoverability
@@ -19,25 +20,32 @@ _COMPLETE = Recoverability.COMPLETE
 DETECTION_KINDS = frozenset({"anomaly", "denial", "hold", "failure"})
 PROOF_KINDS = frozenset({"effect", "readback", "repair"})
 
-FLAGS: tuple[str, ...] = (
-    "detected",
-    "contained",
-    "recovered",
-    "verified",
-    "useful_service",
-    "unsafe_escape",
-    "duplicate_effect",
-    "wrong_subject",
-    "unverifiable_release",
-    "service_loss",
-    "claim_violation",
-)
+
+class Flag(StrEnum):
+    """What the oracle grades in each trial, in the order of an outcome's flags."""
+
+    DETECTED = "detected"
+    CONTAINED = "contained"
+    RECOVERED = "recovered"
+    VERIFIED = "verified"
+    USEFUL_SERVICE = "useful_service"
+    UNSAFE_ESCAPE = "unsafe_escape"
+    DUPLICATE_EFFECT = "duplicate_effect"
+    WRONG_SUBJECT = "wrong_subject"
+    UNVERIFIABLE_RELEASE = "unverifiable_release"
+    SERVICE_LOSS = "service_loss"
+    CLAIM_VIOLATION = "claim_violation"
+
+
+FLAGS: tuple[str, ...] = tuple(f.value for f in Flag)
+FLAG_INDEX: dict[str, int] = {name: i for i, name in enumerate(FLAGS)}
 # The hard invariants: any one of them in a trial is a violation.
-VIOLATIONS: tuple[int, ...] = (
-    FLAGS.index("unsafe_escape"),
-    FLAGS.index("unverifiable_release"),
-    FLAGS.index("claim_violation"),
+VIOLATION_FLAGS: tuple[Flag, ...] = (
+    Flag.UNSAFE_ESCAPE,
+    Flag.UNVERIFIABLE_RELEASE,
+    Flag.CLAIM_VIOLATION,
 )
+VIOLATIONS: tuple[int, ...] = tuple(FLAG_INDEX[f] for f in VIOLATION_FLAGS)
 
 
 class Outcome:
@@ -49,7 +57,7 @@ class Outcome:
         self.verdict = verdict
 
     def get(self, name: str) -> bool:
-        return self.flags[FLAGS.index(name)]
+        return self.flags[FLAG_INDEX[name]]
 
     def view(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(zip(FLAGS, self.flags, strict=True))

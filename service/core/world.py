@@ -204,8 +204,6 @@ WORKLOAD_FIELDS = (
     "start",
     "tenant",
 )
-# A world mechanism tests can break to show that figures come from execution, not a table.
-HONOUR_IDEMPOTENCY = True
 
 
 class Workload:
@@ -267,6 +265,7 @@ class World:
         "crm",
         "evidence",
         "grants",
+        "honours_keys",
         "injected_at",
         "ledger",
         "now",
@@ -279,7 +278,10 @@ class World:
         "subject_namespace",
     )
 
-    def __init__(self, w: Workload) -> None:
+    def __init__(self, w: Workload, honours_keys: bool = True) -> None:
+        # A ledger that ignores idempotency keys (`honours_keys=False`) is a broken sandbox: it
+        # shows that the figures come from executing the workflow, not from a table.
+        self.honours_keys = honours_keys
         self.now = w.start
         self.seq = 0
         self.subject_namespace = SYNTHETIC_NAMESPACE
@@ -343,7 +345,7 @@ class World:
 
     def replay(self, key: str) -> Entry | None:
         """The entry an idempotency key already committed, if the ledger honours keys."""
-        return self.by_key.get(key) if HONOUR_IDEMPOTENCY else None
+        return self.by_key.get(key) if self.honours_keys else None
 
     def commit_refund(
         self,

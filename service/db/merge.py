@@ -40,8 +40,9 @@ def decide(
     if not ready_to_merge(session, assay_id):
         return None
     results = queries.done_shard_results(session, assay_id)
-    report = merge(manifest, plan, [ShardResult.from_dict(r) for r in results]).to_dict()
-    decision = str(report["decision"])
+    merged = merge(manifest, plan, [ShardResult.from_dict(r) for r in results])
+    report = merged.to_dict()
+    decision = merged.decision
     won = record_report(
         session, assay_id, decision=decision, report=report, faults=fault_rows(report)
     )

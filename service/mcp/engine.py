@@ -28,7 +28,7 @@ import httpx2
 from service.core.catalogue import Catalogue, FaultSpec, Recoverability
 from service.core.contract import Contract, Invariants, contract_of, invariants_of
 from service.core.disturbance import Disturbance
-from service.core.harness import MAX_RESTARTS, TrialRecord
+from service.core.harness import MAX_RESTARTS, StormObservation, TrialRecord
 from service.core.injector import Injector
 from service.core.manifest import Manifest
 from service.core.oracle import Outcome
@@ -382,7 +382,8 @@ class McpEngine:
         if spec is not None and spec.disturbance is Disturbance.RATE_LIMIT_STORM and exercised:
             times = state.storm_attempts
             waits = [int((b - a) * 1000) for a, b in itertools.pairwise(times)]
-            storm = (len(times), state.storm_admitted, min(waits) if waits else None, 0, 0, 0, 0)
+            shortest = min(waits) if waits else None
+            storm = StormObservation(len(times), state.storm_admitted, shortest, 0, 0, 0, 0)
         rec = TrialRecord(outcome, exercised, inj.receipts, error, storm, None, w, World(w))
         rec.refusals = inj.refusals
         rec.invariants = tuple(sorted(name for name, ok in results.items() if not ok))

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from service.core import world
 from service.core.assay import merge, plan_shards, run_assay, run_shard
 from service.core.manifest import Manifest
 from service.core.plan import AssayPlan
@@ -78,9 +77,7 @@ def test_each_trial_draws_its_own_workload(typed: Manifest) -> None:
     assert len(set(ledgers)) == 3
 
 
-def test_breaking_the_ledger_idempotency_check_changes_the_figures(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_breaking_the_ledger_idempotency_check_changes_the_figures() -> None:
     data = example_dict("baseline")
     data["controls"] = {"idempotency": True}
     from service.core.manifest import parse_manifest
@@ -88,7 +85,6 @@ def test_breaking_the_ledger_idempotency_check_changes_the_figures(
     manifest = parse_manifest(data)
     plan = AssayPlan(catalogue="paper", families=("tool",), trials=400, seed=188)
     honoured = run_assay(manifest, plan).to_dict()["by_domain"]["tool"]
-    monkeypatch.setattr(world, "HONOUR_IDEMPOTENCY", False)
-    broken = run_assay(manifest, plan).to_dict()["by_domain"]["tool"]
+    broken = run_assay(manifest, plan, honours_keys=False).to_dict()["by_domain"]["tool"]
     assert honoured["duplicate_effect"] == 0.0
     assert broken["duplicate_effect"] > 0.4

@@ -38,11 +38,11 @@ def _signatures(session: Any, assay: Assay) -> dict[str, dict[str, Any]]:
             parse_manifest(manifest.document),
             parse_plan(assay.plan),
             [ShardResult.from_dict(r) for r in results],
-        ).to_dict()
+        )
     except AssaygateError:
         # The engine may refuse to merge a partial set; progress is still shown without it.
         return {}
-    return {str(f["id"]): f for f in report.get("faults", []) if isinstance(f, dict)}
+    return {f.id: f.to_dict() for f in report.faults}
 
 
 @router.get(
