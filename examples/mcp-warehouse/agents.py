@@ -12,16 +12,19 @@ They read the task JSON on stdin, talk MCP to the URL in ASSAYGATE_MCP_URL (or, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
 import ssl
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx2
+import uvloop
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
@@ -30,17 +33,20 @@ PROTOCOL = "2026-07-28"
 # One TLS context per process: an HTTP client built per run would load the CA bundle each time
 # (about 15 ms, more than the rest of a run's client setup).
 _TLS = ssl.create_default_context()
+_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 
 
 @asynccontextmanager
-async def connect(url: str) -> AsyncIterator[Client]:
-    """An MCP client session over Streamable HTTP, cheap to open once per run."""
-    timeout = httpx2.Timeout(30.0, read=300.0)
-    async with (
-        httpx2.AsyncClient(verify=_TLS, timeout=timeout) as http,
-        Client(streamable_http_client(url, http_client=http), mode=PROTOCOL, cache=None) as client,
-    ):
-        yield client
+async def connect(url: str, http: httpx2.AsyncClient | None = None) -> AsyncIterator[Client]:
+    """An MCP client session over Streamable HTTP, cheap to open once per run; on `http` (a
+    keep-alive client of the caller's) when given, else on a client of its own."""
+    async with contextlib.AsyncExitStack() as stack:
+        if http is None:
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(verify=_TLS, timeout=_TIMEOUT)
+            )
+        transport = streamable_http_client(url, http_client=http)
+        yield await stack.enter_async_context(Client(transport, mode=PROTOCOL, cache=None))
 
 
 def reply(r: Any) -> Any:
@@ -172,14 +178,29 @@ async def main(name: str, stdio: bool) -> None:
     print(json.dumps(claim), flush=True)
 
 
+class _Worker(threading.local):
+    """Per host thread: one event loop and one keep-alive HTTP client, kept across runs. Each run
+    still opens its own MCP session on its trial's URL; what it no longer pays for is a new loop,
+    a new HTTP client and a new TCP connection to the proxy."""
+
+    def __init__(self) -> None:
+        self.runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+        self.http: httpx2.AsyncClient | None = None
+
+
+_WORKER = _Worker()
+
+
 def run(task: dict[str, Any], mcp_url: str, name: str = "careful") -> dict[str, Any]:
     """The python-runner entrypoint: `agents:run_careful` etc."""
 
     async def go() -> dict[str, Any]:
-        async with connect(mcp_url) as client:
+        if _WORKER.http is None:
+            _WORKER.http = httpx2.AsyncClient(verify=_TLS, timeout=_TIMEOUT)
+        async with connect(mcp_url, _WORKER.http) as client:
             return await AGENTS[name](client, task)
 
-    return asyncio.run(go())
+    return _WORKER.runner.run(go())
 
 
 def run_careful(task: dict[str, Any], mcp_url: str) -> dict[str, Any]:
@@ -191,4 +212,4 @@ def run_blind(task: dict[str, Any], mcp_url: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], "--stdio" in sys.argv[2:]))
+    uvloop.run(main(sys.argv[1], "--stdio" in sys.argv[2:]))
