@@ -60,6 +60,13 @@ def register(sub: Any) -> None:
         default=None,
         help="run `db upgrade` before serving (default: only when embedded)",
     )
+    serve.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="API server processes, each on its own SO_REUSEPORT socket "
+        "(default: $ASSAYGATE_API_PROCESSES or 1)",
+    )
     serve.set_defaults(func=_serve)
 
     demo = sub.add_parser(
@@ -196,6 +203,11 @@ def _settings(args: argparse.Namespace) -> Settings:
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
+    processes = getattr(args, "processes", None)
+    if processes is not None:
+        if processes < 1:
+            raise UsageError("--processes must be at least 1")
+        overrides["api_processes"] = processes
     workers = getattr(args, "workers", None)
     if workers is not None:
         if workers < 1:
@@ -355,9 +367,7 @@ def _exit_on_sigterm(_signum: int, _frame: object) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from service.api.app import create_app
+    from service import serving
     from service.db import migrate
 
     settings = _settings(args)
@@ -375,28 +385,7 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if worker is not None:
         worker.start()
-    config = uvicorn.Config(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-    )
-    announcement = _announcement(settings, first_key)
-
-    class Server(uvicorn.Server):
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-            await super().startup(sockets=sockets)
-            # Listening now; no request is served before this block is out.
-            if self.started:
-                print(announcement, flush=True)
-
-    try:
-        Server(config).run()
-    finally:
-        if worker is not None:
-            worker.stop()
-    return 0
+    return serving.run(settings, settings.api_processes, _announcement(settings, first_key), worker)
 
 
 def _announcement(settings: Settings, first_key: str | None) -> str:
