@@ -158,6 +158,21 @@ class Connection:
         raise AssertionError("unreachable")
 
 
+def _answer(path: str, status: int, raw: bytes) -> Any:
+    """A tool reply's JSON, or the typed error its status stands for."""
+    if status == 200:
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ToolMalformed(f"{path}: the reply could not be parsed") from None
+    if status == 410:
+        raise RunCrashed(path)
+    error = _ERRORS.get(status)
+    if error is not None:
+        raise error(json.loads(raw).get("detail", ""))
+    raise SandboxBroken(f"{path} answered {status}: {raw[:200]!r}")
+
+
 def _connection(base: str) -> Connection:
     pool: dict[str, Connection] = _local.__dict__.setdefault("pool", {})
     conn = pool.get(base)
@@ -166,28 +181,72 @@ def _connection(base: str) -> Connection:
     return conn
 
 
+class Deferred(Exception):
+    """A batched acknowledgement-only call (a receipt, a checkpoint) failed. Raised where the
+    batch was sent, but never a `ToolError`: no handler written for the later call may take it
+    for its own failure; the task ends as if the call had raised where it was made."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
 class Sandbox:
-    """The tool endpoints of one trial, named by its token."""
+    """The tool endpoints of one trial, named by its token.
+
+    Calls whose reply carries nothing but an acknowledgement (`record`, `checkpoint_save`) are
+    held and sent with the next call in one `/v1/batch` round trip (or when the task ends). The
+    sandbox runs a batch in order and stops at the first call that fails, so it sees the calls
+    this agent would have made one by one; only where a held call's failure is raised moves."""
 
     def __init__(self, base: str, token: str) -> None:
         self.base = base
         self.auth = f"Bearer {token}"
+        self.held: list[dict[str, Any]] = []
+
+    def hold(self, path: str, body: dict[str, Any]) -> None:
+        self.held.append({"path": path, "body": body})
+
+    def flush(self) -> None:
+        """Send whatever is held: at the end of a task, before its reply."""
+        if self.held:
+            calls, self.held = self.held, []
+            self._batch(calls)
 
     def call(self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
-        data = json.dumps(body).encode()
-        h = {"Authorization": self.auth, "Content-Type": "application/json", **(headers or {})}
-        status, raw = _connection(self.base).post(path, data, h)
-        if status == 200:
-            try:
-                return json.loads(raw)
-            except ValueError:
-                raise ToolMalformed(f"{path}: the reply could not be parsed") from None
-        if status == 410:
-            raise RunCrashed(path)
-        error = _ERRORS.get(status)
-        if error is not None:
-            raise error(json.loads(raw).get("detail", ""))
-        raise SandboxBroken(f"{path} answered {status}: {raw[:200]!r}")
+        if self.held:
+            calls, self.held = self.held, []
+            call: dict[str, Any] = {"path": path, "body": body}
+            if headers:
+                call["headers"] = headers
+            status, raw = self._batch([*calls, call])
+        else:
+            data = json.dumps(body).encode()
+            h = {"Authorization": self.auth, "Content-Type": "application/json", **(headers or {})}
+            status, raw = _connection(self.base).post(path, data, h)
+        return _answer(path, status, raw)
+
+    def _batch(self, calls: list[dict[str, Any]]) -> tuple[int, bytes]:
+        """Send `calls`; raise for a held call that failed; the last call's status and body."""
+        h = {"Authorization": self.auth, "Content-Type": "application/json"}
+        status, raw = _connection(self.base).post(
+            "/v1/batch", json.dumps({"calls": calls}).encode(), h
+        )
+        if status != 200:
+            raise SandboxBroken(f"/v1/batch answered {status}: {raw[:200]!r}")
+        results = json.loads(raw)["results"]
+        for call, result in zip(calls[:-1], results, strict=False):
+            if result["status"] != 200:
+                try:
+                    _answer(call["path"], result["status"], result["body"].encode())
+                except RunCrashed:
+                    raise
+                except Exception as exc:
+                    raise Deferred(exc) from None
+        last = results[-1]
+        if len(results) < len(calls):
+            raise SandboxBroken("/v1/batch stopped before a call that had not failed")
+        return last["status"], last["body"].encode()
 
     # One method per endpoint, named after the tool it reaches.
     def crm_read(self, order_id: str) -> dict[str, Any] | None:
@@ -247,13 +306,13 @@ class Sandbox:
             "ledger_ref": ledger_ref,
             "detail": detail,
         }
-        self.call("/v1/evidence/record", body)
+        self.hold("/v1/evidence/record", body)
 
     def evidence_read(self, action_id: str) -> list[dict[str, Any]]:
         return self.call("/v1/evidence/read", {"action_id": action_id})["receipts"]
 
     def checkpoint_save(self, run_id: str, stage: str, data: dict[str, Any]) -> None:
-        self.call("/v1/checkpoints/save", {"run_id": run_id, "stage": stage, "data": data})
+        self.hold("/v1/checkpoints/save", {"run_id": run_id, "stage": stage, "data": data})
 
     def checkpoint_load(self, run_id: str) -> dict[str, Any] | None:
         return self.call("/v1/checkpoints/load", {"run_id": run_id})["checkpoint"]
@@ -354,6 +413,7 @@ class Run:
     def run(self) -> dict[str, Any] | None:
         with contextlib.suppress(_Stop):
             self._run()
+        self.t.flush()
         return self.claim
 
     def _run(self) -> None:
@@ -581,6 +641,9 @@ class Handler(BaseHTTPRequestHandler):
             claim = run.run()
         except RunCrashed:
             self._reply(200, {"claim": None, "aborted": "run_crashed"})
+            return
+        except Deferred as exc:
+            self._reply(500, {"error": str(exc)})
             return
         except Exception as exc:
             self._reply(500, {"error": f"{type(exc).__name__}: {exc}"})
