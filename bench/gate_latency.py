@@ -74,6 +74,7 @@ def _ready(url: str, within: float = 60.0) -> None:
 
 @contextmanager
 def serve(env: dict[str, str], processes: int) -> Iterator[str]:
+    """A running `serve`, once every one of its API processes listens (it says so on stdout)."""
     port = free_port()
     api = subprocess.Popen(
         [
@@ -82,10 +83,17 @@ def serve(env: dict[str, str], processes: int) -> Iterator[str]:
         ],
         env=env,
         cwd=ROOT,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
+        assert api.stdout is not None
+        for line in api.stdout:
+            if "Assaygate is up" in line:
+                break
+        else:
+            raise SystemExit("serve exited before it listened")
         _ready(url)
         yield url
     finally:
