@@ -173,6 +173,21 @@ def _answer(path: str, status: int, raw: bytes) -> Any:
     raise SandboxBroken(f"{path} answered {status}: {raw[:200]!r}")
 
 
+def _judge(path: str, result: dict[str, Any]) -> Any:
+    """`_answer` for one result of a batch: its reply nested as JSON, or `raw` if malformed."""
+    status, body = result["status"], result.get("body")
+    if status == 200:
+        if "raw" in result:
+            raise ToolMalformed(f"{path}: the reply could not be parsed")
+        return body
+    if status == 410:
+        raise RunCrashed(path)
+    error = _ERRORS.get(status)
+    if error is not None:
+        raise error(body.get("detail", "") if isinstance(body, dict) else "")
+    raise SandboxBroken(f"{path} answered {status}: {str(body)[:200]!r}")
+
+
 def _connection(base: str) -> Connection:
     pool: dict[str, Connection] = _local.__dict__.setdefault("pool", {})
     conn = pool.get(base)
@@ -219,15 +234,14 @@ class Sandbox:
             call: dict[str, Any] = {"path": path, "body": body}
             if headers:
                 call["headers"] = headers
-            status, raw = self._batch([*calls, call])
-        else:
-            data = json.dumps(body).encode()
-            h = {"Authorization": self.auth, "Content-Type": "application/json", **(headers or {})}
-            status, raw = _connection(self.base).post(path, data, h)
+            return self._batch([*calls, call])
+        data = json.dumps(body).encode()
+        h = {"Authorization": self.auth, "Content-Type": "application/json", **(headers or {})}
+        status, raw = _connection(self.base).post(path, data, h)
         return _answer(path, status, raw)
 
-    def _batch(self, calls: list[dict[str, Any]]) -> tuple[int, bytes]:
-        """Send `calls`; raise for a held call that failed; the last call's status and body."""
+    def _batch(self, calls: list[dict[str, Any]]) -> Any:
+        """Send `calls`; raise for a held call that failed; the last call's reply."""
         h = {"Authorization": self.auth, "Content-Type": "application/json"}
         status, raw = _connection(self.base).post(
             "/v1/batch", json.dumps({"calls": calls}).encode(), h
@@ -236,17 +250,16 @@ class Sandbox:
             raise SandboxBroken(f"/v1/batch answered {status}: {raw[:200]!r}")
         results = json.loads(raw)["results"]
         for call, result in zip(calls[:-1], results, strict=False):
-            if result["status"] != 200:
+            if result["status"] != 200 or "raw" in result:
                 try:
-                    _answer(call["path"], result["status"], result["body"].encode())
+                    _judge(call["path"], result)
                 except RunCrashed:
                     raise
                 except Exception as exc:
                     raise Deferred(exc) from None
-        last = results[-1]
         if len(results) < len(calls):
             raise SandboxBroken("/v1/batch stopped before a call that had not failed")
-        return last["status"], last["body"].encode()
+        return _judge(calls[-1]["path"], results[-1])
 
     # One method per endpoint, named after the tool it reaches.
     def crm_read(self, order_id: str) -> dict[str, Any] | None:

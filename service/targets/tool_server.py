@@ -318,8 +318,8 @@ def dispatch(
 def _batch(session: Session, body: bytes) -> tuple[int, bytes]:
     """Several tool calls of one trial in one round trip, run in order exactly as if sent one by
     one, stopping after the first that does not answer 200: no call runs that the agent could not
-    have made. Each result carries its status and its body as a string (a malformed reply is
-    not JSON, so it cannot be nested as JSON)."""
+    have made. Each result carries its status and its reply as `body`, or as the string `raw`
+    when the reply is malformed (not JSON, so it cannot be nested)."""
     try:
         data = json.loads(body)
         calls = data.get("calls") if isinstance(data, dict) else None
@@ -347,10 +347,15 @@ def _batch(session: Session, body: bytes) -> tuple[int, bytes]:
     results = []
     for path, route, call_headers, call_body in parsed:
         status, payload = _call(session, route, path, call_headers, call_body)
-        results.append({"status": status, "body": payload.decode("utf-8", "replace")})
+        # Each reply is JSON already, nested as it is; only a malformed one travels as a string.
+        if payload is MALFORMED_BODY:
+            raw = json.dumps(payload.decode()).encode()
+            results.append(b'{"status":%d,"raw":%s}' % (status, raw))
+        else:
+            results.append(b'{"status":%d,"body":%s}' % (status, payload))
         if status != HTTPStatus.OK.value:
             break
-    return HTTPStatus.OK.value, json.dumps({"results": results}).encode()
+    return HTTPStatus.OK.value, b'{"results":[' + b",".join(results) + b"]}"
 
 
 def _call(

@@ -63,7 +63,7 @@ def test_a_batch_runs_its_calls_in_order_and_answers_each() -> None:
         )
         assert status == 200
         assert [r["status"] for r in reply["results"]] == [200, 200, 200]
-        assert json.loads(reply["results"][2]["body"])["order"]["id"] == order
+        assert reply["results"][2]["body"]["order"]["id"] == order
         assert kinds(tools) == ["decision"]
         assert tools.checkpoint_load("r") == {"stage": "s"}
         assert session.calls == 3 and session.fault is None
