@@ -127,9 +127,10 @@ class Supervisor:
             # One at a time: the first start creates the signing and session keys, and two
             # processes creating them at once would each keep a different key.
             for index in range(1, self.processes + 1):
+                started = self._start(index)
                 if self._stopping.is_set():
                     return 0
-                if not self._start(index):
+                if not started:
                     log.error("API process %d did not start; stopping", index)
                     return 1
             print(announcement, flush=True)

@@ -140,3 +140,18 @@ def test_sigterm_stops_the_api_processes_and_the_worker_together(served: Served)
     wait_for(lambda: not any(map(alive, children)), 20.0, "every child of serve gone")
     with pytest.raises(httpx.TransportError):
         fresh_answer(served.url)
+
+
+def test_serve_refuses_fewer_than_one_process_in_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "service.cli", "serve", "--processes", "0"],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert "--processes must be at least 1" in done.stderr
