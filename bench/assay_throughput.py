@@ -28,6 +28,8 @@ from service.core.manifest import parse_manifest_json  # noqa: E402
 from service.core.plan import AssayPlan  # noqa: E402
 
 DEFAULT_REFERENCE = ROOT.parent / "shared" / "seed" / "reference_injector.py"
+#: The row issue 17 measures: the default evidence (three arms), one process.
+THREE_ARM = "executed, + matched baseline + counterfactual, 1 process"
 MANIFEST = parse_manifest_json((ROOT / "examples" / "copperfin-typed.json").read_text())
 
 
@@ -121,8 +123,8 @@ def _peak_mb(body: str, pythonpath: Path | None = None) -> float:
     return float(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def memory(n: int, seed: int, reference: Path) -> None:
-    """Peak memory of the default 3-arm assay against the lookup script, at `n` trials."""
+def memory(n: int, seed: int, reference: Path) -> float:
+    """Peak memory (MB) of the default 3-arm assay, printed against the lookup script's."""
     ours = _peak_mb(
         "from pathlib import Path\n"
         "from service.core.assay import run_assay\n"
@@ -144,6 +146,7 @@ def memory(n: int, seed: int, reference: Path) -> None:
             f"peak memory, reference script, {n:,} trials               {ref:7.1f} MB  "
             f"ratio {ours / ref:5.2f}x"
         )
+    return ours
 
 
 def main() -> None:
@@ -158,7 +161,9 @@ def main() -> None:
         default=2_000_000,
         help="trials for the peak-memory rows (0 skips them)",
     )
+    ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = ap.parse_args()
+    figures: dict[str, object] = {"trials": args.trials, "memory_trials": args.memory_trials}
     n = args.trials
     intervention = AssayPlan(
         catalogue="paper", trials=n, seed=args.seed, matched_baseline=False, counterfactuals=False
@@ -172,21 +177,24 @@ def main() -> None:
         f"typed trials: {n:,} (paper catalogue, seed {args.seed}); cores: {os.cpu_count()}; "
         f"default install's core: {state()}"
     )
+    figures["core"] = state()
     ref = None
     if args.reference.exists():
         ref = _reference(args.reference, n, args.seed)
+        figures["reference_s"] = ref
         print(f"reference script (table lookup)        {ref:7.2f} s  {n / ref:10,.0f} trials/s")
     else:
         print(f"reference script not found at {args.reference}: ratios skipped")
     rows = [
         ("executed, intervention arm, 1 process", intervention, 1),
         ("executed, intervention arm, 2 processes", intervention, 2),
-        ("executed, + matched baseline + counterfactual, 1 process", full, 1),
+        (THREE_ARM, full, 1),
         ("executed, + matched baseline + counterfactual, 2 processes", full, 2),
         ("executed, every arm on every trial, 1 process", everything, 1),
     ]
     for label, plan, workers in rows:
         t = _ours(plan, workers)
+        figures[label] = t
         ratio = f"  ratio {t / ref:5.2f}x" if ref else ""
         print(f"{label:58} {t:7.2f} s  {n / t:10,.0f} trials/s{ratio}")
     if not args.no_compiled:
@@ -199,7 +207,11 @@ def main() -> None:
             ratio = f"  ratio {t / ref:5.2f}x" if ref else ""
             print(f"{label:58} {t:7.2f} s  {n / t:10,.0f} trials/s{ratio}")
     if args.memory_trials:
-        memory(args.memory_trials, args.seed, args.reference)
+        figures["peak_mb"] = memory(args.memory_trials, args.seed, args.reference)
+    if args.json is not None:
+        import json
+
+        args.json.write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

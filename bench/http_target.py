@@ -6,13 +6,15 @@ Starts the example agent (examples/http-agent, typed switches) as its own proces
 over loopback on the full catalogue: each worker process runs its shards with its own HTTP target
 adapter and sandbox tool server, as a Celery worker would. A "trial" is one planned fault trial;
 each also runs its matched baseline and, where a control is nominated, its counterfactual, so the
-agent serves more tasks than there are trials: both rates are printed. Prints figures, asserts
-nothing.
+agent serves more tasks than there are trials: both rates are printed, with the CPU time a trial
+costs the workers and the agent together (steadier than the wall clock on a shared machine).
+`--json FILE` writes the figures for bench/summary.py. Prints figures, asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -31,6 +33,10 @@ from service.core.sandbox import Task, Tools  # noqa: E402
 from service.targets import HttpTarget  # noqa: E402
 
 AGENT = ROOT / "examples" / "http-agent" / "agent.py"
+
+# Issue 17: the HTTP target path on 2 workers (intervention arm), and what a proxy peer does.
+ANCHOR = 367.0
+AIM = 565.0
 
 _target: HttpTarget | None = None
 _runs = 0
@@ -62,18 +68,40 @@ def _shard(args: tuple[str, AssayPlan, ShardSpec]) -> tuple[ShardResult, int]:
     return result, _runs - before
 
 
-def _measure(url: str, plan: AssayPlan, workers: int) -> tuple[float, int, int]:
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU time so far of these processes and their threads."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def agent_pids(agent: int) -> list[int]:
+    """The example agent and the processes it forked."""
+    children = Path(f"/proc/{agent}/task/{agent}/children").read_text().split()
+    return [agent, *map(int, children)]
+
+
+def _measure(
+    url: str, plan: AssayPlan, workers: int, agent: list[int]
+) -> tuple[float, int, int, float]:
+    """Seconds, trials, agent tasks, and CPU seconds of the workers and the agent together: on a
+    shared machine the CPU a trial costs is steadier than the wall clock."""
     manifest = _manifest(url)
     shards = plan_shards(manifest, plan, max(1, plan.trials // 2))
+    cpu0 = cpu_seconds(agent)
     t0 = time.perf_counter()
     with ProcessPoolExecutor(workers, initializer=_init, initargs=(url,)) as pool:
         out = list(pool.map(_shard, [(url, plan, s) for s in shards]))
-    elapsed = time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        cpu = cpu_seconds([*agent, *pool._processes]) - cpu0
     report = merge(manifest, plan, [r for r, _ in out]).to_dict()
     errors = sum(f["target_errors"] for f in report["faults"])
     if errors:
         print(f"  warning: {errors} target errors", file=sys.stderr)
-    return elapsed, int(report["trials_executed"]), sum(n for _, n in out)
+    return elapsed, int(report["trials_executed"]), sum(n for _, n in out), cpu
 
 
 def main() -> None:
@@ -83,11 +111,16 @@ def main() -> None:
     ap.add_argument(
         "--agent-processes", type=int, default=2, help="processes serving the example agent"
     )
+    ap.add_argument(
+        "--intervention-only", action="store_true", help="skip the full-assay rows (faster)"
+    )
+    ap.add_argument("--json", type=Path, default=None, help="write the figures here")
+    ap.add_argument("--agent", type=Path, default=AGENT, help="the agent script (to compare)")
     args = ap.parse_args()
     agent = subprocess.Popen(
         [
             sys.executable,
-            str(AGENT),
+            str(args.agent),
             "--port",
             "0",
             "--controls",
@@ -107,21 +140,40 @@ def main() -> None:
             f"full catalogue, {args.trials} trials per fault, seed {args.seed}; "
             f"{os.cpu_count()} CPUs"
         )
-        _measure(url, parse_plan({"catalogue": "full", "trials": 2, "seed": 1}), 1)  # warm-up
-        header = ("workers", "trials", "tasks", "seconds", "trials/s", "tasks/s")
+        pids = agent_pids(agent.pid)
+        warm = parse_plan({"catalogue": "full", "trials": 2, "seed": 1})
+        _measure(url, warm, 1, pids)
+        header = ("workers", "trials", "tasks", "seconds", "trials/s", "tasks/s", "CPU ms/trial")
         intervention = plan.model_copy(update={"matched_baseline": False, "counterfactuals": False})
-        for label, variant in (
-            ("full assay: intervention, matched baseline and counterfactual per trial", plan),
-            ("intervention arm only: one agent task per trial", intervention),
-        ):
+        only = ("intervention arm only: one agent task per trial", "intervention", intervention)
+        variants = [only]
+        if not args.intervention_only:
+            variants.insert(
+                0, ("full assay: intervention, matched baseline and counterfactual", "full", plan)
+            )
+        figures: dict[str, dict[str, float]] = {}
+        for label, key, variant in variants:
             print(label)
-            print("{:>7} {:>7} {:>7} {:>8} {:>9} {:>8}".format(*header))
+            print("{:>7} {:>7} {:>7} {:>8} {:>9} {:>8} {:>13}".format(*header))
             for workers in (1, 2):
-                elapsed, trials, runs = _measure(url, variant, workers)
+                elapsed, trials, runs, cpu = _measure(url, variant, workers, pids)
                 print(
                     f"{workers:>7} {trials:>7} {runs:>7} {elapsed:>8.2f} "
-                    f"{trials / elapsed:>9.0f} {runs / elapsed:>8.0f}"
+                    f"{trials / elapsed:>9.0f} {runs / elapsed:>8.0f} {cpu / trials * 1000:>13.2f}"
                 )
+                figures[f"{key}_{workers}"] = {
+                    "trials_per_s": trials / elapsed,
+                    "cpu_ms_per_trial": cpu / trials * 1000,
+                }
+        two = figures["intervention_2"]
+        # What two otherwise idle cores could do: the wall-clock rate depends on the neighbours.
+        print(
+            f"2 workers, intervention arm: {two['trials_per_s']:.0f} trials/s measured, "
+            f"{2000 / two['cpu_ms_per_trial']:.0f} trials/s on 2 idle cores at "
+            f"{two['cpu_ms_per_trial']:.2f} CPU ms per trial; anchor {ANCHOR:.0f}, aim {AIM:.0f}"
+        )
+        if args.json is not None:
+            args.json.write_text(json.dumps({"anchor": ANCHOR, "aim": AIM, **figures}, indent=2))
     finally:
         agent.terminate()
         agent.wait(timeout=10)

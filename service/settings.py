@@ -66,6 +66,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     worker_concurrency: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+    # API server processes of `serve`, each on its own SO_REUSEPORT socket (service/serving.py).
+    api_processes: int = Field(default=1, ge=1)
     readiness_timeout: float = Field(default=2.0, gt=0)
     db_pool_size: int = Field(default=10, ge=1)
     log_level: str = "INFO"

@@ -21,9 +21,9 @@ import os
 import secrets
 import signal
 import socket
+import socketserver
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -158,6 +158,36 @@ class Connection:
         raise AssertionError("unreachable")
 
 
+def _answer(path: str, status: int, raw: bytes) -> Any:
+    """A tool reply's JSON, or the typed error its status stands for."""
+    if status == 200:
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ToolMalformed(f"{path}: the reply could not be parsed") from None
+    if status == 410:
+        raise RunCrashed(path)
+    error = _ERRORS.get(status)
+    if error is not None:
+        raise error(json.loads(raw).get("detail", ""))
+    raise SandboxBroken(f"{path} answered {status}: {raw[:200]!r}")
+
+
+def _judge(path: str, result: dict[str, Any]) -> Any:
+    """`_answer` for one result of a batch: its reply nested as JSON, or `raw` if malformed."""
+    status, body = result["status"], result.get("body")
+    if status == 200:
+        if "raw" in result:
+            raise ToolMalformed(f"{path}: the reply could not be parsed")
+        return body
+    if status == 410:
+        raise RunCrashed(path)
+    error = _ERRORS.get(status)
+    if error is not None:
+        raise error(body.get("detail", "") if isinstance(body, dict) else "")
+    raise SandboxBroken(f"{path} answered {status}: {str(body)[:200]!r}")
+
+
 def _connection(base: str) -> Connection:
     pool: dict[str, Connection] = _local.__dict__.setdefault("pool", {})
     conn = pool.get(base)
@@ -166,28 +196,70 @@ def _connection(base: str) -> Connection:
     return conn
 
 
+class Deferred(Exception):
+    """A batched acknowledgement-only call (a receipt, a checkpoint) failed. Raised where the
+    batch was sent, but never a `ToolError`: no handler written for the later call may take it
+    for its own failure; the task ends as if the call had raised where it was made."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
 class Sandbox:
-    """The tool endpoints of one trial, named by its token."""
+    """The tool endpoints of one trial, named by its token.
+
+    Calls whose reply carries nothing but an acknowledgement (`record`, `checkpoint_save`) are
+    held and sent with the next call in one `/v1/batch` round trip (or when the task ends). The
+    sandbox runs a batch in order and stops at the first call that fails, so it sees the calls
+    this agent would have made one by one; only where a held call's failure is raised moves."""
 
     def __init__(self, base: str, token: str) -> None:
         self.base = base
         self.auth = f"Bearer {token}"
+        self.held: list[dict[str, Any]] = []
+
+    def hold(self, path: str, body: dict[str, Any]) -> None:
+        self.held.append({"path": path, "body": body})
+
+    def flush(self) -> None:
+        """Send whatever is held: at the end of a task, before its reply."""
+        if self.held:
+            calls, self.held = self.held, []
+            self._batch(calls)
 
     def call(self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
+        if self.held:
+            calls, self.held = self.held, []
+            call: dict[str, Any] = {"path": path, "body": body}
+            if headers:
+                call["headers"] = headers
+            return self._batch([*calls, call])
         data = json.dumps(body).encode()
         h = {"Authorization": self.auth, "Content-Type": "application/json", **(headers or {})}
         status, raw = _connection(self.base).post(path, data, h)
-        if status == 200:
-            try:
-                return json.loads(raw)
-            except ValueError:
-                raise ToolMalformed(f"{path}: the reply could not be parsed") from None
-        if status == 410:
-            raise RunCrashed(path)
-        error = _ERRORS.get(status)
-        if error is not None:
-            raise error(json.loads(raw).get("detail", ""))
-        raise SandboxBroken(f"{path} answered {status}: {raw[:200]!r}")
+        return _answer(path, status, raw)
+
+    def _batch(self, calls: list[dict[str, Any]]) -> Any:
+        """Send `calls`; raise for a held call that failed; the last call's reply."""
+        h = {"Authorization": self.auth, "Content-Type": "application/json"}
+        status, raw = _connection(self.base).post(
+            "/v1/batch", json.dumps({"calls": calls}).encode(), h
+        )
+        if status != 200:
+            raise SandboxBroken(f"/v1/batch answered {status}: {raw[:200]!r}")
+        results = json.loads(raw)["results"]
+        for call, result in zip(calls[:-1], results, strict=False):
+            if result["status"] != 200 or "raw" in result:
+                try:
+                    _judge(call["path"], result)
+                except RunCrashed:
+                    raise
+                except Exception as exc:
+                    raise Deferred(exc) from None
+        if len(results) < len(calls):
+            raise SandboxBroken("/v1/batch stopped before a call that had not failed")
+        return _judge(calls[-1]["path"], results[-1])
 
     # One method per endpoint, named after the tool it reaches.
     def crm_read(self, order_id: str) -> dict[str, Any] | None:
@@ -247,13 +319,13 @@ class Sandbox:
             "ledger_ref": ledger_ref,
             "detail": detail,
         }
-        self.call("/v1/evidence/record", body)
+        self.hold("/v1/evidence/record", body)
 
     def evidence_read(self, action_id: str) -> list[dict[str, Any]]:
         return self.call("/v1/evidence/read", {"action_id": action_id})["receipts"]
 
     def checkpoint_save(self, run_id: str, stage: str, data: dict[str, Any]) -> None:
-        self.call("/v1/checkpoints/save", {"run_id": run_id, "stage": stage, "data": data})
+        self.hold("/v1/checkpoints/save", {"run_id": run_id, "stage": stage, "data": data})
 
     def checkpoint_load(self, run_id: str) -> dict[str, Any] | None:
         return self.call("/v1/checkpoints/load", {"run_id": run_id})["checkpoint"]
@@ -354,6 +426,7 @@ class Run:
     def run(self) -> dict[str, Any] | None:
         with contextlib.suppress(_Stop):
             self._run()
+        self.t.flush()
         return self.claim
 
     def _run(self) -> None:
@@ -543,53 +616,77 @@ class Run:
 # -- the agent's own HTTP endpoint ----------------------------------------------------------------
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Server Error"}
+_CLOSE = "Connection: close\r\n"
+
+
+class Handler(socketserver.StreamRequestHandler):
+    """A keep-alive HTTP/1.1 loop, lean like the sandbox's: `http.server` parses every request's
+    headers with the e-mail parser and writes a reply in several sends, which an assay that
+    posts thousands of tasks pays for on every one. Requests carry Content-Length (the harness
+    always sends it); nothing else is needed here."""
+
     server: AgentServer
 
     def setup(self) -> None:
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # one line per task would drown an assay's output
+    def handle(self) -> None:
+        rfile = self.rfile
+        while True:
+            line = rfile.readline(8192)
+            parts = line.split()
+            if len(parts) != 3:
+                return  # the peer closed the connection, or this is not HTTP
+            closing = parts[2] == b"HTTP/1.0"
+            length = 0
+            while True:
+                header = rfile.readline(8192)
+                if header in (b"\r\n", b"\n", b""):
+                    break
+                name, _, value = header.partition(b":")
+                name = name.strip().lower()
+                if name == b"content-length":
+                    length = int(value)
+                elif name == b"connection":
+                    closing = value.strip().lower() == b"close"
+            body = rfile.read(length) if length else b""
+            status, reply = self.answer(parts[0], parts[1], body)
+            data = json.dumps(reply).encode()
+            head = (
+                f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\n{_CLOSE if closing else ''}\r\n"
+            )
+            self.wfile.write(head.encode() + data)
+            if closing:
+                return
 
-    def _reply(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        if self.path == "/healthz":
-            self._reply(200, {"ok": True, "controls": sorted(self.server.config.controls)})
-        else:
-            self._reply(404, {"error": "not found"})
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length", "0"))
+    def answer(self, method: bytes, path: bytes, body: bytes) -> tuple[int, dict[str, Any]]:
+        if method == b"GET" and path == b"/healthz":
+            return 200, {"ok": True, "controls": sorted(self.server.config.controls)}
+        if method != b"POST":
+            return 404, {"error": "not found"}
         try:
-            body = json.loads(self.rfile.read(length))
-            sandbox = Sandbox(body["sandbox"], body["trial"])
-            run = Run(body["task"], body["action_id"], sandbox, self.server.config)
+            task = json.loads(body)
+            sandbox = Sandbox(task["sandbox"], task["trial"])
+            run = Run(task["task"], task["action_id"], sandbox, self.server.config)
         except (ValueError, KeyError, TypeError) as exc:
-            self._reply(400, {"error": f"bad task: {exc}"})
-            return
+            return 400, {"error": f"bad task: {exc}"}
         try:
             claim = run.run()
         except RunCrashed:
-            self._reply(200, {"claim": None, "aborted": "run_crashed"})
-            return
+            return 200, {"claim": None, "aborted": "run_crashed"}
+        except Deferred as exc:
+            return 500, {"error": str(exc)}
         except Exception as exc:
-            self._reply(500, {"error": f"{type(exc).__name__}: {exc}"})
-            return
-        self._reply(200, {"claim": claim})
+            return 500, {"error": f"{type(exc).__name__}: {exc}"}
+        return 200, {"claim": claim}
 
 
-class AgentServer(ThreadingHTTPServer):
+class AgentServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
+    allow_reuse_address = True
     request_queue_size = 128
     config: Config
 
@@ -641,7 +738,7 @@ def main(argv: list[str] | None = None) -> None:
         args.on_warning == "deny",
         args.jitter == "full",
     )
-    print(f"listening on http://{args.host}:{server.server_port}", flush=True)
+    print(f"listening on http://{args.host}:{server.server_address[1]}", flush=True)
     children: list[int] = []
     for _ in range(max(1, args.processes) - 1):
         pid = os.fork()

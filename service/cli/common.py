@@ -43,6 +43,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
+    processes = getattr(args, "processes", None)
+    if processes is not None:
+        if processes < 1:
+            raise UsageError("--processes must be at least 1")
+        overrides["api_processes"] = processes
     workers = getattr(args, "workers", None)
     if workers is not None:
         if workers < 1:

@@ -6,7 +6,6 @@ import argparse
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -41,6 +40,13 @@ def register(sub: Any) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="run `db upgrade` before serving (default: only when embedded)",
+    )
+    serve.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="API server processes, each on its own SO_REUSEPORT socket "
+        "(default: $ASSAYGATE_API_PROCESSES or 1)",
     )
     serve.set_defaults(func=_serve)
 
@@ -158,9 +164,7 @@ def _exit_on_sigterm(_signum: int, _frame: object) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from service.api.app import create_app
+    from service import serving
     from service.db import migrate
 
     settings = settings_from(args)
@@ -178,28 +182,7 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if worker is not None:
         worker.start()
-    config = uvicorn.Config(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-    )
-    announcement = _announcement(settings, first_key)
-
-    class Server(uvicorn.Server):
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-            await super().startup(sockets=sockets)
-            # Listening now; no request is served before this block is out.
-            if self.started:
-                print(announcement, flush=True)
-
-    try:
-        Server(config).run()
-    finally:
-        if worker is not None:
-            worker.stop()
-    return 0
+    return serving.run(settings, settings.api_processes, _announcement(settings, first_key), worker)
 
 
 def _announcement(settings: Settings, first_key: str | None) -> str:

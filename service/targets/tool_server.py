@@ -288,6 +288,10 @@ ROUTES: dict[str, Route] = {
 }
 
 
+BATCH = "/v1/batch"
+MAX_BATCH = 64
+
+
 def _error(status: HTTPStatus, code: str, detail: str = "") -> tuple[int, bytes]:
     return status.value, json.dumps({"error": code, "detail": detail}).encode()
 
@@ -297,7 +301,7 @@ def dispatch(
 ) -> tuple[int, bytes]:
     """One tool request to one HTTP status and body. Never raises."""
     route = ROUTES.get(path)
-    if route is None:
+    if route is None and path != BATCH:
         return _error(HTTPStatus.NOT_FOUND, "unknown_endpoint", path)
     if method != "POST":
         return _error(HTTPStatus.METHOD_NOT_ALLOWED, "method_not_allowed", "tools take POST")
@@ -306,11 +310,63 @@ def dispatch(
     if session is None:
         # A finished or unknown trial: its world is gone, so nothing can be done to it.
         return _error(HTTPStatus.UNAUTHORIZED, "unknown_trial", "no open trial for this token")
+    if route is None:
+        return _batch(session, body)
+    return _call(session, route, path, headers, body)
+
+
+def _batch(session: Session, body: bytes) -> tuple[int, bytes]:
+    """Several tool calls of one trial in one round trip, run in order exactly as if sent one by
+    one, stopping after the first that does not answer 200: no call runs that the agent could not
+    have made. Each result carries its status and its reply as `body`, or as the string `raw`
+    when the reply is malformed (not JSON, so it cannot be nested)."""
+    try:
+        data = json.loads(body)
+        calls = data.get("calls") if isinstance(data, dict) else None
+        if not isinstance(calls, list) or not 1 <= len(calls) <= MAX_BATCH:
+            raise BadRequest(f"'calls' must be a list of 1 to {MAX_BATCH} calls")
+        parsed: list[tuple[str, Route, dict[str, str], object]] = []
+        for n, call in enumerate(calls):
+            if not isinstance(call, dict):
+                raise BadRequest(f"calls[{n}] must be an object")
+            path = _str(call, "path")
+            route = ROUTES.get(path)
+            if route is None:
+                raise BadRequest(f"calls[{n}].path: no tool endpoint {path!r}")
+            extra = call.get("headers", {})
+            if not isinstance(extra, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in extra.items()
+            ):
+                raise BadRequest(f"calls[{n}].headers must map names to strings")
+            # Every call belongs to the batch's trial: its token was checked once, above.
+            lowered = {k.lower(): v for k, v in extra.items()}
+            parsed.append((path, route, lowered, call.get("body", {})))
+    except (BadRequest, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        session.note(f"bad tool request to {BATCH}: {exc}")
+        return _error(HTTPStatus.BAD_REQUEST, "bad_request", str(exc))
+    results = []
+    for path, route, call_headers, call_body in parsed:
+        status, payload = _call(session, route, path, call_headers, call_body)
+        # Each reply is JSON already, nested as it is; only a malformed one travels as a string.
+        if payload is MALFORMED_BODY:
+            raw = json.dumps(payload.decode()).encode()
+            results.append(b'{"status":%d,"raw":%s}' % (status, raw))
+        else:
+            results.append(b'{"status":%d,"body":%s}' % (status, payload))
+        if status != HTTPStatus.OK.value:
+            break
+    return HTTPStatus.OK.value, b'{"results":[' + b",".join(results) + b"]}"
+
+
+def _call(
+    session: Session, route: Route, path: str, headers: dict[str, str], body: bytes | object
+) -> tuple[int, bytes]:
+    """One tool call; `body` is the request's bytes, or a batch call's body already parsed."""
     if session.crashed:
         return _error(HTTPStatus.GONE, "run_crashed", "this run crashed; the harness restarts it")
     session.calls += 1
     try:
-        data = json.loads(body) if body else {}
+        data = body if not isinstance(body, bytes) else json.loads(body) if body else {}
         if not isinstance(data, dict):
             raise BadRequest("the request body must be a JSON object")
         payload = route(session, data, headers)
