@@ -22,6 +22,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from service.core.figures import JSONObject
 from service.core.manifest import TRIGGER_DEFAULT, canonical
 from service.core.report import AssayReport, FaultResult
 
@@ -40,7 +41,7 @@ def public_hex(key: Ed25519PublicKey) -> str:
     return key.public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
 
 
-def key_dict(public: str) -> dict[str, Any]:
+def key_dict(public: str) -> JSONObject:
     return {"keytype": "ed25519", "scheme": "ed25519", "keyval": {"public": public}}
 
 
@@ -113,7 +114,7 @@ class Check:
     ok: bool
     detail: str
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> JSONObject:
         return {"check": self.name, "ok": self.ok, "detail": self.detail}
 
 
@@ -312,7 +313,7 @@ class CandidateRef:
         return f"assaygate:candidate/{self.id}"
 
 
-def _fault_run(f: FaultResult) -> dict[str, Any]:
+def _fault_run(f: FaultResult) -> JSONObject:
     sig = f.signature.to_dict()
     samples = list(f.samples)
     if f.first_violation and f.first_violation not in samples:
@@ -345,7 +346,7 @@ def _fault_run(f: FaultResult) -> dict[str, Any]:
     }
 
 
-def _mcp(report: AssayReport) -> dict[str, Any]:
+def _mcp(report: AssayReport) -> JSONObject:
     """An mcp target's contract and invariant hashes and the invariants that failed, per fault;
     nothing for other targets (their dossiers are unchanged)."""
     faults = [f for f in report.faults if f.invariants]
@@ -413,7 +414,7 @@ def predicate_from_report(
     }
 
 
-def _without_intervals(summary: dict[str, object]) -> dict[str, object]:
+def _without_intervals(summary: JSONObject) -> JSONObject:
     return {k: v for k, v in summary.items() if k != "intervals"}
 
 
