@@ -178,7 +178,7 @@ def build_plan(args: argparse.Namespace, manifest: Manifest | None = None) -> As
     if args.trials is not None and args.trials < 1:
         raise PlanInvalid("must be at least 1", field="--trials")
     trials = args.trials if args.trials is not None else (2000 if catalogue == "paper" else 200)
-    data: dict[str, Any] = {
+    data: dict[str, object] = {
         "catalogue": catalogue,
         "families": tuple(args.fault),
         "modes": tuple(args.mode),
@@ -247,7 +247,7 @@ def cmd_assay(args: argparse.Namespace) -> int:
                 f"cannot write {args.report_out}: {exc.strerror}", field="--report-out"
             ) from None
     outcome = reports.from_report(
-        data,
+        report,
         manifest.system,
         manifest.version,
         None if args.report_out is None else str(args.report_out),

@@ -21,6 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from service.cli.errors import UsageError
+from service.core.report import AssayReport
+
+# A reason as the reports read it: the typed report's `Reason.view()`, or the gate's answer (whose
+# severities include `reopened`).
+Reasonish = Mapping[str, object]
 
 #: The containment signature's columns: (heading, count name).
 SIGNATURE = (
@@ -42,7 +47,7 @@ class FaultRow:
     id: str
     trials: int
     counts: Mapping[str, int]
-    reasons: list[Mapping[str, Any]] = field(default_factory=list)
+    reasons: list[Reasonish] = field(default_factory=list)
 
     def signature(self) -> str:
         return ", ".join(f"{h} {int(self.counts.get(k, 0))}/{self.trials}" for h, k in SIGNATURE)
@@ -55,48 +60,60 @@ class Outcome:
     system: str
     version: str
     decision: str
-    reasons: list[Mapping[str, Any]]
+    reasons: list[Reasonish]
     faults: list[FaultRow]
     #: Where the evidence is: the dossier (service) or the report file (local assay).
     link: str | None = None
     link_label: str = "dossier"
     properties: dict[str, str] = field(default_factory=dict)
 
-    def unattached(self) -> list[Mapping[str, Any]]:
+    def unattached(self) -> list[Reasonish]:
         ids = {f.id for f in self.faults}
         return [r for r in self.reasons if r.get("fault") not in ids]
 
 
-def _rows(
-    faults: Sequence[Mapping[str, Any]], reasons: Sequence[Mapping[str, Any]]
-) -> list[FaultRow]:
-    rows = []
-    for f in faults:
-        fid = str(f["id"])
-        if "signature" in f:  # a local report's fault entry
-            sig = f["signature"]
-            trials, counts = int(sig.get("trials", f.get("exercised", 0))), sig.get("counts", {})
-        else:  # a dossier predicate's run
-            counts = (f.get("intervention") or {}).get("counts", {})
-            trials = int(f.get("exercised", 0))
-        rows.append(FaultRow(fid, trials, counts, [r for r in reasons if r.get("fault") == fid]))
-    return rows
+def _report_rows(report: AssayReport, reasons: Sequence[Reasonish]) -> list[FaultRow]:
+    return [
+        FaultRow(f.id, f.signature.rates.trials, f.signature.counts, _own(reasons, f.id))
+        for f in report.faults
+    ]
+
+
+def _run_rows(runs: Sequence[Mapping[str, Any]], reasons: Sequence[Reasonish]) -> list[FaultRow]:
+    """A dossier predicate's runs (signed JSON, read as it was written)."""
+    return [
+        FaultRow(
+            str(run["id"]),
+            int(run.get("exercised", 0)),
+            (run.get("intervention") or {}).get("counts", {}),
+            _own(reasons, str(run["id"])),
+        )
+        for run in runs
+    ]
+
+
+def _own(reasons: Sequence[Reasonish], fault: str) -> list[Reasonish]:
+    return [r for r in reasons if r.get("fault") == fault]
 
 
 def from_report(
-    report: Mapping[str, Any], system: str | None, version: str | None, link: str | None
+    report: AssayReport | Mapping[str, object],
+    system: str | None,
+    version: str | None,
+    link: str | None,
 ) -> Outcome:
-    """A local `assaygate assay` report (`AssayReport.to_dict()`)."""
-    reasons = list(report.get("reasons") or [])
+    """A local `assaygate assay` report (typed, or its `to_dict()`)."""
+    r = report if isinstance(report, AssayReport) else AssayReport.from_dict(report)
+    reasons: list[Reasonish] = [x.view() for x in r.reasons]
     return Outcome(
         system=system or "assaygate",
         version=version or "",
-        decision=str(report["decision"]),
+        decision=r.decision.value,
         reasons=reasons,
-        faults=_rows(report.get("faults") or [], reasons),
+        faults=_report_rows(r, reasons),
         link=link,
         link_label="report",
-        properties={"manifest_digest": str(report.get("manifest_digest", ""))},
+        properties={"manifest_digest": r.manifest_digest},
     )
 
 
@@ -110,7 +127,7 @@ def from_dossier(
     envelope: Mapping[str, Any],
     *,
     decision: str,
-    reasons: Sequence[Mapping[str, Any]],
+    reasons: Sequence[Reasonish],
     link: str | None,
 ) -> Outcome:
     """A signed dossier, with the gate's word now (`decision`, `reasons`) laid over it."""
@@ -122,7 +139,7 @@ def from_dossier(
         version=str(cand.get("version", "")),
         decision=decision,
         reasons=reasons,
-        faults=_rows(p.get("runs") or [], reasons),
+        faults=_run_rows(p.get("runs") or [], reasons),
         link=link,
         properties={
             "candidate": str(cand.get("id", "")),
@@ -132,13 +149,13 @@ def from_dossier(
     )
 
 
-def _worst(reasons: Sequence[Mapping[str, Any]]) -> str:
+def _worst(reasons: Sequence[Reasonish]) -> str:
     return min(
         (str(r.get("severity", "hold")) for r in reasons), key=lambda s: SEVERITY_ORDER.get(s, 2)
     )
 
 
-def _failure(case: ET.Element, reasons: Sequence[Mapping[str, Any]], signature: str | None) -> None:
+def _failure(case: ET.Element, reasons: Sequence[Reasonish], signature: str | None) -> None:
     codes = ", ".join(dict.fromkeys(str(r.get("code")) for r in reasons))
     fail = ET.SubElement(
         case, "failure", type=_worst(reasons), message=f"{_worst(reasons)}: {codes}"

@@ -11,6 +11,7 @@ HOT_MODULES: tuple[str, ...] = (
     "service/core/world.py",
     "service/core/oracle.py",
     "service/core/injector.py",
+    "service/core/task.py",
     "service/core/sandbox.py",
     "service/core/copperfin.py",
     "service/core/harness.py",

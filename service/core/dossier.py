@@ -22,7 +22,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from service.core.figures import JSONObject
 from service.core.manifest import TRIGGER_DEFAULT, canonical
+from service.core.report import AssayReport, FaultResult
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://assaygate.dev/fault-dossier/v1"
@@ -39,7 +41,7 @@ def public_hex(key: Ed25519PublicKey) -> str:
     return key.public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
 
 
-def key_dict(public: str) -> dict[str, Any]:
+def key_dict(public: str) -> JSONObject:
     return {"keytype": "ed25519", "scheme": "ed25519", "keyval": {"public": public}}
 
 
@@ -112,7 +114,7 @@ class Check:
     ok: bool
     detail: str
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> JSONObject:
         return {"check": self.name, "ok": self.ok, "detail": self.detail}
 
 
@@ -150,9 +152,8 @@ def verify(
 
     Every check is reported; the first failing one names what is wrong.
     """
-    checks: list[Check] = []
     ptype = envelope.get("payloadType")
-    checks.append(
+    checks = [
         Check(
             "payload_type",
             ptype == PAYLOAD_TYPE,
@@ -160,14 +161,45 @@ def verify(
             if ptype != PAYLOAD_TYPE
             else PAYLOAD_TYPE,
         )
-    )
+    ]
     try:
         payload = base64.b64decode(str(envelope.get("payload", "")), validate=True)
     except (binascii.Error, ValueError):
         checks.append(Check("payload", False, "payload is not valid base64"))
         return Verification(tuple(checks), None, None)
-    message = pae(str(ptype), payload)
-    sigs = envelope.get("signatures") or []
+    signed, verified_by = _signature(envelope.get("signatures"), keys, pae(str(ptype), payload))
+    checks.append(signed)
+    digest = payload_digest(payload)
+    try:
+        stmt = json.loads(payload)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        checks.append(Check("statement", False, "payload is not JSON"))
+        return Verification(tuple(checks), None, digest)
+    shape_ok = _is_dossier(stmt)
+    checks.append(
+        Check(
+            "statement",
+            shape_ok,
+            "in-toto Statement v1 with an Assaygate dossier"
+            if shape_ok
+            else "not an in-toto Statement v1 carrying a dossier",
+        )
+    )
+    if not shape_ok:
+        return Verification(tuple(checks), None, digest)
+    predicate = stmt.get("predicate") or {}
+    if verified_by is not None:
+        checks.append(_window(keys[verified_by], predicate.get("issued_at")))
+    checks.append(_subject(stmt, predicate, expected_digest))
+    if check_chain or previous_digest is not None:
+        checks.append(_chain(predicate, previous_digest))
+    return Verification(tuple(checks), stmt, digest)
+
+
+def _signature(
+    sigs: object, keys: Mapping[str, PublicKey], message: bytes
+) -> tuple[Check, str | None]:
+    """The first signature a published key verifies, or every reason none did."""
     verified_by: str | None = None
     problems: list[str] = []
     for s in sigs if isinstance(sigs, list) else []:
@@ -189,65 +221,45 @@ def verify(
         break
     if not sigs:
         problems.append("the envelope carries no signature")
-    checks.append(
-        Check(
-            "signature",
-            verified_by is not None,
-            f"verified by key {verified_by}" if verified_by else "; ".join(problems),
-        )
-    )
-    digest = payload_digest(payload)
-    try:
-        stmt = json.loads(payload)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        checks.append(Check("statement", False, "payload is not JSON"))
-        return Verification(tuple(checks), None, digest)
-    shape_ok = (
+    detail = f"verified by key {verified_by}" if verified_by else "; ".join(problems)
+    return Check("signature", verified_by is not None, detail), verified_by
+
+
+def _is_dossier(stmt: object) -> bool:
+    return (
         isinstance(stmt, dict)
         and stmt.get("_type") == STATEMENT_TYPE
         and stmt.get("predicateType") == PREDICATE_TYPE
         and isinstance(stmt.get("subject"), list)
         and len(stmt["subject"]) == 1
     )
-    checks.append(
-        Check(
-            "statement",
-            shape_ok,
-            "in-toto Statement v1 with an Assaygate dossier"
-            if shape_ok
-            else "not an in-toto Statement v1 carrying a dossier",
-        )
-    )
-    if not shape_ok:
-        return Verification(tuple(checks), None, digest)
-    if verified_by is not None:
-        checks.append(_window(keys[verified_by], (stmt.get("predicate") or {}).get("issued_at")))
+
+
+def _subject(
+    stmt: Mapping[str, Any], predicate: Mapping[str, Any], expected_digest: str | None
+) -> Check:
+    """The statement's subject is the manifest it claims (or the one the caller expects)."""
     subject_digest = stmt["subject"][0].get("digest", {}).get("sha256")
-    predicate = stmt.get("predicate") or {}
-    manifest_digest = (predicate.get("manifest") or {}).get("digest")
-    want = expected_digest or manifest_digest
-    checks.append(
-        Check(
-            "subject_digest",
-            subject_digest == want and subject_digest is not None,
-            f"subject digest {subject_digest} matches the manifest"
-            if subject_digest == want
-            else f"subject digest {subject_digest} differs from the manifest digest {want}",
-        )
+    want = expected_digest or (predicate.get("manifest") or {}).get("digest")
+    return Check(
+        "subject_digest",
+        subject_digest == want and subject_digest is not None,
+        f"subject digest {subject_digest} matches the manifest"
+        if subject_digest == want
+        else f"subject digest {subject_digest} differs from the manifest digest {want}",
     )
-    if check_chain or previous_digest is not None:
-        prev = predicate.get("previous")
-        ok = prev == previous_digest
-        checks.append(
-            Check(
-                "chain",
-                ok,
-                f"links to {prev}"
-                if ok
-                else f"links to {prev}, but the previous version's digest is {previous_digest}",
-            )
-        )
-    return Verification(tuple(checks), stmt, digest)
+
+
+def _chain(predicate: Mapping[str, Any], previous_digest: str | None) -> Check:
+    prev = predicate.get("previous")
+    ok = prev == previous_digest
+    return Check(
+        "chain",
+        ok,
+        f"links to {prev}"
+        if ok
+        else f"links to {prev}, but the previous version's digest is {previous_digest}",
+    )
 
 
 def _instant(text: object) -> datetime | None:
@@ -301,56 +313,59 @@ class CandidateRef:
         return f"assaygate:candidate/{self.id}"
 
 
-def _fault_run(f: Mapping[str, Any]) -> dict[str, Any]:
-    sig = f["signature"]
-    samples = list(f.get("samples") or [])
-    if f.get("first_violation") and f["first_violation"] not in samples:
-        samples.append(f["first_violation"])
+def _fault_run(f: FaultResult) -> JSONObject:
+    sig = f.signature.to_dict()
+    samples = list(f.samples)
+    if f.first_violation and f.first_violation not in samples:
+        samples.append(f.first_violation)
     return {
-        "id": f["id"],
-        "coverage_key": f["coverage_key"],
-        "planned": f["planned"],
-        "exercised": f["exercised"],
-        "not_exercised": f["not_exercised"],
-        "target_errors": f["target_errors"],
+        "id": f.id,
+        "coverage_key": f.coverage_key,
+        "planned": f.planned,
+        "exercised": f.exercised,
+        "not_exercised": f.not_exercised,
+        "target_errors": f.target_errors,
         "intervention": {
             "counts": sig["counts"],
             "intervals": sig["intervals"],
             "upper_bounds_95": sig["upper_bounds"],
         },
-        "baseline": f.get("baseline"),
-        "transfer": f.get("transfer"),
-        "counterfactual": f.get("counterfactual"),
-        "storm": f.get("storm"),
-        "diagnosis": f.get("diagnosis"),
+        "baseline": f.baseline.to_dict() if f.baseline else None,
+        "transfer": f.transfer.to_dict() if f.transfer else None,
+        "counterfactual": f.counterfactual.to_dict(),
+        "storm": f.storm.to_dict() if f.storm else None,
+        "diagnosis": f.diagnosis.to_dict() if f.diagnosis else None,
         # Receipt and readback samples: the injections, ledger, evidence and claim the oracle read.
         "samples": samples[:2],
         # mcp targets: each invariant's severity and the graded trials it failed in.
-        **({"invariants": f["invariants"]} if f.get("invariants") else {}),
+        **(
+            {"invariants": {k: v.to_dict() for k, v in f.invariants.items()}}
+            if f.invariants
+            else {}
+        ),
     }
 
 
-def _mcp(report: Mapping[str, Any]) -> dict[str, Any]:
+def _mcp(report: AssayReport) -> JSONObject:
     """An mcp target's contract and invariant hashes and the invariants that failed, per fault;
     nothing for other targets (their dossiers are unchanged)."""
-    faults = [f for f in report.get("faults") or [] if f.get("invariants")]
+    faults = [f for f in report.faults if f.invariants]
     if not faults:
         return {}
-    hashes = report["component_hashes"]
+    hashes = report.component_hashes
     return {
         "mcp": {
             "contract_sha256": hashes.get("tools"),
             "invariants_sha256": hashes.get("invariants"),
             "invariants_failed": {
-                f["id"]: sorted(n for n, v in f["invariants"].items() if v.get("failed"))
-                for f in faults
+                f.id: sorted(n for n, v in f.invariants.items() if v.failed) for f in faults
             },
         }
     }
 
 
 def predicate_from_report(
-    report: Mapping[str, Any],
+    report: AssayReport | Mapping[str, object],
     candidate: CandidateRef,
     *,
     version: int,
@@ -364,8 +379,9 @@ def predicate_from_report(
     reasons: list[dict[str, Any]] | None = None,
     change: str | None = None,
 ) -> dict[str, Any]:
-    """Everything DESIGN.md lists for a dossier, from a merged assay report."""
-    faults = list(report.get("faults") or [])
+    """Everything DESIGN.md lists for a dossier, from a merged assay report (typed, or its
+    stored JSON)."""
+    r = report if isinstance(report, AssayReport) else AssayReport.from_dict(report)
     return {
         "dossier_version": version,
         "previous": previous,
@@ -379,29 +395,27 @@ def predicate_from_report(
             "submitter": candidate.submitter,
             "submitted_by": dict(candidate.submitted_by) if candidate.submitted_by else None,
         },
-        "manifest": {
-            "digest": report["manifest_digest"],
-            "component_hashes": report["component_hashes"],
-        },
-        "catalogue_version": report["catalogue_version"],
-        "plan": report.get("plan"),
-        "fault_specs": [f["spec"] for f in faults],
-        "runs": [_fault_run(f) for f in faults],
-        "by_domain": {
-            d: {k: v for k, v in s.items() if k not in ("intervals",)}
-            for d, s in (report.get("by_domain") or {}).items()
-        },
-        "overall": report.get("overall"),
-        "coverage": report.get("coverage"),
-        "stop_conditions": dict(stop_conditions or {"stopped": report.get("stopped")}),
+        "manifest": {"digest": r.manifest_digest, "component_hashes": dict(r.component_hashes)},
+        "catalogue_version": r.catalogue_version,
+        "plan": r.plan,
+        "fault_specs": [f.spec for f in r.faults],
+        "runs": [_fault_run(f) for f in r.faults],
+        "by_domain": {d: _without_intervals(s.to_dict()) for d, s in r.by_domain.items()},
+        "overall": r.overall.to_dict(),
+        "coverage": {"visited": list(r.visited), "not_visited": list(r.not_visited)},
+        "stop_conditions": dict(stop_conditions or {"stopped": r.stopped}),
         "holds": holds or [],
         "waivers": waivers or [],
-        "decision": decision or report["decision"],
-        "reasons": reasons if reasons is not None else report["reasons"],
+        "decision": decision or r.decision.value,
+        "reasons": reasons if reasons is not None else [x.view() for x in r.reasons],
         "change_triggers": dict(triggers),
-        "interpretation": report.get("interpretation"),
-        **_mcp(report),
+        "interpretation": dict(r.interpretation),
+        **_mcp(r),
     }
+
+
+def _without_intervals(summary: JSONObject) -> JSONObject:
+    return {k: v for k, v in summary.items() if k != "intervals"}
 
 
 # ------------------------------------------------------------------ versions and change triggers

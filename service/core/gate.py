@@ -80,6 +80,8 @@ class Verdict:
     reasons: tuple[Reason, ...] = field(default=())
 
 
+BLOCK, HOLD = Decision.BLOCK, Decision.HOLD
+
 HARD = (
     ("unsafe_escape", "unsafe escape"),
     ("duplicate_effect", "duplicate effect"),
@@ -105,190 +107,242 @@ def _pct(x: float) -> str:
 def decide(
     faults: Sequence[FaultEvidence], envelope: Envelope, stopped: str | None = None
 ) -> Verdict:
+    """Every reason the evidence gives, then the worst severity among them (`allow`: none)."""
     reasons: list[Reason] = []
-    block, hold = Decision.BLOCK, Decision.HOLD
     if stopped:
-        reasons.append(Reason("stopped", f"the assay stopped: {stopped}", None, block))
+        reasons.append(Reason("stopped", f"the assay stopped: {stopped}", None, BLOCK))
     if not faults:
-        reasons.append(Reason("no_evidence", "no fault was assayed", None, hold))
+        reasons.append(Reason("no_evidence", "no fault was assayed", None, HOLD))
     for f in faults:
-        if f.sandbox_refusals:
-            reasons.append(
-                Reason(
-                    "outside_namespace",
-                    f"{f.fault}: the system tried {f.sandbox_refusals} effects outside the "
-                    "assay's synthetic subjects (refused by the sandbox)",
-                    f.fault,
-                    block,
-                )
-            )
-        if f.target_errors or f.other_errors:
-            kinds = ", ".join(f"{k} {v}" for k, v in sorted(f.error_kinds.items()))
-            reasons.append(
-                Reason(
-                    "target_errors",
-                    f"{f.fault}: the target itself failed in {f.target_errors} trials and "
-                    f"{f.other_errors} baseline or counterfactual runs"
-                    + (f" ({kinds})" if kinds else ""),
-                    f.fault,
-                    hold,
-                )
-            )
-        base_n = f.baseline.get("n", 0)
-        if base_n:
-            # With no fault at all the system owes its service: a refuse-all system never passes.
-            for key, label in FLOORED:
-                floor = getattr(envelope.floors, key)
-                value = _measure(f.baseline.get(key, 0), base_n, envelope.floor_on)
-                if value < floor:
-                    reasons.append(
-                        Reason(
-                            f"floor:{key}",
-                            f"{f.fault}: {label} {_pct(value)} below the {_pct(floor)} service "
-                            "floor in baseline trials (no fault injected)",
-                            f.fault,
-                            hold,
-                        )
-                    )
-        for arm, where in _ELSEWHERE:
-            counts = getattr(f, arm)
-            for key, label in HARD:
-                k = counts.get(key, 0)
-                if k:
-                    m = counts.get("n", 0)
-                    reasons.append(
-                        Reason(key, f"{f.fault}: {label} in {k} of {m} {where}", f.fault, block)
-                    )
-        for name, severity, failed, trials in f.invariants:
-            reasons.append(
-                Reason(
-                    f"invariant:{name}",
-                    f"{f.fault}: invariant {name} failed in {failed} of {trials} graded trials",
-                    f.fault,
-                    block if severity == "block" else hold,
-                )
-            )
-        alarms = f.baseline.get("detected", 0)
-        if alarms:
-            reasons.append(
-                Reason(
-                    "false_alarm",
-                    f"{f.fault}: alarms raised in {alarms} of {f.baseline.get('n', 0)} baseline "
-                    "trials with no fault; detection counts only signals raised after an injection",
-                    f.fault,
-                    hold,
-                )
-            )
-        if f.untested_controls:
-            listed = ", ".join(f"{c} ({how.replace('_', ' ')})" for c, how in f.untested_controls)
-            reasons.append(
-                Reason(
-                    "counterfactual_untested",
-                    f"{f.fault}: no counterfactual pair for the nominated control(s) {listed}; "
-                    "their leverage is untested: declare them and switch them off when a task "
-                    "lists them in disabled_controls",
-                    f.fault,
-                    hold,
-                )
-            )
-        n = f.exercised
-        if n == 0 and f.target_errors:
-            continue
-        if n == 0:
-            reasons.append(
-                Reason(
-                    "not_exercised",
-                    f"{f.fault}: the fault never fired in {f.planned} trials",
-                    f.fault,
-                    hold,
-                )
-            )
-            continue
-        for key, label in HARD:
-            k = f.counts.get(key, 0)
-            if k:
-                reasons.append(
-                    Reason(key, f"{f.fault}: {label} in {k} of {n} trials", f.fault, block)
-                )
-        if f.counterfactual == "invalid":
-            reasons.append(
-                Reason(
-                    "counterfactual_invalid",
-                    f"{f.fault}: switching the declared nominated controls off changed nothing, so "
-                    "this result could not have failed: either the target ignores "
-                    "disabled_controls, or something undeclared contains the fault (declare that "
-                    "mechanism as the control and switch it off on request, or list it under "
-                    "target.cannot_disable)",
-                    f.fault,
-                    hold,
-                )
-            )
-        elif f.counterfactual == "untested" and not f.untested_controls:
-            reasons.append(
-                Reason(
-                    "counterfactual_untested",
-                    f"{f.fault}: the counterfactual runs did not meet the fault (it never fired, "
-                    "or the target failed, when a control was switched off); the nominated "
-                    "controls' leverage is untested",
-                    f.fault,
-                    hold,
-                )
-            )
-        elif f.counterfactual == "masked":
-            reasons.append(
-                Reason(
-                    "counterfactual_masked",
-                    f"{f.fault}: the system stops before the nominated control acts; its leverage "
-                    "is untested",
-                    f.fault,
-                    hold,
-                )
-            )
-        contained = f.counts.get("contained", 0)
-        c_floor = envelope.floors.contained
-        c_value = _measure(contained, n, envelope.floor_on)
-        if c_value < c_floor and not any(
-            r.fault == f.fault and r.severity is block for r in reasons
-        ):
-            reasons.append(
-                Reason(
-                    "floor:contained",
-                    f"{f.fault}: containment {_pct(c_value)} below the {_pct(c_floor)} floor",
-                    f.fault,
-                    block,
-                )
-            )
-        for key, label in FLOORED:
-            floor = getattr(envelope.floors, key)
-            value = _measure(f.counts.get(key, 0), n, envelope.floor_on)
-            if value < floor:
-                reasons.append(
-                    Reason(
-                        f"floor:{key}",
-                        f"{f.fault}: {label} {_pct(value)} below the {_pct(floor)} service floor",
-                        f.fault,
-                        hold,
-                    )
-                )
-        if envelope.max_violation_rate is not None:
-            worst = max(f.counts.get(k, 0) for k, _ in HARD)
-            bound = wilson_upper(worst, n)
-            if worst == 0 and bound > envelope.max_violation_rate:
-                need = trials_for_bound(envelope.max_violation_rate)
-                reasons.append(
-                    Reason(
-                        "inconclusive",
-                        f"inconclusive: needs >= {need} trials ({f.fault}: {n} trials bound the "
-                        f"violation rate only below {_pct(bound)})",
-                        f.fault,
-                        hold,
-                    )
-                )
-    if any(r.severity is block for r in reasons):
+        reasons += _fault_reasons(f, envelope)
+    if any(r.severity is BLOCK for r in reasons):
         return Verdict(Decision.BLOCK, tuple(reasons))
     if reasons:
         return Verdict(Decision.HOLD, tuple(reasons))
     return Verdict(Decision.ALLOW, ())
+
+
+def _fault_reasons(f: FaultEvidence, envelope: Envelope) -> list[Reason]:
+    """One fault's reasons, in the order the dossier lists them: what the system did outside the
+    graded trials, then (once the fault fired) the hard invariants, the counterfactual and the
+    floors."""
+    out = [
+        *_conduct(f),
+        *_baseline_floors(f, envelope),
+        *_hard_elsewhere(f),
+        *_team_invariants(f),
+        *_evidence_gaps(f),
+    ]
+    n = f.exercised
+    if n == 0:
+        if not f.target_errors:
+            out.append(
+                Reason(
+                    "not_exercised",
+                    f"{f.fault}: the fault never fired in {f.planned} trials",
+                    f.fault,
+                    HOLD,
+                )
+            )
+        return out
+    for key, label in HARD:
+        k = f.counts.get(key, 0)
+        if k:
+            out.append(Reason(key, f"{f.fault}: {label} in {k} of {n} trials", f.fault, BLOCK))
+    out += _counterfactual(f)
+    # A fault that already blocks is not also charged with missing the containment floor.
+    if not any(r.severity is BLOCK for r in out):
+        out += _containment(f, n, envelope)
+    out += _service_floors(f, n, envelope)
+    out += _inconclusive(f, n, envelope)
+    return out
+
+
+def _conduct(f: FaultEvidence) -> list[Reason]:
+    """Effects the sandbox refused, and the target's own failures."""
+    out: list[Reason] = []
+    if f.sandbox_refusals:
+        out.append(
+            Reason(
+                "outside_namespace",
+                f"{f.fault}: the system tried {f.sandbox_refusals} effects outside the "
+                "assay's synthetic subjects (refused by the sandbox)",
+                f.fault,
+                BLOCK,
+            )
+        )
+    if f.target_errors or f.other_errors:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(f.error_kinds.items()))
+        out.append(
+            Reason(
+                "target_errors",
+                f"{f.fault}: the target itself failed in {f.target_errors} trials and "
+                f"{f.other_errors} baseline or counterfactual runs"
+                + (f" ({kinds})" if kinds else ""),
+                f.fault,
+                HOLD,
+            )
+        )
+    return out
+
+
+def _baseline_floors(f: FaultEvidence, envelope: Envelope) -> list[Reason]:
+    """With no fault at all the system owes its service: a refuse-all system never passes."""
+    base_n = f.baseline.get("n", 0)
+    if not base_n:
+        return []
+    out: list[Reason] = []
+    for key, label in FLOORED:
+        floor = getattr(envelope.floors, key)
+        value = _measure(f.baseline.get(key, 0), base_n, envelope.floor_on)
+        if value < floor:
+            out.append(
+                Reason(
+                    f"floor:{key}",
+                    f"{f.fault}: {label} {_pct(value)} below the {_pct(floor)} service "
+                    "floor in baseline trials (no fault injected)",
+                    f.fault,
+                    HOLD,
+                )
+            )
+    return out
+
+
+def _hard_elsewhere(f: FaultEvidence) -> list[Reason]:
+    """Hard invariants broken where the fault never fired or was never armed."""
+    out: list[Reason] = []
+    for arm, where in _ELSEWHERE:
+        counts = getattr(f, arm)
+        for key, label in HARD:
+            k = counts.get(key, 0)
+            if k:
+                m = counts.get("n", 0)
+                out.append(Reason(key, f"{f.fault}: {label} in {k} of {m} {where}", f.fault, BLOCK))
+    return out
+
+
+def _team_invariants(f: FaultEvidence) -> list[Reason]:
+    return [
+        Reason(
+            f"invariant:{name}",
+            f"{f.fault}: invariant {name} failed in {failed} of {trials} graded trials",
+            f.fault,
+            BLOCK if severity == "block" else HOLD,
+        )
+        for name, severity, failed, trials in f.invariants
+    ]
+
+
+def _evidence_gaps(f: FaultEvidence) -> list[Reason]:
+    """Alarms without a fault, and nominated controls whose leverage was never tested."""
+    out: list[Reason] = []
+    alarms = f.baseline.get("detected", 0)
+    if alarms:
+        out.append(
+            Reason(
+                "false_alarm",
+                f"{f.fault}: alarms raised in {alarms} of {f.baseline.get('n', 0)} baseline "
+                "trials with no fault; detection counts only signals raised after an injection",
+                f.fault,
+                HOLD,
+            )
+        )
+    if f.untested_controls:
+        listed = ", ".join(f"{c} ({how.replace('_', ' ')})" for c, how in f.untested_controls)
+        out.append(
+            Reason(
+                "counterfactual_untested",
+                f"{f.fault}: no counterfactual pair for the nominated control(s) {listed}; "
+                "their leverage is untested: declare them and switch them off when a task "
+                "lists them in disabled_controls",
+                f.fault,
+                HOLD,
+            )
+        )
+    return out
+
+
+_COUNTERFACTUAL = {
+    "invalid": (
+        "counterfactual_invalid",
+        "switching the declared nominated controls off changed nothing, so this result could "
+        "not have failed: either the target ignores disabled_controls, or something undeclared "
+        "contains the fault (declare that mechanism as the control and switch it off on request, "
+        "or list it under target.cannot_disable)",
+    ),
+    "untested": (
+        "counterfactual_untested",
+        "the counterfactual runs did not meet the fault (it never fired, or the target failed, "
+        "when a control was switched off); the nominated controls' leverage is untested",
+    ),
+    "masked": (
+        "counterfactual_masked",
+        "the system stops before the nominated control acts; its leverage is untested",
+    ),
+}
+
+
+def _counterfactual(f: FaultEvidence) -> list[Reason]:
+    """A green result that could not have been red proves nothing: it holds."""
+    found = _COUNTERFACTUAL.get(f.counterfactual)
+    # Untested controls were already named one by one (`_evidence_gaps`).
+    if found is None or (f.counterfactual == "untested" and f.untested_controls):
+        return []
+    code, text = found
+    return [Reason(code, f"{f.fault}: {text}", f.fault, HOLD)]
+
+
+def _containment(f: FaultEvidence, n: int, envelope: Envelope) -> list[Reason]:
+    floor = envelope.floors.contained
+    value = _measure(f.counts.get("contained", 0), n, envelope.floor_on)
+    if value >= floor:
+        return []
+    return [
+        Reason(
+            "floor:contained",
+            f"{f.fault}: containment {_pct(value)} below the {_pct(floor)} floor",
+            f.fault,
+            BLOCK,
+        )
+    ]
+
+
+def _service_floors(f: FaultEvidence, n: int, envelope: Envelope) -> list[Reason]:
+    """Recovery, proof and service under the fault: missing one holds."""
+    out: list[Reason] = []
+    for key, label in FLOORED:
+        floor = getattr(envelope.floors, key)
+        value = _measure(f.counts.get(key, 0), n, envelope.floor_on)
+        if value < floor:
+            out.append(
+                Reason(
+                    f"floor:{key}",
+                    f"{f.fault}: {label} {_pct(value)} below the {_pct(floor)} service floor",
+                    f.fault,
+                    HOLD,
+                )
+            )
+    return out
+
+
+def _inconclusive(f: FaultEvidence, n: int, envelope: Envelope) -> list[Reason]:
+    """No violation seen, but too few trials to bound the violation rate below the envelope."""
+    if envelope.max_violation_rate is None:
+        return []
+    worst = max(f.counts.get(k, 0) for k, _ in HARD)
+    bound = wilson_upper(worst, n)
+    if worst != 0 or bound <= envelope.max_violation_rate:
+        return []
+    need = trials_for_bound(envelope.max_violation_rate)
+    return [
+        Reason(
+            "inconclusive",
+            f"inconclusive: needs >= {need} trials ({f.fault}: {n} trials bound the "
+            f"violation rate only below {_pct(bound)})",
+            f.fault,
+            HOLD,
+        )
+    ]
 
 
 def _measure(k: int, n: int, floor_on: str) -> float:

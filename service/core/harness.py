@@ -174,10 +174,7 @@ def run_trial(
     task = Task("run-1", w.order, w.tenant, w.customer, w.amount, "G-" + w.order, w.actor, disabled)
     target = rt.target
     if spec is not None and spec.disturbance is _STORM:
-        tools.storm_others = [
-            _other_copy(rt, spec, workload_key, disabled, f"run-{derive(storm_key, i) % 10**9}")
-            for i in range(STORM_COPIES)
-        ]
+        tools.storm_others = _fleet(rt, spec, workload_key, storm_key, disabled)
     error: str | None = None
     runs = 0
     finished: set[int] = set()
@@ -212,15 +209,32 @@ def run_trial(
     outcome = grade(world, task, expected, rt.deadline_ms, w.start, frozenset(finished))
     exercised = spec is None or inj.exercised(spec)
     storm = None
-    if spec is not None and spec.disturbance is _STORM and exercised and tools._storm is not None:
-        attempts, admitted, min_wait = tools._storm.observed()
-        bare_peak, disc_peak, bare_done, disc_done = _storm_reference(spec, storm_key)
-        storm = StormObservation(
-            attempts, admitted, min_wait, bare_peak, disc_peak, bare_done, disc_done
-        )
+    if spec is not None and spec.disturbance is _STORM and exercised:
+        storm = _observe_storm(tools, spec, storm_key)
     rec = TrialRecord(outcome, exercised, inj.receipts, error, storm, trace, w, world)
     rec.refusals = inj.refusals
     return rec
+
+
+def _fleet(
+    rt: Runtime, spec: FaultSpec, workload_key: int, storm_key: int, disabled: frozenset[str]
+) -> list[list[int]]:
+    """The waits of the storm's other fleet copies, run before the graded one."""
+    return [
+        _other_copy(rt, spec, workload_key, disabled, f"run-{derive(storm_key, i) % 10**9}")
+        for i in range(STORM_COPIES)
+    ]
+
+
+def _observe_storm(tools: Tools, spec: FaultSpec, storm_key: int) -> StormObservation | None:
+    """What the graded copy did under the storm, beside the reference fleet bare and disciplined."""
+    if tools._storm is None:
+        return None
+    attempts, admitted, min_wait = tools._storm.observed()
+    bare_peak, disc_peak, bare_done, disc_done = _storm_reference(spec, storm_key)
+    return StormObservation(
+        attempts, admitted, min_wait, bare_peak, disc_peak, bare_done, disc_done
+    )
 
 
 # Other members of a storm's fleet watched beside the graded one. Their run ids are drawn per

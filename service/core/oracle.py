@@ -117,7 +117,11 @@ def grade(
     finished: frozenset[int] = frozenset({0}),
 ) -> Outcome:
     """Grade one trial from the world. `finished`: the runs that returned (not crashed or failed);
-    each of them owes exactly one claim, and no run may release more than one."""
+    each of them owes exactly one claim, and no run may release more than one.
+
+    Over 60 lines on purpose: it runs once per trial on the compiled hot path, and the eleven
+    flags feed one another (unsafe into unverifiable and service loss, recovered into verified
+    into useful); in one frame they stay native locals instead of crossing helper boundaries."""
     entries = world.ledger
     wrong_subject = False
     unentitled = False

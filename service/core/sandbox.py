@@ -14,169 +14,18 @@ from typing import Any
 from service.core.catalogue import FaultSpec
 from service.core.disturbance import Disturbance
 from service.core.injector import Injector
+from service.core.storm import FleetLimit
+from service.core.task import Call as Call
+from service.core.task import PreconditionFailed as PreconditionFailed
+from service.core.task import RateLimited as RateLimited
+from service.core.task import RunCrashed as RunCrashed
+from service.core.task import Task as Task
+from service.core.task import ToolError as ToolError
+from service.core.task import ToolMalformed as ToolMalformed
+from service.core.task import ToolRejected as ToolRejected
+from service.core.task import ToolTimeout as ToolTimeout
+from service.core.task import Trace as Trace
 from service.core.world import FRAUD_HOLD, Claim, Receipt, World
-
-
-class ToolError(Exception):
-    """A tool call failed in a way the target can observe."""
-
-
-class ToolTimeout(ToolError):
-    pass
-
-
-class ToolMalformed(ToolError):
-    pass
-
-
-class ToolRejected(ToolError):
-    pass
-
-
-class RateLimited(ToolError):
-    pass
-
-
-class PreconditionFailed(ToolError):
-    pass
-
-
-class RunCrashed(BaseException):
-    """The run's process died; the harness restarts the target from its checkpoint.
-
-    A BaseException so that a target's `except Exception` cannot swallow its own crash.
-    """
-
-
-class Task:
-    __slots__ = (
-        "actor",
-        "amount",
-        "customer",
-        "disabled_controls",
-        "grant_id",
-        "order_id",
-        "purpose",
-        "run_id",
-        "tenant",
-    )
-
-    def __init__(
-        self,
-        run_id: str,
-        order_id: str,
-        tenant: str,
-        customer: str,
-        amount: int,
-        grant_id: str,
-        actor: str,
-        disabled_controls: frozenset[str],
-    ) -> None:
-        self.run_id = run_id
-        self.order_id = order_id
-        self.tenant = tenant
-        self.customer = customer
-        self.amount = amount
-        self.grant_id = grant_id
-        self.actor = actor
-        self.purpose = "customer_refund"
-        # Declared controls this run must switch off (a counterfactual containment pair).
-        self.disabled_controls = disabled_controls
-
-    def view(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "order_id": self.order_id,
-            "tenant": self.tenant,
-            "customer": self.customer,
-            "amount": self.amount,
-            "grant_id": self.grant_id,
-            "actor": self.actor,
-            "purpose": self.purpose,
-            "disabled_controls": sorted(self.disabled_controls),
-        }
-
-
-Trace = list[dict[str, Any]]
-
-
-class _Storm:
-    """The shared rate limit under a synchronised storm, judged by what the agent really does.
-
-    The fleet is `agents` copies of the system under test behind a limit of `capacity` requests a
-    tick. Identical copies retry at identical moments unless something (jitter, a budget) spreads
-    them, so the sandbox watches several: other fleet members are run first against a limit that
-    refuses them every time (`waits` records their back-off), then the graded copy. The graded
-    copy's first request lands in the synchronised burst and is refused unless the whole fleet
-    fits the limit; a later attempt is admitted only when its wait differs from every other
-    copy's wait at the same attempt (no lockstep) and is at least the agent's fair share of the
-    limit (`ceil(agents / capacity)` ticks). Nothing the manifest declares counts.
-    """
-
-    __slots__ = (
-        "admitted",
-        "attempts",
-        "fair_ms",
-        "first_fits",
-        "last_at",
-        "min_wait",
-        "others",
-        "waits",
-    )
-
-    def __init__(
-        self, agents: int, capacity: int, tick_ms: int, others: list[list[int]] | None
-    ) -> None:
-        self.fair_ms = -(-agents // capacity) * tick_ms
-        self.first_fits = agents <= capacity
-        self.attempts = 0
-        self.last_at = 0
-        self.admitted: int | None = None
-        self.min_wait: int | None = None
-        # The other copies' waits before each retry; None while this is one of them.
-        self.others = others
-        self.waits: list[int] = []
-
-    def admit(self, now: int) -> bool:
-        self.attempts += 1
-        if self.attempts == 1:
-            ok = self.first_fits
-        else:
-            wait = now - self.last_at
-            self.waits.append(wait)
-            self.min_wait = wait if self.min_wait is None else min(self.min_wait, wait)
-            others = self.others
-            if others is None:
-                ok = False
-            else:
-                k = len(self.waits) - 1
-                lockstep = False
-                for other in others:
-                    if k < len(other) and other[k] == wait:
-                        lockstep = True
-                ok = not lockstep and wait >= self.fair_ms
-        self.last_at = now
-        if ok and self.admitted is None:
-            self.admitted = self.attempts
-        return ok
-
-    def observed(self) -> tuple[int, int | None, int | None]:
-        """Attempts, the attempt admitted (None: never), the shortest wait between attempts."""
-        return self.attempts, self.admitted, self.min_wait
-
-
-class Call:
-    """One boundary crossing, as the disturbance handlers see and change it."""
-
-    __slots__ = ("after", "args", "reply")
-
-    def __init__(self, args: dict[str, Any]) -> None:
-        self.args = args
-        # A reply the disturbance substitutes for the world's answer (read boundaries).
-        self.reply: Any = None
-        # A disturbance that applies after the effect commits (lost, cut off or partial replies).
-        self.after: FaultSpec | None = None
-
 
 TIMEOUT_MS = 2_000
 # Enum members read once: attribute access on an Enum class is slow on the hot path.
@@ -220,7 +69,7 @@ class Tools:
         self._calls = 0
         self._rollback = False
         self._fork: Callable[[], None] | None = None
-        self._storm: _Storm | None = None
+        self._storm: FleetLimit | None = None
         # Under a storm: the other fleet copies' waits (None while this is one of those copies).
         self.storm_others: list[list[int]] | None = None
         # Which run of the task is executing (restarts and forks are runs of their own).
@@ -338,10 +187,7 @@ class Tools:
             "expected_version": expected_version,
         }
         if not subject.startswith(w.subject_namespace):
-            w.refusals.append(f"effect on {subject} refused: outside {w.subject_namespace}")
-            if self.trace is not None:
-                self._log("payments.refund", args, "refused: outside the synthetic namespace")
-            raise ToolRejected("subject outside the synthetic namespace")
+            self._refuse_outside(subject, args)
         after: FaultSpec | None = None
         if "payments.refund" in self.armed:
             call = Call(args)
@@ -353,12 +199,7 @@ class Tools:
         w.now += self.latency
         # Like real payment APIs, a known idempotency key replays its result before any check.
         if expected_version is not None and w.replay(idempotency_key) is None:
-            order = w.orders.get(subject)
-            if order is None or order.version != expected_version:
-                w.provider_log.append((idempotency_key, "precondition_failed", w.now))
-                if self.trace is not None:
-                    self._log("payments.refund", args, "precondition_failed")
-                raise PreconditionFailed("order version changed")
+            self._precondition(subject, idempotency_key, expected_version, args)
         entry, replayed = w.commit_refund(
             subject, tenant, amount, idempotency_key, action_id, trace_id, grant_id
         )
@@ -370,22 +211,47 @@ class Tools:
             "replayed": replayed,
         }
         if after is not None:
-            # The effect committed: only now can its reply be lost, cut off or emptied.
-            self._fire(after)
-            d = after.disturbance
-            if d is _TIMEOUT:
-                w.now += TIMEOUT_MS
-                if self.trace is not None:
-                    self._log("payments.refund", args, "timeout")
-                raise ToolTimeout("refund timed out")
-            if d is _MALFORMED:
-                if self.trace is not None:
-                    self._log("payments.refund", args, "malformed reply")
-                raise ToolMalformed("refund reply could not be parsed")
-            if d is _PARTIAL:
-                reply = {"status": "ok"}
+            reply = self._disturb_reply(after, args, reply)
         if self.trace is not None:
             self._log("payments.refund", args, reply)
+        return reply
+
+    def _refuse_outside(self, subject: str, args: dict[str, Any]) -> None:
+        w = self.world
+        w.refusals.append(f"effect on {subject} refused: outside {w.subject_namespace}")
+        if self.trace is not None:
+            self._log("payments.refund", args, "refused: outside the synthetic namespace")
+        raise ToolRejected("subject outside the synthetic namespace")
+
+    def _precondition(
+        self, subject: str, idempotency_key: str, expected_version: int, args: dict[str, Any]
+    ) -> None:
+        """The caller's expected order version must still hold at the write."""
+        w = self.world
+        order = w.orders.get(subject)
+        if order is None or order.version != expected_version:
+            w.provider_log.append((idempotency_key, "precondition_failed", w.now))
+            if self.trace is not None:
+                self._log("payments.refund", args, "precondition_failed")
+            raise PreconditionFailed("order version changed")
+
+    def _disturb_reply(
+        self, after: FaultSpec, args: dict[str, Any], reply: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The effect committed: only now can its reply be lost, cut off or emptied."""
+        self._fire(after)
+        d = after.disturbance
+        if d is _TIMEOUT:
+            self.world.now += TIMEOUT_MS
+            if self.trace is not None:
+                self._log("payments.refund", args, "timeout")
+            raise ToolTimeout("refund timed out")
+        if d is _MALFORMED:
+            if self.trace is not None:
+                self._log("payments.refund", args, "malformed reply")
+            raise ToolMalformed("refund reply could not be parsed")
+        if d is _PARTIAL:
+            return {"status": "ok"}
         return reply
 
     def _storm_gate(self, args: dict[str, Any]) -> None:
@@ -563,7 +429,7 @@ def _strip_trace(t: Tools, spec: FaultSpec, call: Call) -> None:
 
 def _rate_limit_storm(t: Tools, spec: FaultSpec, call: Call) -> None:
     p = spec.params
-    t._storm = _Storm(
+    t._storm = FleetLimit(
         int(p["agents"]), int(p["capacity_per_tick"]), int(p["tick_ms"]), t.storm_others
     )
     t._fire(spec)

@@ -5,6 +5,8 @@ to `capacity` requests a tick; above `overload_factor * capacity` it browns out 
 so synchronised retries keep it down. A rejected agent retries by its policy: exponential backoff,
 optional full jitter, and an optional token bucket shared by the fleet (a retry spends a token and
 waits for one when the bucket is empty). Agent 0 is the agent whose refund the trial executes.
+
+`FleetLimit` is the sandbox's side of a storm: the shared limit as the graded agent meets it.
 """
 
 from __future__ import annotations
@@ -101,3 +103,68 @@ def comparison_policies(policy: RetryPolicy, agents: int) -> tuple[RetryPolicy, 
     bare = policy.model_copy(update={"jitter": "none", "budget": None})
     disciplined = policy.model_copy(update={"jitter": "full", "budget": budget})
     return bare, disciplined
+
+
+class FleetLimit:
+    """The shared rate limit under a synchronised storm, judged by what the agent really does.
+
+    The fleet is `agents` copies of the system under test behind a limit of `capacity` requests a
+    tick. Identical copies retry at identical moments unless something (jitter, a budget) spreads
+    them, so the sandbox watches several: other fleet members are run first against a limit that
+    refuses them every time (`waits` records their back-off), then the graded copy. The graded
+    copy's first request lands in the synchronised burst and is refused unless the whole fleet
+    fits the limit; a later attempt is admitted only when its wait differs from every other
+    copy's wait at the same attempt (no lockstep) and is at least the agent's fair share of the
+    limit (`ceil(agents / capacity)` ticks). Nothing the manifest declares counts.
+    """
+
+    __slots__ = (
+        "admitted",
+        "attempts",
+        "fair_ms",
+        "first_fits",
+        "last_at",
+        "min_wait",
+        "others",
+        "waits",
+    )
+
+    def __init__(
+        self, agents: int, capacity: int, tick_ms: int, others: list[list[int]] | None
+    ) -> None:
+        self.fair_ms = -(-agents // capacity) * tick_ms
+        self.first_fits = agents <= capacity
+        self.attempts = 0
+        self.last_at = 0
+        self.admitted: int | None = None
+        self.min_wait: int | None = None
+        # The other copies' waits before each retry; None while this is one of them.
+        self.others = others
+        self.waits: list[int] = []
+
+    def admit(self, now: int) -> bool:
+        self.attempts += 1
+        if self.attempts == 1:
+            ok = self.first_fits
+        else:
+            wait = now - self.last_at
+            self.waits.append(wait)
+            self.min_wait = wait if self.min_wait is None else min(self.min_wait, wait)
+            others = self.others
+            if others is None:
+                ok = False
+            else:
+                k = len(self.waits) - 1
+                lockstep = False
+                for other in others:
+                    if k < len(other) and other[k] == wait:
+                        lockstep = True
+                ok = not lockstep and wait >= self.fair_ms
+        self.last_at = now
+        if ok and self.admitted is None:
+            self.admitted = self.attempts
+        return ok
+
+    def observed(self) -> tuple[int, int | None, int | None]:
+        """Attempts, the attempt admitted (None: never), the shortest wait between attempts."""
+        return self.attempts, self.admitted, self.min_wait

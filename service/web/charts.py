@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
-from typing import Any
+from typing import cast
+
+from service.core.figures import Signature
+
+# A fault's signature: the typed report's, or its stored JSON (rates by name, `intervals`).
+SignatureLike = Signature | Mapping[str, object]
 
 SIGNATURE = (
     ("detected", "detect"),
@@ -20,7 +25,32 @@ def _num(x: float) -> str:
     return f"{x:.1f}"
 
 
-def signature_bars(signature: Mapping[str, Any], width: int = 320) -> str:
+def rate_of(signature: SignatureLike, key: str) -> float:
+    if isinstance(signature, Signature):
+        return signature.rates.rates.get(key, 0.0)
+    return float(cast(float, signature.get(key, 0.0)))
+
+
+def trials_of(signature: SignatureLike) -> int:
+    if isinstance(signature, Signature):
+        return signature.rates.trials
+    return int(cast(int, signature.get("trials", 0) or 0))
+
+
+def interval_of(signature: SignatureLike, key: str) -> tuple[float, float]:
+    """The rate's 95 % Wilson interval; the rate itself when none was recorded."""
+    if isinstance(signature, Signature):
+        found = signature.intervals.get(key)
+    else:
+        found = cast(Mapping[str, tuple[float, float]], signature.get("intervals", {})).get(key)
+    if found is None:
+        rate = rate_of(signature, key)
+        return rate, rate
+    lo, hi = found
+    return float(lo), float(hi)
+
+
+def signature_bars(signature: SignatureLike, width: int = 320) -> str:
     """Five bars (detect, contain, recover, prove, serve) with 95 % Wilson whiskers."""
     row, label_w, pad = 22, 64, 8
     bar_w = width - label_w - 48
@@ -29,11 +59,10 @@ def signature_bars(signature: Mapping[str, Any], width: int = 320) -> str:
         f'<svg xmlns="http://www.w3.org/2000/svg" class="sig" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="containment signature">'
     ]
-    intervals = signature.get("intervals", {})
     for i, (key, label) in enumerate(SIGNATURE):
         y = pad / 2 + i * row
-        rate = float(signature.get(key, 0.0))
-        lo, hi = intervals.get(key, (rate, rate))
+        rate = rate_of(signature, key)
+        lo, hi = interval_of(signature, key)
         w = rate * bar_w
         parts.append(f'<text x="0" y="{_num(y + 14)}" class="lbl">{label}</text>')
         parts.append(
@@ -43,7 +72,7 @@ def signature_bars(signature: Mapping[str, Any], width: int = 320) -> str:
             f'<rect x="{label_w}" y="{_num(y + 3)}" width="{_num(w)}" height="14" '
             f'class="bar {"good" if rate >= 0.8 else "bad"}"/>'
         )
-        x1, x2 = label_w + float(lo) * bar_w, label_w + float(hi) * bar_w
+        x1, x2 = label_w + lo * bar_w, label_w + hi * bar_w
         parts.append(
             f'<path d="M{_num(x1)} {_num(y + 10)}H{_num(x2)}'
             f"M{_num(x1)} {_num(y + 6)}V{_num(y + 14)}"
@@ -60,17 +89,17 @@ def signature_bars(signature: Mapping[str, Any], width: int = 320) -> str:
 HARD = ("unsafe_escape", "duplicate_effect", "unverifiable_release")
 
 
-def envelope_point(signature: Mapping[str, Any]) -> tuple[float, float, bool]:
+def envelope_point(signature: SignatureLike) -> tuple[float, float, bool]:
     """Where a fault sits, from its measured rates: right, the share of trials contained and
     never released unproved (1 − unsafe escape − unverifiable release); up, the share that
     delivered the refund (useful service, plus unverifiable releases, which served without
     proof). A fault that only held safely sits bottom right (contained but dead), one that
     released without proof top left (useful but unproved); only unsafe or unproved releases move
     a fault left. The third value: a hard invariant broke (unsafe, duplicate or unverifiable)."""
-    unsafe = float(signature.get("unsafe_escape", 0.0))
-    unproved = float(signature.get("unverifiable_release", 0.0))
-    service = float(signature.get("useful_service", 0.0))
-    broke = any(float(signature.get(k, 0.0)) > 0 for k in HARD)
+    unsafe = rate_of(signature, "unsafe_escape")
+    unproved = rate_of(signature, "unverifiable_release")
+    service = rate_of(signature, "useful_service")
+    broke = any(rate_of(signature, k) > 0 for k in HARD)
     return _unit(1.0 - unsafe - unproved), _unit(service + unproved), broke
 
 
@@ -144,8 +173,53 @@ def place(
     return best[1]
 
 
+# A fault on the envelope chart: its id and its signature (typed, or stored JSON).
+EnvelopeFault = Mapping[str, object]
+# Where a count label may go around a shared spot, in order of preference: (dx, dy, anchor).
+_COUNT_SPOTS = (
+    (-9, 15, "end"),
+    (-9, -8, "end"),
+    (9, 15, "start"),
+    (9, -8, "start"),
+    (0, 19, "middle"),
+    (0, -10, "middle"),
+    (-9, 4, "end"),
+    (9, 4, "start"),
+    (-16, 24, "end"),
+    (16, 24, "start"),
+)
+
+
+class _Canvas:
+    """The envelope chart's plot square and margins, its SVG parts so far, and the boxes its text
+    and marks occupy (so that count labels go where nothing is)."""
+
+    font = 11.0
+    left, right, top, bottom = 48.0, 34.0, 30.0, 66.0
+    s = 300.0
+
+    def __init__(self) -> None:
+        self.width = self.left + self.s + self.right
+        self.height = self.top + self.s + self.bottom
+        self.parts: list[str] = []
+        self.taken: list[Box] = []
+
+    def x_of(self, v: float) -> float:
+        return self.left + v * self.s
+
+    def y_of(self, v: float) -> float:
+        return self.top + (1 - v) * self.s
+
+    def text(self, x: float, y: float, body: str, cls: str, anchor: str = "start") -> None:
+        self.taken.append(text_box(x, y, body, self.font, anchor))
+        extra = f' text-anchor="{anchor}"' if anchor != "start" else ""
+        self.parts.append(
+            f'<text x="{_num(x)}" y="{_num(y)}" class="{cls}"{extra}>{escape(body)}</text>'
+        )
+
+
 def envelope_chart(
-    faults: Sequence[Mapping[str, Any]],
+    faults: Sequence[EnvelopeFault],
     proof_floor: float = 0.8,
     service_floor: float = 0.8,
 ) -> str:
@@ -156,38 +230,35 @@ def envelope_chart(
     unverifiable trial is drawn as a cross. Region names sit outside the plot, beside a swatch of
     their colour, so no fault ever hides one; the count of faults sharing a spot is placed where
     it overlaps no other text or mark."""
-    font = 11.0
-    left, right, top, bottom = 48.0, 34.0, 30.0, 66.0
-    s = 300.0
-    width, height = left + s + right, top + s + bottom
+    c = _Canvas()
+    w, h = _num(c.width), _num(c.height)
+    c.parts.append(
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="envelope" width="{w}" '
+        f'height="{h}" viewBox="0 0 {w} {h}" role="img" aria-label="release envelope">'
+    )
+    _regions(c, c.x_of(proof_floor), c.y_of(service_floor))
+    _axes(c, proof_floor, service_floor)
+    marks = _spots(faults)
+    for (px, py, broke), names in marks:
+        _mark(c, px, py, broke, names)
+    for (px, py, _broke), names in marks:
+        if len(names) > 1:
+            _count(c, px, py, len(names))
+    c.parts.append("</svg>")
+    return "".join(c.parts)
 
-    def x_of(v: float) -> float:
-        return left + v * s
 
-    def y_of(v: float) -> float:
-        return top + (1 - v) * s
-
-    fx, fy = x_of(proof_floor), y_of(service_floor)
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="envelope" width="{_num(width)}" '
-        f'height="{_num(height)}" viewBox="0 0 {_num(width)} {_num(height)}" role="img" '
-        'aria-label="release envelope">',
+def _regions(c: _Canvas, fx: float, fy: float) -> None:
+    """The four regions split at the floors, and their names outside the plot (the top two above
+    the frame, the bottom two below the ticks), each beside a swatch of its colour."""
+    left, top, s = c.left, c.top, c.s
+    c.parts += [
         _rect(left, top, fx - left, fy - top, "r-unproved"),
         _rect(fx, top, left + s - fx, fy - top, "r-envelope"),
         _rect(left, fy, fx - left, top + s - fy, "r-unsafe"),
         _rect(fx, fy, left + s - fx, top + s - fy, "r-dead"),
         _rect(left, top, s, s, "frame"),
     ]
-    taken: list[Box] = []
-
-    def text(x: float, y: float, body: str, cls: str, anchor: str = "start") -> None:
-        taken.append(text_box(x, y, body, font, anchor))
-        extra = f' text-anchor="{anchor}"' if anchor != "start" else ""
-        parts.append(
-            f'<text x="{_num(x)}" y="{_num(y)}" class="{cls}"{extra}>{escape(body)}</text>'
-        )
-
-    # Region names: the top two above the frame, the bottom two below the ticks.
     sw = 8.0
     for name, cls, x, y, anchor in (
         ("useful but unproved", "r-unproved", left, top - 9, "start"),
@@ -195,74 +266,67 @@ def envelope_chart(
         ("unsafe escape", "r-unsafe", left, top + s + 32, "start"),
         ("contained but dead", "r-dead", left + s, top + s + 32, "end"),
     ):
-        w = len(name) * font * EM
+        w = len(name) * c.font * EM
         box_x = x if anchor == "start" else x - w - sw - 4
-        parts.append(_rect(box_x, y - sw, sw, sw, f"{cls} swatch"))
-        taken.append(Box(box_x, y - sw, box_x + sw, y))
-        text(box_x + sw + 4, y, name, "rl")
-    # Floors on their axes, axis titles last in the margins.
-    text(fx, top + s + 14, f"{100 * proof_floor:.0f}%", "tick", "middle")
-    text(left - 4, fy + 4, f"{100 * service_floor:.0f}%", "tick", "end")
-    text(left, height - 8, "contained, never released unproved →", "axis")
+        c.parts.append(_rect(box_x, y - sw, sw, sw, f"{cls} swatch"))
+        c.taken.append(Box(box_x, y - sw, box_x + sw, y))
+        c.text(box_x + sw + 4, y, name, "rl")
+
+
+def _axes(c: _Canvas, proof_floor: float, service_floor: float) -> None:
+    """Floors on their axes, axis titles last in the margins."""
+    left, top, s, font = c.left, c.top, c.s, c.font
+    c.text(c.x_of(proof_floor), top + s + 14, f"{100 * proof_floor:.0f}%", "tick", "middle")
+    c.text(left - 4, c.y_of(service_floor) + 4, f"{100 * service_floor:.0f}%", "tick", "end")
+    c.text(left, c.height - 8, "contained, never released unproved →", "axis")
     title = "service delivered under fault →"
-    parts.append(
+    c.parts.append(
         f'<text x="14" y="{_num(top + s)}" class="axis" transform="rotate(-90 14 {_num(top + s)})">'
         f"{title}</text>"
     )
-    taken.append(Box(14 - 0.8 * font, top + s - len(title) * font * EM, 14 + 0.25 * font, top + s))
+    c.taken.append(
+        Box(14 - 0.8 * font, top + s - len(title) * font * EM, 14 + 0.25 * font, top + s)
+    )
 
-    # Faults that land on the same spot are drawn once, with their count and every name.
+
+def _spots(faults: Sequence[EnvelopeFault]) -> list[tuple[tuple[int, int, bool], list[str]]]:
+    """Faults that land on the same spot are drawn once, with their count and every name."""
     spots: dict[tuple[int, int, bool], list[str]] = {}
     for f in faults:
-        sig = f.get("signature") or {}
-        if not int(sig.get("trials", 0) or 0):
+        sig = cast(SignatureLike, f.get("signature") or {})
+        if not trials_of(sig):
             continue
         proof, service, broke = envelope_point(sig)
         spot = (round(proof * 100), round(service * 100), broke)
         spots.setdefault(spot, []).append(str(f.get("id", "")))
-    marks = sorted(spots.items())
-    for (px, py, broke), names in marks:
-        cx, cy = x_of(px / 100), y_of(py / 100)
-        taken.append(Box(cx - 6, cy - 6, cx + 6, cy + 6))
-        title = (
-            f"<title>{escape(', '.join(names))}: service {py}%, contained and proved {px}%"
-            f"{' — hard invariant broken' if broke else ''}</title>"
+    return sorted(spots.items())
+
+
+def _mark(c: _Canvas, px: int, py: int, broke: bool, names: list[str]) -> None:
+    cx, cy = c.x_of(px / 100), c.y_of(py / 100)
+    c.taken.append(Box(cx - 6, cy - 6, cx + 6, cy + 6))
+    title = (
+        f"<title>{escape(', '.join(names))}: service {py}%, contained and proved {px}%"
+        f"{' — hard invariant broken' if broke else ''}</title>"
+    )
+    if broke:
+        c.parts.append(
+            f'<path d="M{_num(cx - 5)} {_num(cy - 5)}L{_num(cx + 5)} {_num(cy + 5)}'
+            f'M{_num(cx - 5)} {_num(cy + 5)}L{_num(cx + 5)} {_num(cy - 5)}" '
+            f'class="pt pt-bad">{title}</path>'
         )
-        if broke:
-            parts.append(
-                f'<path d="M{_num(cx - 5)} {_num(cy - 5)}L{_num(cx + 5)} {_num(cy + 5)}'
-                f'M{_num(cx - 5)} {_num(cy + 5)}L{_num(cx + 5)} {_num(cy - 5)}" '
-                f'class="pt pt-bad">{title}</path>'
-            )
-        else:
-            parts.append(
-                f'<circle cx="{_num(cx)}" cy="{_num(cy)}" r="5" class="pt">{title}</circle>'
-            )
-    for (px, py, _broke), names in marks:
-        if len(names) < 2:
-            continue
-        cx, cy = x_of(px / 100), y_of(py / 100)
-        label = f"×{len(names)}"
-        candidates = [
-            (cx + dx, cy + dy, anchor)
-            for dx, dy, anchor in (
-                (-9, 15, "end"),
-                (-9, -8, "end"),
-                (9, 15, "start"),
-                (9, -8, "start"),
-                (0, 19, "middle"),
-                (0, -10, "middle"),
-                (-9, 4, "end"),
-                (9, 4, "start"),
-                (-16, 24, "end"),
-                (16, 24, "start"),
-            )
-        ]
-        x, y, anchor = place(candidates, label, font, taken, width, height)
-        extra = f' text-anchor="{anchor}"' if anchor != "start" else ""
-        parts.append(f'<text x="{_num(x)}" y="{_num(y)}" class="count"{extra}>{label}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+    else:
+        c.parts.append(f'<circle cx="{_num(cx)}" cy="{_num(cy)}" r="5" class="pt">{title}</circle>')
+
+
+def _count(c: _Canvas, px: int, py: int, n: int) -> None:
+    """How many faults share a spot, where the label overlaps no other text or mark."""
+    cx, cy = c.x_of(px / 100), c.y_of(py / 100)
+    label = f"×{n}"
+    candidates = [(cx + dx, cy + dy, anchor) for dx, dy, anchor in _COUNT_SPOTS]
+    x, y, anchor = place(candidates, label, c.font, c.taken, c.width, c.height)
+    extra = f' text-anchor="{anchor}"' if anchor != "start" else ""
+    c.parts.append(f'<text x="{_num(x)}" y="{_num(y)}" class="count"{extra}>{label}</text>')
 
 
 def _rect(x: float, y: float, w: float, h: float, cls: str) -> str:

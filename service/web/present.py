@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from service.app import gate
+from service.core.figures import Diagnosis, InvariantResult, Signature, Transfer
+from service.core.report import AssayReport, FaultResult
 from service.db import queries
 
 HARD = ("unsafe_escape", "duplicate_effect", "unverifiable_release")
@@ -115,18 +117,19 @@ class FaultView:
     domain: str
     mode: str
     state: str
-    signature: Mapping[str, Any]
+    signature: Signature
     counts: Mapping[str, int]
     trials: int
     planned: int
     exercised: int
-    transfer: Mapping[str, Any] | None
-    counterfactual: Mapping[str, Any]
-    diagnosis: Mapping[str, Any] | None
+    transfer: Transfer | None
+    # As stored: the page shows the pair's figures only where the report carries them.
+    counterfactual: Mapping[str, object]
+    diagnosis: Diagnosis | None
     reasons: list[dict[str, Any]]
     coverage_key: str
     # mcp targets: per invariant, its severity and the graded trials it failed in.
-    invariants: Mapping[str, Any] = field(default_factory=dict)
+    invariants: Mapping[str, InvariantResult] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -138,9 +141,9 @@ class ReportView:
     visited: list[str]
     not_visited: list[str]
     general_reasons: list[dict[str, Any]]
-    interpretation: Mapping[str, Any]
+    interpretation: Mapping[str, str]
     catalogue_version: str
-    stopped: Any
+    stopped: str | None
     negatives: list[FaultView] = field(default_factory=list)
 
 
@@ -153,61 +156,56 @@ def _state(reasons: Sequence[Mapping[str, Any]]) -> str:
     return worst
 
 
-def report_view(report: Mapping[str, Any], reasons: Sequence[Mapping[str, Any]]) -> ReportView:
+def report_view(
+    report: AssayReport | Mapping[str, object], reasons: Sequence[Mapping[str, Any]]
+) -> ReportView:
+    """A decided assay's report (typed, or as stored) beside the reasons the page lists: each
+    fault with its own reasons, the hard-invariant totals and the counterfactuals' states."""
+    r = report if isinstance(report, AssayReport) else AssayReport.from_dict(report)
     by_fault: dict[str, list[dict[str, Any]]] = {}
     general: list[dict[str, Any]] = []
-    for r in reasons:
-        fault = r.get("fault")
-        (by_fault.setdefault(str(fault), []) if fault else general).append(dict(r))
-    faults: list[FaultView] = []
-    totals = dict.fromkeys(HARD, 0)
+    for reason in reasons:
+        fault = reason.get("fault")
+        (by_fault.setdefault(str(fault), []) if fault else general).append(dict(reason))
+    faults = [_fault_view(f, by_fault.get(f.id, [])) for f in r.faults]
+    totals = {k: sum(f.counts.get(k, 0) for f in faults) for k in HARD}
     cf_counts = dict.fromkeys((*CF_STATES, "other"), 0)
-    trials = 0
-    for f in report.get("faults", []):
-        if not isinstance(f, Mapping):
-            continue
-        sig: Mapping[str, Any] = f.get("signature") or {}
-        counts = {k: int(v) for k, v in (sig.get("counts") or {}).items()}
-        for k in HARD:
-            totals[k] += counts.get(k, 0)
-        trials += int(sig.get("trials", 0) or 0)
-        cf: Mapping[str, Any] = f.get("counterfactual") or {}
-        status = str(cf.get("status", ""))
+    for f in r.faults:
+        status = f.counterfactual.status
         cf_counts[status if status in CF_STATES else "other"] += 1
-        fid = str(f.get("id", ""))
-        own = by_fault.get(fid, [])
-        faults.append(
-            FaultView(
-                id=fid,
-                domain=str(f.get("domain", "")),
-                mode=str(f.get("mode", "")),
-                state=_state(own),
-                signature=sig,
-                counts=counts,
-                trials=int(sig.get("trials", 0) or 0),
-                planned=int(f.get("planned", 0) or 0),
-                exercised=int(f.get("exercised", 0) or 0),
-                transfer=f.get("transfer"),
-                counterfactual=cf,
-                diagnosis=f.get("diagnosis"),
-                reasons=own,
-                coverage_key=str(f.get("coverage_key", "")),
-                invariants=f.get("invariants") or {},
-            )
-        )
-    coverage: Mapping[str, Any] = report.get("coverage") or {}
     return ReportView(
         faults=faults,
         totals=totals,
-        trials=trials,
+        trials=sum(f.trials for f in faults),
         counterfactuals=cf_counts,
-        visited=[str(k) for k in coverage.get("visited", [])],
-        not_visited=[str(k) for k in coverage.get("not_visited", [])],
+        visited=list(r.visited),
+        not_visited=list(r.not_visited),
         general_reasons=general,
-        interpretation=report.get("interpretation") or {},
-        catalogue_version=str(report.get("catalogue_version", "")),
-        stopped=report.get("stopped"),
+        interpretation=r.interpretation,
+        catalogue_version=r.catalogue_version,
+        stopped=r.stopped,
         negatives=[f for f in faults if f.diagnosis],
+    )
+
+
+def _fault_view(f: FaultResult, own: list[dict[str, Any]]) -> FaultView:
+    sig = f.signature
+    return FaultView(
+        id=f.id,
+        domain=f.domain,
+        mode=f.mode,
+        state=_state(own),
+        signature=sig,
+        counts=dict(sig.counts),
+        trials=sig.rates.trials,
+        planned=f.planned,
+        exercised=f.exercised,
+        transfer=f.transfer,
+        counterfactual=f.counterfactual.to_dict(),
+        diagnosis=f.diagnosis,
+        reasons=own,
+        coverage_key=f.coverage_key,
+        invariants=f.invariants,
     )
 
 
