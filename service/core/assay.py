@@ -87,6 +87,11 @@ class ShardSpec:
     def from_dict(cls, d: dict[str, Any]) -> ShardSpec:
         return cls(int(d["index"]), d.get("fault_id"), int(d["start"]), int(d["stop"]))
 
+    def __reduce__(self) -> tuple[type[ShardSpec], tuple[int, str | None, int, int]]:
+        # The compiled (mypyc) frozen class refuses pickle's default attribute restore; worker
+        # processes receive shards by constructor arguments instead.
+        return (ShardSpec, (self.index, self.fault_id, self.start, self.stop))
+
 
 def plan_shards(
     manifest: Manifest, plan: AssayPlan, trials_per_shard: int = 250
