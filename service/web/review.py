@@ -31,7 +31,7 @@ from service.api.errors import ApiError
 from service.api.routes import dossiers as dossier_routes
 from service.api.routes import holds as hold_routes
 from service.api.schemas import ReviewCreate, WaiverCreate
-from service.app import gate
+from service.app import gate, reviews
 from service.core.dossier import Signer, verify
 from service.core.errors import AssaygateError
 from service.db import dossier as dossiers
@@ -164,7 +164,6 @@ def dossier_page(
     session: SessionDep,
     who: ViewerDep,
     ring: KeyRingDep,
-    signer: SignerDep,
 ) -> HTMLResponse:
     """Every version with its chain link, each verified now against the published keys, and
     what the gate says now."""
@@ -178,7 +177,6 @@ def dossier_page(
         return _render(
             request, ws, "error.html", {"title": "Not found", "message": "no such candidate"}, 404
         )
-    gate.refresh(session, signer)
     keys = {k.keyid: k for k in ring.published()}
     versions: list[dict[str, Any]] = []
     previous: Dossier | None = None
@@ -252,7 +250,7 @@ def holds_page(
     status: Annotated[str, Query(max_length=16)] = "open",
 ) -> HTMLResponse:
     """The tenant's holds, newest first; the review forms only for a reviewer key."""
-    if dossiers.reopen_expired(session, signer):
+    if reviews.expire_lapsed(session, signer):
         session.commit()
     wanted = status if status in {s.value for s in HoldStatus} else None
     rows = dossiers.holds(session, status=wanted, limit=HOLDS_PAGE, tenant_id=who.tenant_id)
@@ -265,7 +263,7 @@ def holds_page(
             {
                 "hold": h,
                 "row": row,
-                "blocking": bool(dossiers.hard_reasons(h)),
+                "blocking": bool(reviews.hard_reasons(h)),
                 # Why this key may not review it (separation of duties), if it may not.
                 "own": review_conflict(session, who.principal, submitter),
             }

@@ -32,14 +32,12 @@ from service.api.deps import (
     MetricsDep,
     SessionDep,
     SettingsDep,
-    SignerDep,
     SubmissionLimitDep,
 )
 from service.api.errors import ApiError
 from service.api.routes.candidates import submit_candidate
 from service.api.schemas import CandidateCreate
 from service.app import gate
-from service.core.dossier import Signer
 from service.core.errors import AssaygateError
 from service.db import dossier as dossiers
 from service.db import queries
@@ -184,14 +182,12 @@ def decode_cursor(cursor: str | None) -> tuple[datetime, uuid.UUID] | None:
 def systems_page(
     request: Request,
     session: SessionDep,
-    signer: SignerDep,
     who: ViewerDep,
     page: Annotated[int, Query(ge=1, le=100_000)] = 1,
     q: Annotated[str | None, Query(max_length=200)] = None,
 ) -> HTMLResponse:
     """Every system's gate state (what `GET /v1/gate/{system}` answers for its newest
     candidate) with its reasons, and what changed since it was last allowed."""
-    gate.refresh(session, signer)
     found = web_queries.systems_page(
         session, tenant_id=who.tenant_id, limit=PAGE, offset=(page - 1) * PAGE, name=q
     )
@@ -252,39 +248,33 @@ def system_page(
     name: str,
     request: Request,
     session: SessionDep,
-    signer: SignerDep,
     who: ViewerDep,
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> HTMLResponse:
     system = queries.system_named(session, name, who.tenant_id)
     if system is None:
         return not_found(request, who.ws, f"no system named {name}")
-    return _candidate_list(
-        request, session, signer, who, cursor, system.name, f"System {system.name}"
-    )
+    return _candidate_list(request, session, who, cursor, system.name, f"System {system.name}")
 
 
 @router.get("/candidates", response_class=HTMLResponse)
 def candidates_page(
     request: Request,
     session: SessionDep,
-    signer: SignerDep,
     who: ViewerDep,
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> HTMLResponse:
-    return _candidate_list(request, session, signer, who, cursor, None, "Candidates")
+    return _candidate_list(request, session, who, cursor, None, "Candidates")
 
 
 def _candidate_list(
     request: Request,
     session: Any,
-    signer: Signer,
     who: Viewer,
     cursor: str | None,
     system: str | None,
     title: str,
 ) -> HTMLResponse:
-    gate.refresh(session, signer)
     rows = queries.candidates(
         session,
         system=system,
@@ -319,7 +309,7 @@ def _candidate_list(
 
 @router.get("/candidates/{candidate_id}", response_class=HTMLResponse)
 def candidate_page(
-    candidate_id: str, request: Request, session: SessionDep, signer: SignerDep, who: ViewerDep
+    candidate_id: str, request: Request, session: SessionDep, who: ViewerDep
 ) -> HTMLResponse:
     """What the gate says now, live progress while the assay runs, and the whole containment
     evidence once it is decided."""
@@ -327,7 +317,6 @@ def candidate_page(
         cid = uuid.UUID(candidate_id)
     except ValueError:
         return not_found(request, who.ws, "not a candidate id")
-    gate.refresh(session, signer)
     detail = web_queries.candidate_detail(session, cid, tenant_id=who.tenant_id)
     if detail is None:
         return not_found(request, who.ws, f"no candidate {cid}")

@@ -32,7 +32,6 @@ from service.api.deps import (
     PrincipalDep,
     SessionDep,
     SettingsDep,
-    SignerDep,
     SubmissionLimitDep,
     resolve,
 )
@@ -51,7 +50,6 @@ from service.api.present import (
     encode_cursor,
 )
 from service.api.schemas import CandidateCreate, CandidatePage, CandidatePublic
-from service.app import gate
 from service.core.assay import ShardSpec, plan_shards
 from service.core.contract import plan_data_for
 from service.core.manifest import parse_manifest
@@ -284,11 +282,9 @@ def get_candidate(
     session: SessionDep,
     metrics: MetricsDep,
     principal: PrincipalDep,
-    signer: SignerDep,
 ) -> CandidatePublic:
     """Status, progress, the assay's decision once it is done, and what the gate says now."""
     with metrics.gate_check_seconds.time():
-        gate.refresh(session, signer)
         row = queries.candidate(session, candidate_id, tenant_id=principal.tenant_id)
         if row is None:
             raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
@@ -303,14 +299,12 @@ def get_candidate(
 def list_candidates(
     session: SessionDep,
     principal: PrincipalDep,
-    signer: SignerDep,
     system: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[str | None, Query(max_length=60, pattern=CURSOR_PATTERN)] = None,
 ) -> CandidatePage:
     """Newest first. Follow `next_cursor` until it is null."""
     before = decode_cursor(cursor) if cursor else None
-    gate.refresh(session, signer)
     rows = queries.candidates(
         session, system=system, limit=limit + 1, before=before, tenant_id=principal.tenant_id
     )

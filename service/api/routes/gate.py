@@ -1,8 +1,9 @@
 """The deploy gate, and what reopens it: change triggers and reported configuration changes.
 
 `GET /v1/gate/{system}` answers `allow`, `hold`, `block` or `reopened` for a version (default:
-the newest candidate) with every reason and the dossier the answer rests on. Reads first apply
-any waiver that has expired, so an expired waiver is never read as `allow`.
+the newest candidate) with every reason and the dossier the answer rests on. Reading writes
+nothing: a waiver that has expired reads as `hold` at once, and the reconciler signs the version
+that records its lapse.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ def _system(session: SessionDep, name: str, principal: Principal) -> System:
 def get_gate(
     system: SystemName,
     session: SessionDep,
-    signer: SignerDep,
     metrics: MetricsDep,
     principal: PrincipalDep,
     version: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
@@ -55,7 +55,6 @@ def get_gate(
     """May this version ship? `allow` only on a signed dossier that allows it, and never while a
     reported production change this candidate does not carry is open."""
     with metrics.gate_check_seconds.time():
-        gate.refresh(session, signer)
         row = _system(session, system, principal)
         candidate = dossiers.gate_candidate(session, row, version)
         if candidate is None:

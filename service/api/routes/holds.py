@@ -28,6 +28,7 @@ from service.api.errors import (
 )
 from service.api.present import dossier_ref, hold_public
 from service.api.schemas import HoldList, HoldPublic, ReviewCreate, ReviewPublic, WaiverCreate
+from service.app import reviews
 from service.db import dossier as dossiers
 from service.db.apikey import actor_view, audit, review_conflict
 from service.db.models import Candidate, HoldStatus
@@ -45,7 +46,7 @@ def list_holds(
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
 ) -> HoldList:
     """Newest first."""
-    if dossiers.reopen_expired(session, signer):
+    if reviews.expire_lapsed(session, signer):
         session.commit()
     rows = dossiers.holds(
         session, system=system, status=status, limit=limit, tenant_id=principal.tenant_id
@@ -59,7 +60,7 @@ def list_holds(
 def get_hold(
     hold_id: uuid.UUID, session: SessionDep, signer: SignerDep, principal: PrincipalDep
 ) -> HoldPublic:
-    if dossiers.reopen_expired(session, signer):
+    if reviews.expire_lapsed(session, signer):
         session.commit()
     hold = dossiers.hold_of_tenant(session, hold_id, principal.tenant_id)
     if hold is None:
@@ -77,7 +78,7 @@ def _review(
 ) -> ReviewPublic:
     principal = resolve(session, reviewer, ("POST", f"/v1/holds/{{hold_id}}/{action}"))
     now = datetime.now(UTC)
-    if dossiers.reopen_expired(session, signer, now=now):
+    if reviews.expire_lapsed(session, signer, now=now):
         session.commit()
     hold = dossiers.hold_of_tenant(session, hold_id, principal.tenant_id)
     if hold is None:
@@ -98,22 +99,24 @@ def _review(
         raise ReviewerIsSubmitter(conflict, field="Authorization")
     if hold.status != HoldStatus.OPEN.value:
         raise HoldNotOpen(f"hold {hold_id} is {hold.status}", field="hold_id")
-    blocking = dossiers.hard_reasons(hold)
+    blocking = reviews.hard_reasons(hold)
     if action == "waive" and blocking:
         codes = ", ".join(sorted({str(r.get("code")) for r in blocking}))
         raise NotWaivable(
             f"a waiver cannot lift a block ({codes}); re-run after fixing, or reject",
             field="hold_id",
         )
-    done = dossiers.review(
+    done = reviews.record(
         session,
         signer,
-        hold_id,
-        action=action,
-        reviewer=principal.actor,
-        reviewed_by=actor_view(session, principal.key_id),
-        reason=body.reason,
-        expires_at=expires_at,
+        reviews.ReviewHold(
+            hold_id=hold_id,
+            action=reviews.Action(action),
+            reviewer=principal.actor,
+            reviewed_by=actor_view(session, principal.key_id),
+            reason=body.reason,
+            expires_at=expires_at,
+        ),
         now=now,
     )
     if done is None:
