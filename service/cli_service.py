@@ -306,9 +306,9 @@ class EmbeddedWorker:
 
     def _requeue_unfinished(self) -> None:
 
-        from service.api.dispatch import Dispatcher
         from service.db.lease import release_all
         from service.db.session import make_engine, session_scope
+        from service.http.dispatch import Dispatcher
 
         if not self.settings.embedded:
             return  # other workers may hold these shards: their leases and reconcilers decide
@@ -357,7 +357,7 @@ def _exit_on_sigterm(_signum: int, _frame: object) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from service.api.app import create_app
+    from service.asgi import create_app
     from service.db import migrate
 
     settings = _settings(args)

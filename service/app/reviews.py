@@ -17,9 +17,18 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
+from service.app.errors import (
+    ExpiryPassed,
+    FieldInvalid,
+    HoldNotOpen,
+    NotFound,
+    NotWaivable,
+    ReviewerIsSubmitter,
+)
 from service.core.dossier import Signer
 from service.db import dossier as dossiers
-from service.db.models import Dossier, Hold, HoldStatus, utcnow
+from service.db.apikey import Principal, actor_view, audit, review_conflict
+from service.db.models import Candidate, Dossier, Hold, HoldStatus, utcnow
 
 ALLOW, HOLD, BLOCK = "allow", "hold", "block"
 
@@ -27,6 +36,16 @@ ALLOW, HOLD, BLOCK = "allow", "hold", "block"
 class Action(StrEnum):
     WAIVE = "waive"
     REJECT = "reject"
+
+
+@dataclass(frozen=True)
+class Review:
+    """What a reviewer asks: waive (until an expiry) or reject one hold, with a reason."""
+
+    hold_id: uuid.UUID
+    action: Action
+    reason: str
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -217,3 +236,101 @@ def expire_lapsed(session: Session, signer: Signer, *, now: datetime | None = No
         done += 1
     session.flush()
     return done
+
+
+def review(
+    session: Session,
+    signer: Signer,
+    principal: Principal,
+    command: Review,
+    *,
+    now: datetime | None = None,
+) -> Reviewed:
+    """The review use case: check it, sign it, audit it, commit. Separation of duties is per
+    person (`review_conflict`); a waiver needs an expiry in the future and lifts no block."""
+    now = now or utcnow()
+    if expire_lapsed(session, signer, now=now):
+        session.commit()
+    hold = dossiers.hold_of_tenant(session, command.hold_id, principal.tenant_id)
+    if hold is None:
+        raise NotFound(f"no hold {command.hold_id}", field="hold_id")
+    candidate = session.get(Candidate, hold.candidate_id)
+    assert candidate is not None
+    expires_at = _checked_expiry(command, now)
+    conflict = review_conflict(session, principal, candidate.submitter)
+    if conflict is not None:
+        raise ReviewerIsSubmitter(conflict, field="Authorization")
+    if hold.status != HoldStatus.OPEN.value:
+        raise HoldNotOpen(f"hold {command.hold_id} is {hold.status}", field="hold_id")
+    blocking = hard_reasons(hold)
+    if command.action is Action.WAIVE and blocking:
+        codes = ", ".join(sorted({str(r.get("code")) for r in blocking}))
+        raise NotWaivable(
+            f"a waiver cannot lift a block ({codes}); re-run after fixing, or reject",
+            field="hold_id",
+        )
+    signed = ReviewHold(
+        command.hold_id,
+        command.action,
+        principal.actor,
+        command.reason,
+        expires_at,
+        actor_view(session, principal.key_id),
+    )
+    done = record(session, signer, signed, now=now)
+    if done is None:
+        session.rollback()
+        raise HoldNotOpen(
+            f"hold {command.hold_id} was reviewed or superseded meanwhile", field="hold_id"
+        )
+    audit(
+        session,
+        principal,
+        f"hold.{command.action.value}",
+        f"hold:{command.hold_id}",
+        candidate_id=candidate.id,
+        reason=command.reason,
+        dossier_id=str(done.dossier.id),
+    )
+    session.commit()
+    return done
+
+
+def _checked_expiry(command: Review, now: datetime) -> datetime | None:
+    if command.action is Action.WAIVE and command.expires_at is None:
+        raise FieldInvalid("a waiver needs an expiry", field="expires_at")
+    expires_at = command.expires_at
+    if expires_at is None:
+        return None
+    expires_at = _utc(expires_at)
+    if expires_at <= now:
+        # Well-formed, but the clock already passed it: a conflict with now, not bad input.
+        raise ExpiryPassed("the expiry must be in the future", field="expires_at")
+    return expires_at
+
+
+def holds(
+    session: Session,
+    signer: Signer,
+    tenant_id: uuid.UUID,
+    *,
+    system: str | None = None,
+    status: str | None = None,
+    limit: int = 100,
+) -> list[Hold]:
+    """The tenant's holds, newest first, with every lapsed review reopened first (a hold list
+    shows the status a reviewer can act on)."""
+    if expire_lapsed(session, signer):
+        session.commit()
+    return list(
+        dossiers.holds(session, system=system, status=status, limit=limit, tenant_id=tenant_id)
+    )
+
+
+def hold(session: Session, signer: Signer, tenant_id: uuid.UUID, hold_id: uuid.UUID) -> Hold:
+    if expire_lapsed(session, signer):
+        session.commit()
+    found = dossiers.hold_of_tenant(session, hold_id, tenant_id)
+    if found is None:
+        raise NotFound(f"no hold {hold_id}", field="hold_id")
+    return found

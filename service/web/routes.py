@@ -14,6 +14,7 @@ import binascii
 import hashlib
 import json
 import mimetypes
+import time
 import uuid
 from datetime import datetime
 from functools import lru_cache
@@ -26,25 +27,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup
 from pydantic import ValidationError
 
-from service.api.deps import (
-    DispatcherDep,
-    InjectorSignerDep,
-    MetricsDep,
-    SessionDep,
-    SettingsDep,
-    SubmissionLimitDep,
-)
-from service.api.errors import ApiError
-from service.api.routes.candidates import submit_candidate
-from service.api.schemas import CandidateCreate
-from service.app import gate
+from service.app import gate, submissions
+from service.app.errors import AppError
+from service.app.shapes import CandidateCreate
 from service.core.errors import AssaygateError
 from service.db import dossier as dossiers
 from service.db import queries
-from service.web import charts, present, review
-from service.web import queries as web_queries
-from service.web.access import PAGE_DEPENDENCIES, PageRoute, Viewer, ViewerDep
-from service.web.auth import (
+from service.http.browser import (
     COOKIE,
     CsrfInvalid,
     WebSession,
@@ -53,6 +42,18 @@ from service.web.auth import (
     encode_session,
     secret_of,
 )
+from service.http.deps import (
+    DispatcherDep,
+    InjectorSignerDep,
+    MetricsDep,
+    SessionDep,
+    SettingsDep,
+    SubmissionLimitDep,
+)
+from service.http.errors import status_of
+from service.web import charts, present, review
+from service.web import queries as web_queries
+from service.web.access import PAGE_DEPENDENCIES, PageRoute, Viewer, ViewerDep
 
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
@@ -429,6 +430,7 @@ def submit(
 ) -> Response:
     """Submit a candidate from the browser; the same path as `POST /v1/candidates`, counted
     against the same per-key submissions-per-minute limit."""
+    started = time.perf_counter()
     ws = who.ws
     form = {
         "manifest": manifest,
@@ -479,30 +481,25 @@ def submit(
                 **({"plan": plan} if plan else {}),
             }
         )
-        response = submit_candidate(
-            body=body,
-            session=session,
-            settings=settings,
-            dispatcher=dispatcher,
-            metrics=metrics,
-            signer=signer,
-            actor=who.principal,
-            limit=limit,
+        done = submissions.submit(
+            session,
+            submissions.Services(settings, dispatcher, signer, limit),
+            who.principal,
+            body,
         )
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
         return again(f"{where}: {first.get('msg', 'invalid')}")
-    except (AssaygateError, ApiError) as exc:
-        status = getattr(exc, "status_code", 400)
+    except (AssaygateError, AppError) as exc:
         field_name = getattr(exc, "field", None)
         return again(
             f"{field_name + ': ' if field_name else ''}{exc}",
-            status,
+            status_of(exc),
             getattr(exc, "headers", None),
         )
-    created = json.loads(bytes(response.body))
-    return RedirectResponse(f"/candidates/{created['id']}", status_code=303)
+    metrics.submission_seconds.observe(time.perf_counter() - started)
+    return RedirectResponse(f"/candidates/{done.candidate_id}", status_code=303)
 
 
 # ------------------------------------------------------------------------------- static

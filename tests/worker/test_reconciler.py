@@ -22,9 +22,8 @@ import sqlalchemy as sa
 from celery.exceptions import Reject
 from sqlmodel import Session, col, func, select
 
-from service.api.app import create_app
-from service.api.dispatch import Dispatcher
 from service.app import reviews
+from service.asgi import create_app
 from service.core.assay import ShardSpec, plan_shards, run_assay, run_shard
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
@@ -34,6 +33,7 @@ from service.db.candidate import record_submission
 from service.db.injector import request_stop
 from service.db.models import Assay, AssayShard, AssayStatus, Dossier, Event, Hold, ShardStatus
 from service.db.session import session_scope
+from service.http.dispatch import Dispatcher
 from service.keys import KeyRing
 from service.settings import Settings
 from tests.support.keys import ALL_ROLES, make_key

@@ -5,7 +5,6 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from service.api.deps import MetricsDep, PrincipalDep, SessionDep, SignerDep
 from service.api.errors import ERROR_RESPONSES, Conflict, NotFound
 from service.api.present import aware, maybe_aware, progress, reasons
 from service.api.schemas import AbortCreate, AbortPublic, AssayPublic, FaultPublic, Progress
@@ -20,6 +19,7 @@ from service.db.injector import request_stop
 from service.db.lease import settle_stopped
 from service.db.merge import decide
 from service.db.models import Assay, AssayStatus, Candidate, Manifest
+from service.http.deps import MetricsDep, PrincipalDep, SessionDep, SignerDep
 
 router = APIRouter(prefix="/v1/assays", tags=["assays"])
 

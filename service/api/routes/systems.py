@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.deps import PrincipalDep, SessionDep
 from service.api.errors import ERROR_RESPONSES
 from service.api.present import aware, candidate_page
 from service.api.schemas import SystemList, SystemPublic
 from service.db import queries
+from service.http.deps import PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/systems", tags=["systems"])
 
