@@ -1,5 +1,5 @@
-"""Assays of a candidate after its first: a re-run adds a new dossier version with its own trial
-counts; it replaces the standing evidence whatever it says (no best-of-N)."""
+"""Assays after submission: a re-run adds a new dossier version with its own trial counts (it
+replaces the standing evidence whatever it says: no best-of-N); an abort stops one and ends it."""
 
 from __future__ import annotations
 
@@ -11,16 +11,21 @@ from typing import Any
 
 from sqlmodel import Session
 
-from service.app.errors import BrokerUnavailable, NotFound
+from service.app.errors import BrokerUnavailable, Conflict, NotFound
 from service.app.submissions import Services, check_trial_limits, shard_size
-from service.core.assay import plan_shards
+from service.core.assay import ShardSpec, plan_shards
+from service.core.dossier import Signer
 from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
+from service.core.plan import AssayPlan, parse_plan
 from service.db import queries
 from service.db.apikey import Principal, audit
+from service.db.assay import OPEN, assay_inputs
 from service.db.candidate import record_rerun, withdraw_rerun
-from service.db.injector import issue_for
-from service.db.models import Manifest
+from service.db.injector import issue_for, request_stop
+from service.db.lease import settle_stopped
+from service.db.merge import decide
+from service.db.models import Assay, Manifest
+from service.settings import Settings
 
 log = logging.getLogger("assaygate.api")
 
@@ -41,6 +46,21 @@ class Rerunning:
     response: dict[str, Any]
 
 
+def _planned(
+    session: Session, row: queries.CandidateRow, command: Rerun, settings: Settings
+) -> tuple[AssayPlan, list[ShardSpec]]:
+    """The re-run's plan (the last assay's, with the overrides) and its shards, within limits."""
+    manifest_row = session.get(Manifest, row.candidate.manifest_digest)
+    assert manifest_row is not None
+    manifest = parse_manifest(manifest_row.document)
+    previous = queries.assay(session, row.assay.id)
+    assert previous is not None
+    plan = parse_plan({**previous.plan, **dict(command.plan or {})})
+    shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
+    check_trial_limits(shards, settings)
+    return plan, shards
+
+
 def rerun(
     session: Session,
     services: Services,
@@ -54,14 +74,7 @@ def rerun(
     row = queries.candidate(session, candidate_id, tenant_id=principal.tenant_id)
     if row is None:
         raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
-    manifest_row = session.get(Manifest, row.candidate.manifest_digest)
-    assert manifest_row is not None
-    manifest = parse_manifest(manifest_row.document)
-    previous = queries.assay(session, row.assay.id)
-    assert previous is not None
-    plan = parse_plan({**previous.plan, **dict(command.plan or {})})
-    shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, services.settings))
-    check_trial_limits(shards, services.settings)
+    plan, shards = _planned(session, row, command, services.settings)
     services.queue.ping()
     if services.limit is not None:
         services.limit.check(principal.key_id)
@@ -104,3 +117,48 @@ def rerun(
         "candidate re-run", extra={"candidate_id": str(candidate_id), "assay_id": str(assay.id)}
     )
     return Rerunning(candidate_id, assay.id, response)
+
+
+@dataclass(frozen=True)
+class Abort:
+    assay_id: uuid.UUID
+    reason: str | None = None
+
+
+def abort(session: Session, signer: Signer, principal: Principal, command: Abort) -> Assay:
+    """Stop an assay and end it. No shard starts after the stop is recorded; shards that no live
+    worker holds are stored at once as stopped, empty; running shards stop at their next batch.
+    The assay is decided `block` as soon as no shard is running: here, if none is. Repeating an
+    abort changes nothing recorded, and settles any shard whose worker has gone since."""
+    assay_id = command.assay_id
+    assay = queries.assay(session, assay_id, tenant_id=principal.tenant_id)
+    if assay is None:
+        raise NotFound(f"no assay {assay_id}", field="assay_id")
+    reason = f"aborted: {command.reason}" if command.reason else "aborted"
+    recorded = request_stop(
+        session, assay_id, reason, kind="assay.aborted", data={"by": principal.actor}
+    )
+    if recorded:
+        audit(
+            session,
+            principal,
+            "assay.abort",
+            f"assay:{assay_id}",
+            candidate_id=assay.candidate_id,
+            assay_id=assay_id,
+            reason=reason,
+        )
+    # The stop is committed first, on its own: every worker sees it at its next check, and no
+    # shard starts after it is recorded. Settling what is left is a second step.
+    session.commit()
+    session.refresh(assay)
+    if assay.stop_reason is None:
+        raise Conflict(f"assay {assay_id} is already {assay.status}", field="assay_id")
+    if assay.status in OPEN:
+        settle_stopped(session, assay_id, assay.stop_reason, by=f"abort:{principal.actor}")
+        inputs = assay_inputs(session, assay_id)
+        assert inputs is not None
+        decide(session, signer, assay_id, parse_manifest(inputs.manifest), parse_plan(inputs.plan))
+    session.commit()
+    session.refresh(assay)
+    return assay

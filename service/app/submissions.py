@@ -221,22 +221,7 @@ def _record(
         submitted_by=principal.person,
         lease_s=services.settings.shard_lease_s,
     )
-    claim: IdempotencyKey | None = None
-    if key is not None:
-        # Claim the key before counting the submission: a concurrent repeat waits on this row
-        # until the first commits, then replays it — uncounted. Only a submission that records
-        # a candidate uses one of the key's slots.
-        claim = IdempotencyKey(
-            key=key[0],
-            request_sha256=key[1],
-            candidate_id=recorded.candidate.id,
-            status_code=202,
-            response={},
-        )
-        session.add(claim)
-        session.flush()
-        if services.limit is not None:
-            services.limit.check(principal.key_id)
+    claim = _claim(session, services, principal, recorded, key) if key is not None else None
     issue_for(
         session,
         recorded.assay,
@@ -261,6 +246,30 @@ def _record(
         session.add(claim)
     session.commit()
     return recorded, response
+
+
+def _claim(
+    session: Session,
+    services: Services,
+    principal: Principal,
+    recorded: Recorded,
+    key: tuple[str, str],
+) -> IdempotencyKey:
+    """Claim the key before counting the submission: a concurrent repeat waits on this row until
+    the first commits, then replays it — uncounted. Only a submission that records a candidate
+    uses one of the key's slots."""
+    claim = IdempotencyKey(
+        key=key[0],
+        request_sha256=key[1],
+        candidate_id=recorded.candidate.id,
+        status_code=202,
+        response={},
+    )
+    session.add(claim)
+    session.flush()
+    if services.limit is not None:
+        services.limit.check(principal.key_id)
+    return claim
 
 
 def _withdraw(session: Session, recorded: Recorded) -> None:

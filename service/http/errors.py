@@ -20,14 +20,15 @@ STATUS: dict[Kind, int] = {
 }
 
 
-def status_of(exc: Exception) -> int:
-    """The HTTP status of an error a use case (or the core) raised: 422 for a core error."""
+def status_of(exc: Exception, *, core: int = 422) -> int:
+    """The HTTP status of an error a use case (or the core) raised; `core` for a core error (the
+    API answers 422, the dashboard shows its form again with 400)."""
     if isinstance(exc, AppError):
         return STATUS[exc.kind]
     if isinstance(exc, ApiError):
         return exc.status_code
     if isinstance(exc, AssaygateError):
-        return 422
+        return core
     return 500
 
 

@@ -345,7 +345,7 @@ def _review(
     try:
         done = reviews.review(session, signer, who.principal, command)
     except (AppError, AssaygateError) as exc:
-        return _refuse(request, ws, str(exc), status_of(exc))
+        return _refuse(request, ws, str(exc), status_of(exc, core=400))
     return RedirectResponse(f"/candidates/{done.hold.candidate_id}/dossier", status_code=303)
 
 
@@ -375,7 +375,7 @@ def rerun(
             assays.Rerun(candidate_id),
         )
     except (AppError, AssaygateError) as exc:
-        page = _refuse(request, ws, str(exc), status_of(exc))
+        page = _refuse(request, ws, str(exc), status_of(exc, core=400))
         page.headers.update(getattr(exc, "headers", None) or {})
         return page
     return RedirectResponse(f"/candidates/{candidate_id}", status_code=303)

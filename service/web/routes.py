@@ -495,7 +495,7 @@ def submit(
         field_name = getattr(exc, "field", None)
         return again(
             f"{field_name + ': ' if field_name else ''}{exc}",
-            status_of(exc),
+            status_of(exc, core=400),
             getattr(exc, "headers", None),
         )
     metrics.submission_seconds.observe(time.perf_counter() - started)
