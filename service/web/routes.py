@@ -12,9 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import mimetypes
-import time
 import uuid
 from datetime import datetime
 from functools import lru_cache
@@ -22,36 +20,24 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import jinja2
-from fastapi import APIRouter, Form, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, Response
 from markupsafe import Markup
-from pydantic import ValidationError
 
-from service.app import gate, submissions
-from service.app.errors import AppError
-from service.app.shapes import CandidateCreate
-from service.core.errors import AssaygateError
+from service.app import gate
 from service.db import dossier as dossiers
 from service.db import queries
 from service.http.browser import (
     COOKIE,
-    CsrfInvalid,
     WebSession,
-    check_csrf,
     csrf_token,
     encode_session,
     secret_of,
 )
 from service.http.deps import (
-    DispatcherDep,
-    InjectorSignerDep,
-    MetricsDep,
     SessionDep,
-    SettingsDep,
-    SubmissionLimitDep,
 )
-from service.http.errors import status_of
-from service.web import charts, present, review
+from service.web import charts, present, review, submit
 from service.web import queries as web_queries
 from service.web.access import PAGE_DEPENDENCIES, PageRoute, Viewer, ViewerDep
 
@@ -88,6 +74,7 @@ SECURITY_HEADERS = {
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute, dependencies=PAGE_DEPENDENCIES)
 router.include_router(review.router)
+router.include_router(submit.router)
 
 
 @lru_cache(maxsize=1)
@@ -390,116 +377,6 @@ def events_page(
             "candidate": str(candidate_id) if candidate_id else "",
         },
     )
-
-
-# ------------------------------------------------------------------------------ submitting
-
-
-@router.get("/submit", response_class=HTMLResponse)
-def submit_form(request: Request, who: ViewerDep) -> HTMLResponse:
-    form = dict.fromkeys(("manifest", "source_revision", "trials", "seed", "catalogue"), "")
-    return render(
-        request,
-        who.ws,
-        "submit.html",
-        {
-            "title": "Submit a candidate",
-            "error": None,
-            "form": form,
-            "can_submit": who.may("POST", "/submit"),
-        },
-    )
-
-
-@router.post("/submit", response_class=HTMLResponse)
-def submit(
-    request: Request,
-    who: ViewerDep,
-    session: SessionDep,
-    settings: SettingsDep,
-    dispatcher: DispatcherDep,
-    metrics: MetricsDep,
-    signer: InjectorSignerDep,
-    limit: SubmissionLimitDep,
-    manifest: Annotated[str, Form(max_length=512 * 1024)],
-    source_revision: Annotated[str, Form(max_length=200)],
-    csrf: Annotated[str | None, Form()] = None,
-    trials: Annotated[str | None, Form(max_length=12)] = None,
-    seed: Annotated[str | None, Form(max_length=20)] = None,
-    catalogue: Annotated[str | None, Form(max_length=8)] = None,
-) -> Response:
-    """Submit a candidate from the browser; the same path as `POST /v1/candidates`, counted
-    against the same per-key submissions-per-minute limit."""
-    started = time.perf_counter()
-    ws = who.ws
-    form = {
-        "manifest": manifest,
-        "source_revision": source_revision,
-        "trials": trials or "",
-        "seed": seed or "",
-        "catalogue": catalogue or "",
-    }
-    try:
-        check_csrf(secret_of(request), ws, csrf)
-    except CsrfInvalid as exc:
-        return render(
-            request, ws, "error.html", {"title": "Refused", "message": str(exc)}, status_code=403
-        )
-
-    def again(
-        message: str, status: int = 400, headers: dict[str, str] | None = None
-    ) -> HTMLResponse:
-        page = render(
-            request,
-            ws,
-            "submit.html",
-            {"title": "Submit a candidate", "error": message, "form": form, "can_submit": True},
-            status_code=status,
-        )
-        page.headers.update(headers or {})
-        return page
-
-    try:
-        document = json.loads(manifest)
-    except ValueError as exc:
-        return again(f"the manifest is not JSON: {exc}")
-    plan: dict[str, Any] = {}
-    try:
-        if trials:
-            plan["trials"] = int(trials)
-        if seed:
-            plan["seed"] = int(seed)
-    except ValueError:
-        return again("trials and seed are whole numbers")
-    if catalogue:
-        plan["catalogue"] = catalogue
-    try:
-        body = CandidateCreate.model_validate(
-            {
-                "source_revision": source_revision or "dashboard",
-                "manifest": document,
-                **({"plan": plan} if plan else {}),
-            }
-        )
-        done = submissions.submit(
-            session,
-            submissions.Services(settings, dispatcher, signer, limit),
-            who.principal,
-            body,
-        )
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        return again(f"{where}: {first.get('msg', 'invalid')}")
-    except (AssaygateError, AppError) as exc:
-        field_name = getattr(exc, "field", None)
-        return again(
-            f"{field_name + ': ' if field_name else ''}{exc}",
-            status_of(exc, core=400),
-            getattr(exc, "headers", None),
-        )
-    metrics.submission_seconds.observe(time.perf_counter() - started)
-    return RedirectResponse(f"/candidates/{done.candidate_id}", status_code=303)
 
 
 # ------------------------------------------------------------------------------- static
