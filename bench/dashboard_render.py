@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fastapi.testclient import TestClient  # in-process: server time, no socket
 from sqlmodel import Session
 
-from service.api.app import create_app
+from service.asgi import create_app
 from service.db import migrate
 from service.db.apikey import create_key
 from service.db.models import Role

@@ -257,6 +257,7 @@ def main() -> None:
                     ("GET /v1/candidates/{id}", f"/v1/candidates/{ids['id']}"),
                     ("GET /v1/candidates?limit=20", "/v1/candidates?limit=20"),
                     ("GET /v1/systems", "/v1/systems"),
+                    ("GET /v1/gate/{system}", f"/v1/gate/{ids['system']}"),
                 ):
                     for clients in sorted({1, args.clients}):
                         samples = get_latency(url, path, clients, args.seconds)

@@ -63,7 +63,7 @@ def listening_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
 def _uvicorn_config(settings: Settings, index: int) -> uvicorn.Config:
     import uvicorn
 
-    from service.api.app import create_app
+    from service.asgi import create_app
 
     # loop/http "auto": uvloop and httptools when installed (they are dependencies on Linux).
     return uvicorn.Config(

@@ -10,7 +10,9 @@ Messages are hints; the database says what is left to do (service.db.lease). Eve
    lapsed shard that was queued if the queue is empty (its message was lost: a broker that
    restarted without its data, or a task that could not store it). A queued shard behind a
    long queue is not lost, only waiting, so it is not sent twice;
-3. merges any assay whose shards are all stored but which nobody decided.
+3. merges any assay whose shards are all stored but which nobody decided;
+4. signs the dossier version that records each lapsed waiver or rejection (the gate already
+   reads it as lapsed; this writes it into the signed chain, once however many workers look).
 
 Reconcilers in several workers never do a step twice: the lapsed rows are locked (`SKIP LOCKED`)
 and each send extends the lease in the transaction that publishes it. Any step that cannot
@@ -35,6 +37,7 @@ from kombu.exceptions import KombuError
 from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlmodel import Session
 
+from service.app import reviews
 from service.db.assay import fail_assay
 from service.db.lease import (
     Lapsed,
@@ -46,7 +49,7 @@ from service.db.lease import (
 from service.db.models import ShardStatus, utcnow
 from service.db.session import DATABASE_ERRORS, session_scope
 from service.settings import Settings
-from worker.tasks import RUN_SHARD, WorkerContext, finalize
+from worker.tasks import RUN_SHARD, WorkerContext, dossier_signer, finalize
 
 log = logging.getLogger("assaygate.reconciler")
 
@@ -61,6 +64,7 @@ class Round:
     settled: int = 0
     resent: int = 0
     decided: int = 0
+    expired: int = 0
     queue_depth: int | None = None
 
 
@@ -99,13 +103,15 @@ class Reconciler:
             except Exception:
                 log.exception("reconciler round failed")
                 continue
-            if done.failed or done.settled or done.resent or done.decided:
+            if done.failed or done.settled or done.resent or done.decided or done.expired:
                 log.info(
-                    "reconciled: %d resent, %d settled, %d decided, %d failed (queue depth %s)",
+                    "reconciled: %d resent, %d settled, %d decided, %d failed, %d reviews "
+                    "expired (queue depth %s)",
                     done.resent,
                     done.settled,
                     done.decided,
                     len(done.failed),
+                    done.expired,
                     done.queue_depth,
                 )
 
@@ -149,7 +155,14 @@ class Reconciler:
         if done.queue_depth is not None:
             done.resent = self._resend(done.queue_depth)
         done.decided += self._decide_leftovers()
+        done.expired = self.expire_reviews()
         return done
+
+    def expire_reviews(self) -> int:
+        """Sign the version that records each lapsed waiver or rejection."""
+        signer = dossier_signer(self.ctx)
+        with session_scope(self.ctx.engine) as session:
+            return reviews.expire_lapsed(session, signer)
 
     def _resend(self, queue_depth: int) -> int:
         """Send again the lapsed shards that were lost; rolled back if the broker refuses."""

@@ -1,21 +1,14 @@
-"""The FastAPI application, built by `create_app(settings)`; importing this module does nothing."""
+"""The API's part of the application: its error translation, its routers (each behind the
+request-text check and the access table) and its OpenAPI document. The app that mounts it next
+to the dashboard is built by the composition root, `service.asgi.create_app`."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
-from sqlalchemy.engine import Engine
 
 from service.api import errors
-from service.api.access import authorize
-from service.api.dispatch import Dispatcher
-from service.api.input import check_request_text
-from service.api.limits import SubmissionLimit
-from service.api.metrics import Metrics
-from service.api.middleware import BodyLimit, RequestLog
 from service.api.openapi import refine
 from service.api.routes import (
     api_keys,
@@ -28,44 +21,12 @@ from service.api.routes import (
     holds,
     systems,
 )
-from service.db.session import make_engine
-from service.keys import KeyRing
+from service.http.access import authorize
+from service.http.input import check_request_text
 from service.settings import Settings
-from service.web import routes as web
-from service.web.auth import load_secret
 
 
-def create_app(
-    settings: Settings, *, engine: Engine | None = None, dispatcher: Dispatcher | None = None
-) -> FastAPI:
-    engine = engine or make_engine(settings)
-    dispatcher = dispatcher or Dispatcher(settings)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        assert settings.keys_dir is not None
-        # Both keys are created on first start (or loaded); the injector key never leaves the API.
-        app.state.signer = KeyRing(settings.keys_dir).load_or_create()
-        app.state.injector_signer = settings.injector_ring().load_or_create()
-        # The dashboard's session secret: the API's own file, never in the folder workers mount.
-        app.state.web_secret = load_secret(settings)
-        dispatcher.prepare()
-        yield
-        app.state.submission_limit.close()
-        dispatcher.close()
-        engine.dispose()
-
-    app = FastAPI(
-        title="Assaygate",
-        summary="Release gate for tool-using AI agents: typed fault assays as release evidence.",
-        version="0.1.0",
-        lifespan=lifespan,
-    )
-    app.state.settings = settings
-    app.state.engine = engine
-    app.state.dispatcher = dispatcher
-    app.state.metrics = Metrics(engine)
-    app.state.submission_limit = SubmissionLimit(settings)
+def install(app: FastAPI, settings: Settings) -> None:
     errors.install(app)
     # Every API route runs `authorize` (key, then the route's roles from the access table) and
     # documents what it may answer because of it, or because its input was refused.
@@ -88,7 +49,6 @@ def create_app(
             dependencies=[Depends(check_request_text), Depends(authorize)],
             responses=refusals,
         )
-    app.include_router(web.router)
     # The document says what the service accepts, including what the models cannot say.
     derived = app.openapi
 
@@ -99,7 +59,3 @@ def create_app(
         return derived()
 
     app.openapi = openapi  # type: ignore[method-assign]
-    # Outermost last: the log line sees the 413 the limit sends.
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(RequestLog)
-    return app

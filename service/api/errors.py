@@ -15,135 +15,59 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import iter_route_contexts
-from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import compile_path
 
+from service.app.errors import (
+    AppError,
+    BrokerUnavailable,
+    Conflict,
+    ExpiryPassed,
+    FieldInvalid,
+    HoldNotOpen,
+    IdempotencyConflict,
+    NotFound,
+    NotWaivable,
+    RateLimited,
+    ReviewerIsSubmitter,
+    ServiceUnavailable,
+)
 from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
 from service.core.text import PATTERN_RULES
 from service.db.session import DATABASE_ERRORS
+from service.http.errors import (
+    STATUS,
+    ApiError,
+    BodyMalformed,
+    BodyTooLarge,
+    CursorInvalid,
+    ErrorDetail,
+    ErrorResponse,
+    Forbidden,
+    Unauthenticated,
+)
 
 log = logging.getLogger("assaygate.api")
 
-
-class ErrorDetail(BaseModel):
-    code: str
-    message: str
-    field: str | None = None
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorDetail
-
-
-class ApiError(Exception):
-    """An error of the HTTP layer itself; routes and dependencies raise these."""
-
-    status_code = 400
-    code = "bad_request"
-    headers: dict[str, str] | None = None
-
-    def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
-
-
-class BodyMalformed(ApiError):
-    status_code = 400
-    code = "body_malformed"
-
-
-class BodyTooLarge(ApiError):
-    status_code = 413
-    code = "body_too_large"
-
-
-class FieldInvalid(ApiError):
-    status_code = 422
-    code = "field_invalid"
-
-
-class CursorInvalid(ApiError):
-    status_code = 400
-    code = "cursor_invalid"
-
-
-class NotFound(ApiError):
-    status_code = 404
-    code = "not_found"
-
-
-class Unauthenticated(ApiError):
-    status_code = 401
-    code = "unauthenticated"
-
-    def __init__(self, message: str, field: str | None = "Authorization") -> None:
-        super().__init__(message, field)
-        self.headers = {"WWW-Authenticate": "Bearer"}
-
-
-class Forbidden(ApiError):
-    status_code = 403
-    code = "forbidden"
-
-    def __init__(self, message: str, field: str | None = "Authorization") -> None:
-        super().__init__(message, field)
-
-
-class RateLimited(ApiError):
-    status_code = 429
-    code = "rate_limited"
-
-    def __init__(self, message: str, retry_after: int, field: str | None = None) -> None:
-        super().__init__(message, field)
-        self.headers = {"Retry-After": str(retry_after)}
-
-
-class ReviewerIsSubmitter(ApiError):
-    status_code = 403
-    code = "reviewer_is_submitter"
-
-
-class ExpiryPassed(ApiError):
-    """A review's expiry that the clock has already passed: it would lapse at once."""
-
-    status_code = 409
-    code = "expiry_passed"
-
-
-class HoldNotOpen(ApiError):
-    status_code = 409
-    code = "hold_not_open"
-
-
-class NotWaivable(ApiError):
-    status_code = 409
-    code = "not_waivable"
-
-
-class IdempotencyConflict(ApiError):
-    status_code = 409
-    code = "idempotency_conflict"
-
-
-class Conflict(ApiError):
-    status_code = 409
-    code = "conflict"
-
-
-class ServiceUnavailable(ApiError):
-    status_code = 503
-    code = "service_unavailable"
-
-
-class DatabaseUnavailable(ServiceUnavailable):
-    code = "database_unavailable"
-
-
-class BrokerUnavailable(ServiceUnavailable):
-    code = "broker_unavailable"
-
+__all__ = [
+    "ApiError",
+    "BodyMalformed",
+    "BodyTooLarge",
+    "BrokerUnavailable",
+    "Conflict",
+    "CursorInvalid",
+    "ExpiryPassed",
+    "FieldInvalid",
+    "Forbidden",
+    "HoldNotOpen",
+    "IdempotencyConflict",
+    "NotFound",
+    "NotWaivable",
+    "RateLimited",
+    "ReviewerIsSubmitter",
+    "ServiceUnavailable",
+    "Unauthenticated",
+]
 
 #: Documented on every route that can fail this way, so the OpenAPI schema tells the truth.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -213,6 +137,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
         return error_response(exc.status_code, exc.code, exc.message, exc.field, exc.headers)
+
+    @app.exception_handler(AppError)
+    async def _app_error(_request: Request, exc: AppError) -> JSONResponse:
+        return error_response(STATUS[exc.kind], exc.code, exc.message, exc.field, exc.headers)
 
     @app.exception_handler(AssaygateError)
     async def _core_error(_request: Request, exc: AssaygateError) -> JSONResponse:

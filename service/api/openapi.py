@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from service.api.access import PUBLIC
 from service.core.catalogue import catalogue_named
 from service.core.contract import Contract
 from service.core.manifest import Manifest
 from service.core.text import CONTROL_CLASS, SYSTEM_NAME_PATTERN, TEXT_PATTERN
+from service.http.access import PUBLIC
 from service.settings import Settings
 
 #: A path or query value: no control character at all (not even TAB, LF or CR).

@@ -20,10 +20,11 @@ from typing import Any
 
 from sqlmodel import Session
 
-from service.core.dossier import Signer, compare_triggers, trigger_hashes
+from service.app import reviews
+from service.core.dossier import compare_triggers, trigger_hashes
 from service.db import dossier as dossiers
 from service.db import queries
-from service.db.models import Candidate, Dossier, HoldStatus, System
+from service.db.models import Candidate, Dossier, Hold, HoldStatus, System, utcnow
 
 
 class Word(StrEnum):
@@ -76,19 +77,19 @@ class Answer:
     triggers: dict[str, Any] = field(default_factory=dict)
 
 
-def refresh(session: Session, signer: Signer) -> None:
-    """Apply every lapsed waiver or rejection (a new signed version each) before reading, so an
-    expired waiver is never read as `allow`. Commits what it wrote."""
-    if dossiers.reopen_expired(session, signer):
-        session.commit()
+def standing(
+    session: Session, row: queries.CandidateRow, *, now: datetime | None = None
+) -> Standing:
+    return standings(session, [row], now=now)[row.candidate.id]
 
 
-def standing(session: Session, row: queries.CandidateRow) -> Standing:
-    return standings(session, [row])[row.candidate.id]
-
-
-def standings(session: Session, rows: Sequence[queries.CandidateRow]) -> dict[uuid.UUID, Standing]:
-    """The gate's word for each candidate of a page, in a handful of queries whatever its size."""
+def standings(
+    session: Session, rows: Sequence[queries.CandidateRow], *, now: datetime | None = None
+) -> dict[uuid.UUID, Standing]:
+    """The gate's word for each candidate of a page, in a handful of queries whatever its size.
+    Reads only: a waiver or rejection lapsed by `now` reads as lapsed before the reconciler
+    signs the version that records it."""
+    now = now or utcnow()
     if not rows:
         return {}
     ids = [r.candidate.id for r in rows]
@@ -98,7 +99,7 @@ def standings(session: Session, rows: Sequence[queries.CandidateRow]) -> dict[uu
     open_changes = dossiers.open_config_changes(session, system_ids)
     undecided = [r for r in rows if r.candidate.id not in latest]
     allowed = dossiers.last_allowed_per_system(session, sorted({r.system.id for r in undecided}))
-    holds: dict[uuid.UUID, list[Any]] = {}
+    holds: dict[uuid.UUID, list[Hold]] = {}
     for hold in dossiers.reviews_of(
         session, [r.candidate.id for r in rows if latest.get(r.candidate.id)]
     ):
@@ -109,19 +110,21 @@ def standings(session: Session, rows: Sequence[queries.CandidateRow]) -> dict[uu
         own = hashes.get(row.candidate.manifest_digest, {})
         dossier = latest.get(cid)
         if dossier is not None:
-            base = _from_dossier(row, dossier, holds.get(cid, []))
+            base = _from_dossier(row, dossier, holds.get(cid, []), now)
         else:
             base = _before_dossier(session, row, own, allowed.get(row.system.id))
         found[cid] = _with_open_changes(base, own, open_changes.get(row.system.id, []))
     return found
 
 
-def answer(session: Session, system: System, candidate: Candidate) -> Answer:
+def answer(
+    session: Session, system: System, candidate: Candidate, *, now: datetime | None = None
+) -> Answer:
     """The deploy gate for one candidate: its standing, and its trigger hashes compared with
     the last allowed dossier of another candidate of the system."""
     row = queries.candidate(session, candidate.id)
     assert row is not None
-    found = standing(session, row)
+    found = standing(session, row, now=now)
     components = dossiers.system_triggers(system)
     hashes = trigger_hashes(
         queries.component_hashes(session, candidate.manifest_digest), components
@@ -154,13 +157,17 @@ def _basis_of(dossier: Dossier) -> Basis:
     return Basis.ASSAY
 
 
-def _from_dossier(row: queries.CandidateRow, dossier: Dossier, holds: Sequence[Any]) -> Standing:
+def _from_dossier(
+    row: queries.CandidateRow, dossier: Dossier, holds: Sequence[Hold], now: datetime
+) -> Standing:
     basis = _basis_of(dossier)
     open_hold = next((h for h in holds if h.status == HoldStatus.OPEN.value), None)
     until = None
     if basis in (Basis.WAIVED, Basis.REJECTED):
         status = HoldStatus.WAIVED if basis is Basis.WAIVED else HoldStatus.REJECTED
         reviewed = [h for h in holds if h.status == status.value]
+        if reviewed and reviews.lapsed(reviewed[-1], now):
+            return _lapsed(row, dossier, reviewed[-1])
         until = reviewed[-1].expires_at if reviewed else None
     assay_decision = row.assay.decision if row.assay.decision != dossier.decision else None
     return Standing(
@@ -172,6 +179,22 @@ def _from_dossier(row: queries.CandidateRow, dossier: Dossier, holds: Sequence[A
         open_hold.id if open_hold is not None else None,
         until,
         assay_decision,
+    )
+
+
+def _lapsed(row: queries.CandidateRow, dossier: Dossier, hold: Hold) -> Standing:
+    """A lapsed review reads as the version the reconciler will sign for it: the hold is open
+    again, on the reviewed version until that one exists."""
+    found = reviews.lapse(hold)
+    return Standing(
+        row.candidate.id,
+        Word(found.decision),
+        Basis.EXPIRED,
+        found.reasons,
+        dossier,
+        hold.id,
+        None,
+        row.assay.decision if row.assay.decision != found.decision else None,
     )
 
 

@@ -115,9 +115,9 @@ class EmbeddedWorker:
 
     def _requeue_unfinished(self) -> None:
 
-        from service.api.dispatch import Dispatcher
         from service.db.lease import release_all
         from service.db.session import make_engine, session_scope
+        from service.http.dispatch import Dispatcher
 
         if not self.settings.embedded:
             return  # other workers may hold these shards: their leases and reconcilers decide

@@ -1,4 +1,5 @@
-"""Signed dossier versions, holds, change triggers and the gate's answer, in the database.
+"""Signed dossier versions, holds and change triggers, in the database (the review rules live
+in `service.app.reviews`).
 
 A dossier version is a row that is only ever added (the database refuses UPDATE on it). Each
 change to a candidate's evidence or standing writes the next version, chained to the last by the
@@ -257,7 +258,7 @@ def hold_view(hold: Hold) -> dict[str, Any]:
 # --------------------------------------------------------------------------------- writing
 
 
-def _lock(session: Session, candidate_id: uuid.UUID) -> Candidate:
+def lock(session: Session, candidate_id: uuid.UUID) -> Candidate:
     """Serialise the versions of one candidate (SQLite serialises every writer anyway)."""
     return session.exec(
         select(Candidate).where(Candidate.id == candidate_id).with_for_update()
@@ -353,7 +354,7 @@ def record_assay_dossier(
     owner = session.get(Candidate, assay.candidate_id)
     assert owner is not None
     system = _lock_system(session, owner.system_id)
-    candidate = _lock(session, assay.candidate_id)
+    candidate = lock(session, assay.candidate_id)
     before = latest(session, candidate.id)
     version = before.version + 1 if before else 1
     components = system_triggers(system)
@@ -424,7 +425,7 @@ def record_assay_dossier(
     return dossier
 
 
-def _derive(
+def derive(
     session: Session,
     signer: Signer,
     candidate: Candidate,
@@ -464,166 +465,6 @@ def _derive(
         predicate=predicate,
         assay_id=before.assay_id,
     )
-
-
-# --------------------------------------------------------------------------------- reviews
-
-
-def _who(key_id: str, actor: Mapping[str, Any] | None) -> str:
-    """A reviewer as messages name them: the person, and the key they acted through."""
-    if not actor:
-        return key_id
-    return f"{actor['person']} (key {actor['key_prefix']}…)"
-
-
-def hard_reasons(hold: Hold) -> list[dict[str, Any]]:
-    """The reasons no waiver can lift: every block (hard invariants, invalid evidence, a stop)."""
-    return [r for r in hold.reasons if r.get("severity") == BLOCK]
-
-
-@dataclass(frozen=True)
-class Review:
-    hold: Hold
-    dossier: Dossier
-
-
-def review(
-    session: Session,
-    signer: Signer,
-    hold_id: uuid.UUID,
-    *,
-    action: str,
-    reviewer: str,
-    reason: str,
-    expires_at: datetime | None,
-    reviewed_by: Mapping[str, Any] | None = None,
-    now: datetime | None = None,
-) -> Review | None:
-    """Waive or reject an open hold, signing the next dossier version. None: not open any more.
-
-    `reviewer` is the reviewing key's id; `reviewed_by` who acted through it (`actor_view`): the
-    person's name goes into the hold, the messages and the signed waiver entry.
-
-    The caller has checked that a waiver lifts no block reason and that separation of duties
-    holds; this re-checks that the hold is still open under the candidate's lock.
-    """
-    now = now or utcnow()
-    hold = session.get(Hold, hold_id)
-    if hold is None:
-        return None
-    candidate = _lock(session, hold.candidate_id)
-    session.refresh(hold)
-    before = latest(session, candidate.id)
-    if hold.status != HoldStatus.OPEN.value or before is None:
-        return None
-    status = HoldStatus.WAIVED if action == "waive" else HoldStatus.REJECTED
-    hold.status = status.value
-    hold.reviewer = reviewer
-    hold.reviewed_by = str(reviewed_by["person"]) if reviewed_by else None
-    hold.review_reason = reason
-    hold.reviewed_at = now
-    hold.expires_at = expires_at
-    session.add(hold)
-    until = f" until {_iso(expires_at)}" if expires_at else ""
-    who = _who(reviewer, reviewed_by)
-    entry = {
-        "hold_id": str(hold.id),
-        "action": status.value,
-        "reviewer": reviewer,
-        "reviewed_by": dict(reviewed_by) if reviewed_by else None,
-        "reason": reason,
-        "at": _iso(now),
-        "expires_at": _iso(expires_at) if expires_at else None,
-        "reasons": [r.get("code") for r in hold.reasons],
-    }
-    if status is HoldStatus.WAIVED:
-        # Defence in depth: only hold reasons are ever waived, so a block stays a block.
-        remaining = hard_reasons(hold)
-        decision = BLOCK if remaining else ALLOW
-        reasons = remaining or [
-            {
-                "code": "waived",
-                "message": f"held reasons waived by {who}{until}: {reason}",
-                "fault": None,
-                "severity": ALLOW,
-            }
-        ]
-    else:
-        decision = BLOCK
-        reasons = [
-            *hold.reasons,
-            {
-                "code": "rejected",
-                "message": f"rejected by {who}{until}: {reason}",
-                "fault": None,
-                "severity": BLOCK,
-            },
-        ]
-    dossier = _derive(
-        session,
-        signer,
-        candidate,
-        before,
-        change=f"{status.value} by {who}: {reason}",
-        decision=decision,
-        reasons=reasons,
-        now=now,
-        hold=hold,
-        waiver=entry,
-    )
-    session.flush()
-    return Review(hold, dossier)
-
-
-def reopen_expired(session: Session, signer: Signer, *, now: datetime | None = None) -> int:
-    """An expired waiver (or rejection) reopens its hold, in a new dossier version. Idempotent:
-    the hold is reopened by a conditional update, so concurrent readers write one version."""
-    now = now or utcnow()
-    expired = session.exec(
-        select(Hold.id).where(
-            col(Hold.status).in_([HoldStatus.WAIVED.value, HoldStatus.REJECTED.value]),
-            col(Hold.expires_at).is_not(None),
-            col(Hold.expires_at) <= now,
-        )
-    ).all()
-    done = 0
-    for hold_id in expired:
-        hold = session.get(Hold, hold_id)
-        assert hold is not None
-        candidate = _lock(session, hold.candidate_id)
-        session.refresh(hold)
-        if hold.status not in (HoldStatus.WAIVED.value, HoldStatus.REJECTED.value):
-            continue
-        before = latest(session, candidate.id)
-        if before is None:
-            continue
-        what = "waiver" if hold.status == HoldStatus.WAIVED.value else "rejection"
-        expires = hold.expires_at
-        hold.status = HoldStatus.OPEN.value
-        session.add(hold)
-        decision = BLOCK if hard_reasons(hold) else HOLD
-        by = hold.reviewed_by or hold.reviewer
-        message = (
-            f"the {what} by {by} expired at {_iso(expires) if expires else '?'}; "
-            "the hold is open again"
-        )
-        _derive(
-            session,
-            signer,
-            candidate,
-            before,
-            change=f"{what} expired",
-            decision=decision,
-            reasons=[
-                *hold.reasons,
-                {"code": f"{what}_expired", "message": message, "fault": None, "severity": HOLD},
-            ],
-            now=now,
-            hold=hold,
-        )
-        done += 1
-    session.flush()
-    return done
 
 
 # -------------------------------------------------------------------------- change triggers
@@ -734,7 +575,7 @@ def _reopen(
     """The next version, `reopened` by production changes this candidate does not carry."""
     _supersede_reviews(session, candidate.id)
     what = ", ".join(c.component for c in changes)
-    return _derive(
+    return derive(
         session,
         signer,
         candidate,
@@ -790,7 +631,7 @@ def report_config_change(
             .order_by(col(Dossier.created_at))
         ).all()
         for dossier in standing:
-            candidate = _lock(session, dossier.candidate_id)
+            candidate = lock(session, dossier.candidate_id)
             before = latest(session, candidate.id)
             if before is None or before.decision not in (ALLOW, HOLD):
                 continue

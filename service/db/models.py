@@ -151,6 +151,12 @@ class ComponentHash(SQLModel, table=True):
 
 
 class Candidate(SQLModel, table=True):
+    # The gate's read: a system's newest candidate, or the one of a given version.
+    __table_args__ = (
+        sa.Index("ix_candidate_system_id_created_at", "system_id", "created_at", "id"),
+        sa.Index("ix_candidate_system_id_version", "system_id", "version"),
+    )
+
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
     system_id: uuid.UUID = Field(foreign_key="system.id", index=True)
     version: str = Field(max_length=200)
@@ -166,6 +172,11 @@ class Candidate(SQLModel, table=True):
 
 
 class Assay(SQLModel, table=True):
+    # A candidate's newest assay, read with every status.
+    __table_args__ = (
+        sa.Index("ix_assay_candidate_id_created_at", "candidate_id", "created_at", "id"),
+    )
+
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
     candidate_id: uuid.UUID = Field(foreign_key="candidate.id", index=True)
     status: str = Field(default=AssayStatus.QUEUED.value, max_length=16, index=True)
@@ -306,7 +317,14 @@ class HoldStatus(StrEnum):
 class Dossier(SQLModel, table=True):
     """One signed dossier version. Rows are only ever added: a change is a new version."""
 
-    __table_args__ = (sa.UniqueConstraint("candidate_id", "version"),)
+    # The last allowed dossier of a system, and the newest version of each of its candidates.
+    __table_args__ = (
+        sa.UniqueConstraint("candidate_id", "version"),
+        sa.Index("ix_dossier_system_id_decision", "system_id", "decision"),
+        sa.Index(
+            "ix_dossier_system_id_candidate_id_version", "system_id", "candidate_id", "version"
+        ),
+    )
 
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
     candidate_id: uuid.UUID = Field(foreign_key="candidate.id", index=True)
@@ -334,6 +352,12 @@ class Dossier(SQLModel, table=True):
 class Hold(SQLModel, table=True):
     """A dossier that did not allow, awaiting review: waived, rejected, or superseded."""
 
+    # A candidate's reviews (the gate's read) and the lapsed ones (the reconciler's).
+    __table_args__ = (
+        sa.Index("ix_hold_candidate_id_status", "candidate_id", "status"),
+        sa.Index("ix_hold_status_expires_at", "status", "expires_at"),
+    )
+
     id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
     candidate_id: uuid.UUID = Field(foreign_key="candidate.id", index=True)
     dossier_id: uuid.UUID = Field(foreign_key="dossier.id")
@@ -356,6 +380,9 @@ class Hold(SQLModel, table=True):
 
 class ConfigChange(SQLModel, table=True):
     """A production configuration change reported for a system (component and its new hash)."""
+
+    # A system's reported changes in order (the gate's read).
+    __table_args__ = (sa.Index("ix_config_change_system_id_created_at", "system_id", "created_at"),)
 
     __tablename__ = "config_change"
 

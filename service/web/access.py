@@ -1,5 +1,5 @@
 """Who may see and do what on the dashboard: one table from (method, page path) to roles, read by
-the one dependency every dashboard route runs (as `service.api.access` is for the API).
+the one dependency every dashboard route runs (as `service.http.access` is for the API).
 
 Each page names the API route it stands for and takes that route's roles, so the two cannot
 drift: any role of the tenant reads, `submitter` submits, `reviewer` waives, rejects and re-runs.
@@ -24,14 +24,14 @@ from fastapi.responses import RedirectResponse, Response
 from fastapi.routing import APIRoute
 from sqlmodel import Session
 
-from service.api.access import ANY_ROLE, ROUTE_ROLES
-from service.api.deps import SessionDep
-from service.api.input import check_request_text
 from service.core.text import TextInvalid
 from service.db import websession
 from service.db.apikey import Principal
 from service.db.models import Role
-from service.web.auth import Identity, WebSession, WebSessionDep
+from service.http.access import ANY_ROLE, ROUTE_ROLES
+from service.http.browser import Identity, WebSession, WebSessionDep
+from service.http.deps import SessionDep
+from service.http.input import check_request_text
 
 #: Dashboard routes anyone may call: signing in and out, and the static files.
 PUBLIC_PAGES: frozenset[tuple[str, str]] = frozenset(

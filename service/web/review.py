@@ -15,10 +15,20 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from pydantic import ValidationError
 from sqlmodel import Session
 
-from service.api.deps import (
+from service.app import assays, gate, reviews
+from service.app.errors import AppError
+from service.app.submissions import Services
+from service.core.dossier import Signer, verify
+from service.core.errors import AssaygateError
+from service.db import dossier as dossiers
+from service.db import queries, websession
+from service.db.apikey import review_conflict
+from service.db.models import Dossier, Hold, HoldStatus
+from service.http import browser as auth
+from service.http.browser import WebSessionDep
+from service.http.deps import (
     DispatcherDep,
     InjectorSignerDep,
     KeyRingDep,
@@ -27,21 +37,10 @@ from service.api.deps import (
     SignerDep,
     SubmissionLimitDep,
 )
-from service.api.errors import ApiError
-from service.api.routes import dossiers as dossier_routes
-from service.api.routes import holds as hold_routes
-from service.api.schemas import ReviewCreate, WaiverCreate
-from service.app import gate
-from service.core.dossier import Signer, verify
-from service.core.errors import AssaygateError
-from service.db import dossier as dossiers
-from service.db import queries, websession
-from service.db.apikey import review_conflict
-from service.db.models import Dossier, Hold, HoldStatus
-from service.web import auth, present
+from service.http.errors import status_of
+from service.web import present
 from service.web import queries as web_queries
 from service.web.access import PAGE_DEPENDENCIES, PageRoute, Viewer, ViewerDep, safe_next
-from service.web.auth import WebSessionDep
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute, dependencies=PAGE_DEPENDENCIES)
 # The queue shows the newest holds first; older ones are reached by their status filter.
@@ -164,7 +163,6 @@ def dossier_page(
     session: SessionDep,
     who: ViewerDep,
     ring: KeyRingDep,
-    signer: SignerDep,
 ) -> HTMLResponse:
     """Every version with its chain link, each verified now against the published keys, and
     what the gate says now."""
@@ -178,7 +176,6 @@ def dossier_page(
         return _render(
             request, ws, "error.html", {"title": "Not found", "message": "no such candidate"}, 404
         )
-    gate.refresh(session, signer)
     keys = {k.keyid: k for k in ring.published()}
     versions: list[dict[str, Any]] = []
     previous: Dossier | None = None
@@ -252,10 +249,8 @@ def holds_page(
     status: Annotated[str, Query(max_length=16)] = "open",
 ) -> HTMLResponse:
     """The tenant's holds, newest first; the review forms only for a reviewer key."""
-    if dossiers.reopen_expired(session, signer):
-        session.commit()
     wanted = status if status in {s.value for s in HoldStatus} else None
-    rows = dossiers.holds(session, status=wanted, limit=HOLDS_PAGE, tenant_id=who.tenant_id)
+    rows = reviews.holds(session, signer, who.tenant_id, status=wanted, limit=HOLDS_PAGE)
     found = web_queries.candidate_rows(session, [h.candidate_id for h in rows])
     items = []
     for h in rows:
@@ -265,7 +260,7 @@ def holds_page(
             {
                 "hold": h,
                 "row": row,
-                "blocking": bool(dossiers.hard_reasons(h)),
+                "blocking": bool(reviews.hard_reasons(h)),
                 # Why this key may not review it (separation of duties), if it may not.
                 "own": review_conflict(session, who.principal, submitter),
             }
@@ -333,7 +328,7 @@ def _review(
     expires_at: str,
     csrf: str | None,
 ) -> Response:
-    """Waive (with an expiry) or reject (with a reason) through the API's own review path."""
+    """Waive (with an expiry) or reject (with a reason): the review use case the API calls."""
     ws = who.ws
     refused = _guard(request, ws, csrf)
     if refused is not None:
@@ -342,18 +337,15 @@ def _review(
         return _refuse(request, ws, "a review needs a reason", 422)
     try:
         expiry = datetime.fromisoformat(expires_at).replace(tzinfo=UTC) if expires_at else None
-        if action == "waive":
-            if expiry is None:
-                return _refuse(request, ws, "expires_at: a waiver needs an expiry", 422)
-            waiver = WaiverCreate(reason=reason.strip(), expires_at=expiry)
-            done = hold_routes.waive(hold_id, waiver, session, signer, who.principal)
-        else:
-            body = ReviewCreate(reason=reason.strip(), expires_at=expiry)
-            done = hold_routes.reject(hold_id, body, session, signer, who.principal)
-    except (ValueError, ValidationError) as exc:
+    except ValueError as exc:
         return _refuse(request, ws, f"expires_at: {exc}", 422)
-    except (ApiError, AssaygateError) as exc:
-        return _refuse(request, ws, str(exc), getattr(exc, "status_code", 400))
+    if action == "waive" and expiry is None:
+        return _refuse(request, ws, "expires_at: a waiver needs an expiry", 422)
+    command = reviews.Review(hold_id, reviews.Action(action), reason.strip(), expiry)
+    try:
+        done = reviews.review(session, signer, who.principal, command)
+    except (AppError, AssaygateError) as exc:
+        return _refuse(request, ws, str(exc), status_of(exc, core=400))
     return RedirectResponse(f"/candidates/{done.hold.candidate_id}/dossier", status_code=303)
 
 
@@ -376,11 +368,14 @@ def rerun(
     if refused is not None:
         return refused
     try:
-        dossier_routes.rerun(
-            candidate_id, session, settings, dispatcher, signer, who.principal, None, limit
+        assays.rerun(
+            session,
+            Services(settings, dispatcher, signer, limit),
+            who.principal,
+            assays.Rerun(candidate_id),
         )
-    except (ApiError, AssaygateError) as exc:
-        page = _refuse(request, ws, str(exc), getattr(exc, "status_code", 400))
+    except (AppError, AssaygateError) as exc:
+        page = _refuse(request, ws, str(exc), status_of(exc, core=400))
         page.headers.update(getattr(exc, "headers", None) or {})
         return page
     return RedirectResponse(f"/candidates/{candidate_id}", status_code=303)

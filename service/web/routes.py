@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import mimetypes
 import uuid
 from datetime import datetime
@@ -21,40 +20,26 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import jinja2
-from fastapi import APIRouter, Form, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, Response
 from markupsafe import Markup
-from pydantic import ValidationError
 
-from service.api.deps import (
-    DispatcherDep,
-    InjectorSignerDep,
-    MetricsDep,
-    SessionDep,
-    SettingsDep,
-    SignerDep,
-    SubmissionLimitDep,
-)
-from service.api.errors import ApiError
-from service.api.routes.candidates import submit_candidate
-from service.api.schemas import CandidateCreate
 from service.app import gate
-from service.core.dossier import Signer
-from service.core.errors import AssaygateError
 from service.db import dossier as dossiers
 from service.db import queries
-from service.web import charts, present, review
-from service.web import queries as web_queries
-from service.web.access import PAGE_DEPENDENCIES, PageRoute, Viewer, ViewerDep
-from service.web.auth import (
+from service.http.browser import (
     COOKIE,
-    CsrfInvalid,
     WebSession,
-    check_csrf,
     csrf_token,
     encode_session,
     secret_of,
 )
+from service.http.deps import (
+    SessionDep,
+)
+from service.web import charts, present, review, submit
+from service.web import queries as web_queries
+from service.web.access import PAGE_DEPENDENCIES, PageRoute, Viewer, ViewerDep
 
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
@@ -89,6 +74,7 @@ SECURITY_HEADERS = {
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute, dependencies=PAGE_DEPENDENCIES)
 router.include_router(review.router)
+router.include_router(submit.router)
 
 
 @lru_cache(maxsize=1)
@@ -184,14 +170,12 @@ def decode_cursor(cursor: str | None) -> tuple[datetime, uuid.UUID] | None:
 def systems_page(
     request: Request,
     session: SessionDep,
-    signer: SignerDep,
     who: ViewerDep,
     page: Annotated[int, Query(ge=1, le=100_000)] = 1,
     q: Annotated[str | None, Query(max_length=200)] = None,
 ) -> HTMLResponse:
     """Every system's gate state (what `GET /v1/gate/{system}` answers for its newest
     candidate) with its reasons, and what changed since it was last allowed."""
-    gate.refresh(session, signer)
     found = web_queries.systems_page(
         session, tenant_id=who.tenant_id, limit=PAGE, offset=(page - 1) * PAGE, name=q
     )
@@ -252,39 +236,33 @@ def system_page(
     name: str,
     request: Request,
     session: SessionDep,
-    signer: SignerDep,
     who: ViewerDep,
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> HTMLResponse:
     system = queries.system_named(session, name, who.tenant_id)
     if system is None:
         return not_found(request, who.ws, f"no system named {name}")
-    return _candidate_list(
-        request, session, signer, who, cursor, system.name, f"System {system.name}"
-    )
+    return _candidate_list(request, session, who, cursor, system.name, f"System {system.name}")
 
 
 @router.get("/candidates", response_class=HTMLResponse)
 def candidates_page(
     request: Request,
     session: SessionDep,
-    signer: SignerDep,
     who: ViewerDep,
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> HTMLResponse:
-    return _candidate_list(request, session, signer, who, cursor, None, "Candidates")
+    return _candidate_list(request, session, who, cursor, None, "Candidates")
 
 
 def _candidate_list(
     request: Request,
     session: Any,
-    signer: Signer,
     who: Viewer,
     cursor: str | None,
     system: str | None,
     title: str,
 ) -> HTMLResponse:
-    gate.refresh(session, signer)
     rows = queries.candidates(
         session,
         system=system,
@@ -319,7 +297,7 @@ def _candidate_list(
 
 @router.get("/candidates/{candidate_id}", response_class=HTMLResponse)
 def candidate_page(
-    candidate_id: str, request: Request, session: SessionDep, signer: SignerDep, who: ViewerDep
+    candidate_id: str, request: Request, session: SessionDep, who: ViewerDep
 ) -> HTMLResponse:
     """What the gate says now, live progress while the assay runs, and the whole containment
     evidence once it is decided."""
@@ -327,7 +305,6 @@ def candidate_page(
         cid = uuid.UUID(candidate_id)
     except ValueError:
         return not_found(request, who.ws, "not a candidate id")
-    gate.refresh(session, signer)
     detail = web_queries.candidate_detail(session, cid, tenant_id=who.tenant_id)
     if detail is None:
         return not_found(request, who.ws, f"no candidate {cid}")
@@ -400,120 +377,6 @@ def events_page(
             "candidate": str(candidate_id) if candidate_id else "",
         },
     )
-
-
-# ------------------------------------------------------------------------------ submitting
-
-
-@router.get("/submit", response_class=HTMLResponse)
-def submit_form(request: Request, who: ViewerDep) -> HTMLResponse:
-    form = dict.fromkeys(("manifest", "source_revision", "trials", "seed", "catalogue"), "")
-    return render(
-        request,
-        who.ws,
-        "submit.html",
-        {
-            "title": "Submit a candidate",
-            "error": None,
-            "form": form,
-            "can_submit": who.may("POST", "/submit"),
-        },
-    )
-
-
-@router.post("/submit", response_class=HTMLResponse)
-def submit(
-    request: Request,
-    who: ViewerDep,
-    session: SessionDep,
-    settings: SettingsDep,
-    dispatcher: DispatcherDep,
-    metrics: MetricsDep,
-    signer: InjectorSignerDep,
-    limit: SubmissionLimitDep,
-    manifest: Annotated[str, Form(max_length=512 * 1024)],
-    source_revision: Annotated[str, Form(max_length=200)],
-    csrf: Annotated[str | None, Form()] = None,
-    trials: Annotated[str | None, Form(max_length=12)] = None,
-    seed: Annotated[str | None, Form(max_length=20)] = None,
-    catalogue: Annotated[str | None, Form(max_length=8)] = None,
-) -> Response:
-    """Submit a candidate from the browser; the same path as `POST /v1/candidates`, counted
-    against the same per-key submissions-per-minute limit."""
-    ws = who.ws
-    form = {
-        "manifest": manifest,
-        "source_revision": source_revision,
-        "trials": trials or "",
-        "seed": seed or "",
-        "catalogue": catalogue or "",
-    }
-    try:
-        check_csrf(secret_of(request), ws, csrf)
-    except CsrfInvalid as exc:
-        return render(
-            request, ws, "error.html", {"title": "Refused", "message": str(exc)}, status_code=403
-        )
-
-    def again(
-        message: str, status: int = 400, headers: dict[str, str] | None = None
-    ) -> HTMLResponse:
-        page = render(
-            request,
-            ws,
-            "submit.html",
-            {"title": "Submit a candidate", "error": message, "form": form, "can_submit": True},
-            status_code=status,
-        )
-        page.headers.update(headers or {})
-        return page
-
-    try:
-        document = json.loads(manifest)
-    except ValueError as exc:
-        return again(f"the manifest is not JSON: {exc}")
-    plan: dict[str, Any] = {}
-    try:
-        if trials:
-            plan["trials"] = int(trials)
-        if seed:
-            plan["seed"] = int(seed)
-    except ValueError:
-        return again("trials and seed are whole numbers")
-    if catalogue:
-        plan["catalogue"] = catalogue
-    try:
-        body = CandidateCreate.model_validate(
-            {
-                "source_revision": source_revision or "dashboard",
-                "manifest": document,
-                **({"plan": plan} if plan else {}),
-            }
-        )
-        response = submit_candidate(
-            body=body,
-            session=session,
-            settings=settings,
-            dispatcher=dispatcher,
-            metrics=metrics,
-            signer=signer,
-            actor=who.principal,
-            limit=limit,
-        )
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ()))
-        return again(f"{where}: {first.get('msg', 'invalid')}")
-    except (AssaygateError, ApiError) as exc:
-        status = getattr(exc, "status_code", 400)
-        field_name = getattr(exc, "field", None)
-        return again(
-            f"{field_name + ': ' if field_name else ''}{exc}",
-            status,
-            getattr(exc, "headers", None),
-        )
-    created = json.loads(bytes(response.body))
-    return RedirectResponse(f"/candidates/{created['id']}", status_code=303)
 
 
 # ------------------------------------------------------------------------------- static

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from service.api.app import create_app
+from service.asgi import create_app
 from service.db import migrate
 from service.db.session import make_engine
 from service.settings import Settings

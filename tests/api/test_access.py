@@ -15,9 +15,9 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from service.api.access import PUBLIC, ROUTE_ROLES
-from service.api.app import create_app
+from service.asgi import create_app
 from service.db.models import Role
+from service.http.access import PUBLIC, ROUTE_ROLES
 from service.settings import Settings
 from tests.support.keys import KeyBook
 from tests.support.service import ApiServer, candidate_body, wait_decided

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, select
 
-from service.api.routes.candidates import shard_size
+from service.app.submissions import shard_size
 from service.core.assay import plan_shards
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan

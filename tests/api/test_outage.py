@@ -10,9 +10,9 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from service.api.app import create_app
-from service.api.dispatch import Dispatcher
 from service.api.errors import BrokerUnavailable
+from service.asgi import create_app
+from service.http.dispatch import Dispatcher
 from service.settings import Settings
 from tests.support.keys import KeyBook
 from tests.support.service import ApiServer, candidate_body, row_counts

@@ -28,8 +28,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.api.access import PUBLIC
-from service.api.app import create_app
+from service.asgi import create_app
+from service.http.access import PUBLIC
 from service.settings import Settings
 from tests.support.keys import KeyBook
 from tests.support.service import ApiServer, example

@@ -63,7 +63,7 @@ def test_a_redis_broker_is_also_the_result_backend_with_a_short_visibility_timeo
 def test_importing_the_service_reads_no_configuration() -> None:
     # A setting that cannot parse would raise the moment anything read the environment.
     env = {**bare_environment(), "ASSAYGATE_MAX_BODY_BYTES": "lots"}
-    code = "import service.api.app, service.db.session, worker.app, worker.tasks"
+    code = "import service.asgi, service.db.session, worker.app, worker.tasks"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.api.app import create_app
+from service.asgi import create_app
 from service.db import migrate
 from service.db.models import Role
 from service.db.session import make_engine

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlmodel import Session
 
-from service.api.app import create_app
+from service.asgi import create_app
 from service.db import migrate
 from service.db.models import Role
 from service.db.session import make_engine

@@ -17,10 +17,10 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session, col, select
 from starlette.routing import Route
 
-from service.api.access import PUBLIC, ROUTE_ROLES
-from service.api.limits import MemoryCounter, SubmissionLimit
 from service.db.apikey import revoke
 from service.db.models import ApiKey, Dossier, Hold, Role
+from service.http.access import PUBLIC, ROUTE_ROLES
+from service.http.limits import MemoryCounter, SubmissionLimit
 from service.settings import Settings
 from service.web import routes as web_routes
 from service.web.access import PAGE_ROLES, PUBLIC_PAGES, PageRoute, safe_next

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
+from service.app import reviews
 from service.core.dossier import Signer
 from service.core.manifest import parse_manifest
 from service.db import dossier as dossiers
@@ -43,14 +44,17 @@ def _review(
             Hold.candidate_id == recorded.candidate.id, Hold.status == HoldStatus.OPEN.value
         )
     ).one()
-    done = dossiers.review(
+    done = reviews.record(
         session,
         _signer(settings),
-        hold.id,
-        action=action,
-        reviewer="someone-else",
-        reason=f"{action} in a test",
-        expires_at=expires_at,
+        reviews.ReviewHold(
+            hold_id=hold.id,
+            action=reviews.Action(action),
+            reviewer="someone-else",
+            reason=f"{action} in a test",
+            expires_at=expires_at,
+        ),
+        now=expires_at - timedelta(days=1) if expires_at else None,
     )
     assert done is not None
 

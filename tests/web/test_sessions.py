@@ -14,11 +14,11 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
-from service.api.app import create_app
+from service.asgi import create_app
 from service.db.apikey import revoke
 from service.db.models import ApiKey, BrowserSession
+from service.http.browser import COOKIE, WebSession, encode_session
 from service.settings import LEGACY_SESSION_SECRET, Settings
-from service.web.auth import COOKIE, WebSession, encode_session
 from tests.web.conftest import key_for, signed_in
 
 

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, select
 
-from service.app import gate
+from service.app import gate, reviews
 from service.core.assay import plan_shards
 from service.core.catalogue import custom_catalogue, full_catalogue
 from service.core.dossier import verify
@@ -104,4 +104,4 @@ def test_invalid_counterfactual_evidence_holds_the_gate_and_is_never_allow(
     assert view.decision == "hold"
     assert "counterfactual_invalid" in {r["code"] for r in view.reasons}
     assert view.dossier is not None and view.dossier.catalogue_version.startswith("test-invalid")
-    assert len(holds) == 1 and not dossiers.hard_reasons(holds[0])
+    assert len(holds) == 1 and not reviews.hard_reasons(holds[0])

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,8 @@ import sqlalchemy as sa
 from celery.exceptions import Reject
 from sqlmodel import Session, col, func, select
 
-from service.api.app import create_app
-from service.api.dispatch import Dispatcher
+from service.app import reviews
+from service.asgi import create_app
 from service.core.assay import ShardSpec, plan_shards, run_assay, run_shard
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
@@ -30,8 +31,10 @@ from service.db.apikey import ensure_tenant
 from service.db.assay import assay_inputs, begin_shard, store_shard_result
 from service.db.candidate import record_submission
 from service.db.injector import request_stop
-from service.db.models import Assay, AssayShard, AssayStatus, Dossier, Event, ShardStatus
+from service.db.models import Assay, AssayShard, AssayStatus, Dossier, Event, Hold, ShardStatus
 from service.db.session import session_scope
+from service.http.dispatch import Dispatcher
+from service.keys import KeyRing
 from service.settings import Settings
 from tests.support.keys import ALL_ROLES, make_key
 from tests.support.service import (
@@ -43,6 +46,7 @@ from tests.support.service import (
     wait_decided,
     wait_for,
 )
+from tests.web.seed import seed_candidate
 from worker.app import make_celery
 from worker.reconciler import Reconciler
 from worker.tasks import RUN_SHARD, StoreUnavailable, WorkerContext, execute_shard
@@ -338,3 +342,43 @@ def test_the_delivery_settings_the_operations_guide_documents(settings: Settings
     assert app.tasks[RUN_SHARD].ignore_result is True
     transport = app.conf.broker_transport_options
     assert transport["visibility_timeout"] == settings.broker_visibility_timeout
+
+
+def test_lapsed_waivers_are_signed_once_however_many_reconcilers_look(
+    settings: Settings, engine: sa.Engine
+) -> None:
+    assert settings.keys_dir is not None
+    signer = KeyRing(settings.keys_dir).load_or_create()
+    lapsed_at = datetime.now(UTC) - timedelta(seconds=1)
+    with session_scope(engine) as session:
+        recorded = seed_candidate(
+            session, system=f"lapse-{uuid.uuid4().hex[:8]}", version="1", signer=signer
+        )
+        hold = session.exec(select(Hold).where(Hold.candidate_id == recorded.candidate.id)).one()
+        command = reviews.ReviewHold(
+            hold_id=hold.id,
+            action=reviews.Action.WAIVE,
+            reviewer="someone-else",
+            reason="fine for the pilot",
+            expires_at=lapsed_at,
+        )
+        assert reviews.record(session, signer, command, now=lapsed_at - timedelta(days=1))
+
+    reconcilers = [Reconciler(settings, f"lapse{n}") for n in range(3)]
+    try:
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            signed = list(pool.map(lambda r: r.expire_reviews(), reconcilers))
+        again = reconcilers[0].expire_reviews()
+    finally:
+        for reconciler in reconcilers:
+            reconciler.client.close()
+
+    with Session(engine) as session:
+        versions = session.exec(
+            select(Dossier)
+            .where(Dossier.candidate_id == recorded.candidate.id)
+            .order_by(col(Dossier.version))
+        ).all()
+    assert (sum(signed), again) == (1, 0)
+    assert [(d.version, d.decision) for d in versions] == [(1, "hold"), (2, "allow"), (3, "hold")]
+    assert versions[-1].change == "waiver expired"

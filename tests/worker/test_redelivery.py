@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from service.api.app import create_app
+from service.asgi import create_app
 from service.core.assay import run_assay
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan

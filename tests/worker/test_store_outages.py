@@ -22,7 +22,7 @@ import redis
 import sqlalchemy as sa
 from sqlmodel import Session, col, func, select
 
-from service.api.app import create_app
+from service.asgi import create_app
 from service.core.assay import run_assay
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan

@@ -10,12 +10,13 @@ import uuid
 
 from fastapi import APIRouter
 
-from service.api.deps import PrincipalDep, SessionDep
-from service.api.errors import ERROR_RESPONSES, Conflict, NotFound
+from service.api.errors import ERROR_RESPONSES
 from service.api.present import aware, maybe_aware
 from service.api.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyPublic
+from service.app import keys
 from service.db import apikey
 from service.db.models import PersonKind, Role
+from service.http.deps import PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/api-keys", tags=["api-keys"])
 
@@ -53,31 +54,17 @@ def create_api_key(
 ) -> ApiKeyCreated:
     """A new key for the caller's tenant, held by `person` (default: the caller's own person).
     The response holds the key; nothing else ever will."""
-    try:
-        created = apikey.create_key(
-            session,
-            tenant=principal.tenant,
+    minted = keys.mint(
+        session,
+        principal,
+        keys.MintKey(
             roles=body.roles,
             name=body.name,
             person=body.person.name if body.person else None,
             kind=PersonKind(body.person.kind) if body.person else None,
-            created_by=principal,
-        )
-    except apikey.KeyRequestInvalid as exc:
-        # The body is well formed; the named person exists with the other kind.
-        raise Conflict(exc.message, field=f"person.{exc.field}") from None
-    apikey.audit(
-        session,
-        principal,
-        "api_key.create",
-        f"api_key:{created.key.id}",
-        key_roles=sorted(created.key.roles),
-        key_person=created.person.name,
+        ),
     )
-    session.commit()
-    row = apikey.key_row(session, created.key.id)
-    assert row is not None
-    return ApiKeyCreated(**key_public(row).model_dump(), key=created.secret)
+    return ApiKeyCreated(**key_public(minted.row).model_dump(), key=minted.secret)
 
 
 @router.delete(
@@ -87,12 +74,4 @@ def create_api_key(
 )
 def revoke_api_key(key_id: uuid.UUID, session: SessionDep, principal: PrincipalDep) -> ApiKeyPublic:
     """Revoke a key of the tenant; refused from the next request on. Revoking twice is a no-op."""
-    key = apikey.get_key(session, key_id, principal.tenant_id)
-    if key is None:
-        raise NotFound(f"no API key {key_id}", field="key_id")
-    if apikey.revoke(session, key):
-        apikey.audit(session, principal, "api_key.revoke", f"api_key:{key_id}")
-    session.commit()
-    row = apikey.key_row(session, key.id)
-    assert row is not None
-    return key_public(row)
+    return key_public(keys.revoke(session, principal, key_id))

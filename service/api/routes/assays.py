@@ -5,21 +5,17 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from service.api.deps import MetricsDep, PrincipalDep, SessionDep, SignerDep
-from service.api.errors import ERROR_RESPONSES, Conflict, NotFound
+from service.api.errors import ERROR_RESPONSES, NotFound
 from service.api.present import aware, maybe_aware, progress, reasons
 from service.api.schemas import AbortCreate, AbortPublic, AssayPublic, FaultPublic, Progress
+from service.app import assays
 from service.core.assay import ShardResult, merge
 from service.core.errors import AssaygateError
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
 from service.db import queries
-from service.db.apikey import audit
-from service.db.assay import OPEN, assay_inputs
-from service.db.injector import request_stop
-from service.db.lease import settle_stopped
-from service.db.merge import decide
 from service.db.models import Assay, AssayStatus, Candidate, Manifest
+from service.http.deps import MetricsDep, PrincipalDep, SessionDep, SignerDep
 
 router = APIRouter(prefix="/v1/assays", tags=["assays"])
 
@@ -107,34 +103,6 @@ def abort_assay(
     running shards stop at their next batch; what was already recorded is kept. The assay is
     decided `block` as soon as no shard is running: in this request if none is. Repeating an
     abort changes nothing recorded, and settles any shard whose worker has gone since."""
-    assay = queries.assay(session, assay_id, tenant_id=principal.tenant_id)
-    if assay is None:
-        raise NotFound(f"no assay {assay_id}", field="assay_id")
-    reason = f"aborted: {body.reason}" if body and body.reason else "aborted"
-    recorded = request_stop(
-        session, assay_id, reason, kind="assay.aborted", data={"by": principal.actor}
-    )
-    if recorded:
-        audit(
-            session,
-            principal,
-            "assay.abort",
-            f"assay:{assay_id}",
-            candidate_id=assay.candidate_id,
-            assay_id=assay_id,
-            reason=reason,
-        )
-    # The stop is committed first, on its own: every worker sees it at its next check, and no
-    # shard starts after it is recorded. Settling what is left is a second step.
-    session.commit()
-    session.refresh(assay)
-    if assay.stop_reason is None:
-        raise Conflict(f"assay {assay_id} is already {assay.status}", field="assay_id")
-    if assay.status in OPEN:
-        settle_stopped(session, assay_id, assay.stop_reason, by=f"abort:{principal.actor}")
-        inputs = assay_inputs(session, assay_id)
-        assert inputs is not None
-        decide(session, signer, assay_id, parse_manifest(inputs.manifest), parse_plan(inputs.plan))
-    session.commit()
-    session.refresh(assay)
+    reason = body.reason if body else None
+    assay = assays.abort(session, signer, principal, assays.Abort(assay_id, reason))
     return AbortPublic(id=assay_id, status=AssayStatus(assay.status), stop_reason=assay.stop_reason)

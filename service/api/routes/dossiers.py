@@ -13,20 +13,8 @@ import uuid
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
-from service.api.deps import (
-    ActorDep,
-    DispatcherDep,
-    InjectorSignerDep,
-    KeyRingDep,
-    PrincipalDep,
-    SessionDep,
-    SettingsDep,
-    SubmissionLimitDep,
-    resolve,
-)
-from service.api.errors import ERROR_RESPONSES, BrokerUnavailable, NotFound
+from service.api.errors import ERROR_RESPONSES, NotFound
 from service.api.present import candidate_public, dossier_ref, dossier_response
-from service.api.routes.candidates import check_trial_limits, shard_size
 from service.api.schemas import (
     CandidatePublic,
     DossierList,
@@ -36,16 +24,21 @@ from service.api.schemas import (
     KeyValue,
     RerunCreate,
 )
-from service.core.assay import plan_shards
+from service.app import assays
+from service.app.submissions import Services
 from service.core.dossier import PAYLOAD_TYPE
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
 from service.db import dossier as dossiers
 from service.db import queries
-from service.db.apikey import audit
-from service.db.candidate import record_rerun, withdraw_rerun
-from service.db.injector import issue_for
-from service.db.models import Dossier, Manifest
+from service.db.models import Dossier
+from service.http.deps import (
+    DispatcherDep,
+    InjectorSignerDep,
+    KeyRingDep,
+    PrincipalDep,
+    SessionDep,
+    SettingsDep,
+    SubmissionLimitDep,
+)
 
 log = logging.getLogger("assaygate.api")
 
@@ -153,68 +146,21 @@ def rerun(
     settings: SettingsDep,
     dispatcher: DispatcherDep,
     signer: InjectorSignerDep,
-    actor: ActorDep,
+    principal: PrincipalDep,
     body: RerunCreate | None = None,
     limit: SubmissionLimitDep = None,
 ) -> JSONResponse:
     """Assay the candidate again. Its result is a new dossier version with its own trial counts:
     it replaces the standing evidence whatever it says (no best-of-N)."""
-    principal = resolve(session, actor, ("POST", "/v1/candidates/{candidate_id}/rerun"))
-    row = queries.candidate(session, candidate_id, tenant_id=principal.tenant_id)
-    if row is None:
-        raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
-    manifest_row = session.get(Manifest, row.candidate.manifest_digest)
-    assert manifest_row is not None
-    manifest = parse_manifest(manifest_row.document)
-    previous = queries.assay(session, row.assay.id)
-    assert previous is not None
-    overrides = body.plan.model_dump(exclude_none=True) if body and body.plan else {}
-    plan = parse_plan({**previous.plan, **overrides})
-    shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
-    check_trial_limits(shards, settings)
-    dispatcher.ping()
-    if limit is not None:
-        limit.check(principal.key_id)
-    assay = record_rerun(
+    done = assays.rerun(
         session,
-        row.candidate,
-        plan_document=plan.model_dump(mode="json"),
-        catalogue=plan.resolve_catalogue().version,
-        shards=shards,
-        requested_by=principal.actor,
-        lease_s=settings.shard_lease_s,
-    )
-    issue_for(
-        session,
-        assay,
-        tenant=principal.tenant,
-        plan=plan,
-        signer=signer,
-        settings=settings,
-    )
-    response = candidate_public(
-        session, queries.CandidateRow(row.candidate, row.system, assay)
-    ).model_dump(mode="json")
-    audit(
-        session,
+        Services(settings, dispatcher, signer, limit),
         principal,
-        "candidate.rerun",
-        f"candidate:{candidate_id}",
-        candidate_id=candidate_id,
-        assay_id=assay.id,
-    )
-    session.commit()
-    try:
-        dispatcher.enqueue_shards(assay.id, [s.index for s in shards])
-    except BrokerUnavailable:
-        session.rollback()
-        withdraw_rerun(session, assay.id)
-        session.commit()
-        raise
-    log.info(
-        "candidate re-run",
-        extra={"candidate_id": str(candidate_id), "assay_id": str(assay.id)},
+        assays.Rerun(
+            candidate_id, body.plan.model_dump(exclude_none=True) if body and body.plan else None
+        ),
+        lambda row: candidate_public(session, row).model_dump(mode="json"),
     )
     return JSONResponse(
-        response, status_code=202, headers={"Location": f"/v1/candidates/{candidate_id}"}
+        done.response, status_code=202, headers={"Location": f"/v1/candidates/{candidate_id}"}
     )

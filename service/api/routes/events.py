@@ -9,12 +9,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from sqlmodel import col, select
 
-from service.api.deps import PrincipalDep, SessionDep
 from service.api.errors import ERROR_RESPONSES
 from service.api.present import aware
 from service.api.schemas import EventPage, EventPublic
 from service.db import queries
 from service.db.models import Event
+from service.http.deps import PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/events", tags=["events"])
 

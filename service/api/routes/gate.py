@@ -1,8 +1,9 @@
 """The deploy gate, and what reopens it: change triggers and reported configuration changes.
 
 `GET /v1/gate/{system}` answers `allow`, `hold`, `block` or `reopened` for a version (default:
-the newest candidate) with every reason and the dossier the answer rests on. Reads first apply
-any waiver that has expired, so an expired waiver is never read as `allow`.
+the newest candidate) with every reason and the dossier the answer rests on. Reading writes
+nothing: a waiver that has expired reads as `hold` at once, and the reconciler signs the version
+that records its lapse.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from service.api.deps import MetricsDep, PrincipalDep, SessionDep, SignerDep
 from service.api.errors import ERROR_RESPONSES, NotFound
 from service.api.present import dossier_ref, maybe_aware
 from service.api.schemas import (
@@ -21,22 +21,14 @@ from service.api.schemas import (
     TriggersPublic,
     TriggersUpdate,
 )
-from service.app import gate
+from service.app import changes, gate
 from service.db import dossier as dossiers
-from service.db import queries
-from service.db.apikey import Principal, audit
 from service.db.models import System
+from service.http.deps import MetricsDep, PrincipalDep, SessionDep, SignerDep
 
 router = APIRouter(tags=["gate"])
 
 SystemName = Annotated[str, Path(min_length=1, max_length=200)]
-
-
-def _system(session: SessionDep, name: str, principal: Principal) -> System:
-    system = queries.system_named(session, name, principal.tenant_id)
-    if system is None:
-        raise NotFound(f"no system {name}", field="system")
-    return system
 
 
 @router.get(
@@ -47,7 +39,6 @@ def _system(session: SessionDep, name: str, principal: Principal) -> System:
 def get_gate(
     system: SystemName,
     session: SessionDep,
-    signer: SignerDep,
     metrics: MetricsDep,
     principal: PrincipalDep,
     version: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
@@ -55,8 +46,7 @@ def get_gate(
     """May this version ship? `allow` only on a signed dossier that allows it, and never while a
     reported production change this candidate does not carry is open."""
     with metrics.gate_check_seconds.time():
-        gate.refresh(session, signer)
-        row = _system(session, system, principal)
+        row = changes.system_of(session, principal, system)
         candidate = dossiers.gate_candidate(session, row, version)
         if candidate is None:
             raise NotFound(
@@ -97,7 +87,7 @@ def get_triggers(
     system: SystemName, session: SessionDep, principal: PrincipalDep
 ) -> TriggersPublic:
     """The components whose change reopens this system's gate."""
-    return _triggers(_system(session, system, principal))
+    return _triggers(changes.system_of(session, principal, system))
 
 
 @router.put(
@@ -110,16 +100,7 @@ def put_triggers(
 ) -> TriggersPublic:
     """Name the trigger components (for example add `prompt`). Applies to dossiers issued and
     configuration changes reported from now on."""
-    row = dossiers.set_triggers(session, system, body.components, tenant_id=principal.tenant_id)
-    audit(
-        session,
-        principal,
-        "system.set_triggers",
-        f"system:{system}",
-        components=sorted(set(body.components)),
-    )
-    session.commit()
-    return _triggers(row)
+    return _triggers(changes.set_triggers(session, principal, system, body.components))
 
 
 @router.post(
@@ -137,26 +118,12 @@ def report_config_change(
 ) -> ConfigChangePublic:
     """A production configuration change. If it moves a trigger component away from what a
     standing dossier was assayed with, that dossier's next version reopens the gate."""
-    row = _system(session, system, principal)
-    outcome = dossiers.report_config_change(
+    row, outcome = changes.report(
         session,
         signer,
-        row,
-        component=body.component,
-        sha256=body.sha256,
-        reported_by=principal.actor,
-        note=body.note,
-    )
-    audit(
-        session,
         principal,
-        "system.config_change",
-        f"system:{system}",
-        component=body.component,
-        sha256=body.sha256,
-        reopened=len(outcome.reopened),
+        changes.ReportChange(system, body.component, body.sha256, body.note),
     )
-    session.commit()
     return ConfigChangePublic(
         id=outcome.change.id,
         system=row.name,

@@ -6,10 +6,10 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from service.api.deps import DispatcherDep, EngineDep, MetricsDep
 from service.api.errors import ServiceUnavailable
 from service.api.schemas import Health, Readiness
 from service.db.session import DATABASE_ERRORS, ping
+from service.http.deps import DispatcherDep, EngineDep, MetricsDep
 
 router = APIRouter(tags=["operations"])
 

@@ -11,26 +11,16 @@ block is never waived into `allow`. When a waiver expires the hold reopens.
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
-from service.api.deps import Caller, PrincipalDep, ReviewerDep, SessionDep, SignerDep, resolve
-from service.api.errors import (
-    ERROR_RESPONSES,
-    ExpiryPassed,
-    FieldInvalid,
-    HoldNotOpen,
-    NotFound,
-    NotWaivable,
-    ReviewerIsSubmitter,
-)
+from service.api.errors import ERROR_RESPONSES
 from service.api.present import dossier_ref, hold_public
 from service.api.schemas import HoldList, HoldPublic, ReviewCreate, ReviewPublic, WaiverCreate
-from service.db import dossier as dossiers
-from service.db.apikey import actor_view, audit, review_conflict
-from service.db.models import Candidate, HoldStatus
+from service.app import reviews
+from service.db.apikey import Principal
+from service.http.deps import PrincipalDep, SessionDep, SignerDep
 
 router = APIRouter(prefix="/v1/holds", tags=["holds"])
 
@@ -45,10 +35,8 @@ def list_holds(
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
 ) -> HoldList:
     """Newest first."""
-    if dossiers.reopen_expired(session, signer):
-        session.commit()
-    rows = dossiers.holds(
-        session, system=system, status=status, limit=limit, tenant_id=principal.tenant_id
+    rows = reviews.holds(
+        session, signer, principal.tenant_id, system=system, status=status, limit=limit
     )
     return HoldList(items=[hold_public(h) for h in rows])
 
@@ -59,76 +47,19 @@ def list_holds(
 def get_hold(
     hold_id: uuid.UUID, session: SessionDep, signer: SignerDep, principal: PrincipalDep
 ) -> HoldPublic:
-    if dossiers.reopen_expired(session, signer):
-        session.commit()
-    hold = dossiers.hold_of_tenant(session, hold_id, principal.tenant_id)
-    if hold is None:
-        raise NotFound(f"no hold {hold_id}", field="hold_id")
-    return hold_public(hold)
+    return hold_public(reviews.hold(session, signer, principal.tenant_id, hold_id))
 
 
 def _review(
-    action: Literal["waive", "reject"],
+    action: reviews.Action,
     hold_id: uuid.UUID,
     body: ReviewCreate,
     session: SessionDep,
     signer: SignerDep,
-    reviewer: Caller,
+    principal: Principal,
 ) -> ReviewPublic:
-    principal = resolve(session, reviewer, ("POST", f"/v1/holds/{{hold_id}}/{action}"))
-    now = datetime.now(UTC)
-    if dossiers.reopen_expired(session, signer, now=now):
-        session.commit()
-    hold = dossiers.hold_of_tenant(session, hold_id, principal.tenant_id)
-    if hold is None:
-        raise NotFound(f"no hold {hold_id}", field="hold_id")
-    candidate = session.get(Candidate, hold.candidate_id)
-    assert candidate is not None
-    if action == "waive" and body.expires_at is None:
-        raise FieldInvalid("a waiver needs an expiry", field="expires_at")
-    expires_at = body.expires_at
-    if expires_at is not None:
-        if expires_at.tzinfo is None:
-            expires_at = expires_at.replace(tzinfo=UTC)
-        if expires_at <= now:
-            # Well-formed, but the clock already passed it: a conflict with now, not bad input.
-            raise ExpiryPassed("the expiry must be in the future", field="expires_at")
-    conflict = review_conflict(session, principal, candidate.submitter)
-    if conflict is not None:
-        raise ReviewerIsSubmitter(conflict, field="Authorization")
-    if hold.status != HoldStatus.OPEN.value:
-        raise HoldNotOpen(f"hold {hold_id} is {hold.status}", field="hold_id")
-    blocking = dossiers.hard_reasons(hold)
-    if action == "waive" and blocking:
-        codes = ", ".join(sorted({str(r.get("code")) for r in blocking}))
-        raise NotWaivable(
-            f"a waiver cannot lift a block ({codes}); re-run after fixing, or reject",
-            field="hold_id",
-        )
-    done = dossiers.review(
-        session,
-        signer,
-        hold_id,
-        action=action,
-        reviewer=principal.actor,
-        reviewed_by=actor_view(session, principal.key_id),
-        reason=body.reason,
-        expires_at=expires_at,
-        now=now,
-    )
-    if done is None:
-        session.rollback()
-        raise HoldNotOpen(f"hold {hold_id} was reviewed or superseded meanwhile", field="hold_id")
-    audit(
-        session,
-        principal,
-        f"hold.{action}",
-        f"hold:{hold_id}",
-        candidate_id=candidate.id,
-        reason=body.reason,
-        dossier_id=str(done.dossier.id),
-    )
-    session.commit()
+    command = reviews.Review(hold_id, action, body.reason, body.expires_at)
+    done = reviews.review(session, signer, principal, command)
     return ReviewPublic(hold=hold_public(done.hold), dossier=dossier_ref(done.dossier))
 
 
@@ -142,10 +73,10 @@ def waive(
     body: WaiverCreate,
     session: SessionDep,
     signer: SignerDep,
-    reviewer: ReviewerDep,
+    reviewer: PrincipalDep,
 ) -> ReviewPublic:
     """Accept the held reasons until the expiry; signs the next dossier version (`allow`)."""
-    return _review("waive", hold_id, body, session, signer, reviewer)
+    return _review(reviews.Action.WAIVE, hold_id, body, session, signer, reviewer)
 
 
 @router.post(
@@ -158,7 +89,7 @@ def reject(
     body: ReviewCreate,
     session: SessionDep,
     signer: SignerDep,
-    reviewer: ReviewerDep,
+    reviewer: PrincipalDep,
 ) -> ReviewPublic:
     """Refuse the candidate; signs the next dossier version (`block`)."""
-    return _review("reject", hold_id, body, session, signer, reviewer)
+    return _review(reviews.Action.REJECT, hold_id, body, session, signer, reviewer)

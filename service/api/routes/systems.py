@@ -2,20 +2,18 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.deps import PrincipalDep, SessionDep, SignerDep
 from service.api.errors import ERROR_RESPONSES
 from service.api.present import aware, candidate_page
 from service.api.schemas import SystemList, SystemPublic
-from service.app import gate
 from service.db import queries
+from service.http.deps import PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/systems", tags=["systems"])
 
 
 @router.get("", response_model=SystemList, responses={503: ERROR_RESPONSES[503]})
-def list_systems(session: SessionDep, principal: PrincipalDep, signer: SignerDep) -> SystemList:
+def list_systems(session: SessionDep, principal: PrincipalDep) -> SystemList:
     """Every system of the caller's tenant, with its latest candidate and what its gate says."""
-    gate.refresh(session, signer)
     rows = queries.systems(session, tenant_id=principal.tenant_id)
     latest = {
         c.system: c

@@ -16,11 +16,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from service.api.errors import Forbidden, Unauthenticated
 from service.db import websession
 from service.db.apikey import Principal, authenticate
 from service.db.models import Role
-from service.web import auth as web_auth
+from service.http import browser as web_auth
+from service.http.errors import Forbidden, Unauthenticated
 
 SUBMITTER, REVIEWER, ADMIN = Role.SUBMITTER, Role.REVIEWER, Role.ADMIN
 ANY_ROLE: frozenset[Role] = frozenset(Role)

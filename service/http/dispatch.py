@@ -11,7 +11,7 @@ from celery import Celery
 from kombu.exceptions import KombuError
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from service.api.errors import BrokerUnavailable
+from service.app.errors import BrokerUnavailable
 from service.settings import Settings
 
 log = logging.getLogger("assaygate.dispatch")

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import redis
 
-from service.api.errors import BrokerUnavailable, RateLimited
+from service.app.errors import BrokerUnavailable, RateLimited
 from service.settings import Settings
 
 WINDOW_S = 60

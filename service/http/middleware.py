@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.errors import ErrorDetail, ErrorResponse
+from service.http.errors import ErrorDetail, ErrorResponse
 
 log = logging.getLogger("assaygate.http")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -10,13 +9,12 @@ from fastapi import Depends, Request
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from service.api.access import ROUTE_ROLES, require_principal
-from service.api.dispatch import Dispatcher
-from service.api.errors import Forbidden, Unauthenticated
-from service.api.limits import SubmissionLimit
-from service.api.metrics import Metrics
 from service.core.dossier import Signer
-from service.db.apikey import Principal, principal_by_id
+from service.db.apikey import Principal
+from service.http.access import require_principal
+from service.http.dispatch import Dispatcher
+from service.http.limits import SubmissionLimit
+from service.http.metrics import Metrics
 from service.keys import ActiveKey, KeyRing
 from service.settings import Settings
 
@@ -80,32 +78,6 @@ def get_key_ring(request: Request) -> KeyRing:
     return KeyRing(settings.keys_dir)
 
 
-Caller = Principal | str | None
-"""Who acts on a write: the request's key, or — when the dashboard calls a route in process —
-the id of the key its session signed in with, checked again by `resolve()` on every call."""
-
-
-def get_caller(principal: Annotated[Principal, Depends(require_principal)]) -> Caller:
-    return principal
-
-
-def resolve(session: Session, caller: Caller, route: tuple[str, str]) -> Principal:
-    """The caller as a principal allowed on `route` (a key in the access table)."""
-    if isinstance(caller, Principal):
-        return caller
-    principal = None
-    if caller:
-        try:
-            principal = principal_by_id(session, uuid.UUID(caller))
-        except ValueError:
-            principal = None
-    if principal is None:
-        raise Unauthenticated("sign in with an API key that is not revoked")
-    if not principal.has_any(ROUTE_ROLES.get(route, frozenset())):
-        raise Forbidden("this key may not do this")
-    return principal
-
-
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 EngineDep = Annotated[Engine, Depends(get_engine)]
 SessionDep = Annotated[Session, Depends(get_session)]
@@ -114,8 +86,5 @@ MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 SignerDep = Annotated[Signer, Depends(get_signer)]
 InjectorSignerDep = Annotated[Signer, Depends(get_injector_signer)]
 KeyRingDep = Annotated[KeyRing, Depends(get_key_ring)]
-# Optional for the dashboard, which calls routes in process (it has no request to count).
 SubmissionLimitDep = Annotated[SubmissionLimit | None, Depends(get_submission_limit)]
 PrincipalDep = Annotated[Principal, Depends(require_principal)]
-ActorDep = Annotated[Caller, Depends(get_caller)]
-ReviewerDep = Annotated[Caller, Depends(get_caller)]

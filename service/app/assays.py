@@ -1,0 +1,164 @@
+"""Assays after submission: a re-run adds a new dossier version with its own trial counts (it
+replaces the standing evidence whatever it says: no best-of-N); an abort stops one and ends it."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlmodel import Session
+
+from service.app.errors import BrokerUnavailable, Conflict, NotFound
+from service.app.submissions import Services, check_trial_limits, shard_size
+from service.core.assay import ShardSpec, plan_shards
+from service.core.dossier import Signer
+from service.core.manifest import parse_manifest
+from service.core.plan import AssayPlan, parse_plan
+from service.db import queries
+from service.db.apikey import Principal, audit
+from service.db.assay import OPEN, assay_inputs
+from service.db.candidate import record_rerun, withdraw_rerun
+from service.db.injector import issue_for, request_stop
+from service.db.lease import settle_stopped
+from service.db.merge import decide
+from service.db.models import Assay, Manifest
+from service.settings import Settings
+
+log = logging.getLogger("assaygate.api")
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """Assay a candidate again, with plan fields that override the last assay's plan."""
+
+    candidate_id: uuid.UUID
+    plan: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Rerunning:
+    candidate_id: uuid.UUID
+    assay_id: uuid.UUID
+    # The edge's answer, shown inside the transaction (before any worker starts).
+    response: dict[str, Any]
+
+
+def _planned(
+    session: Session, row: queries.CandidateRow, command: Rerun, settings: Settings
+) -> tuple[AssayPlan, list[ShardSpec]]:
+    """The re-run's plan (the last assay's, with the overrides) and its shards, within limits."""
+    manifest_row = session.get(Manifest, row.candidate.manifest_digest)
+    assert manifest_row is not None
+    manifest = parse_manifest(manifest_row.document)
+    previous = queries.assay(session, row.assay.id)
+    assert previous is not None
+    plan = parse_plan({**previous.plan, **dict(command.plan or {})})
+    shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
+    check_trial_limits(shards, settings)
+    return plan, shards
+
+
+def rerun(
+    session: Session,
+    services: Services,
+    principal: Principal,
+    command: Rerun,
+    present: Callable[[queries.CandidateRow], dict[str, Any]] | None = None,
+) -> Rerunning:
+    """Record a new assay of the candidate, commit, then enqueue its shards; withdrawn again if
+    the broker refuses them. Counted against the key's submissions per minute."""
+    candidate_id = command.candidate_id
+    row = queries.candidate(session, candidate_id, tenant_id=principal.tenant_id)
+    if row is None:
+        raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
+    plan, shards = _planned(session, row, command, services.settings)
+    services.queue.ping()
+    if services.limit is not None:
+        services.limit.check(principal.key_id)
+    assay = record_rerun(
+        session,
+        row.candidate,
+        plan_document=plan.model_dump(mode="json"),
+        catalogue=plan.resolve_catalogue().version,
+        shards=shards,
+        requested_by=principal.actor,
+        lease_s=services.settings.shard_lease_s,
+    )
+    issue_for(
+        session,
+        assay,
+        tenant=principal.tenant,
+        plan=plan,
+        signer=services.injector_signer,
+        settings=services.settings,
+    )
+    shown = queries.CandidateRow(row.candidate, row.system, assay)
+    response = present(shown) if present is not None else {}
+    audit(
+        session,
+        principal,
+        "candidate.rerun",
+        f"candidate:{candidate_id}",
+        candidate_id=candidate_id,
+        assay_id=assay.id,
+    )
+    session.commit()
+    try:
+        services.queue.enqueue_shards(assay.id, [s.index for s in shards])
+    except BrokerUnavailable:
+        session.rollback()
+        withdraw_rerun(session, assay.id)
+        session.commit()
+        raise
+    log.info(
+        "candidate re-run", extra={"candidate_id": str(candidate_id), "assay_id": str(assay.id)}
+    )
+    return Rerunning(candidate_id, assay.id, response)
+
+
+@dataclass(frozen=True)
+class Abort:
+    assay_id: uuid.UUID
+    reason: str | None = None
+
+
+def abort(session: Session, signer: Signer, principal: Principal, command: Abort) -> Assay:
+    """Stop an assay and end it. No shard starts after the stop is recorded; shards that no live
+    worker holds are stored at once as stopped, empty; running shards stop at their next batch.
+    The assay is decided `block` as soon as no shard is running: here, if none is. Repeating an
+    abort changes nothing recorded, and settles any shard whose worker has gone since."""
+    assay_id = command.assay_id
+    assay = queries.assay(session, assay_id, tenant_id=principal.tenant_id)
+    if assay is None:
+        raise NotFound(f"no assay {assay_id}", field="assay_id")
+    reason = f"aborted: {command.reason}" if command.reason else "aborted"
+    recorded = request_stop(
+        session, assay_id, reason, kind="assay.aborted", data={"by": principal.actor}
+    )
+    if recorded:
+        audit(
+            session,
+            principal,
+            "assay.abort",
+            f"assay:{assay_id}",
+            candidate_id=assay.candidate_id,
+            assay_id=assay_id,
+            reason=reason,
+        )
+    # The stop is committed first, on its own: every worker sees it at its next check, and no
+    # shard starts after it is recorded. Settling what is left is a second step.
+    session.commit()
+    session.refresh(assay)
+    if assay.stop_reason is None:
+        raise Conflict(f"assay {assay_id} is already {assay.status}", field="assay_id")
+    if assay.status in OPEN:
+        settle_stopped(session, assay_id, assay.stop_reason, by=f"abort:{principal.actor}")
+        inputs = assay_inputs(session, assay_id)
+        assert inputs is not None
+        decide(session, signer, assay_id, parse_manifest(inputs.manifest), parse_plan(inputs.plan))
+    session.commit()
+    session.refresh(assay)
+    return assay

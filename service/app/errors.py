@@ -1,0 +1,87 @@
+"""The application layer's one error tree: what a use case refuses, and why.
+
+Each error names the wire `code`, the `field` it is about and its `kind`; the edges translate
+the kind once (`service.api.errors` into an HTTP status with a JSON body, the dashboard into a
+page with the same status), so no use case knows about HTTP.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    INVALID = "invalid"  # the input breaks a rule
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"  # well-formed, but the state (or the clock) says no
+    REFUSED = "refused"  # this caller may not do this
+    RATE_LIMITED = "rate_limited"
+    UNAVAILABLE = "unavailable"  # a store the use case needs does not answer
+
+
+class AppError(Exception):
+    kind = Kind.INVALID
+    code = "bad_request"
+
+    def __init__(
+        self, message: str, field: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.headers = headers
+
+
+class FieldInvalid(AppError):
+    kind = Kind.INVALID
+    code = "field_invalid"
+
+
+class NotFound(AppError):
+    kind = Kind.NOT_FOUND
+    code = "not_found"
+
+
+class Conflict(AppError):
+    kind = Kind.CONFLICT
+    code = "conflict"
+
+
+class IdempotencyConflict(Conflict):
+    code = "idempotency_conflict"
+
+
+class ExpiryPassed(Conflict):
+    """A review's expiry that the clock has already passed: it would lapse at once."""
+
+    code = "expiry_passed"
+
+
+class HoldNotOpen(Conflict):
+    code = "hold_not_open"
+
+
+class NotWaivable(Conflict):
+    code = "not_waivable"
+
+
+class ReviewerIsSubmitter(AppError):
+    kind = Kind.REFUSED
+    code = "reviewer_is_submitter"
+
+
+class RateLimited(AppError):
+    kind = Kind.RATE_LIMITED
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after: int, field: str | None = None) -> None:
+        super().__init__(message, field, {"Retry-After": str(retry_after)})
+
+
+class ServiceUnavailable(AppError):
+    kind = Kind.UNAVAILABLE
+    code = "service_unavailable"
+
+
+class BrokerUnavailable(ServiceUnavailable):
+    code = "broker_unavailable"

@@ -1,0 +1,336 @@
+"""Reviews of dossiers that did not allow: waive or reject a hold, and the lapse of either.
+
+Each review signs the next dossier version. A waiver lifts only `hold` reasons: a block (a hard
+invariant, invalid evidence, a stop) is never waived into `allow`. A waiver or rejection lapses at
+its expiry: the gate reads it as lapsed at once (`service.app.gate`, no write), and the
+reconciler signs the version that records it (`expire_lapsed`), once however often it runs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from service.app.errors import (
+    ExpiryPassed,
+    FieldInvalid,
+    HoldNotOpen,
+    NotFound,
+    NotWaivable,
+    ReviewerIsSubmitter,
+)
+from service.core.dossier import Signer
+from service.db import dossier as dossiers
+from service.db.apikey import Principal, actor_view, audit, review_conflict
+from service.db.models import Candidate, Dossier, Hold, HoldStatus, utcnow
+
+ALLOW, HOLD, BLOCK = "allow", "hold", "block"
+
+
+class Action(StrEnum):
+    WAIVE = "waive"
+    REJECT = "reject"
+
+
+@dataclass(frozen=True)
+class Review:
+    """What a reviewer asks: waive (until an expiry) or reject one hold, with a reason."""
+
+    hold_id: uuid.UUID
+    action: Action
+    reason: str
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ReviewHold:
+    """Waive or reject one open hold. `reviewer` is the reviewing key's id; `reviewed_by` who
+    acted through it (`actor_view`), named in the hold, the messages and the signed entry."""
+
+    hold_id: uuid.UUID
+    action: Action
+    reviewer: str
+    reason: str
+    expires_at: datetime | None
+    reviewed_by: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Reviewed:
+    hold: Hold
+    dossier: Dossier
+
+
+@dataclass(frozen=True)
+class Lapse:
+    """What a lapsed waiver or rejection stands for: the decision and the reasons of the version
+    that records it, the same whether read before or after that version is signed."""
+
+    what: str  # "waiver" or "rejection"
+    decision: str
+    reasons: list[dict[str, Any]]
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat(timespec="seconds")
+
+
+def hard_reasons(hold: Hold) -> list[dict[str, Any]]:
+    """The reasons no waiver can lift: every block (hard invariants, invalid evidence, a stop)."""
+    return [r for r in hold.reasons if r.get("severity") == BLOCK]
+
+
+def _utc(value: datetime) -> datetime:
+    # SQLite hands back the stored instants without their zone; they are UTC.
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def lapsed(hold: Hold, now: datetime) -> bool:
+    """A waived or rejected hold whose expiry has passed."""
+    return (
+        hold.status in (HoldStatus.WAIVED.value, HoldStatus.REJECTED.value)
+        and hold.expires_at is not None
+        and _utc(hold.expires_at) <= _utc(now)
+    )
+
+
+def lapse(hold: Hold) -> Lapse:
+    what = "waiver" if hold.status == HoldStatus.WAIVED.value else "rejection"
+    by = hold.reviewed_by or hold.reviewer
+    expires = hold.expires_at
+    message = (
+        f"the {what} by {by} expired at {_iso(expires) if expires else '?'}; the hold is open again"
+    )
+    return Lapse(
+        what,
+        BLOCK if hard_reasons(hold) else HOLD,
+        [
+            *hold.reasons,
+            {"code": f"{what}_expired", "message": message, "fault": None, "severity": HOLD},
+        ],
+    )
+
+
+def _who(key_id: str, actor: Mapping[str, Any] | None) -> str:
+    """A reviewer as messages name them: the person, and the key they acted through."""
+    if not actor:
+        return key_id
+    return f"{actor['person']} (key {actor['key_prefix']}…)"
+
+
+def _outcome(hold: Hold, command: ReviewHold, who: str) -> tuple[str, list[dict[str, Any]]]:
+    """The decision and reasons a review signs."""
+    until = f" until {_iso(command.expires_at)}" if command.expires_at else ""
+    if command.action is Action.WAIVE:
+        # Defence in depth: only hold reasons are ever waived, so a block stays a block.
+        remaining = hard_reasons(hold)
+        return BLOCK if remaining else ALLOW, remaining or [
+            {
+                "code": "waived",
+                "message": f"held reasons waived by {who}{until}: {command.reason}",
+                "fault": None,
+                "severity": ALLOW,
+            }
+        ]
+    rejected = {
+        "code": "rejected",
+        "message": f"rejected by {who}{until}: {command.reason}",
+        "fault": None,
+        "severity": BLOCK,
+    }
+    return BLOCK, [*hold.reasons, rejected]
+
+
+def record(
+    session: Session, signer: Signer, command: ReviewHold, *, now: datetime | None = None
+) -> Reviewed | None:
+    """Sign the review of an open hold as the next dossier version; None if it is not open any
+    more (re-checked under the candidate's lock). Flushes; the caller commits."""
+    now = now or utcnow()
+    hold = session.get(Hold, command.hold_id)
+    if hold is None:
+        return None
+    candidate = dossiers.lock(session, hold.candidate_id)
+    session.refresh(hold)
+    before = dossiers.latest(session, candidate.id)
+    if hold.status != HoldStatus.OPEN.value or before is None:
+        return None
+    status = HoldStatus.WAIVED if command.action is Action.WAIVE else HoldStatus.REJECTED
+    reviewed_by = command.reviewed_by
+    hold.status = status.value
+    hold.reviewer = command.reviewer
+    hold.reviewed_by = str(reviewed_by["person"]) if reviewed_by else None
+    hold.review_reason = command.reason
+    hold.reviewed_at = now
+    hold.expires_at = command.expires_at
+    session.add(hold)
+    who = _who(command.reviewer, reviewed_by)
+    decision, reasons = _outcome(hold, command, who)
+    entry = {
+        "hold_id": str(hold.id),
+        "action": status.value,
+        "reviewer": command.reviewer,
+        "reviewed_by": dict(reviewed_by) if reviewed_by else None,
+        "reason": command.reason,
+        "at": _iso(now),
+        "expires_at": _iso(command.expires_at) if command.expires_at else None,
+        "reasons": [r.get("code") for r in hold.reasons],
+    }
+    dossier = dossiers.derive(
+        session,
+        signer,
+        candidate,
+        before,
+        change=f"{status.value} by {who}: {command.reason}",
+        decision=decision,
+        reasons=reasons,
+        now=now,
+        hold=hold,
+        waiver=entry,
+    )
+    session.flush()
+    return Reviewed(hold, dossier)
+
+
+def expire_lapsed(session: Session, signer: Signer, *, now: datetime | None = None) -> int:
+    """Sign a new version for each lapsed waiver (or rejection), reopening its hold; the number
+    signed. Idempotent: each hold is re-read under its candidate's lock, so concurrent or
+    repeated runs sign one version per lapse. Flushes; the caller commits."""
+    now = now or utcnow()
+    expired = session.exec(
+        select(Hold.id).where(
+            col(Hold.status).in_([HoldStatus.WAIVED.value, HoldStatus.REJECTED.value]),
+            col(Hold.expires_at).is_not(None),
+            col(Hold.expires_at) <= now,
+        )
+    ).all()
+    done = 0
+    for hold_id in expired:
+        hold = session.get(Hold, hold_id)
+        assert hold is not None
+        candidate = dossiers.lock(session, hold.candidate_id)
+        session.refresh(hold)
+        before = dossiers.latest(session, candidate.id)
+        if not lapsed(hold, now) or before is None:
+            continue
+        found = lapse(hold)
+        hold.status = HoldStatus.OPEN.value
+        session.add(hold)
+        dossiers.derive(
+            session,
+            signer,
+            candidate,
+            before,
+            change=f"{found.what} expired",
+            decision=found.decision,
+            reasons=found.reasons,
+            now=now,
+            hold=hold,
+        )
+        done += 1
+    session.flush()
+    return done
+
+
+def review(
+    session: Session,
+    signer: Signer,
+    principal: Principal,
+    command: Review,
+    *,
+    now: datetime | None = None,
+) -> Reviewed:
+    """The review use case: check it, sign it, audit it, commit. Separation of duties is per
+    person (`review_conflict`); a waiver needs an expiry in the future and lifts no block."""
+    now = now or utcnow()
+    if expire_lapsed(session, signer, now=now):
+        session.commit()
+    hold = dossiers.hold_of_tenant(session, command.hold_id, principal.tenant_id)
+    if hold is None:
+        raise NotFound(f"no hold {command.hold_id}", field="hold_id")
+    candidate = session.get(Candidate, hold.candidate_id)
+    assert candidate is not None
+    expires_at = _checked_expiry(command, now)
+    conflict = review_conflict(session, principal, candidate.submitter)
+    if conflict is not None:
+        raise ReviewerIsSubmitter(conflict, field="Authorization")
+    if hold.status != HoldStatus.OPEN.value:
+        raise HoldNotOpen(f"hold {command.hold_id} is {hold.status}", field="hold_id")
+    blocking = hard_reasons(hold)
+    if command.action is Action.WAIVE and blocking:
+        codes = ", ".join(sorted({str(r.get("code")) for r in blocking}))
+        raise NotWaivable(
+            f"a waiver cannot lift a block ({codes}); re-run after fixing, or reject",
+            field="hold_id",
+        )
+    signed = ReviewHold(
+        command.hold_id,
+        command.action,
+        principal.actor,
+        command.reason,
+        expires_at,
+        actor_view(session, principal.key_id),
+    )
+    done = record(session, signer, signed, now=now)
+    if done is None:
+        session.rollback()
+        raise HoldNotOpen(
+            f"hold {command.hold_id} was reviewed or superseded meanwhile", field="hold_id"
+        )
+    audit(
+        session,
+        principal,
+        f"hold.{command.action.value}",
+        f"hold:{command.hold_id}",
+        candidate_id=candidate.id,
+        reason=command.reason,
+        dossier_id=str(done.dossier.id),
+    )
+    session.commit()
+    return done
+
+
+def _checked_expiry(command: Review, now: datetime) -> datetime | None:
+    if command.action is Action.WAIVE and command.expires_at is None:
+        raise FieldInvalid("a waiver needs an expiry", field="expires_at")
+    expires_at = command.expires_at
+    if expires_at is None:
+        return None
+    expires_at = _utc(expires_at)
+    if expires_at <= now:
+        # Well-formed, but the clock already passed it: a conflict with now, not bad input.
+        raise ExpiryPassed("the expiry must be in the future", field="expires_at")
+    return expires_at
+
+
+def holds(
+    session: Session,
+    signer: Signer,
+    tenant_id: uuid.UUID,
+    *,
+    system: str | None = None,
+    status: str | None = None,
+    limit: int = 100,
+) -> list[Hold]:
+    """The tenant's holds, newest first, with every lapsed review reopened first (a hold list
+    shows the status a reviewer can act on)."""
+    if expire_lapsed(session, signer):
+        session.commit()
+    return list(
+        dossiers.holds(session, system=system, status=status, limit=limit, tenant_id=tenant_id)
+    )
+
+
+def hold(session: Session, signer: Signer, tenant_id: uuid.UUID, hold_id: uuid.UUID) -> Hold:
+    if expire_lapsed(session, signer):
+        session.commit()
+    found = dossiers.hold_of_tenant(session, hold_id, tenant_id)
+    if found is None:
+        raise NotFound(f"no hold {hold_id}", field="hold_id")
+    return found

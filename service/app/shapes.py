@@ -1,0 +1,81 @@
+"""The shapes a submission arrives in, validated at either edge before a use case runs: the
+API's request body and the dashboard's form both become a `CandidateCreate`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.core.catalogue import DOMAINS, catalogue_named
+from service.core.manifest import COMPONENTS
+from service.core.plan import MAX_FAMILIES, MAX_MODES, MAX_SEED, StopConditions
+from service.core.text import LINE_PATTERN, SYSTEM_NAME_MAX, SYSTEM_NAME_PATTERN, TEXT_PATTERN
+from service.core.values import INTEGRAL
+
+#: One line of printable text (a version, a revision, a key's name).
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=LINE_PATTERN)]
+#: A new system's name (see `service.core.text`).
+SystemName = Annotated[
+    str, Field(min_length=1, max_length=SYSTEM_NAME_MAX, pattern=SYSTEM_NAME_PATTERN)
+]
+#: Free text: tabs and line breaks, no other control character.
+Text = Annotated[str, Field(pattern=TEXT_PATTERN)]
+# Documented here, checked by the core (which names the field): the values a plan may select.
+_FULL = catalogue_named("full")
+FAMILY_NAMES = [d.value for d in DOMAINS]
+MODE_NAMES = sorted({f.id for f in _FULL.faults} | {f.mode for f in _FULL.faults})
+Component = Literal[
+    "model",
+    "prompt",
+    "policy",
+    "tools",
+    "retry",
+    "state_schema",
+    "evidence_routes",
+    "orchestration",
+    "controls",
+    "target",
+    "envelope",
+    "invariants",
+]
+assert set(get_args(Component)) == set(COMPONENTS)
+
+
+class PlanCreate(BaseModel):
+    """Which faults to assay and how hard; anything left out takes the engine's default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    catalogue: Literal["paper", "full"] | None = None
+    families: (
+        Annotated[
+            list[Annotated[str, Field(json_schema_extra={"enum": FAMILY_NAMES})]],
+            Field(max_length=MAX_FAMILIES),
+        ]
+        | None
+    ) = Field(default=None, description="fault domains; empty: all")
+    modes: (
+        Annotated[
+            list[Annotated[str, Field(json_schema_extra={"enum": MODE_NAMES})]],
+            Field(max_length=MAX_MODES),
+        ]
+        | None
+    ) = Field(default=None, description="fault ids (full catalogue only); empty: all")
+    trials: Annotated[int, Field(strict=True, ge=1), INTEGRAL] | None = Field(
+        default=None, description="per fault (full catalogue) or in total (paper catalogue)"
+    )
+    seed: Annotated[int, Field(strict=True, ge=0, le=MAX_SEED), INTEGRAL] | None = None
+    stop: StopConditions | None = Field(
+        default=None, description="stop conditions; omitted ones take the service defaults"
+    )
+
+
+class CandidateCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    system: SystemName | None = Field(default=None, description="defaults to manifest.system")
+    version: Name | None = Field(default=None, description="defaults to manifest.version")
+    source_revision: Name = Field(description="the commit the candidate was built from")
+    manifest: dict[str, Any] = Field(description="the configuration manifest")
+    plan: PlanCreate | None = None

@@ -1,0 +1,282 @@
+"""Submitting candidates: validate everything, write once, enqueue after the commit.
+
+A submission is validated completely before anything is written, written in one transaction,
+and enqueued only after that transaction commits (a worker must never see a task for rows it
+cannot read). If the broker refuses the tasks, the committed rows are withdrawn again and the
+caller gets `BrokerUnavailable`: a candidate either exists with its work queued, or not at all.
+
+An idempotency key is claimed (its row written) in that transaction before the submission is
+counted against the key's per-minute limit: repeats of one key, however concurrent, wait for the
+first, replay its answer and use no submission slot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import rfc8785
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from service.app.errors import BrokerUnavailable, FieldInvalid, IdempotencyConflict
+from service.app.ports import Limit, Queue
+from service.app.shapes import CandidateCreate
+from service.core.assay import ShardSpec, plan_shards
+from service.core.contract import plan_data_for
+from service.core.dossier import Signer
+from service.core.manifest import Manifest, parse_manifest
+from service.core.plan import AssayPlan, parse_plan
+from service.db import queries
+from service.db.apikey import Principal, audit
+from service.db.candidate import (
+    Recorded,
+    find_idempotency_key,
+    record_submission,
+    withdraw_submission,
+)
+from service.db.injector import issue_for
+from service.db.models import IdempotencyKey
+from service.mcp.check import check_mcp_manifest
+from service.settings import Settings
+
+log = logging.getLogger("assaygate.api")
+
+# Concurrent first submissions for one new system (or one new manifest) race on its unique
+# row; the loser retries and finds the row the winner wrote.
+_RECORD_ATTEMPTS = 3
+
+#: How the edge shows a candidate; called inside the transaction, so an idempotency key stores
+#: exactly the answer the first submission gave.
+Present = Callable[[queries.CandidateRow], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Submitted:
+    candidate_id: uuid.UUID
+    response: dict[str, Any]
+    status_code: int = 202
+    # True when an idempotency key replayed the first submission's answer.
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class Services:
+    """What a submission uses beyond the session: settings, the broker, the injector key and the
+    key's limit (None where nothing is counted)."""
+
+    settings: Settings
+    queue: Queue
+    injector_signer: Signer
+    limit: Limit | None = None
+
+
+def shard_size(plan: AssayPlan, settings: Settings) -> int:
+    """The configured shard size, grown just enough to keep the shard count under the cap."""
+    faults = 1 if plan.paper else len(plan.faults())
+    shards_per_fault = max(1, settings.max_shards_per_assay // faults)
+    return max(settings.trials_per_shard, -(-plan.trials // shards_per_fault))
+
+
+def check_trial_limits(shards: list[ShardSpec], settings: Settings) -> None:
+    """Refuse a plan over the configured trial limits before anything is written."""
+    per_fault: dict[str | None, int] = {}
+    for s in shards:
+        per_fault[s.fault_id] = per_fault.get(s.fault_id, 0) + (s.stop - s.start)
+    most = max(per_fault.values(), default=0)
+    if most > settings.max_trials_per_fault:
+        raise FieldInvalid(
+            f"{most} trials for one fault; the limit is {settings.max_trials_per_fault}",
+            field="plan.trials",
+        )
+    total = sum(per_fault.values())
+    if total > settings.max_trials_per_assay:
+        raise FieldInvalid(
+            f"{total} trials in the assay; the limit is {settings.max_trials_per_assay}",
+            field="plan.trials",
+        )
+
+
+def request_digest(body: CandidateCreate) -> str:
+    """What identifies a request's content: a repeat of its idempotency key with another digest
+    is a conflict."""
+    canonical = rfc8785.dumps(body.model_dump(mode="json", exclude_unset=True))
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def _replay(row: IdempotencyKey, digest: str) -> Submitted:
+    if row.request_sha256 != digest:
+        raise IdempotencyConflict(
+            "this Idempotency-Key was used with a different body", field="Idempotency-Key"
+        )
+    return Submitted(row.candidate_id, dict(row.response), row.status_code, replayed=True)
+
+
+@dataclass(frozen=True)
+class _Checked:
+    manifest: Manifest
+    system: str
+    version: str
+    plan: AssayPlan
+    shards: list[ShardSpec]
+
+
+def _check(body: CandidateCreate, settings: Settings) -> _Checked:
+    manifest = parse_manifest(body.manifest)
+    system = body.system or manifest.system
+    version = body.version or manifest.version
+    if system is None:
+        raise FieldInvalid("name the system in the body or in the manifest", field="system")
+    if version is None:
+        raise FieldInvalid("name the version in the body or in the manifest", field="version")
+    if manifest.target.kind == "mcp":
+        check_mcp_manifest(manifest)
+    plan = parse_plan(
+        plan_data_for(manifest, body.plan.model_dump(exclude_none=True) if body.plan else {})
+    )
+    shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
+    check_trial_limits(shards, settings)
+    return _Checked(manifest, system, version, plan, shards)
+
+
+def submit(
+    session: Session,
+    services: Services,
+    principal: Principal,
+    body: CandidateCreate,
+    present: Present | None = None,
+    *,
+    idempotency_key: str | None = None,
+) -> Submitted:
+    """Record a release candidate and queue its assay; answers before the assay runs."""
+    checked = _check(body, services.settings)
+    digest = request_digest(body)
+    # Stored per tenant: one tenant's key never replays (or reveals) another tenant's response.
+    key = idempotency_key
+    stored_key = f"{principal.tenant_id.hex}:{key}" if key else None
+    if stored_key is not None:
+        existing = find_idempotency_key(session, stored_key)
+        if existing is not None:
+            return _replay(existing, digest)
+    services.queue.ping()
+    if services.limit is not None and stored_key is None:
+        services.limit.check(principal.key_id)
+    for attempt in range(_RECORD_ATTEMPTS):
+        try:
+            claim = (stored_key, digest) if stored_key is not None else None
+            recorded, response = _record(
+                session, services, principal, body, checked, claim, present
+            )
+            break
+        except sa.exc.IntegrityError:
+            session.rollback()
+            if stored_key is not None:
+                existing = find_idempotency_key(session, stored_key)
+                if existing is not None:
+                    return _replay(existing, digest)
+            if attempt == _RECORD_ATTEMPTS - 1:
+                raise
+    try:
+        services.queue.enqueue_shards(recorded.assay.id, [s.index for s in checked.shards])
+    except BrokerUnavailable:
+        _withdraw(session, recorded)
+        raise
+    log.info(
+        "candidate submitted",
+        extra={
+            "candidate_id": str(recorded.candidate.id),
+            "assay_id": str(recorded.assay.id),
+            "system": checked.system,
+        },
+    )
+    return Submitted(recorded.candidate.id, response)
+
+
+def _record(
+    session: Session,
+    services: Services,
+    principal: Principal,
+    body: CandidateCreate,
+    checked: _Checked,
+    key: tuple[str, str] | None,
+    present: Present | None,
+) -> tuple[Recorded, dict[str, Any]]:
+    """One attempt at the submission's transaction; committed when it returns. `key`: the
+    stored idempotency key and the request's digest, to claim."""
+    recorded = record_submission(
+        session,
+        tenant_id=principal.tenant_id,
+        system_name=checked.system,
+        version=checked.version,
+        source_revision=body.source_revision,
+        manifest=checked.manifest,
+        plan_document=checked.plan.model_dump(mode="json"),
+        catalogue=checked.plan.resolve_catalogue().version,
+        shards=checked.shards,
+        submitter=principal.actor,
+        submitted_by=principal.person,
+        lease_s=services.settings.shard_lease_s,
+    )
+    claim = _claim(session, services, principal, recorded, key) if key is not None else None
+    issue_for(
+        session,
+        recorded.assay,
+        tenant=principal.tenant,
+        plan=checked.plan,
+        signer=services.injector_signer,
+        settings=services.settings,
+    )
+    row = queries.CandidateRow(recorded.candidate, recorded.system, recorded.assay)
+    response = present(row) if present is not None else {}
+    audit(
+        session,
+        principal,
+        "candidate.submit",
+        f"candidate:{recorded.candidate.id}",
+        candidate_id=recorded.candidate.id,
+        assay_id=recorded.assay.id,
+        system=checked.system,
+    )
+    if claim is not None:
+        claim.response = response
+        session.add(claim)
+    session.commit()
+    return recorded, response
+
+
+def _claim(
+    session: Session,
+    services: Services,
+    principal: Principal,
+    recorded: Recorded,
+    key: tuple[str, str],
+) -> IdempotencyKey:
+    """Claim the key before counting the submission: a concurrent repeat waits on this row until
+    the first commits, then replays it — uncounted. Only a submission that records a candidate
+    uses one of the key's slots."""
+    claim = IdempotencyKey(
+        key=key[0],
+        request_sha256=key[1],
+        candidate_id=recorded.candidate.id,
+        status_code=202,
+        response={},
+    )
+    session.add(claim)
+    session.flush()
+    if services.limit is not None:
+        services.limit.check(principal.key_id)
+    return claim
+
+
+def _withdraw(session: Session, recorded: Recorded) -> None:
+    log.warning(
+        "enqueue failed; withdrawing the submission",
+        extra={"candidate_id": str(recorded.candidate.id), "assay_id": str(recorded.assay.id)},
+    )
+    session.rollback()
+    withdraw_submission(session, recorded)
+    session.commit()
