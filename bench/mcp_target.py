@@ -78,7 +78,7 @@ def _cpu_by_role(root: int) -> dict[str, float]:
 def worker(index: int, trials: int, fault: str | None, upstream: str, out: mp.Queue) -> None:  # type: ignore[type-arg]
     sys.path.insert(0, str(EXAMPLE))
     sys.path.insert(0, str(ROOT))
-    from service.core.contract import catalogue_for
+    from service.core.contract_catalogue import catalogue_for
     from service.core.manifest import parse_manifest
     from service.mcp.engine import McpEngine
 

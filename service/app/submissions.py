@@ -27,7 +27,7 @@ from service.app.errors import BrokerUnavailable, FieldInvalid, IdempotencyConfl
 from service.app.ports import Limit, Queue
 from service.app.shapes import CandidateCreate
 from service.core.assay import ShardSpec, plan_shards
-from service.core.contract import plan_data_for
+from service.core.contract_catalogue import plan_data_for
 from service.core.dossier import Signer
 from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan

@@ -12,7 +12,7 @@ from typing import Any
 from service.cli.errors import DECISION_EXIT, EXIT_ERROR
 from service.core.assay import AssayReport, Limits, replay_trial, run_assay
 from service.core.catalogue import Catalogue, catalogue_named, custom_catalogue
-from service.core.contract import catalogue_for
+from service.core.contract_catalogue import catalogue_for
 from service.core.errors import ManifestInvalid, PlanInvalid
 from service.core.manifest import Manifest, parse_manifest_json
 from service.core.plan import AssayPlan, parse_plan

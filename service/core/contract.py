@@ -22,9 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from service.core.errors import ManifestInvalid
 
 if TYPE_CHECKING:
-    from service.core.catalogue import Catalogue
     from service.core.manifest import Manifest
-    from service.core.plan import AssayPlan
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$", min_length=1, max_length=128)]
 
@@ -312,40 +310,3 @@ def contract_of(manifest: Manifest) -> Contract:
 
 def invariants_of(manifest: Manifest) -> Invariants:
     return parse_invariants(manifest.invariants)
-
-
-def catalogue_for(manifest: Manifest) -> Catalogue:
-    """An mcp target's catalogue: the faults its contract implies. Its version names the
-    contract's hash, so a new contract is a new catalogue."""
-    # The catalogue is built from this module's models: imported here, not above, to avoid a cycle.
-    from service.core.contract_catalogue import mcp_catalogue
-
-    version = "mcp-" + manifest.component_hashes()["tools"][:12]
-    return mcp_catalogue(contract_of(manifest), version)
-
-
-def plan_data_for(manifest: Manifest, data: dict[str, Any]) -> dict[str, Any]:
-    """Plan input for a manifest: an mcp target's named catalogue ("full", or none) becomes the
-    catalogue its contract implies; a custom catalogue and other targets' plans are unchanged."""
-    if manifest.target.kind != "mcp":
-        return data
-    named = data.get("catalogue", "full")
-    if named == "paper":
-        from service.core.errors import PlanInvalid
-
-        raise PlanInvalid("an mcp target has no paper mode", field="catalogue")
-    if named == "full":
-        return {**data, "catalogue": catalogue_for(manifest)}
-    return data
-
-
-def mcp_plan(manifest: Manifest, plan: AssayPlan) -> AssayPlan:
-    """`plan_data_for` on a parsed plan."""
-    from service.core.plan import AssayPlan as _Plan
-
-    data = plan_data_for(manifest, {**plan.model_dump(), "catalogue": plan.catalogue})
-    if data["catalogue"] is plan.catalogue:
-        return plan
-    updated = _Plan.model_validate(data)
-    updated.faults()
-    return updated

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
 from service.core.catalogue import Catalogue, FaultSpec
-from service.core.contract import Contract, Role
-from service.core.errors import ManifestInvalid
+from service.core.contract import Contract, Role, contract_of
+from service.core.errors import ManifestInvalid, PlanInvalid
+from service.core.manifest import Manifest
 
 _COMPLETE = "complete_exactly_once"
 _DENY = "deny_and_report"
@@ -230,3 +232,23 @@ def mcp_catalogue(contract: Contract, version: str) -> Catalogue:
         raise ManifestInvalid(
             f"the contract implies an invalid fault: {exc}", field="tools"
         ) from None
+
+
+def catalogue_for(manifest: Manifest) -> Catalogue:
+    """An mcp target's catalogue: the faults its contract implies. Its version names the
+    contract's hash, so a new contract is a new catalogue."""
+    version = "mcp-" + manifest.component_hashes()["tools"][:12]
+    return mcp_catalogue(contract_of(manifest), version)
+
+
+def plan_data_for(manifest: Manifest, data: dict[str, Any]) -> dict[str, Any]:
+    """Plan input for a manifest: an mcp target's named catalogue ("full", or none) becomes the
+    catalogue its contract implies; a custom catalogue and other targets' plans are unchanged."""
+    if manifest.target.kind != "mcp":
+        return data
+    named = data.get("catalogue", "full")
+    if named == "paper":
+        raise PlanInvalid("an mcp target has no paper mode", field="catalogue")
+    if named == "full":
+        return {**data, "catalogue": catalogue_for(manifest)}
+    return data

@@ -32,6 +32,7 @@ from service.http.access import ANY_ROLE, ROUTE_ROLES
 from service.http.browser import Identity, WebSession, WebSessionDep
 from service.http.deps import SessionDep
 from service.http.input import check_request_text
+from service.web.rendering import render
 
 #: Dashboard routes anyone may call: signing in and out, and the static files.
 PUBLIC_PAGES: frozenset[tuple[str, str]] = frozenset(
@@ -169,8 +170,6 @@ class PageRoute(APIRoute):
             except SignInFirst as exc:
                 return RedirectResponse(signin_url(exc.next_url), status_code=303)
             except PageRefused as exc:
-                from service.web.routes import render
-
                 return render(
                     request,
                     exc.ws,
@@ -180,8 +179,6 @@ class PageRoute(APIRoute):
                 )
             except TextInvalid as exc:
                 # Refused before the session was read: answered without touching the cookie.
-                from service.web.routes import render
-
                 return render(
                     request,
                     WebSession(sid="", identity=None, expires=0),

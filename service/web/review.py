@@ -41,6 +41,7 @@ from service.http.errors import status_of
 from service.web import present
 from service.web import queries as web_queries
 from service.web.access import PAGE_DEPENDENCIES, PageRoute, Viewer, ViewerDep, safe_next
+from service.web.rendering import render, set_session_cookie
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute, dependencies=PAGE_DEPENDENCIES)
 # The queue shows the newest holds first; older ones are reached by their status filter.
@@ -54,8 +55,6 @@ def _render(
     context: dict[str, Any],
     status_code: int = 200,
 ) -> HTMLResponse:
-    from service.web.routes import render
-
     return render(request, ws, template, context, status_code=status_code)
 
 
@@ -120,8 +119,6 @@ def signin(
     session.commit()
     # Only a path on this site: never a redirect elsewhere.
     response = RedirectResponse(safe_next(next), status_code=303)
-    from service.web.routes import set_session_cookie
-
     set_session_cookie(request, response, secret, fresh)
     return response
 

@@ -19,27 +19,19 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
-import jinja2
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
-from markupsafe import Markup
 
 from service.app import gate
 from service.db import dossier as dossiers
 from service.db import queries
-from service.http.browser import (
-    COOKIE,
-    WebSession,
-    csrf_token,
-    encode_session,
-    secret_of,
-)
 from service.http.deps import (
     SessionDep,
 )
-from service.web import charts, present, review, submit
+from service.web import present, review, submit
 from service.web import queries as web_queries
 from service.web.access import PAGE_DEPENDENCIES, PageRoute, Viewer, ViewerDep
+from service.web.rendering import not_found, render
 
 HERE = Path(__file__).resolve().parent
 STATIC = HERE / "static"
@@ -62,86 +54,10 @@ KNOWN_EVENTS = (
     "system.triggers_set",
     "audit",
 )
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
-        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-    "X-Frame-Options": "DENY",
-}
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute, dependencies=PAGE_DEPENDENCIES)
 router.include_router(review.router)
 router.include_router(submit.router)
-
-
-@lru_cache(maxsize=1)
-def environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(HERE / "templates"),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters.update(
-        pct=present.pct,
-        signed=present.signed,
-        when=present.when,
-        short=lambda s, n=12: str(s)[:n],
-        words=lambda s: str(s).replace("_", " "),
-    )
-    env.globals.update(
-        signature_bars=lambda sig: Markup(charts.signature_bars(sig)),
-        envelope_chart=lambda faults: Markup(charts.envelope_chart(faults)),
-        coverage_matrix=lambda v, n: Markup(charts.coverage_matrix(v, n)),
-    )
-    return env
-
-
-def render(
-    request: Request,
-    ws: WebSession,
-    template: str,
-    context: dict[str, Any],
-    *,
-    status_code: int = 200,
-) -> HTMLResponse:
-    secret = secret_of(request)
-    html = (
-        environment()
-        .get_template(template)
-        .render(
-            request=request,
-            identity=ws.identity,
-            csrf=csrf_token(secret, ws),
-            **context,
-        )
-    )
-    response = HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)
-    if ws.fresh:
-        set_session_cookie(request, response, secret, ws)
-    return response
-
-
-def set_session_cookie(request: Request, response: Response, secret: bytes, ws: WebSession) -> None:
-    response.set_cookie(
-        COOKIE,
-        encode_session(secret, ws),
-        max_age=max(0, ws.expires - int(datetime.now().timestamp())),
-        httponly=True,
-        samesite="lax",
-        secure=request.url.scheme == "https",
-        path="/",
-    )
-
-
-def not_found(request: Request, ws: WebSession, what: str) -> HTMLResponse:
-    return render(
-        request, ws, "error.html", {"title": "Not found", "message": what}, status_code=404
-    )
 
 
 # ------------------------------------------------------------------------------- cursors

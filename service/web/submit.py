@@ -27,6 +27,7 @@ from service.http.deps import (
 )
 from service.http.errors import status_of
 from service.web.access import PAGE_DEPENDENCIES, PageRoute, ViewerDep
+from service.web.rendering import render
 
 router = APIRouter(include_in_schema=False, route_class=PageRoute, dependencies=PAGE_DEPENDENCIES)
 
@@ -43,8 +44,6 @@ def _page(
     status: int = 200,
     headers: dict[str, str] | None = None,
 ) -> HTMLResponse:
-    from service.web.routes import render
-
     context = {"title": "Submit a candidate", "error": error, "form": form}
     page = render(
         request, ws, "submit.html", {**context, "can_submit": can_submit}, status_code=status
@@ -118,8 +117,6 @@ def submit(
     try:
         check_csrf(secret_of(request), ws, csrf)
     except CsrfInvalid as exc:
-        from service.web.routes import render
-
         context = {"title": "Refused", "message": str(exc)}
         return render(request, ws, "error.html", context, status_code=403)
     body = _body(form)

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from service.core.contract import Invariants, catalogue_for, parse_contract
+from service.core.contract import Invariants, parse_contract
+from service.core.contract_catalogue import catalogue_for
 from service.core.dossier import DEFAULT_TRIGGERS
 from service.core.errors import ManifestInvalid
 from service.core.manifest import parse_manifest
