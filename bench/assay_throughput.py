@@ -161,6 +161,12 @@ def main() -> None:
         default=2_000_000,
         help="trials for the peak-memory rows (0 skips them)",
     )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="runs of the reference and of the 3-arm row, interleaved; each prints its best",
+    )
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = ap.parse_args()
     figures: dict[str, object] = {"trials": args.trials, "memory_trials": args.memory_trials}
@@ -179,10 +185,21 @@ def main() -> None:
     )
     figures["core"] = state()
     ref = None
+    # The reference and the row issue 17 measures run in turns, each kept at its best (fastest)
+    # run: on a shared machine the other load only ever slows a run down, so the minimum is the
+    # least disturbed figure of each, taken under the same conditions.
+    best: dict[str, float] = {}
     if args.reference.exists():
-        ref = _reference(args.reference, n, args.seed)
+        refs, arms = [], []
+        for _ in range(max(1, args.repeat)):
+            refs.append(_reference(args.reference, n, args.seed))
+            arms.append(_ours(full, 1))
+        ref, best[THREE_ARM] = min(refs), min(arms)
         figures["reference_s"] = ref
-        print(f"reference script (table lookup)        {ref:7.2f} s  {n / ref:10,.0f} trials/s")
+        print(
+            f"reference script (table lookup)        {ref:7.2f} s  {n / ref:10,.0f} trials/s"
+            f"  (best of {len(refs)}: {', '.join(f'{r:.2f}' for r in refs)})"
+        )
     else:
         print(f"reference script not found at {args.reference}: ratios skipped")
     rows = [
@@ -193,7 +210,7 @@ def main() -> None:
         ("executed, every arm on every trial, 1 process", everything, 1),
     ]
     for label, plan, workers in rows:
-        t = _ours(plan, workers)
+        t = best[label] if label in best else _ours(plan, workers)
         figures[label] = t
         ratio = f"  ratio {t / ref:5.2f}x" if ref else ""
         print(f"{label:58} {t:7.2f} s  {n / t:10,.0f} trials/s{ratio}")
