@@ -25,6 +25,7 @@ from celery.exceptions import Reject
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from service.app.dossiers import decide
 from service.core.assay import Limits, ShardResult, ShardSpec, run_shard
 from service.core.credential import injection_guard, verify_credential
 from service.core.dossier import PublicKey, Signer
@@ -52,7 +53,6 @@ from service.db.injector import (
     stop_reason,
 )
 from service.db.lease import renew_lease
-from service.db.merge import decide
 from service.db.session import DATABASE_ERRORS, make_engine, session_scope
 from service.keys import ActiveKey, KeyRing
 from service.settings import Settings
