@@ -25,8 +25,10 @@ from celery.exceptions import Reject
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from service.core.assay import Limits, ShardResult, ShardSpec, run_shard
-from service.core.credential import injection_guard, verify_credential
+from service.app import shards
+from service.app.dossiers import decide
+from service.core.assay import ShardResult, ShardSpec, run_shard
+from service.core.credential import InjectorScope, injection_guard, verify_credential
 from service.core.dossier import PublicKey, Signer
 from service.core.engine import TrialEngine
 from service.core.errors import CredentialInvalid
@@ -38,21 +40,11 @@ from service.db.assay import (
     ShardStart,
     Stored,
     assay_inputs,
-    begin_shard,
     fail_assay,
     ready_to_merge,
-    store_shard_result,
 )
-from service.db.injector import (
-    InjectorState,
-    add_totals,
-    injector_state,
-    record_event,
-    request_stop,
-    stop_reason,
-)
+from service.db.injector import InjectorState, stop_reason
 from service.db.lease import renew_lease
-from service.db.merge import decide
 from service.db.session import DATABASE_ERRORS, make_engine, session_scope
 from service.keys import ActiveKey, KeyRing
 from service.settings import Settings
@@ -263,21 +255,21 @@ def register(app: Celery, ctx: WorkerContext) -> None:
 def execute_shard(
     ctx: WorkerContext, assay_id: uuid.UUID, shard_index: int, worker: str
 ) -> dict[str, Any]:
+    """Start the shard, run it, store it, and merge the assay if it was the last; a shard that
+    is not started (stored, held by a live lease, or its assay finished) may still be the last
+    one a merge waits for."""
     ids: dict[str, Any] = {"assay_id": str(assay_id), "shard": shard_index, "worker": worker}
     outcome: dict[str, Any] = {"assay_id": str(assay_id), "shard": shard_index, "stored": False}
 
     def begin() -> tuple[Parsed | None, ShardStart | None, InjectorState | None]:
         with session_scope(ctx.engine) as session:
             parsed = ctx.assay(session, assay_id)
-            start = (
-                begin_shard(
-                    session, parsed.inputs, shard_index, worker, lease_s=ctx.settings.shard_lease_s
-                )
-                if parsed
-                else None
+            if parsed is None:
+                return None, None, None
+            lease_s = ctx.settings.shard_lease_s
+            return parsed, *shards.begin(
+                session, parsed.inputs, shard_index, worker, lease_s=lease_s
             )
-            state = injector_state(session, assay_id) if start else None
-        return parsed, start, state
 
     parsed, start, state = retrying(ctx, "start the shard", ids, begin)
     if parsed is None:
@@ -295,43 +287,51 @@ def execute_shard(
 
         complete = retrying(ctx, "read the assay", ids, ready)
     else:
-        spec = ShardSpec.from_dict(start.spec)
-        with Heartbeat(ctx, assay_id, shard_index, start.attempt):
-            try:
-                result = run_guarded(ctx, parsed, spec, state, ids)
-            except TRANSIENT:
-                raise
-            except Exception as exc:
-                log.exception("shard failed", extra=ids)
-                error = f"shard {shard_index}: {exc}"
-
-                def fail() -> None:
-                    with session_scope(ctx.engine) as session:
-                        fail_assay(session, assay_id, error)
-
-                retrying(ctx, "record the failure", ids, fail)
-                raise
-
-            def store() -> Stored:
-                with session_scope(ctx.engine) as session:
-                    stored = store_shard_result(
-                        session, parsed.inputs, shard_index, result.to_dict(), result.trials
-                    )
-                    if stored.written:
-                        record_shard_injector(session, parsed, shard_index, result)
-                return stored
-
-            stored = retrying(ctx, "store the shard", ids, store)
-        outcome["stored"] = stored.written
-        complete = stored.complete
-        log.info(
-            "shard stored" if stored.written else "shard result already stored; discarded",
-            extra={**ids, "trials": result.trials, "stop_reason": result.stop_reason},
-        )
+        stored = run_and_store(ctx, parsed, shard_index, start, state, ids)
+        outcome["stored"], complete = stored.written, stored.complete
     decision = (
         retrying(ctx, "merge the assay", ids, lambda: finalize(ctx, parsed)) if complete else None
     )
     return {**outcome, "decision": decision}
+
+
+def run_and_store(
+    ctx: WorkerContext,
+    parsed: Parsed,
+    index: int,
+    start: ShardStart,
+    state: InjectorState,
+    ids: dict[str, Any],
+) -> Stored:
+    """Run the started shard under its lease's heartbeat and store its result; an engine that
+    fails fails the assay (a database that fails does not: the message goes back)."""
+    assay_id = parsed.inputs.assay_id
+    with Heartbeat(ctx, assay_id, index, start.attempt):
+        try:
+            result = run_guarded(ctx, parsed, ShardSpec.from_dict(start.spec), state, ids)
+        except TRANSIENT:
+            raise
+        except Exception as exc:
+            log.exception("shard failed", extra=ids)
+            error = f"shard {index}: {exc}"
+
+            def fail() -> None:
+                with session_scope(ctx.engine) as session:
+                    fail_assay(session, assay_id, error)
+
+            retrying(ctx, "record the failure", ids, fail)
+            raise
+
+        def store() -> Stored:
+            with session_scope(ctx.engine) as session:
+                return shards.store(session, parsed.inputs, index, result)
+
+        stored = retrying(ctx, "store the shard", ids, store)
+    log.info(
+        "shard stored" if stored.written else "shard result already stored; discarded",
+        extra={**ids, "trials": result.trials, "stop_reason": result.stop_reason},
+    )
+    return stored
 
 
 def run_guarded(
@@ -348,50 +348,18 @@ def run_guarded(
         log.info("shard not started: the assay is stopping", extra=ids)
         return ShardResult(spec.index, {}, 0, True, state.stop_reason)
     try:
-        try:
-            scope = verify_credential(
-                state.credential or "", ctx.public_keys(), assay=str(assay_id), now=time.time()
-            )
-        except CredentialInvalid as exc:
-            if "unknown key" not in exc.message:
-                raise
-            ctx.refresh_keys()  # a key rotated since this process last read the published keys
-            scope = verify_credential(
-                state.credential or "", ctx.public_keys(), assay=str(assay_id), now=time.time()
-            )
+        scope = verified_scope(ctx, assay_id, state)
     except CredentialInvalid as exc:
         reason = f"injector credential refused: {exc}"
         refusal = {"reason": str(exc), "field": exc.field}
 
         def refuse() -> None:
             with session_scope(ctx.engine) as session:
-                record_event(
-                    session,
-                    "credential.refused",
-                    candidate_id=parsed.inputs.candidate_id,
-                    assay_id=assay_id,
-                    shard_index=spec.index,
-                    data=refusal,
-                )
-                request_stop(session, assay_id, reason, kind="assay.stopped", data={})
+                shards.refuse_credential(session, parsed.inputs, spec.index, reason, refusal)
 
         retrying(ctx, "record the refusal", ids, refuse)
         log.warning("injector credential refused", extra={**ids, "reason": str(exc)})
         return ShardResult(spec.index, {}, 0, True, reason)
-    limits = state.limits
-
-    def remaining(key: str, used: int) -> int | None:
-        cap = limits.get(key)
-        return None if cap is None else max(0, int(cap) - used)
-
-    deadline = limits.get("deadline")
-    guard_limits = Limits(
-        max_effects=remaining("max_effects", state.effects),
-        max_unsafe=remaining("max_unsafe", state.unsafe),
-        max_target_errors=remaining("max_target_errors", state.target_errors),
-        deadline=float(deadline) if deadline is not None else None,
-        clock=time.time,
-    )
     target = ctx.target(assay_id, parsed.manifest)
     guard = injection_guard(scope, time.time)
     if isinstance(target, TrialEngine) and hasattr(target, "guard"):
@@ -402,7 +370,7 @@ def run_guarded(
         spec,
         should_stop=ctx.stop_flag(assay_id),
         target=target,
-        limits=guard_limits,
+        limits=shards.limits(state),
         guard=guard,
         namespace=scope.namespace,
     )
@@ -416,28 +384,19 @@ def run_guarded(
     return result
 
 
-def record_shard_injector(
-    session: Session, parsed: Parsed, shard_index: int, result: ShardResult
-) -> None:
-    """With the stored result, once: totals, refusals and any stop condition that tripped."""
-    assay_id, candidate_id = parsed.inputs.assay_id, parsed.inputs.candidate_id
-    errors = sum(t.all_errors for t in result.tallies.values())
-    tripped = add_totals(session, assay_id, result.effects, result.unsafe, errors)
-    injector = sum(t.injector_refusals for t in result.tallies.values())
-    sandbox = sum(t.sandbox_refusals for t in result.tallies.values())
-    for kind, count in (("injection.refused", injector), ("sandbox.refused", sandbox)):
-        if count:
-            record_event(
-                session,
-                kind,
-                candidate_id=candidate_id,
-                assay_id=assay_id,
-                shard_index=shard_index,
-                data={"count": count},
-            )
-    reason = result.stop_reason
-    if tripped is None and reason is not None and not reason.startswith("aborted"):
-        request_stop(session, assay_id, reason, kind="assay.stopped", data={"shard": shard_index})
+def verified_scope(ctx: WorkerContext, assay_id: uuid.UUID, state: InjectorState) -> InjectorScope:
+    """The assay's injector credential, checked against the published keys (read again once if
+    it names a key this process has not seen: a key rotated since)."""
+    credential = state.credential or ""
+    try:
+        return verify_credential(
+            credential, ctx.public_keys(), assay=str(assay_id), now=time.time()
+        )
+    except CredentialInvalid as exc:
+        if "unknown key" not in exc.message:
+            raise
+    ctx.refresh_keys()
+    return verify_credential(credential, ctx.public_keys(), assay=str(assay_id), now=time.time())
 
 
 def finalize(ctx: WorkerContext, parsed: Parsed) -> str | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlmodel import Session
 
+from service.app.dossiers import decide
 from service.app.errors import BrokerUnavailable, Conflict, NotFound
 from service.app.submissions import Services, check_trial_limits, shard_size
 from service.core.assay import ShardSpec, plan_shards
@@ -23,7 +24,6 @@ from service.db.assay import OPEN, assay_inputs
 from service.db.candidate import record_rerun, withdraw_rerun
 from service.db.injector import issue_for, request_stop
 from service.db.lease import settle_stopped
-from service.db.merge import decide
 from service.db.models import Assay, Manifest
 from service.settings import Settings
 

@@ -5,16 +5,19 @@ assayed with signs that dossier's next version, `reopened`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from sqlmodel import Session
 
+from service.app.dossiers import reopen
 from service.app.errors import NotFound
 from service.core.dossier import Signer
 from service.db import dossier as dossiers
 from service.db import queries
 from service.db.apikey import Principal, audit
-from service.db.models import System
+from service.db.dossier import ALLOW, HOLD, OpenChange
+from service.db.models import ConfigChange, Dossier, System, utcnow
 
 
 @dataclass(frozen=True)
@@ -50,10 +53,10 @@ def set_triggers(
 
 def report(
     session: Session, signer: Signer, principal: Principal, command: ReportChange
-) -> tuple[System, dossiers.ConfigChangeOutcome]:
+) -> tuple[System, ConfigChangeOutcome]:
     """Record a production configuration change, reopening every standing dossier it affects."""
     row = system_of(session, principal, command.system)
-    outcome = dossiers.report_config_change(
+    outcome = report_config_change(
         session,
         signer,
         row,
@@ -73,3 +76,54 @@ def report(
     )
     session.commit()
     return row, outcome
+
+
+@dataclass
+class ConfigChangeOutcome:
+    change: ConfigChange
+    trigger: bool
+    reopened: list[Dossier] = field(default_factory=list)
+
+
+def report_config_change(
+    session: Session,
+    signer: Signer,
+    system: System,
+    *,
+    component: str,
+    sha256: str,
+    reported_by: str | None,
+    note: str | None,
+    now: datetime | None = None,
+) -> ConfigChangeOutcome:
+    """Record a production change; when it moves a trigger component away from what a standing
+    dossier was assayed with, that dossier's next version reopens the gate and says why. The
+    change stays open until a candidate carrying `sha256` passes (`open_config_changes`). The
+    caller commits."""
+    now = now or utcnow()
+    dossiers.lock_system(session, system.id)
+    trigger = component in dossiers.system_triggers(system)
+    reopened: list[Dossier] = []
+    if trigger:
+        change = OpenChange(component, sha256, now, reported_by)
+        for dossier in dossiers.standing(session, system.id):
+            candidate = dossiers.lock(session, dossier.candidate_id)
+            before = dossiers.latest(session, candidate.id)
+            if before is None or before.decision not in (ALLOW, HOLD):
+                continue
+            assayed = queries.component_hashes(session, candidate.manifest_digest)
+            if assayed.get(component) == sha256:
+                continue
+            reopened.append(reopen(session, signer, candidate, before, [change], assayed, now))
+    recorded = dossiers.record_config_change(
+        session,
+        system,
+        component=component,
+        sha256=sha256,
+        trigger=trigger,
+        reported_by=reported_by,
+        note=note,
+        now=now,
+        reopened=reopened,
+    )
+    return ConfigChangeOutcome(recorded, trigger, reopened)

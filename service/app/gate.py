@@ -21,6 +21,7 @@ from typing import Any
 from sqlmodel import Session
 
 from service.app import reviews
+from service.app.dossiers import config_changed_reason, unmet
 from service.core.dossier import compare_triggers, trigger_hashes
 from service.db import dossier as dossiers
 from service.db import queries
@@ -249,14 +250,14 @@ def _with_open_changes(
 ) -> Standing:
     """A production change this candidate does not carry reopens whatever did not block. (The
     signed chain records it too; this covers a change reported while the assay finished.)"""
-    pending = dossiers.unmet(own, changes)
+    pending = unmet(own, changes)
     if not pending or base.decision is Word.BLOCK or base.basis is Basis.CONFIG_CHANGED:
         return base
     return Standing(
         base.candidate_id,
         Word.REOPENED,
         Basis.CONFIG_CHANGED,
-        [dossiers.config_changed_reason(c, own.get(c.component)) for c in pending],
+        [config_changed_reason(c, own.get(c.component)) for c in pending],
         base.dossier,
         None,
         None,

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
+from service.app.dossiers import derive
 from service.app.errors import (
     ExpiryPassed,
     FieldInvalid,
@@ -182,7 +183,7 @@ def record(
         "expires_at": _iso(command.expires_at) if command.expires_at else None,
         "reasons": [r.get("code") for r in hold.reasons],
     }
-    dossier = dossiers.derive(
+    dossier = derive(
         session,
         signer,
         candidate,
@@ -222,7 +223,7 @@ def expire_lapsed(session: Session, signer: Signer, *, now: datetime | None = No
         found = lapse(hold)
         hold.status = HoldStatus.OPEN.value
         session.add(hold)
-        dossiers.derive(
+        derive(
             session,
             signer,
             candidate,

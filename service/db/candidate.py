@@ -55,24 +55,9 @@ def record_submission(
     lease_s: float = DEFAULT_LEASE_S,
 ) -> Recorded:
     """Stage every row of one submission in `session`; the caller commits or rolls back."""
-    system = session.exec(
-        select(System).where(System.name == system_name, System.tenant_id == tenant_id)
-    ).first()
-    created_system = system is None
-    if system is None:
-        system = System(name=check_system_name(system_name), tenant_id=tenant_id)
-        session.add(system)
-        session.flush()
-
+    system, created_system = _stage_system(session, system_name, tenant_id)
     digest = manifest.digest()
-    created_manifest = session.get(Manifest, digest) is None
-    if created_manifest:
-        session.add(Manifest(digest=digest, document=manifest.model_dump(mode="json")))
-        session.flush()
-        for component, sha256 in manifest.component_hashes().items():
-            session.add(ComponentHash(manifest_digest=digest, component=component, sha256=sha256))
-        session.flush()
-
+    created_manifest = _stage_manifest(session, manifest, digest)
     candidate = Candidate(
         system_id=system.id,
         version=version,
@@ -102,6 +87,31 @@ def record_submission(
     )
     session.flush()
     return Recorded(candidate, assay, system, created_system, created_manifest)
+
+
+def _stage_system(session: Session, system_name: str, tenant_id: uuid.UUID) -> tuple[System, bool]:
+    """The tenant's system of that name, created if new (and whether it was)."""
+    system = session.exec(
+        select(System).where(System.name == system_name, System.tenant_id == tenant_id)
+    ).first()
+    if system is not None:
+        return system, False
+    system = System(name=check_system_name(system_name), tenant_id=tenant_id)
+    session.add(system)
+    session.flush()
+    return system, True
+
+
+def _stage_manifest(session: Session, manifest: CoreManifest, digest: str) -> bool:
+    """The manifest and its component hashes, stored once per digest; True if new."""
+    if session.get(Manifest, digest) is not None:
+        return False
+    session.add(Manifest(digest=digest, document=manifest.model_dump(mode="json")))
+    session.flush()
+    for component, sha256 in manifest.component_hashes().items():
+        session.add(ComponentHash(manifest_digest=digest, component=component, sha256=sha256))
+    session.flush()
+    return True
 
 
 def _stage_assay(

@@ -1,19 +1,19 @@
-"""Signed dossier versions, holds and change triggers, in the database (the review rules live
-in `service.app.reviews`).
+"""Signed dossier versions, holds and change triggers, in the database: tables, queries and the
+writes that store a version (the rules that decide what a version says live in
+`service.app.dossiers`, `service.app.changes` and `service.app.reviews`).
 
 A dossier version is a row that is only ever added (the database refuses UPDATE on it). Each
 change to a candidate's evidence or standing writes the next version, chained to the last by the
-SHA-256 of its payload: an assay that finished (first run or a re-run), a waiver, a rejection,
-an expired review, a reported production change that reopened the gate. Versions of one
-candidate are serialised by a row lock on the candidate, so version numbers never collide.
+SHA-256 of its payload. Versions of one candidate are serialised by a row lock on the candidate
+(`lock`), so version numbers never collide.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
@@ -25,19 +25,12 @@ from service.core.dossier import (
     DEFAULT_TRIGGERS,
     CandidateRef,
     Signer,
-    compare_triggers,
     payload_digest,
-    predicate_from_report,
     seal,
     statement,
-    successor,
-    trigger_hashes,
 )
 from service.core.text import check_system_name
-from service.db import queries
-from service.db.apikey import actor_view
 from service.db.models import (
-    Assay,
     Candidate,
     ComponentHash,
     ConfigChange,
@@ -46,7 +39,6 @@ from service.db.models import (
     Hold,
     HoldStatus,
     System,
-    utcnow,
 )
 
 ALLOW, HOLD, BLOCK, REOPENED = "allow", "hold", "block", "reopened"
@@ -54,7 +46,7 @@ ALLOW, HOLD, BLOCK, REOPENED = "allow", "hold", "block", "reopened"
 REVIEWABLE = (HOLD, BLOCK)
 
 
-def _iso(value: datetime) -> str:
+def iso(value: datetime) -> str:
     return value.isoformat(timespec="seconds")
 
 
@@ -177,6 +169,17 @@ def last_allowed_per_system(
     return {d.system_id: d for d in rows}
 
 
+def standing(session: Session, system_id: uuid.UUID) -> Sequence[Dossier]:
+    """The latest version of each candidate of the system that allows or holds, oldest first:
+    the dossiers a production change can reopen."""
+    found: Sequence[Dossier] = session.exec(
+        _latest_per_candidate(system_id)
+        .where(col(Dossier.decision).in_([ALLOW, HOLD]))
+        .order_by(col(Dossier.created_at))
+    ).all()
+    return found
+
+
 def allowed_view(session: Session, dossier: Dossier | None) -> dict[str, Any] | None:
     """What `compare_triggers` compares with: the allowed dossier's digest, candidate, hashes."""
     if dossier is None:
@@ -251,7 +254,7 @@ def hold_view(hold: Hold) -> dict[str, Any]:
         "id": str(hold.id),
         "status": hold.status,
         "reasons": hold.reasons,
-        "opened_at": _iso(hold.created_at),
+        "opened_at": iso(hold.created_at),
     }
 
 
@@ -265,7 +268,7 @@ def lock(session: Session, candidate_id: uuid.UUID) -> Candidate:
     ).one()
 
 
-def _lock_system(session: Session, system_id: uuid.UUID) -> System:
+def lock_system(session: Session, system_id: uuid.UUID) -> System:
     """Serialise a finishing assay with a reported configuration change of its system, so the
     one always sees the other (taken before any candidate lock: one order, no deadlock). `FOR NO
     KEY UPDATE`: submissions, whose new rows only reference the system, are not held up."""
@@ -274,7 +277,7 @@ def _lock_system(session: Session, system_id: uuid.UUID) -> System:
     ).one()
 
 
-def _store(
+def store(
     session: Session,
     signer: Signer,
     *,
@@ -326,7 +329,7 @@ def _store(
     return dossier
 
 
-def _supersede_reviews(session: Session, candidate_id: uuid.UUID) -> None:
+def supersede_reviews(session: Session, candidate_id: uuid.UUID) -> None:
     """New evidence (or a reopened gate) ends every review of the evidence before it."""
     session.execute(
         sa.update(Hold)
@@ -335,135 +338,6 @@ def _supersede_reviews(session: Session, candidate_id: uuid.UUID) -> None:
             col(Hold.status) != HoldStatus.SUPERSEDED.value,
         )
         .values(status=HoldStatus.SUPERSEDED.value)
-    )
-
-
-def record_assay_dossier(
-    session: Session,
-    signer: Signer,
-    assay_id: uuid.UUID,
-    report: Mapping[str, Any],
-    *,
-    now: datetime | None = None,
-) -> Dossier:
-    """The dossier version for a finished assay; call once, in the transaction that stored the
-    report (the worker that wins the merge)."""
-    now = now or utcnow()
-    assay = session.get(Assay, assay_id)
-    assert assay is not None
-    owner = session.get(Candidate, assay.candidate_id)
-    assert owner is not None
-    system = _lock_system(session, owner.system_id)
-    candidate = lock(session, assay.candidate_id)
-    before = latest(session, candidate.id)
-    version = before.version + 1 if before else 1
-    components = system_triggers(system)
-    hashes = trigger_hashes(report["component_hashes"], components)
-    allowed = allowed_view(session, last_allowed(session, system.id))
-    triggers = {
-        "components": list(components),
-        "hashes": hashes,
-        "catalogue_version": report["catalogue_version"],
-        **compare_triggers(hashes, str(report["catalogue_version"]), allowed),
-    }
-    _supersede_reviews(session, candidate.id)
-    decision = str(report["decision"])
-    dossier_id = uuid.uuid4()
-    hold = None
-    if decision in REVIEWABLE:
-        hold = Hold(
-            candidate_id=candidate.id,
-            dossier_id=dossier_id,
-            reasons=list(report.get("reasons", [])),
-            created_at=now,
-        )
-    plan = report.get("plan") or {}
-    predicate = predicate_from_report(
-        report,
-        CandidateRef(
-            str(candidate.id),
-            system.name,
-            candidate.version,
-            candidate.source_revision,
-            candidate.submitter,
-            actor_view(session, candidate.submitter),
-        ),
-        version=version,
-        previous=before.digest if before else None,
-        issued_at=_iso(now),
-        triggers=triggers,
-        holds=[hold_view(hold)] if hold else [],
-        stop_conditions={
-            "declared": assay.limits if assay.limits is not None else plan.get("stop"),
-            "stopped": report.get("stopped"),
-            "status": assay.status,
-            "aborted_at": _iso(assay.aborted_at) if assay.aborted_at else None,
-        },
-        change=f"assay {assay_id} finished"
-        if before is None
-        else f"re-run: assay {assay_id} replaces the evidence of version {before.version}",
-    )
-    dossier = _store(
-        session,
-        signer,
-        dossier_id=dossier_id,
-        candidate=candidate,
-        manifest_digest=str(report["manifest_digest"]),
-        predicate=predicate,
-        assay_id=assay_id,
-    )
-    if hold is not None:
-        session.add(hold)
-        session.flush()
-    if decision in (ALLOW, HOLD):
-        # A production change reported before this assay finished, that this candidate does not
-        # carry, still stands: the evidence is about another configuration than the live one.
-        assayed = queries.component_hashes(session, candidate.manifest_digest)
-        pending = unmet(assayed, open_config_changes(session, [system.id]).get(system.id, []))
-        if pending:
-            dossier = _reopen(session, signer, candidate, dossier, pending, assayed, now)
-    return dossier
-
-
-def derive(
-    session: Session,
-    signer: Signer,
-    candidate: Candidate,
-    before: Dossier,
-    *,
-    change: str,
-    decision: str,
-    reasons: list[dict[str, Any]],
-    now: datetime,
-    hold: Hold | None = None,
-    waiver: dict[str, Any] | None = None,
-) -> Dossier:
-    """The next version over unchanged evidence."""
-    prev = predicate_of(before)
-    hold_list: list[dict[str, Any]] = list(prev.get("holds") or [])
-    if hold is not None:
-        view = hold_view(hold)
-        hold_list = [h for h in hold_list if h.get("id") != view["id"]] + [view]
-    waivers = list(prev.get("waivers") or []) + ([waiver] if waiver else [])
-    predicate = successor(
-        prev,
-        version=before.version + 1,
-        previous=before.digest,
-        issued_at=_iso(now),
-        change=change,
-        decision=decision,
-        reasons=reasons,
-        holds=hold_list,
-        waivers=waivers,
-    )
-    return _store(
-        session,
-        signer,
-        dossier_id=uuid.uuid4(),
-        candidate=candidate,
-        manifest_digest=candidate.manifest_digest,
-        predicate=predicate,
-        assay_id=before.assay_id,
     )
 
 
@@ -489,6 +363,47 @@ def set_triggers(
     )
     session.flush()
     return system
+
+
+def record_config_change(
+    session: Session,
+    system: System,
+    *,
+    component: str,
+    sha256: str,
+    trigger: bool,
+    reported_by: str | None,
+    note: str | None,
+    now: datetime,
+    reopened: Sequence[Dossier],
+) -> ConfigChange:
+    """The reported change and its event, naming the versions it reopened."""
+    change = ConfigChange(
+        system_id=system.id,
+        component=component,
+        sha256=sha256,
+        trigger=trigger,
+        reported_by=reported_by,
+        note=note,
+        created_at=now,
+        reopened=len(reopened),
+    )
+    session.add(change)
+    session.add(
+        Event(
+            kind="system.config_changed",
+            tenant_id=system.tenant_id,
+            data={
+                "system": system.name,
+                "component": component,
+                "sha256": sha256,
+                "trigger": trigger,
+                "reopened": [str(d.id) for d in reopened],
+            },
+        )
+    )
+    session.flush()
+    return change
 
 
 @dataclass(frozen=True)
@@ -543,121 +458,6 @@ def open_config_changes(
                 OpenChange(component, change.sha256, change.created_at, change.reported_by)
             )
     return found
-
-
-def unmet(assayed: Mapping[str, str], changes: Sequence[OpenChange]) -> list[OpenChange]:
-    """The open changes a manifest with these component hashes does not carry."""
-    return [c for c in changes if assayed.get(c.component) != c.sha256]
-
-
-def config_changed_reason(change: OpenChange, assayed: str | None) -> dict[str, Any]:
-    return {
-        "code": "config_changed",
-        "message": (
-            f"production {change.component} changed from {(assayed or 'unknown')[:12]} to "
-            f"{change.sha256[:12]}; the evidence no longer describes the live system, and the "
-            "gate stays reopened until a candidate with this configuration passes its assay"
-        ),
-        "fault": None,
-        "severity": HOLD,
-    }
-
-
-def _reopen(
-    session: Session,
-    signer: Signer,
-    candidate: Candidate,
-    before: Dossier,
-    changes: Sequence[OpenChange],
-    assayed: Mapping[str, str],
-    now: datetime,
-) -> Dossier:
-    """The next version, `reopened` by production changes this candidate does not carry."""
-    _supersede_reviews(session, candidate.id)
-    what = ", ".join(c.component for c in changes)
-    return derive(
-        session,
-        signer,
-        candidate,
-        before,
-        change=f"reopened: production {what} changed",
-        decision=REOPENED,
-        reasons=[config_changed_reason(c, assayed.get(c.component)) for c in changes],
-        now=now,
-    )
-
-
-@dataclass
-class ConfigChangeOutcome:
-    change: ConfigChange
-    trigger: bool
-    reopened: list[Dossier] = field(default_factory=list)
-
-
-def report_config_change(
-    session: Session,
-    signer: Signer,
-    system: System,
-    *,
-    component: str,
-    sha256: str,
-    reported_by: str | None,
-    note: str | None,
-    now: datetime | None = None,
-) -> ConfigChangeOutcome:
-    """Record a production change; when it moves a trigger component away from what a standing
-    dossier was assayed with, that dossier's next version reopens the gate and says why. The
-    change stays open until a candidate carrying `sha256` passes (`open_config_changes`)."""
-    now = now or utcnow()
-    _lock_system(session, system.id)
-    trigger = component in system_triggers(system)
-    outcome = ConfigChangeOutcome(
-        ConfigChange(
-            system_id=system.id,
-            component=component,
-            sha256=sha256,
-            trigger=trigger,
-            reported_by=reported_by,
-            note=note,
-            created_at=now,
-        ),
-        trigger,
-    )
-    if trigger:
-        change = OpenChange(component, sha256, now, reported_by)
-        standing = session.exec(
-            _latest_per_candidate(system.id)
-            .where(col(Dossier.decision).in_([ALLOW, HOLD]))
-            .order_by(col(Dossier.created_at))
-        ).all()
-        for dossier in standing:
-            candidate = lock(session, dossier.candidate_id)
-            before = latest(session, candidate.id)
-            if before is None or before.decision not in (ALLOW, HOLD):
-                continue
-            assayed = queries.component_hashes(session, candidate.manifest_digest)
-            if assayed.get(component) == sha256:
-                continue
-            outcome.reopened.append(
-                _reopen(session, signer, candidate, before, [change], assayed, now)
-            )
-    outcome.change.reopened = len(outcome.reopened)
-    session.add(outcome.change)
-    session.add(
-        Event(
-            kind="system.config_changed",
-            tenant_id=system.tenant_id,
-            data={
-                "system": system.name,
-                "component": component,
-                "sha256": sha256,
-                "trigger": trigger,
-                "reopened": [str(d.id) for d in outcome.reopened],
-            },
-        )
-    )
-    session.flush()
-    return outcome
 
 
 # ------------------------------------------------------------------------------------- gate

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlmodel import Session
 
+from service.app.dossiers import record_assay_dossier
 from service.core.assay import plan_shards, run_assay
 from service.core.dossier import Signer
 from service.core.manifest import parse_manifest
@@ -21,7 +22,6 @@ from service.db import queries
 from service.db.apikey import ensure_tenant
 from service.db.assay import FaultRow, record_report
 from service.db.candidate import Recorded, record_submission
-from service.db.dossier import record_assay_dossier
 from service.db.models import AssayShard, ShardStatus, System
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -15,10 +15,9 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
-from service.app import reviews
+from service.app import changes, reviews
 from service.core.dossier import Signer
 from service.core.manifest import parse_manifest
-from service.db import dossier as dossiers
 from service.db.candidate import Recorded
 from service.db.models import Hold, HoldStatus, System
 from service.keys import KeyRing
@@ -111,7 +110,7 @@ def seed_state(session: Session, settings: Settings, state: str, system: str) ->
         decided("typed-repair")
         row = session.exec(select(System).where(System.name == system)).one()
         retry = parse_manifest(retry_changed()).component_hashes()["retry"]
-        dossiers.report_config_change(
+        changes.report_config_change(
             session, signer, row, component="retry", sha256=retry, reported_by=None, note=None
         )
         # A later candidate that still carries the old retry configuration, and allows.

@@ -1,0 +1,259 @@
+"""What each dossier version says: the version a finished assay signs, the next version over
+unchanged evidence (a review, a reopened gate), and deciding an assay once every shard is stored.
+
+Deciding runs in one transaction, written by whoever gets there first: the worker that stores the
+last shard, a reconciler that finds an assay every shard of which is stored but nobody merged, an
+abort that settles the last shards itself. Any number may race: the report is written only while
+the assay is open, so one wins and the others change nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlmodel import Session
+
+from service.core.dossier import (
+    CandidateRef,
+    Signer,
+    compare_triggers,
+    predicate_from_report,
+    successor,
+    trigger_hashes,
+)
+from service.core.manifest import Manifest
+from service.core.plan import AssayPlan
+from service.db import dossier as dossiers
+from service.db import queries
+from service.db.apikey import actor_view
+from service.db.dossier import ALLOW, HOLD, REOPENED, REVIEWABLE, OpenChange, iso
+from service.db.merge import record_merge
+from service.db.models import Assay, Candidate, Dossier, Hold, System, utcnow
+
+
+@dataclass(frozen=True)
+class Decided:
+    """`won`: this call recorded the report and the dossier (else another caller had)."""
+
+    decision: str
+    won: bool
+
+
+def decide(
+    session: Session, signer: Signer, assay_id: uuid.UUID, manifest: Manifest, plan: AssayPlan
+) -> Decided | None:
+    """Merge and record the decision if every shard is stored and nobody has; None otherwise.
+    The caller commits."""
+    merged = record_merge(session, assay_id, manifest, plan)
+    if merged is None:
+        return None
+    if merged.won:
+        # In the same transaction: exactly one signed dossier version per finished assay.
+        record_assay_dossier(session, signer, assay_id, merged.report)
+    return Decided(merged.decision, merged.won)
+
+
+# ------------------------------------------------------------------------- a finished assay
+
+
+def record_assay_dossier(
+    session: Session,
+    signer: Signer,
+    assay_id: uuid.UUID,
+    report: Mapping[str, Any],
+    *,
+    now: datetime | None = None,
+) -> Dossier:
+    """The dossier version for a finished assay; call once, in the transaction that stored the
+    report (the worker that wins the merge)."""
+    now = now or utcnow()
+    assay = session.get(Assay, assay_id)
+    assert assay is not None
+    owner = session.get(Candidate, assay.candidate_id)
+    assert owner is not None
+    system = dossiers.lock_system(session, owner.system_id)
+    candidate = dossiers.lock(session, assay.candidate_id)
+    before = dossiers.latest(session, candidate.id)
+    triggers = _triggers(session, system, report)
+    dossiers.supersede_reviews(session, candidate.id)
+    decision = str(report["decision"])
+    dossier_id = uuid.uuid4()
+    hold = None
+    if decision in REVIEWABLE:
+        hold = Hold(
+            candidate_id=candidate.id,
+            dossier_id=dossier_id,
+            reasons=list(report.get("reasons", [])),
+            created_at=now,
+        )
+    predicate = predicate_from_report(
+        report,
+        _candidate_ref(session, candidate, system),
+        version=before.version + 1 if before else 1,
+        previous=before.digest if before else None,
+        issued_at=iso(now),
+        triggers=triggers,
+        holds=[dossiers.hold_view(hold)] if hold else [],
+        stop_conditions=_stop_conditions(assay, report),
+        change=f"assay {assay_id} finished"
+        if before is None
+        else f"re-run: assay {assay_id} replaces the evidence of version {before.version}",
+    )
+    dossier = dossiers.store(
+        session,
+        signer,
+        dossier_id=dossier_id,
+        candidate=candidate,
+        manifest_digest=str(report["manifest_digest"]),
+        predicate=predicate,
+        assay_id=assay_id,
+    )
+    if hold is not None:
+        session.add(hold)
+        session.flush()
+    if decision in (ALLOW, HOLD):
+        dossier = _reopen_if_changed(session, signer, candidate, system, dossier, now)
+    return dossier
+
+
+def _triggers(session: Session, system: System, report: Mapping[str, Any]) -> dict[str, Any]:
+    """The trigger hashes the assay ran with, compared with the system's last allowed dossier."""
+    components = dossiers.system_triggers(system)
+    hashes = trigger_hashes(report["component_hashes"], components)
+    allowed = dossiers.allowed_view(session, dossiers.last_allowed(session, system.id))
+    return {
+        "components": list(components),
+        "hashes": hashes,
+        "catalogue_version": report["catalogue_version"],
+        **compare_triggers(hashes, str(report["catalogue_version"]), allowed),
+    }
+
+
+def _candidate_ref(session: Session, candidate: Candidate, system: System) -> CandidateRef:
+    return CandidateRef(
+        str(candidate.id),
+        system.name,
+        candidate.version,
+        candidate.source_revision,
+        candidate.submitter,
+        actor_view(session, candidate.submitter),
+    )
+
+
+def _stop_conditions(assay: Assay, report: Mapping[str, Any]) -> dict[str, Any]:
+    plan = report.get("plan") or {}
+    return {
+        "declared": assay.limits if assay.limits is not None else plan.get("stop"),
+        "stopped": report.get("stopped"),
+        "status": assay.status,
+        "aborted_at": iso(assay.aborted_at) if assay.aborted_at else None,
+    }
+
+
+def _reopen_if_changed(
+    session: Session,
+    signer: Signer,
+    candidate: Candidate,
+    system: System,
+    dossier: Dossier,
+    now: datetime,
+) -> Dossier:
+    """A production change reported before this assay finished, that this candidate does not
+    carry, still stands: the evidence is about another configuration than the live one."""
+    assayed = queries.component_hashes(session, candidate.manifest_digest)
+    changes = dossiers.open_config_changes(session, [system.id]).get(system.id, [])
+    pending = unmet(assayed, changes)
+    if not pending:
+        return dossier
+    return reopen(session, signer, candidate, dossier, pending, assayed, now)
+
+
+# ------------------------------------------------------------------ over unchanged evidence
+
+
+def derive(
+    session: Session,
+    signer: Signer,
+    candidate: Candidate,
+    before: Dossier,
+    *,
+    change: str,
+    decision: str,
+    reasons: list[dict[str, Any]],
+    now: datetime,
+    hold: Hold | None = None,
+    waiver: dict[str, Any] | None = None,
+) -> Dossier:
+    """The next version over unchanged evidence."""
+    prev = dossiers.predicate_of(before)
+    hold_list: list[dict[str, Any]] = list(prev.get("holds") or [])
+    if hold is not None:
+        view = dossiers.hold_view(hold)
+        hold_list = [h for h in hold_list if h.get("id") != view["id"]] + [view]
+    waivers = list(prev.get("waivers") or []) + ([waiver] if waiver else [])
+    predicate = successor(
+        prev,
+        version=before.version + 1,
+        previous=before.digest,
+        issued_at=iso(now),
+        change=change,
+        decision=decision,
+        reasons=reasons,
+        holds=hold_list,
+        waivers=waivers,
+    )
+    return dossiers.store(
+        session,
+        signer,
+        dossier_id=uuid.uuid4(),
+        candidate=candidate,
+        manifest_digest=candidate.manifest_digest,
+        predicate=predicate,
+        assay_id=before.assay_id,
+    )
+
+
+def unmet(assayed: Mapping[str, str], changes: Sequence[OpenChange]) -> list[OpenChange]:
+    """The open changes a manifest with these component hashes does not carry."""
+    return [c for c in changes if assayed.get(c.component) != c.sha256]
+
+
+def config_changed_reason(change: OpenChange, assayed: str | None) -> dict[str, Any]:
+    return {
+        "code": "config_changed",
+        "message": (
+            f"production {change.component} changed from {(assayed or 'unknown')[:12]} to "
+            f"{change.sha256[:12]}; the evidence no longer describes the live system, and the "
+            "gate stays reopened until a candidate with this configuration passes its assay"
+        ),
+        "fault": None,
+        "severity": HOLD,
+    }
+
+
+def reopen(
+    session: Session,
+    signer: Signer,
+    candidate: Candidate,
+    before: Dossier,
+    changes: Sequence[OpenChange],
+    assayed: Mapping[str, str],
+    now: datetime,
+) -> Dossier:
+    """The next version, `reopened` by production changes this candidate does not carry."""
+    dossiers.supersede_reviews(session, candidate.id)
+    what = ", ".join(c.component for c in changes)
+    return derive(
+        session,
+        signer,
+        candidate,
+        before,
+        change=f"reopened: production {what} changed",
+        decision=REOPENED,
+        reasons=[config_changed_reason(c, assayed.get(c.component)) for c in changes],
+        now=now,
+    )
