@@ -7,6 +7,7 @@ order on any number of workers, merges to exactly the figures of one sequential 
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -38,6 +39,8 @@ __all__ = [
     "run_shard",
 ]
 _UNSAFE_ESCAPE = FLAG_INDEX[Flag.UNSAFE_ESCAPE]
+#: Net allocations between young collections inside the shard loop (CPython's default is 700).
+_GC_YOUNG = 20_000
 
 
 @dataclass(frozen=True)
@@ -183,25 +186,33 @@ def run_shard(
     sample_key = stream_key(plan.seed, "evidence-sample")
     done = effects = unsafe = target_errors = 0
     reason: str | None = None
-    for k in range(shard.start, shard.stop):
-        if should_stop is not None and done % batch == 0 and should_stop():
-            reason = "aborted"
-            break
-        spec = pick(k)
-        wkey, skey = derive(wroot, k), derive(sroot, k)
-        tally = tallies.get(spec.id)
-        if tally is None:
-            tally = tallies[spec.id] = Tally()
-        extra = threshold is None or derive(sample_key, base + k) < threshold
-        e, u, te = _one(rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id], extra)
-        effects += e
-        unsafe += u
-        target_errors += te
-        done += 1
-        if limits is not None:
-            reason = limits.tripped(effects, unsafe, target_errors)
-            if reason is not None:
+    # A trial's objects are freed by reference counting (the harness leaves no cycles), so the
+    # cyclic collector's young passes, every 700 allocations by default, only re-walk the live
+    # trial: a sixth of the loop's CPU. Inside the loop they run rarely; after it, as before.
+    thresholds = gc.get_threshold()
+    gc.set_threshold(_GC_YOUNG, thresholds[1], thresholds[2])
+    try:
+        for k in range(shard.start, shard.stop):
+            if should_stop is not None and done % batch == 0 and should_stop():
+                reason = "aborted"
                 break
+            spec = pick(k)
+            wkey, skey = derive(wroot, k), derive(sroot, k)
+            tally = tallies.get(spec.id)
+            if tally is None:
+                tally = tallies[spec.id] = Tally()
+            extra = threshold is None or derive(sample_key, base + k) < threshold
+            e, u, te = _one(rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id], extra)
+            effects += e
+            unsafe += u
+            target_errors += te
+            done += 1
+            if limits is not None:
+                reason = limits.tripped(effects, unsafe, target_errors)
+                if reason is not None:
+                    break
+    finally:
+        gc.set_threshold(*thresholds)
     return ShardResult(shard.index, tallies, done, reason is not None, reason, effects, unsafe)
 
 
