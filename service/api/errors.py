@@ -38,8 +38,6 @@ from service.db.session import DATABASE_ERRORS
 from service.http.errors import (
     STATUS,
     ApiError,
-    BodyMalformed,
-    BodyTooLarge,
     CursorInvalid,
     ErrorDetail,
     ErrorResponse,
@@ -51,8 +49,6 @@ log = logging.getLogger("assaygate.api")
 
 __all__ = [
     "ApiError",
-    "BodyMalformed",
-    "BodyTooLarge",
     "BrokerUnavailable",
     "Conflict",
     "CursorInvalid",

@@ -90,68 +90,86 @@ def _manifest(components: dict[str, Any]) -> None:
     _mcp_rules(document, components)
     target = components.get(f"{_MANIFEST_PREFIX}Target")
     if target is not None:
-        entrypoint = f"^[^{CONTROL_CLASS}]*:[^{CONTROL_CLASS}]*$"
-        target["allOf"] = [
-            {
-                "if": {"properties": {"kind": {"const": "python"}}, "required": ["kind"]},
-                "then": {
-                    "required": ["entrypoint"],
-                    "properties": {"entrypoint": {"type": "string", "pattern": entrypoint}},
-                },
-            },
-            {
-                "if": {"properties": {"kind": {"const": "http"}}, "required": ["kind"]},
-                "then": {
-                    "required": ["url"],
-                    "properties": {"url": {"type": "string", "minLength": 1}},
-                },
-            },
-            {
-                "if": {"properties": {"kind": {"const": "mcp"}}, "required": ["kind"]},
-                "then": {"required": ["runner"], "properties": {"runner": {"type": "object"}}},
-            },
-        ]
+        _target_rules(target)
     runner = components.get(f"{_MANIFEST_PREFIX}Runner")
     if runner is not None:
-        entrypoint = f"^[^{CONTROL_CLASS}]*:[^{CONTROL_CLASS}]*$"
-        runner["allOf"] = [
-            {
-                "if": {"properties": {"kind": {"enum": list(kinds)}}, "required": ["kind"]},
-                "then": {"required": [field], "properties": {field: rule}},
-            }
-            for kinds, field, rule in (
-                (("command",), "command", {"type": "array", "minItems": 1}),
-                (("http",), "url", {"type": "string", "minLength": 1}),
-                (
-                    ("python", "langgraph", "openai-agents"),
-                    "entrypoint",
-                    {"type": "string", "pattern": entrypoint},
-                ),
-            )
-        ]
+        _runner_rules(runner)
     create = components.get("CandidateCreate")
     if create is not None:
-        create["properties"]["manifest"] = {
-            "$ref": f"{_REF}{_MANIFEST_PREFIX}",
-            "description": "the configuration manifest",
+        _create_rules(create)
+
+
+# A Python entrypoint is `module:attribute`, without control characters.
+_ENTRYPOINT = f"^[^{CONTROL_CLASS}]*:[^{CONTROL_CLASS}]*$"
+
+
+def _target_rules(target: dict[str, Any]) -> None:
+    """Each target kind's required field: a python target's entrypoint, an http target's url,
+    an mcp target's runner."""
+    target["allOf"] = [
+        {
+            "if": {"properties": {"kind": {"const": "python"}}, "required": ["kind"]},
+            "then": {
+                "required": ["entrypoint"],
+                "properties": {"entrypoint": {"type": "string", "pattern": _ENTRYPOINT}},
+            },
+        },
+        {
+            "if": {"properties": {"kind": {"const": "http"}}, "required": ["kind"]},
+            "then": {
+                "required": ["url"],
+                "properties": {"url": {"type": "string", "minLength": 1}},
+            },
+        },
+        {
+            "if": {"properties": {"kind": {"const": "mcp"}}, "required": ["kind"]},
+            "then": {"required": ["runner"], "properties": {"runner": {"type": "object"}}},
+        },
+    ]
+
+
+def _runner_rules(runner: dict[str, Any]) -> None:
+    """Each runner kind's required field: a command, a url, or an entrypoint."""
+    runner["allOf"] = [
+        {
+            "if": {"properties": {"kind": {"enum": list(kinds)}}, "required": ["kind"]},
+            "then": {"required": [field], "properties": {field: rule}},
         }
-        # A system and a version, in the body or in the manifest.
-        create["allOf"] = [
-            {
-                "anyOf": [
-                    {"required": [name], "properties": {name: {"type": "string"}}},
-                    {
-                        "properties": {
-                            "manifest": {
-                                "required": [name],
-                                "properties": {name: {"type": "string"}},
-                            }
+        for kinds, field, rule in (
+            (("command",), "command", {"type": "array", "minItems": 1}),
+            (("http",), "url", {"type": "string", "minLength": 1}),
+            (
+                ("python", "langgraph", "openai-agents"),
+                "entrypoint",
+                {"type": "string", "pattern": _ENTRYPOINT},
+            ),
+        )
+    ]
+
+
+def _create_rules(create: dict[str, Any]) -> None:
+    """A submission's manifest is the manifest schema; its system and version come from the
+    body or from the manifest."""
+    create["properties"]["manifest"] = {
+        "$ref": f"{_REF}{_MANIFEST_PREFIX}",
+        "description": "the configuration manifest",
+    }
+    create["allOf"] = [
+        {
+            "anyOf": [
+                {"required": [name], "properties": {name: {"type": "string"}}},
+                {
+                    "properties": {
+                        "manifest": {
+                            "required": [name],
+                            "properties": {name: {"type": "string"}},
                         }
-                    },
-                ]
-            }
-            for name in ("system", "version")
-        ]
+                    }
+                },
+            ]
+        }
+        for name in ("system", "version")
+    ]
 
 
 def _mcp_rules(document: dict[str, Any], components: dict[str, Any]) -> None:

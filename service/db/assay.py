@@ -24,7 +24,7 @@ from service.db.models import (
     Candidate,
     Event,
     FaultResult,
-    Manifest,
+    ManifestRow,
     ShardStatus,
     utcnow,
 )
@@ -71,10 +71,13 @@ class FaultRow:
 def assay_inputs(session: Session, assay_id: uuid.UUID) -> AssayInputs | None:
     row = session.execute(
         sa.select(
-            col(Assay.candidate_id), col(Assay.plan), col(Manifest.digest), col(Manifest.document)
+            col(Assay.candidate_id),
+            col(Assay.plan),
+            col(ManifestRow.digest),
+            col(ManifestRow.document),
         )
         .join(Candidate, col(Candidate.id) == col(Assay.candidate_id))
-        .join(Manifest, col(Manifest.digest) == col(Candidate.manifest_digest))
+        .join(ManifestRow, col(ManifestRow.digest) == col(Candidate.manifest_digest))
         .where(col(Assay.id) == assay_id)
     ).first()
     if row is None:

@@ -130,14 +130,22 @@ class System(SQLModel, table=True):
     )
 
 
-class Manifest(SQLModel, table=True):
-    """A manifest stored once per digest: candidates that change nothing share it."""
+class ManifestRow(SQLModel, table=True):
+    """A manifest stored once per digest: candidates that change nothing share it. (The row; the
+    manifest itself is `service.core.manifest.Manifest`.)"""
+
+    __tablename__ = "manifest"
 
     digest: str = Field(primary_key=True, max_length=64)
     document: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
     created_at: datetime = Field(
         default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
     )
+
+
+# The old name, until `service.app.assays` and `service.db.candidate` (another branch's work in
+# progress) say `ManifestRow`; then delete it.
+Manifest = ManifestRow
 
 
 class ComponentHash(SQLModel, table=True):

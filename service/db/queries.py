@@ -206,10 +206,6 @@ def events_of_tenant(tenant_id: uuid.UUID) -> Any:
     return sa.or_(col(Event.tenant_id) == tenant_id, col(Event.candidate_id).in_(mine))
 
 
-def tenant_of_system(session: Session, system_id: uuid.UUID) -> uuid.UUID | None:
-    return session.exec(select(System.tenant_id).where(System.id == system_id)).first()
-
-
 def fault_progress(session: Session, assay_id: uuid.UUID) -> list[FaultProgress]:
     done = col(AssayShard.status) == ShardStatus.DONE.value
     rows = session.execute(

@@ -55,16 +55,6 @@ class ApiError(Exception):
         self.field = field
 
 
-class BodyMalformed(ApiError):
-    status_code = 400
-    code = "body_malformed"
-
-
-class BodyTooLarge(ApiError):
-    status_code = 413
-    code = "body_too_large"
-
-
 class CursorInvalid(ApiError):
     status_code = 400
     code = "cursor_invalid"

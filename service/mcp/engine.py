@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx2
@@ -126,6 +127,58 @@ def _outcome(
     return Outcome(flags, effects, verdict)
 
 
+@dataclass(frozen=True)
+class _Tally:
+    """What the agent's runs said, crashed runs left out."""
+
+    claims: list[dict[str, Any]]
+    error: str | None
+    timed_out: bool
+    # A run that finished without exactly one claim, or one that claimed twice.
+    claim_violation: bool
+
+
+def _new_effects(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """The effects the after-world holds that the before-world did not, by id."""
+    before_ids = {str(e.get("id")) for e in before["effects"] if isinstance(e, dict)}
+    return [
+        e for e in after["effects"] if isinstance(e, dict) and str(e.get("id")) not in before_ids
+    ]
+
+
+def _tally(runs: list[tuple[int, RunResult]]) -> _Tally:
+    claims: list[dict[str, Any]] = []
+    per_run: dict[int, int] = {}
+    finished: set[int] = set()
+    error: str | None = None
+    timed_out = False
+    for run_no, r in runs:
+        if r.crashed:
+            continue
+        timed_out = timed_out or r.timed_out
+        if r.error is not None:
+            error = error or r.error
+        else:
+            finished.add(run_no)
+        for c in r.claims:
+            claims.append({**c, "run": run_no})
+            per_run[run_no] = per_run.get(run_no, 0) + 1
+    claim_violation = any(k > 1 for k in per_run.values()) or any(
+        run not in per_run for run in finished
+    )
+    return _Tally(claims, error, timed_out, claim_violation)
+
+
+def _storm(spec: FaultSpec | None, state: TrialState) -> StormObservation | None:
+    """How the agent paced its retries in an exercised rate-limit storm (None for other faults)."""
+    if spec is None or spec.disturbance is not Disturbance.RATE_LIMIT_STORM:
+        return None
+    times = state.storm_attempts
+    waits = [int((b - a) * 1000) for a, b in itertools.pairwise(times)]
+    shortest = min(waits) if waits else None
+    return StormObservation(len(times), state.storm_admitted, shortest, 0, 0, 0, 0)
+
+
 class McpEngine:
     """The `mcp` target: implements the harness's `TrialEngine`."""
 
@@ -210,25 +263,9 @@ class McpEngine:
     ) -> TrialRecord:
         trial_id = f"{self._prefix}-{n}" + ("-naive" if naive else "")
         w = Workload(Stream(seed))
-        hooks = self.contract.hooks
         inj = Injector(spec, self.catalogue, self.guard)
         try:
-            reset = await self.upstreams.hook(
-                hooks.reset,
-                {
-                    "seed": seed % 2**31,
-                    "trial_id": trial_id,
-                    "fault": spec.id if spec is not None else "",
-                    "tool": spec.target if spec is not None else "",
-                },
-            )
-            task = dict(reset["task"]) if isinstance(reset, dict) else None
-            if task is None:
-                raise HookFailed('the reset hook must answer {"task": {...}}')
-            # A reset that also answers the fresh world (`"world"`: what probe would answer)
-            # saves the first probe's round trip.
-            world = reset.get("world")
-            before = self._world(world) if world is not None else await self._probe()
+            task, before = await self._reset(spec, seed, trial_id)
         except (HookFailed, KeyError, TypeError) as exc:
             outcome = Outcome(
                 (False, True, False, False, False) + (False,) * 4 + (True, False), 0, "hold"
@@ -237,6 +274,47 @@ class McpEngine:
             return rec
         task["trial_id"] = trial_id
         task["disabled_controls"] = sorted(disabled)
+        state = self._state(spec, inj, task, before, seed, trial_id)
+        runs = await self._runs(spec, inj, state, task, naive)
+        try:
+            after = await self._probe()
+        except (HookFailed, TypeError) as exc:
+            after = {"effects": [], "records": {}, "error": str(exc)}
+        return self._grade(spec, inj, state, task, before, after, runs, w)
+
+    async def _reset(
+        self, spec: FaultSpec | None, seed: int, trial_id: str
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The task the team's reset hook returns, and the world before the agent runs."""
+        reset = await self.upstreams.hook(
+            self.contract.hooks.reset,
+            {
+                "seed": seed % 2**31,
+                "trial_id": trial_id,
+                "fault": spec.id if spec is not None else "",
+                "tool": spec.target if spec is not None else "",
+            },
+        )
+        task = dict(reset["task"]) if isinstance(reset, dict) else None
+        if task is None:
+            raise HookFailed('the reset hook must answer {"task": {...}}')
+        # A reset that also answers the fresh world (`"world"`: what probe would answer)
+        # saves the first probe's round trip.
+        world = reset.get("world")
+        before = self._world(world) if world is not None else await self._probe()
+        return task, before
+
+    def _state(
+        self,
+        spec: FaultSpec | None,
+        inj: Injector,
+        task: dict[str, Any],
+        before: dict[str, Any],
+        seed: int,
+        trial_id: str,
+    ) -> TrialState:
+        """What the proxy knows of this trial: the subject, the others, the fault's limiter."""
+        hooks = self.contract.hooks
         subject = task.get(self.contract.task_subject)
         others = [str(s) for s in before.get("subjects", []) if s != subject]
 
@@ -252,12 +330,23 @@ class McpEngine:
             others,
             mutate=mutate if hooks.mutate is not None else None,
         )
-        storm = spec is not None and spec.disturbance is Disturbance.RATE_LIMIT_STORM
-        if storm and spec is not None:
+        if spec is not None and spec.disturbance is Disturbance.RATE_LIMIT_STORM:
             state.limiter = Limiter(
                 int(spec.params["capacity_per_tick"]), int(spec.params["tick_ms"]) / 1000.0
             )
             state.storm_spec = spec
+        return state
+
+    async def _runs(
+        self,
+        spec: FaultSpec | None,
+        inj: Injector,
+        state: TrialState,
+        task: dict[str, Any],
+        naive: bool,
+    ) -> list[tuple[int, RunResult]]:
+        """The agent's runs, numbered: restarted after a crash, beside a storm's shadow fleet,
+        and once more after a fork."""
         runs: list[tuple[int, RunResult]] = []
         number = 0
 
@@ -279,7 +368,7 @@ class McpEngine:
                 if not result.crashed:
                     return
 
-        if storm and spec is not None:
+        if spec is not None and spec.disturbance is Disturbance.RATE_LIMIT_STORM:
             fleet = [one(shadow=True) for _ in range(int(spec.params["agents"]) - 1)]
             await asyncio.gather(invoke(), *fleet)
         else:
@@ -288,11 +377,7 @@ class McpEngine:
         if fork is not None and fork.disturbance is Disturbance.FORK_RUN:
             inj.fire(fork, "run#2", state.tick())
             await invoke()
-        try:
-            after = await self._probe()
-        except (HookFailed, TypeError) as exc:
-            after = {"effects": [], "records": {}, "error": str(exc)}
-        return self._grade(spec, inj, state, task, before, after, runs, w)
+        return runs
 
     async def _probe(self) -> dict[str, Any]:
         return self._world(await self.upstreams.hook(self.contract.hooks.probe, {}))
@@ -335,31 +420,9 @@ class McpEngine:
         runs: list[tuple[int, RunResult]],
         w: Workload,
     ) -> TrialRecord:
-        before_ids = {str(e.get("id")) for e in before["effects"] if isinstance(e, dict)}
-        new_effects = [
-            e
-            for e in after["effects"]
-            if isinstance(e, dict) and str(e.get("id")) not in before_ids
-        ]
-        claims: list[dict[str, Any]] = []
-        per_run: dict[int, int] = {}
-        finished: set[int] = set()
-        error: str | None = None
-        timed_out = False
-        for run_no, r in runs:
-            if r.crashed:
-                continue
-            timed_out = timed_out or r.timed_out
-            if r.error is not None:
-                error = error or r.error
-            else:
-                finished.add(run_no)
-            for c in r.claims:
-                claims.append({**c, "run": run_no})
-                per_run[run_no] = per_run.get(run_no, 0) + 1
-        claim_violation = any(k > 1 for k in per_run.values()) or any(
-            run not in per_run for run in finished
-        )
+        new_effects = _new_effects(before, after)
+        tally = _tally(runs)
+        claims = tally.claims
         expected = (
             "deny" if spec is not None and spec.expected_recoverability is _DENY else "complete"
         )
@@ -379,15 +442,12 @@ class McpEngine:
         # Alarms are the claims' own: a denial, a hold, a failure, or an anomaly flag. In a
         # trial where nothing fired, each is a false alarm (the baseline counts them).
         alarm = any(c.get("status") in ALARMS or bool(c.get("anomaly")) for c in claims)
-        outcome = _outcome(results, claim_violation, timed_out, alarm, len(new_effects), claims)
+        outcome = _outcome(
+            results, tally.claim_violation, tally.timed_out, alarm, len(new_effects), claims
+        )
         exercised = spec is None or inj.exercised(spec)
-        storm = None
-        if spec is not None and spec.disturbance is Disturbance.RATE_LIMIT_STORM and exercised:
-            times = state.storm_attempts
-            waits = [int((b - a) * 1000) for a, b in itertools.pairwise(times)]
-            shortest = min(waits) if waits else None
-            storm = StormObservation(len(times), state.storm_admitted, shortest, 0, 0, 0, 0)
-        rec = TrialRecord(outcome, exercised, inj.receipts, error, storm, None, w, World(w))
+        storm = _storm(spec, state) if exercised else None
+        rec = TrialRecord(outcome, exercised, inj.receipts, tally.error, storm, None, w, World(w))
         rec.refusals = inj.refusals
         rec.invariants = tuple(sorted(name for name, ok in results.items() if not ok))
         rec.sample = {
@@ -400,7 +460,7 @@ class McpEngine:
             "claim": claims[-1] if claims else None,
             "claims": claims[:10],
             "invariants": results,
-            "target_error": error,
+            "target_error": tally.error,
             "ledger": new_effects[:20],
             "evidence": [],
         }

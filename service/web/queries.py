@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from service.db import queries
-from service.db.models import Assay, Candidate, Event, Manifest, System
+from service.db.models import Assay, Candidate, Event, ManifestRow, System
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def candidate_detail(
     if row is None:
         return None
     report = session.exec(select(Assay.report).where(Assay.id == row.assay.id)).first()
-    manifest = session.get(Manifest, row.candidate.manifest_digest)
+    manifest = session.get(ManifestRow, row.candidate.manifest_digest)
     return CandidateDetail(
         row=row,
         report=dict(report) if report else None,

@@ -20,7 +20,7 @@ from sqlmodel import Session
 from service.app import assays, gate, reviews
 from service.app.errors import AppError
 from service.app.submissions import Services
-from service.core.dossier import Signer, verify
+from service.core.dossier import PublicKey, Signer, verify
 from service.core.errors import AssaygateError
 from service.db import dossier as dossiers
 from service.db import queries, websession
@@ -153,6 +153,38 @@ def _hash_diff(before: dict[str, str], after: dict[str, str]) -> list[dict[str, 
     ]
 
 
+def _verified_versions(
+    session: Session, candidate_id: uuid.UUID, keys: dict[str, PublicKey]
+) -> tuple[list[dict[str, Any]], Dossier | None, dict[str, str]]:
+    """Each version verified now, oldest first, with what changed since the one before; and the
+    latest version with its component hashes."""
+    versions: list[dict[str, Any]] = []
+    previous: Dossier | None = None
+    previous_hashes: dict[str, str] = {}
+    for d in dossiers.versions(session, candidate_id):
+        envelope = json.loads(d.envelope)
+        checked = verify(
+            envelope,
+            keys,
+            previous_digest=previous.digest if previous else d.previous,
+            check_chain=True,
+        )
+        predicate = (checked.statement or {}).get("predicate") or {}
+        hashes = dict((predicate.get("manifest") or {}).get("component_hashes") or {})
+        versions.append(
+            {
+                "dossier": d,
+                "ok": checked.ok,
+                "checks": list(checked.checks),
+                "diff": _hash_diff(previous_hashes, hashes) if previous else [],
+                "decision_changed": previous is not None and previous.decision != d.decision,
+                "waivers": predicate.get("waivers") or [],
+            }
+        )
+        previous, previous_hashes = d, hashes
+    return versions, previous, previous_hashes
+
+
 @router.get("/candidates/{candidate_id}/dossier", response_class=HTMLResponse)
 def dossier_page(
     candidate_id: str,
@@ -174,37 +206,14 @@ def dossier_page(
             request, ws, "error.html", {"title": "Not found", "message": "no such candidate"}, 404
         )
     keys = {k.keyid: k for k in ring.published()}
-    versions: list[dict[str, Any]] = []
-    previous: Dossier | None = None
-    previous_hashes: dict[str, str] = {}
-    for d in dossiers.versions(session, row.candidate.id):
-        envelope = json.loads(d.envelope)
-        checked = verify(
-            envelope,
-            keys,
-            previous_digest=previous.digest if previous else d.previous,
-            check_chain=True,
-        )
-        predicate = (checked.statement or {}).get("predicate") or {}
-        hashes = dict((predicate.get("manifest") or {}).get("component_hashes") or {})
-        versions.append(
-            {
-                "dossier": d,
-                "ok": checked.ok,
-                "checks": list(checked.checks),
-                "diff": _hash_diff(previous_hashes, hashes) if previous else [],
-                "decision_changed": previous is not None and previous.decision != d.decision,
-                "waivers": predicate.get("waivers") or [],
-            }
-        )
-        previous, previous_hashes = d, hashes
+    versions, latest, latest_hashes = _verified_versions(session, row.candidate.id, keys)
     allowed = dossiers.last_allowed(session, row.system.id)
     against_allowed: list[dict[str, str | None]] = []
-    if allowed is not None and previous is not None and allowed.id != previous.id:
+    if allowed is not None and latest is not None and allowed.id != latest.id:
         allowed_pred = dossiers.predicate_of(allowed)
         against_allowed = _hash_diff(
             dict((allowed_pred.get("manifest") or {}).get("component_hashes") or {}),
-            previous_hashes,
+            latest_hashes,
         )
     holds = [h for h in _holds_of(session, row.candidate.id)]
     return _render(

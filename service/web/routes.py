@@ -82,6 +82,14 @@ def decode_cursor(cursor: str | None) -> tuple[datetime, uuid.UUID] | None:
 # --------------------------------------------------------------------------------- pages
 
 
+def _changed(
+    now: dict[str, str], then: dict[str, str], triggers: tuple[str, ...]
+) -> list[tuple[str, bool]]:
+    """The components whose hash differs between two manifests, each with whether a change to it
+    reopens the gate (it is one of the system's triggers)."""
+    return [(c, c in triggers) for c in sorted(set(now) | set(then)) if now.get(c) != then.get(c)]
+
+
 @router.get("/", response_class=HTMLResponse)
 def systems_page(
     request: Request,
@@ -106,17 +114,14 @@ def systems_page(
     counts: dict[str, int] = {}
     for r in found.rows:
         changed: list[tuple[str, bool]] = []
-        triggers = dossiers.system_triggers(r.system)
         last = allowed.get(r.system.id)
         allowed_digest = allowed_digests.get(last.candidate_id) if last is not None else None
         if r.latest is not None and allowed_digest is not None:
-            now = hashes.get(r.latest.candidate.manifest_digest, {})
-            then = hashes.get(allowed_digest, {})
-            changed = [
-                (c, c in triggers)
-                for c in sorted(set(now) | set(then))
-                if now.get(c) != then.get(c)
-            ]
+            changed = _changed(
+                hashes.get(r.latest.candidate.manifest_digest, {}),
+                hashes.get(allowed_digest, {}),
+                dossiers.system_triggers(r.system),
+            )
         standing = standings.get(r.latest.candidate.id) if r.latest is not None else None
         state = present.gate_view(standing, r.latest)
         counts[state.state] = counts.get(state.state, 0) + 1

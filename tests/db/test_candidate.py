@@ -17,7 +17,7 @@ from service.db.models import (
     Candidate,
     ComponentHash,
     Event,
-    Manifest,
+    ManifestRow,
     System,
 )
 from tests.support.service import example
@@ -61,7 +61,7 @@ def test_candidates_that_change_nothing_share_one_manifest_row(session: Session)
     second = record(session)
     assert first.created_manifest and not second.created_manifest
     assert first.created_system and not second.created_system
-    assert count(session, Manifest) == 1
+    assert count(session, ManifestRow) == 1
     assert count(session, Candidate) == 2
 
 
@@ -69,7 +69,7 @@ def test_withdrawing_a_submission_leaves_no_row_behind(session: Session) -> None
     recorded = record(session, system="brand-new")
     withdraw_submission(session, recorded)
     session.commit()
-    for table in (System, Manifest, ComponentHash, Candidate, Assay, AssayShard, Event):
+    for table in (System, ManifestRow, ComponentHash, Candidate, Assay, AssayShard, Event):
         assert count(session, table) == 0, table.__name__
 
 
@@ -80,4 +80,4 @@ def test_withdrawing_keeps_what_other_candidates_still_use(session: Session) -> 
     session.commit()
     assert count(session, Candidate) == 1
     assert session.get(System, kept.system.id) is not None
-    assert session.get(Manifest, kept.candidate.manifest_digest) is not None
+    assert session.get(ManifestRow, kept.candidate.manifest_digest) is not None

@@ -14,7 +14,7 @@ from service.core.errors import AssaygateError
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
 from service.db import queries
-from service.db.models import Assay, AssayStatus, Candidate, Manifest
+from service.db.models import Assay, AssayStatus, Candidate, ManifestRow
 from service.http.deps import MetricsDep, PrincipalDep, SessionDep, SignerDep
 
 router = APIRouter(prefix="/v1/assays", tags=["assays"])
@@ -28,7 +28,7 @@ def _signatures(session: Any, assay: Assay) -> dict[str, dict[str, Any]]:
     if not results:
         return {}
     candidate = session.get(Candidate, assay.candidate_id)
-    manifest = session.get(Manifest, candidate.manifest_digest)
+    manifest = session.get(ManifestRow, candidate.manifest_digest)
     try:
         report = merge(
             parse_manifest(manifest.document),
