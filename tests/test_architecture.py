@@ -14,7 +14,7 @@ PACKAGES = ("service", "worker")
 MAX_LINES = 500
 # Over the limit on main and being split on another branch (issue 16); each entry must still be
 # over the limit, so that it is struck from here once the split lands.
-BEING_SPLIT = frozenset({"service/db/dossier.py"})
+BEING_SPLIT: frozenset[str] = frozenset()
 
 
 def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:

@@ -28,9 +28,9 @@ from service.app.errors import (
     IdempotencyConflict,
     NotFound,
     NotWaivable,
-    RateLimited,
     ReviewerIsSubmitter,
     ServiceUnavailable,
+    SubmissionRateLimited,
 )
 from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
 from service.core.text import PATTERN_RULES
@@ -59,9 +59,9 @@ __all__ = [
     "IdempotencyConflict",
     "NotFound",
     "NotWaivable",
-    "RateLimited",
     "ReviewerIsSubmitter",
     "ServiceUnavailable",
+    "SubmissionRateLimited",
     "Unauthenticated",
 ]
 

@@ -24,7 +24,7 @@ from service.db.assay import OPEN, assay_inputs
 from service.db.candidate import record_rerun, withdraw_rerun
 from service.db.injector import issue_for, request_stop
 from service.db.lease import settle_stopped
-from service.db.models import Assay, Manifest
+from service.db.models import Assay, ManifestRow
 from service.settings import Settings
 
 log = logging.getLogger("assaygate.api")
@@ -50,7 +50,7 @@ def _planned(
     session: Session, row: queries.CandidateRow, command: Rerun, settings: Settings
 ) -> tuple[AssayPlan, list[ShardSpec]]:
     """The re-run's plan (the last assay's, with the overrides) and its shards, within limits."""
-    manifest_row = session.get(Manifest, row.candidate.manifest_digest)
+    manifest_row = session.get(ManifestRow, row.candidate.manifest_digest)
     assert manifest_row is not None
     manifest = parse_manifest(manifest_row.document)
     previous = queries.assay(session, row.assay.id)

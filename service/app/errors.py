@@ -70,7 +70,7 @@ class ReviewerIsSubmitter(AppError):
     code = "reviewer_is_submitter"
 
 
-class RateLimited(AppError):
+class SubmissionRateLimited(AppError):
     kind = Kind.RATE_LIMITED
     code = "rate_limited"
 

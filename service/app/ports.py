@@ -19,4 +19,4 @@ class Queue(Protocol):
 
 class Limit(Protocol):
     def check(self, key_id: uuid.UUID) -> None:
-        """Count one submission of this key; raise `RateLimited` over the limit."""
+        """Count one submission of this key; raise `SubmissionRateLimited` over the limit."""

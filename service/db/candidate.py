@@ -21,7 +21,7 @@ from service.db.models import (
     ComponentHash,
     Event,
     IdempotencyKey,
-    Manifest,
+    ManifestRow,
     System,
     utcnow,
 )
@@ -104,9 +104,9 @@ def _stage_system(session: Session, system_name: str, tenant_id: uuid.UUID) -> t
 
 def _stage_manifest(session: Session, manifest: CoreManifest, digest: str) -> bool:
     """The manifest and its component hashes, stored once per digest; True if new."""
-    if session.get(Manifest, digest) is not None:
+    if session.get(ManifestRow, digest) is not None:
         return False
-    session.add(Manifest(digest=digest, document=manifest.model_dump(mode="json")))
+    session.add(ManifestRow(digest=digest, document=manifest.model_dump(mode="json")))
     session.flush()
     for component, sha256 in manifest.component_hashes().items():
         session.add(ComponentHash(manifest_digest=digest, component=component, sha256=sha256))
@@ -206,7 +206,7 @@ def withdraw_submission(session: Session, recorded: Recorded) -> None:
         session.execute(
             sa.delete(ComponentHash).where(col(ComponentHash.manifest_digest) == digest)
         )
-        session.execute(sa.delete(Manifest).where(col(Manifest.digest) == digest))
+        session.execute(sa.delete(ManifestRow).where(col(ManifestRow.digest) == digest))
     if recorded.created_system and not _used(session, Candidate.system_id, recorded.system.id):
         session.execute(sa.delete(System).where(col(System.id) == recorded.system.id))
 

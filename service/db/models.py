@@ -143,11 +143,6 @@ class ManifestRow(SQLModel, table=True):
     )
 
 
-# The old name, until `service.app.assays` and `service.db.candidate` (another branch's work in
-# progress) say `ManifestRow`; then delete it.
-Manifest = ManifestRow
-
-
 class ComponentHash(SQLModel, table=True):
     """Per-component hashes, queryable so a changed `tools` or `policy` can reopen a gate."""
 

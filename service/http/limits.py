@@ -10,7 +10,7 @@ from typing import Protocol
 
 import redis
 
-from service.app.errors import BrokerUnavailable, RateLimited
+from service.app.errors import BrokerUnavailable, SubmissionRateLimited
 from service.settings import Settings
 
 WINDOW_S = 60
@@ -74,7 +74,7 @@ class SubmissionLimit:
         window = int(now // WINDOW_S)
         if self.counter.hit(str(key_id), window) > self.per_minute:
             retry_after = max(1, int((window + 1) * WINDOW_S - now + 0.999))
-            raise RateLimited(
+            raise SubmissionRateLimited(
                 f"more than {self.per_minute} submissions this minute for this key",
                 retry_after=retry_after,
             )

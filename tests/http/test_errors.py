@@ -22,7 +22,7 @@ def test_every_kind_of_application_error_has_an_http_status() -> None:
         (errors.HoldNotOpen("hold is waived", field="hold_id"), 409),
         (errors.ExpiryPassed("the expiry must be in the future", field="expires_at"), 409),
         (errors.ReviewerIsSubmitter("you submitted it", field="Authorization"), 403),
-        (errors.RateLimited("slow down", retry_after=7), 429),
+        (errors.SubmissionRateLimited("slow down", retry_after=7), 429),
         (errors.BrokerUnavailable("the broker is unreachable"), 503),
         (PlanInvalid("trials must be positive", field="trials"), 422),
         (Unauthenticated("send an API key"), 401),
@@ -33,4 +33,4 @@ def test_an_error_reads_as_the_status_its_kind_names(error: Exception, status: i
 
 
 def test_a_rate_limit_tells_the_caller_when_to_come_back() -> None:
-    assert errors.RateLimited("slow down", retry_after=7).headers == {"Retry-After": "7"}
+    assert errors.SubmissionRateLimited("slow down", retry_after=7).headers == {"Retry-After": "7"}
