@@ -13,10 +13,11 @@ from sqlmodel import Session
 from service.app.dossiers import reopen
 from service.app.errors import NotFound
 from service.core.dossier import Signer
+from service.core.gate import Decision
 from service.db import dossier as dossiers
 from service.db import queries
 from service.db.apikey import Principal, audit
-from service.db.dossier import ALLOW, HOLD, OpenChange
+from service.db.dossier import OpenChange
 from service.db.models import ConfigChange, Dossier, System, utcnow
 
 
@@ -109,7 +110,7 @@ def report_config_change(
         for dossier in dossiers.standing(session, system.id):
             candidate = dossiers.lock(session, dossier.candidate_id)
             before = dossiers.latest(session, candidate.id)
-            if before is None or before.decision not in (ALLOW, HOLD):
+            if before is None or before.decision not in (Decision.ALLOW, Decision.HOLD):
                 continue
             assayed = queries.component_hashes(session, candidate.manifest_digest)
             if assayed.get(component) == sha256:

@@ -25,12 +25,13 @@ from service.core.dossier import (
     successor,
     trigger_hashes,
 )
+from service.core.gate import Decision
 from service.core.manifest import Manifest
 from service.core.plan import AssayPlan
 from service.db import dossier as dossiers
 from service.db import queries
 from service.db.apikey import actor_view
-from service.db.dossier import ALLOW, HOLD, REOPENED, REVIEWABLE, OpenChange, iso
+from service.db.dossier import REOPENED, REVIEWABLE, OpenChange, iso
 from service.db.merge import record_merge
 from service.db.models import Assay, Candidate, Dossier, Hold, System, utcnow
 
@@ -115,7 +116,7 @@ def record_assay_dossier(
     if hold is not None:
         session.add(hold)
         session.flush()
-    if decision in (ALLOW, HOLD):
+    if decision in (Decision.ALLOW, Decision.HOLD):
         dossier = _reopen_if_changed(session, signer, candidate, system, dossier, now)
     return dossier
 
@@ -231,7 +232,7 @@ def config_changed_reason(change: OpenChange, assayed: str | None) -> dict[str, 
             "gate stays reopened until a candidate with this configuration passes its assay"
         ),
         "fault": None,
-        "severity": HOLD,
+        "severity": Decision.HOLD,
     }
 
 

@@ -27,11 +27,10 @@ from service.app.errors import (
     ReviewerIsSubmitter,
 )
 from service.core.dossier import Signer
+from service.core.gate import Decision
 from service.db import dossier as dossiers
 from service.db.apikey import Principal, actor_view, audit, review_conflict
 from service.db.models import Candidate, Dossier, Hold, HoldStatus, utcnow
-
-ALLOW, HOLD, BLOCK = "allow", "hold", "block"
 
 
 class Action(StrEnum):
@@ -84,7 +83,7 @@ def _iso(value: datetime) -> str:
 
 def hard_reasons(hold: Hold) -> list[dict[str, Any]]:
     """The reasons no waiver can lift: every block (hard invariants, invalid evidence, a stop)."""
-    return [r for r in hold.reasons if r.get("severity") == BLOCK]
+    return [r for r in hold.reasons if r.get("severity") == Decision.BLOCK]
 
 
 def _utc(value: datetime) -> datetime:
@@ -110,10 +109,15 @@ def lapse(hold: Hold) -> Lapse:
     )
     return Lapse(
         what,
-        BLOCK if hard_reasons(hold) else HOLD,
+        Decision.BLOCK if hard_reasons(hold) else Decision.HOLD,
         [
             *hold.reasons,
-            {"code": f"{what}_expired", "message": message, "fault": None, "severity": HOLD},
+            {
+                "code": f"{what}_expired",
+                "message": message,
+                "fault": None,
+                "severity": Decision.HOLD,
+            },
         ],
     )
 
@@ -131,21 +135,21 @@ def _outcome(hold: Hold, command: ReviewHold, who: str) -> tuple[str, list[dict[
     if command.action is Action.WAIVE:
         # Defence in depth: only hold reasons are ever waived, so a block stays a block.
         remaining = hard_reasons(hold)
-        return BLOCK if remaining else ALLOW, remaining or [
+        return Decision.BLOCK if remaining else Decision.ALLOW, remaining or [
             {
                 "code": "waived",
                 "message": f"held reasons waived by {who}{until}: {command.reason}",
                 "fault": None,
-                "severity": ALLOW,
+                "severity": Decision.ALLOW,
             }
         ]
     rejected = {
         "code": "rejected",
         "message": f"rejected by {who}{until}: {command.reason}",
         "fault": None,
-        "severity": BLOCK,
+        "severity": Decision.BLOCK,
     }
-    return BLOCK, [*hold.reasons, rejected]
+    return Decision.BLOCK, [*hold.reasons, rejected]
 
 
 def record(

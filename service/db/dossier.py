@@ -29,6 +29,7 @@ from service.core.dossier import (
     seal,
     statement,
 )
+from service.core.gate import Decision
 from service.core.text import check_system_name
 from service.db.models import (
     Candidate,
@@ -41,9 +42,11 @@ from service.db.models import (
     System,
 )
 
-ALLOW, HOLD, BLOCK, REOPENED = "allow", "hold", "block", "reopened"
+# A dossier version says an assay decision (`Decision`) or, signed by a reported change,
+# "reopened": the gate must assay the system again.
+REOPENED = "reopened"
 # A hold is open on any dossier that does not allow; these are the decisions it may be about.
-REVIEWABLE = (HOLD, BLOCK)
+REVIEWABLE = (Decision.HOLD, Decision.BLOCK)
 
 
 def iso(value: datetime) -> str:
@@ -127,7 +130,7 @@ def last_allowed(
 ) -> Dossier | None:
     """The newest dossier of the system that still allows (the latest version of its candidate);
     `excluding` a candidate, the last allowed dossier of any other (what it is compared with)."""
-    query = _latest_per_candidate(system_id).where(Dossier.decision == ALLOW)
+    query = _latest_per_candidate(system_id).where(Dossier.decision == Decision.ALLOW)
     if excluding is not None:
         query = query.where(col(Dossier.candidate_id) != excluding)
     found: Dossier | None = session.exec(
@@ -148,7 +151,7 @@ def last_allowed_per_system(
         sa.select(col(Dossier.system_id), col(Dossier.id))
         .where(
             col(Dossier.system_id).in_(sorted(set(system_ids))),
-            col(Dossier.decision) == ALLOW,
+            col(Dossier.decision) == Decision.ALLOW,
             ~sa.exists().where(
                 col(newer.candidate_id) == col(Dossier.candidate_id),
                 col(newer.version) > col(Dossier.version),
@@ -174,7 +177,7 @@ def standing(session: Session, system_id: uuid.UUID) -> Sequence[Dossier]:
     the dossiers a production change can reopen."""
     found: Sequence[Dossier] = session.exec(
         _latest_per_candidate(system_id)
-        .where(col(Dossier.decision).in_([ALLOW, HOLD]))
+        .where(col(Dossier.decision).in_([Decision.ALLOW, Decision.HOLD]))
         .order_by(col(Dossier.created_at))
     ).all()
     return found
@@ -448,7 +451,7 @@ def open_config_changes(
             )
             .where(
                 col(Dossier.system_id) == system_id,
-                col(Dossier.decision) == ALLOW,
+                col(Dossier.decision) == Decision.ALLOW,
                 col(ComponentHash.sha256) == change.sha256,
             )
             .limit(1)
