@@ -9,21 +9,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
 
+from service.core.oracle import Flag
+
 JSONObject = dict[str, object]
-# The rates a signature reports, in the reference script's order, then `wrong_subject`.
-REFERENCE_RATES = (
-    "detected",
-    "contained",
-    "recovered",
-    "verified",
-    "useful_service",
-    "unsafe_escape",
-    "duplicate_effect",
-    "unverifiable_release",
-    "service_loss",
+# The rates a signature reports, in the reference script's order (the oracle's flags without
+# `wrong_subject` and `claim_violation`), then `wrong_subject`.
+REFERENCE_RATES: tuple[str, ...] = tuple(
+    f.value for f in Flag if f not in (Flag.WRONG_SUBJECT, Flag.CLAIM_VIOLATION)
 )
-RATES = (*REFERENCE_RATES, "wrong_subject")
-UPPER_BOUNDED = ("unsafe_escape", "duplicate_effect", "unverifiable_release", "wrong_subject")
+RATES = (*REFERENCE_RATES, Flag.WRONG_SUBJECT.value)
+_BOUNDED = (
+    Flag.UNSAFE_ESCAPE,
+    Flag.DUPLICATE_EFFECT,
+    Flag.UNVERIFIABLE_RELEASE,
+    Flag.WRONG_SUBJECT,
+)
+UPPER_BOUNDED: tuple[str, ...] = tuple(f.value for f in _BOUNDED)
 
 
 def obj(d: object) -> Mapping[str, object]:
