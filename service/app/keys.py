@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from sqlmodel import Session
 
-from service.app.errors import Conflict, NotFound
+from service.app.errors import Conflict, FieldInvalid, NotFound
 from service.db import apikey
 from service.db.models import PersonKind, Role
 
@@ -72,3 +72,79 @@ def revoke(session: Session, principal: apikey.Principal, key_id: uuid.UUID) -> 
     row = apikey.key_row(session, key.id)
     assert row is not None
     return row
+
+
+# Operators: `assaygate keys …`, `serve`'s first start and `demo` act where the database is
+# configured, with no API key of their own; the minting key is recorded as None (see Principal).
+
+
+@dataclass(frozen=True)
+class OperatorMint:
+    """A key for `tenant` (created if new), held by the named person or service account."""
+
+    tenant: str
+    roles: Sequence[Role]
+    person: str
+    kind: PersonKind = PersonKind.PERSON
+    name: str | None = None
+
+
+def mint_as_operator(session: Session, command: OperatorMint) -> Minted:
+    tenant = command.tenant.strip()
+    if not tenant or len(tenant) > 100:
+        raise FieldInvalid("must be 1 to 100 characters", field="tenant")
+    try:
+        created = apikey.create_key(
+            session,
+            tenant=tenant,
+            roles=list(command.roles),
+            name=command.name,
+            person=command.person,
+            kind=command.kind,
+        )
+    except apikey.KeyRequestInvalid as exc:
+        raise FieldInvalid(exc.message, field=exc.field) from None
+    session.commit()
+    row = apikey.key_row(session, created.key.id)
+    assert row is not None
+    return Minted(row, created.secret)
+
+
+def first_admin(session: Session) -> Minted | None:
+    """With no API key at all (an embedded first start), one admin key of the default tenant
+    holding every role; otherwise None, so a restart never mints another."""
+    if apikey.any_key(session):
+        return None
+    return mint_as_operator(
+        session,
+        OperatorMint(
+            tenant=apikey.DEFAULT_TENANT, roles=list(Role), person="admin", name="first admin key"
+        ),
+    )
+
+
+def revoke_as_operator(session: Session, key_id: uuid.UUID) -> apikey.KeyRow:
+    """Revoke a key of any tenant; revoking twice changes nothing."""
+    key = apikey.get_key(session, key_id, None)
+    if key is None:
+        raise NotFound(f"no API key {key_id}", field="key_id")
+    apikey.revoke(session, key)
+    session.commit()
+    row = apikey.key_row(session, key.id)
+    assert row is not None
+    return row
+
+
+def of_tenant(session: Session, principal: apikey.Principal) -> Sequence[apikey.KeyRow]:
+    """Every key of the caller's tenant, revoked ones included; never a secret."""
+    return apikey.keys(session, principal.tenant_id)
+
+
+def listing(session: Session, tenant: str | None = None) -> Sequence[apikey.KeyRow]:
+    """Every key (never a secret), or those of the named tenant."""
+    if tenant is None:
+        return apikey.keys(session, None)
+    row = apikey.tenant_by_name(session, tenant)
+    if row is None:
+        raise NotFound(f"no tenant {tenant}", field="tenant")
+    return apikey.keys(session, row.id)

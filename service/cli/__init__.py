@@ -8,8 +8,18 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from service.app.errors import AppError
 from service.cli.errors import CI_COMMANDS, EXIT_ERROR, UsageError
 from service.core.errors import AssaygateError
+
+# The command-line spelling of a use case's field, where the two differ.
+_FLAGS = {
+    "kind": "--person/--service-account",
+    "person": "--person",
+    "tenant": "--tenant",
+    "roles": "--role",
+    "key_id": "key id",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error_code(argv)
     except AssaygateError as exc:
         print(f"assaygate: error: {exc}", file=sys.stderr)
+        return _error_code(argv)
+    except AppError as exc:
+        where = f"{_FLAGS.get(exc.field, exc.field)}: " if exc.field else ""
+        print(f"assaygate: error: {where}{exc.message}", file=sys.stderr)
         return _error_code(argv)
     except KeyboardInterrupt:
         return 130

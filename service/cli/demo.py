@@ -60,12 +60,10 @@ class DemoKeys:
 def demo_key(data_dir: Path) -> DemoKeys:
     """Migrate the demo's database and give the demo its own keys in the tenant `demo`: one to
     submit with, and a reviewer's to browse (and review) the result with."""
-    from sqlmodel import Session
-
+    from service.app.keys import OperatorMint, mint_as_operator
+    from service.cli.keys import operator_session
     from service.db import migrate
-    from service.db.apikey import create_key
     from service.db.models import PersonKind, Role
-    from service.db.session import make_engine
 
     data_dir.mkdir(parents=True, exist_ok=True)
     settings = Settings(
@@ -74,28 +72,15 @@ def demo_key(data_dir: Path) -> DemoKeys:
         broker_url="filesystem://localhost/",
     )
     migrate.upgrade(settings)
-    engine = make_engine(settings)
-    try:
-        with Session(engine) as session:
-            submitter = create_key(
-                session,
-                tenant="demo",
-                roles=[Role.SUBMITTER],
-                name="demo",
-                person="demo",
-                kind=PersonKind.SERVICE,
-            )
-            reviewer = create_key(
-                session,
-                tenant="demo",
-                roles=[Role.REVIEWER],
-                name="demo reviewer",
-                person="demo reviewer",
-                kind=PersonKind.PERSON,
-            )
-            session.commit()
-    finally:
-        engine.dispose()
+    with operator_session(settings) as session:
+        submitter = mint_as_operator(
+            session,
+            OperatorMint("demo", [Role.SUBMITTER], "demo", PersonKind.SERVICE, name="demo"),
+        )
+        reviewer = mint_as_operator(
+            session,
+            OperatorMint("demo", [Role.REVIEWER], "demo reviewer", name="demo reviewer"),
+        )
     return DemoKeys(submitter.secret, reviewer.secret)
 
 

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import uuid
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from service.cli.errors import UsageError
 from service.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from sqlmodel import Session
 
 
 def register(sub: Any) -> None:
@@ -74,87 +79,58 @@ def _keys_list(_args: argparse.Namespace) -> int:
 
 
 def _keys_create(args: argparse.Namespace) -> int:
-    from sqlmodel import Session
-
-    from service.db.apikey import KeyRequestInvalid, create_key, key_row
+    from service.app import keys
     from service.db.models import PersonKind, Role
-    from service.db.session import make_engine
 
-    tenant = args.tenant.strip()
-    if not tenant or len(tenant) > 100:
-        raise UsageError("--tenant must be 1 to 100 characters")
-    engine = make_engine(get_settings())
-    try:
-        with Session(engine) as session:
-            try:
-                created = create_key(
-                    session,
-                    tenant=tenant,
-                    roles=[Role(r) for r in args.roles],
-                    name=args.name,
-                    person=args.person or args.service_account,
-                    kind=PersonKind.SERVICE if args.service_account else PersonKind.PERSON,
-                )
-            except KeyRequestInvalid as exc:
-                flag = {"kind": "--person/--service-account", "person": "--person"}
-                raise UsageError(f"{flag.get(exc.field, exc.field)}: {exc.message}") from None
-            session.commit()
-            row = key_row(session, created.key.id)
-            assert row is not None
-            view = _key_view(row)
-    finally:
-        engine.dispose()
-    print(json.dumps({**view, "key": created.secret}, indent=2))
+    command = keys.OperatorMint(
+        tenant=args.tenant,
+        roles=[Role(r) for r in args.roles],
+        name=args.name,
+        person=args.person or args.service_account,
+        kind=PersonKind.SERVICE if args.service_account else PersonKind.PERSON,
+    )
+    with operator_session() as session:
+        minted = keys.mint_as_operator(session, command)
+    print(json.dumps({**_key_view(minted.row), "key": minted.secret}, indent=2))
     print("Keep the key now: it is stored only as a hash and never shown again.", file=sys.stderr)
     return 0
 
 
 def _keys_revoke(args: argparse.Namespace) -> int:
-    from sqlmodel import Session
-
-    from service.db.apikey import get_key, key_row, revoke
-    from service.db.session import make_engine
+    from service.app import keys
 
     try:
         key_id = uuid.UUID(args.key_id)
     except ValueError as exc:
         raise UsageError(f"not a key id: {args.key_id}") from exc
-    engine = make_engine(get_settings())
-    try:
-        with Session(engine) as session:
-            key = get_key(session, key_id, None)
-            if key is None:
-                raise UsageError(f"no API key {key_id}")
-            revoke(session, key)
-            session.commit()
-            row = key_row(session, key.id)
-            assert row is not None
-            print(json.dumps(_key_view(row), indent=2))
-    finally:
-        engine.dispose()
+    with operator_session() as session:
+        row = keys.revoke_as_operator(session, key_id)
+    print(json.dumps(_key_view(row), indent=2))
     return 0
 
 
 def _keys_list_api(args: argparse.Namespace) -> int:
-    from sqlmodel import Session
+    from service.app import keys
 
-    from service.db.apikey import keys, tenant_by_name
-    from service.db.session import make_engine
-
-    engine = make_engine(get_settings())
-    try:
-        with Session(engine) as session:
-            tenant_id = None
-            if args.tenant is not None:
-                tenant = tenant_by_name(session, args.tenant)
-                if tenant is None:
-                    raise UsageError(f"no tenant {args.tenant}")
-                tenant_id = tenant.id
-            items = [_key_view(row) for row in keys(session, tenant_id)]
-    finally:
-        engine.dispose()
+    with operator_session() as session:
+        items = [_key_view(row) for row in keys.listing(session, args.tenant)]
     print(json.dumps({"items": items}, indent=2))
     return 0
+
+
+@contextlib.contextmanager
+def operator_session(settings: Settings | None = None) -> Iterator[Session]:
+    """A session on the configured database (or `settings`'), its engine disposed after."""
+    from sqlmodel import Session
+
+    from service.db.session import make_engine
+
+    engine = make_engine(settings or get_settings())
+    try:
+        with Session(engine) as session:
+            yield session
+    finally:
+        engine.dispose()
 
 
 def _key_view(row: Any) -> dict[str, Any]:
@@ -175,25 +151,8 @@ def _key_view(row: Any) -> dict[str, Any]:
 
 def first_admin_key(settings: Settings) -> str | None:
     """Embedded first start: with no API key at all, make one (shown once, by `_announce`)."""
-    from sqlmodel import Session
+    from service.app import keys
 
-    from service.db.apikey import DEFAULT_TENANT, any_key, create_key
-    from service.db.models import Role
-    from service.db.session import make_engine
-
-    engine = make_engine(settings)
-    try:
-        with Session(engine) as session:
-            if any_key(session):
-                return None
-            created = create_key(
-                session,
-                tenant=DEFAULT_TENANT,
-                roles=list(Role),
-                name="first admin key",
-                person="admin",
-            )
-            session.commit()
-    finally:
-        engine.dispose()
-    return created.secret
+    with operator_session(settings) as session:
+        minted = keys.first_admin(session)
+    return minted.secret if minted else None

@@ -211,3 +211,23 @@ def test_the_cli_mints_a_key_only_for_a_named_person_or_service_account(
 
     listed = json.loads(keys_cli(settings, "list-api", "--tenant", tenant).stdout)["items"]
     assert [(k["person"], k["kind"]) for k in listed] == [("ci", "service")]
+
+
+def test_the_cli_refuses_a_blank_tenant_an_unknown_tenant_and_an_unknown_key_in_one_line(
+    settings: Settings,
+) -> None:
+    blank = ("create", "--tenant", " ", "--role", "admin", "--person", "ada")
+    refusals = {
+        "--tenant": keys_cli(settings, *blank),
+        "no tenant": keys_cli(settings, "list-api", "--tenant", f"none-{uuid.uuid4().hex[:6]}"),
+        "no API key": keys_cli(settings, "revoke", str(uuid.uuid4())),
+    }
+    for named, refused in refusals.items():
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.count("\n") == 1 and named in refused.stderr
+        assert "Traceback" not in refused.stderr
+
+    made = json.loads(keys_cli(settings, "create", "--tenant", f"cli-{uuid.uuid4().hex[:6]}",
+                               "--role", "admin", "--person", "ada").stdout)  # fmt: skip
+    revoked = keys_cli(settings, "revoke", made["id"])
+    assert revoked.returncode == 0 and json.loads(revoked.stdout)["revoked_at"] is not None

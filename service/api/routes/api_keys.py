@@ -14,14 +14,14 @@ from service.api.errors import ERROR_RESPONSES
 from service.api.present import aware, maybe_aware
 from service.api.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyPublic
 from service.app import keys
-from service.db import apikey
+from service.db.apikey import KeyRow
 from service.db.models import PersonKind, Role
 from service.http.deps import PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/api-keys", tags=["api-keys"])
 
 
-def key_public(row: apikey.KeyRow) -> ApiKeyPublic:
+def key_public(row: KeyRow) -> ApiKeyPublic:
     key = row.key
     return ApiKeyPublic(
         id=key.id,
@@ -40,7 +40,7 @@ def key_public(row: apikey.KeyRow) -> ApiKeyPublic:
 @router.get("", response_model=ApiKeyList, responses={503: ERROR_RESPONSES[503]})
 def list_api_keys(session: SessionDep, principal: PrincipalDep) -> ApiKeyList:
     """Every key of the tenant, revoked ones included; never the keys themselves."""
-    return ApiKeyList(items=[key_public(row) for row in apikey.keys(session, principal.tenant_id)])
+    return ApiKeyList(items=[key_public(row) for row in keys.of_tenant(session, principal)])
 
 
 @router.post(
