@@ -1,24 +1,57 @@
-"""The mypyc-compiled core (what the production image runs) behaves exactly as the source does."""
+"""The mypyc-compiled core (what `make venv` and the production image run) behaves exactly as
+the pure-Python core (what a machine without a C compiler runs) does.
+
+The suite itself runs whichever core this checkout has; this test runs the core's own tests
+against the other one, in a scratch copy of `service/`: the pure source when `make venv`
+compiled the core in place, a fresh mypyc build when it did not.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from service.compile import ROOT, build_compiled_core
+from service.compile import ROOT, build_compiled_core, state
 from service.core.compiled import HOT_MODULES
 
 
+@dataclass(frozen=True)
+class Core:
+    root: Path
+    compiled: bool
+
+
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_compiled_core(tmp_path_factory.mktemp("compiled"))
+def other_core(tmp_path_factory: pytest.TempPathFactory) -> Core:
+    """The core this suite is not running: its pure source, or a fresh compiled build."""
+    scratch = tmp_path_factory.mktemp("core")
+    if state() == "compiled":
+        shutil.copytree(
+            ROOT / "service",
+            scratch / "service",
+            ignore=shutil.ignore_patterns("__pycache__", "*.so", ".compiled.json"),
+        )
+        return Core(scratch, compiled=False)
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        pytest.skip("no C compiler: only the pure-Python core can run here")
+    return Core(build_compiled_core(scratch), compiled=True)
 
 
-def test_the_compiled_core_passes_the_cores_own_tests(compiled: Path) -> None:
+def test_the_suite_runs_the_compiled_core_whenever_make_venv_built_one() -> None:
+    import service.core.sandbox as sandbox
+
+    assert sandbox.__file__ is not None
+    assert sandbox.__file__.endswith(".so") == (state() == "compiled")
+
+
+def test_the_other_core_passes_the_cores_own_tests(other_core: Core) -> None:
+    compiled = other_core.root
     env = {**os.environ, "PYTHONPATH": str(compiled)}
     probe = subprocess.run(
         [sys.executable, "-c", "import service.core.sandbox as m; print(m.__file__)"],
@@ -28,8 +61,11 @@ def test_the_compiled_core_passes_the_cores_own_tests(compiled: Path) -> None:
         text=True,
         check=True,
     )
-    assert probe.stdout.strip().endswith(".so"), "the compiled module was not the one imported"
-    assert len(HOT_MODULES) == len(list((compiled / "service" / "core").glob("*.so")))
+    imported = probe.stdout.strip()
+    assert imported.startswith(str(compiled)), "the scratch core was not the one imported"
+    assert imported.endswith(".so") == other_core.compiled
+    built = list((compiled / "service" / "core").glob("*.so"))
+    assert len(built) == (len(HOT_MODULES) if other_core.compiled else 0)
     tests = [
         str(ROOT / "tests" / "core" / name)
         for name in (

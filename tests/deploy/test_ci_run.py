@@ -119,14 +119,22 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
         yield running
 
 
-@pytest.fixture
-def runner(service: Embedded, tmp_path: Path) -> Runner:
-    checkout = fresh_checkout(tmp_path / "checkout")
-    venv = tmp_path / "python"
+@pytest.fixture(scope="module")
+def runner_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh Python, made once per module: the first job installs Assaygate's dependencies
+    into it from nothing (~40 s of the 2-core machine), the later jobs find them installed —
+    as a runner's cached tool directory would — and still build and install the wheel."""
+    venv = tmp_path_factory.mktemp("runner-python") / "python"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    return venv / "bin"
+
+
+@pytest.fixture
+def runner(service: Embedded, runner_python: Path, tmp_path: Path) -> Runner:
+    checkout = fresh_checkout(tmp_path / "checkout")
     temp = tmp_path / "runner-temp"
     temp.mkdir()
-    return Runner(checkout, venv / "bin", service, temp)
+    return Runner(checkout, runner_python, service, temp)
 
 
 def github_env(runner: Runner, workflow: dict[str, Any], **override: str) -> dict[str, str]:
