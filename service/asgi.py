@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from sqlalchemy.engine import Engine
 
 from service.api import app as api
+from service.app.gate import AnswerCache
 from service.db.session import make_engine
 from service.http.browser import load_secret
 from service.http.dispatch import Dispatcher
@@ -52,6 +53,7 @@ def create_app(
     app.state.engine = engine
     app.state.dispatcher = dispatcher
     app.state.metrics = Metrics(engine)
+    app.state.gate_answers = AnswerCache()
     app.state.submission_limit = SubmissionLimit(settings)
     api.install(app, settings)
     app.include_router(web.router)

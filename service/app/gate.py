@@ -11,10 +11,12 @@ allowed dossier's, else `hold` (its assay is pending, or failed). Missing eviden
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -66,6 +68,8 @@ class Standing:
     until: datetime | None = None
     # The assay's own decision, when it differs from the standing word.
     assay_decision: str | None = None
+    # When the answer changes by the clock alone (a review lapses), if it can.
+    changes_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,53 @@ def answer(
     return Answer(system.name, candidate, found, triggers)
 
 
+class AnswerCache:
+    """The gate route's rendered answers, per process, each valid for one epoch of its system.
+
+    The database bumps a system's `gate_epoch` with every write that can change what its gate
+    says (migration 0009's triggers), and the route reads the epoch in the one indexed lookup
+    that finds the system, before anything else: an answer computed afterwards is at least as
+    new as that epoch, so it is served only while the epoch stands. An answer resting on a
+    waiver or rejection is served only until that review lapses. The least recently used
+    answers beyond `size` are dropped."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[uuid.UUID, str | None], _Cached] = OrderedDict()
+
+    def get(self, system: System, version: str | None, now: datetime) -> bytes | None:
+        key = (system.id, version)
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None or found.epoch != system.gate_epoch:
+                return None
+            if found.until is not None and _utc(found.until) <= _utc(now):
+                return None
+            self._entries.move_to_end(key)
+            return found.body
+
+    def put(self, system: System, version: str | None, standing: Standing, body: bytes) -> None:
+        with self._lock:
+            self._entries[(system.id, version)] = _Cached(
+                system.gate_epoch, standing.changes_at, body
+            )
+            self._entries.move_to_end((system.id, version))
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class _Cached:
+    epoch: int
+    until: datetime | None
+    body: bytes
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 # ------------------------------------------------------------------------------ the rules
 
 
@@ -180,6 +231,7 @@ def _from_dossier(
         open_hold.id if open_hold is not None else None,
         until,
         assay_decision,
+        until,
     )
 
 
@@ -262,6 +314,7 @@ def _with_open_changes(
         None,
         None,
         base.assay_decision or (base.dossier.decision if base.dossier is not None else None),
+        base.changes_at,
     )
 
 

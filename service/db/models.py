@@ -128,6 +128,11 @@ class System(SQLModel, table=True):
     created_at: datetime = Field(
         default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
     )
+    # Bumped by the database (triggers of migration 0009) with every write that can change what
+    # this system's gate says; the gate read caches its answer under it.
+    gate_epoch: int = Field(
+        default=0, sa_column=sa.Column(sa.BigInteger(), nullable=False, server_default="0")
+    )
 
 
 class ManifestRow(SQLModel, table=True):

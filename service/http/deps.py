@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from service.app.gate import AnswerCache
 from service.core.dossier import Signer
 from service.db.apikey import Principal
 from service.http.access import require_principal
@@ -43,6 +44,11 @@ def get_dispatcher(request: Request) -> Dispatcher:
 def get_metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
+
+
+def get_gate_answers(request: Request) -> AnswerCache:
+    answers: AnswerCache = request.app.state.gate_answers
+    return answers
 
 
 def get_submission_limit(request: Request) -> SubmissionLimit | None:
@@ -83,6 +89,7 @@ EngineDep = Annotated[Engine, Depends(get_engine)]
 SessionDep = Annotated[Session, Depends(get_session)]
 DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+GateAnswersDep = Annotated[AnswerCache, Depends(get_gate_answers)]
 SignerDep = Annotated[Signer, Depends(get_signer)]
 InjectorSignerDep = Annotated[Signer, Depends(get_injector_signer)]
 KeyRingDep = Annotated[KeyRing, Depends(get_key_ring)]

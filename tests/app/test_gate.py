@@ -126,3 +126,41 @@ def test_the_reconciler_signs_exactly_one_expiry_version_however_often_it_runs(
     assert hold.status == HoldStatus.OPEN.value
     row = queries.candidate(session, candidate.id)
     assert row is not None
+
+
+def cached_standing(changes_at: datetime | None = None) -> gate.Standing:
+    return gate.Standing(
+        uuid.uuid4(), gate.Word.ALLOW, gate.Basis.WAIVED, [], None, changes_at=changes_at
+    )
+
+
+def test_a_cached_answer_is_served_only_for_its_epoch() -> None:
+    answers = gate.AnswerCache()
+    system = System(name="cached", tenant_id=uuid.uuid4(), gate_epoch=3)
+    now = datetime.now(UTC)
+    answers.put(system, None, cached_standing(), b"{}")
+    assert answers.get(system, None, now) == b"{}"
+    assert answers.get(system, "1.0", now) is None, "another version is another answer"
+    system.gate_epoch = 4
+    assert answers.get(system, None, now) is None
+
+
+def test_a_cached_answer_that_rests_on_a_review_is_served_until_it_lapses() -> None:
+    answers = gate.AnswerCache()
+    system = System(name="cached", tenant_id=uuid.uuid4())
+    now = datetime.now(UTC)
+    answers.put(system, None, cached_standing(changes_at=now + timedelta(seconds=1)), b"{}")
+    assert answers.get(system, None, now) == b"{}"
+    assert answers.get(system, None, now + timedelta(seconds=1)) is None
+
+
+def test_the_cache_keeps_the_most_recently_used_answers_only() -> None:
+    answers = gate.AnswerCache(size=2)
+    systems = [System(name=f"s{n}", tenant_id=uuid.uuid4()) for n in range(3)]
+    now = datetime.now(UTC)
+    answers.put(systems[0], None, cached_standing(), b"0")
+    answers.put(systems[1], None, cached_standing(), b"1")
+    assert answers.get(systems[0], None, now) == b"0"  # now the most recent
+    answers.put(systems[2], None, cached_standing(), b"2")
+    assert answers.get(systems[1], None, now) is None
+    assert [answers.get(s, None, now) for s in (systems[0], systems[2])] == [b"0", b"2"]
