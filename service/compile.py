@@ -67,6 +67,9 @@ def state() -> str:
         return "stale"
     if len(present) != len(HOT_MODULES) or stamp.get("sources") != _digests():
         return "stale"
+    # The shared runtime lives in the environment: a virtualenv made again lacks it.
+    if not all((_site() / name).exists() for name in stamp.get("runtime", [])):
+        return "stale"
     return "compiled"
 
 

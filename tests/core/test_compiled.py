@@ -96,3 +96,14 @@ def test_the_other_core_passes_the_cores_own_tests(other_core: Core) -> None:
         check=False,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+
+
+def test_a_build_whose_runtime_left_with_the_old_virtualenv_is_stale(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    if state() != "compiled":
+        pytest.skip("only a compiled build has a runtime to lose")
+    import service.compile as compile_module
+
+    monkeypatch.setattr(compile_module, "_site", lambda: tmp_path)
+    assert state() == "stale"
