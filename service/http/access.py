@@ -117,7 +117,9 @@ def _signed_in(request: Request, engine: Engine) -> Principal | None:
         return websession.signed_in(session, ws.sid)
 
 
-def require_principal(principal: Annotated[Principal | None, Depends(authorize)]) -> Principal:
+async def require_principal(
+    principal: Annotated[Principal | None, Depends(authorize)],
+) -> Principal:
     if principal is None:  # a public route declared a principal: a programming error
         raise Unauthenticated("this route needs an API key")
     return principal

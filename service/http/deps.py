@@ -19,13 +19,16 @@ from service.http.metrics import Metrics
 from service.keys import ActiveKey, KeyRing
 from service.settings import Settings
 
+# Dependencies that only read the app's state are coroutines: FastAPI runs a plain `def`
+# dependency on a worker thread, and each such hop costs a gate read more than its query does.
 
-def get_app_settings(request: Request) -> Settings:
+
+async def get_app_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_engine(request: Request) -> Engine:
+async def get_engine(request: Request) -> Engine:
     engine: Engine = request.app.state.engine
     return engine
 
@@ -36,22 +39,22 @@ def get_session(engine: Annotated[Engine, Depends(get_engine)]) -> Iterator[Sess
         yield session
 
 
-def get_dispatcher(request: Request) -> Dispatcher:
+async def get_dispatcher(request: Request) -> Dispatcher:
     dispatcher: Dispatcher = request.app.state.dispatcher
     return dispatcher
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
 
 
-def get_gate_answers(request: Request) -> AnswerCache:
+async def get_gate_answers(request: Request) -> AnswerCache:
     answers: AnswerCache = request.app.state.gate_answers
     return answers
 
 
-def get_submission_limit(request: Request) -> SubmissionLimit | None:
+async def get_submission_limit(request: Request) -> SubmissionLimit | None:
     limit: SubmissionLimit = request.app.state.submission_limit
     return limit
 
@@ -78,7 +81,7 @@ def get_injector_signer(request: Request) -> Signer:
     return signer
 
 
-def get_key_ring(request: Request) -> KeyRing:
+async def get_key_ring(request: Request) -> KeyRing:
     settings: Settings = request.app.state.settings
     assert settings.keys_dir is not None
     return KeyRing(settings.keys_dir)
