@@ -6,6 +6,7 @@ import json
 import re
 import uuid
 
+import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlmodel import Session
@@ -13,18 +14,35 @@ from sqlmodel import Session
 from service.db import queries
 from service.db.apikey import ensure_tenant
 from service.db.models import Event, System
+from service.keys import KeyRing
+from service.settings import Settings
 from tests.web.conftest import EVIL, Seeded, signed_in
-from tests.web.seed import example
+from tests.web.seed import example, seed_candidate
+
+
+@pytest.fixture(scope="module")
+def unreviewed(web_settings: Settings, web_engine: sa.Engine) -> str:
+    """A system of its own, like copperfin-returns but never reviewed: the review tests waive
+    copperfin-returns' hold, and this module must not depend on running before them."""
+    assert web_settings.keys_dir is not None
+    signer = KeyRing(web_settings.keys_dir).load_or_create()
+    with Session(web_engine, expire_on_commit=False) as session:
+        for version, name in (("1.0.0", "baseline"), ("1.1.0", "typed")):
+            seed_candidate(
+                session, system="pages-returns", version=version, example_name=name, signer=signer
+            )
+        session.commit()
+    return "pages-returns"
 
 
 def test_systems_page_shows_each_systems_decision_with_its_reasons(
-    web_client: TestClient, seeded: Seeded
+    web_client: TestClient, seeded: Seeded, unreviewed: str
 ) -> None:
     page = web_client.get("/")
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
     row = re.search(
-        r'<tr class="row-(\w+)">\s*<td class="name"><a href="/systems/copperfin-returns"', page.text
+        rf'<tr class="row-(\w+)">\s*<td class="name"><a href="/systems/{unreviewed}"', page.text
     )
     assert row and row.group(1) == "hold"  # the typed candidate is the latest
     assert "break_trace_lineage" in page.text
