@@ -16,7 +16,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -167,17 +167,16 @@ class AnswerCache:
             found = self._entries.get(key)
             if found is None or found.epoch != system.gate_epoch:
                 return None
-            if found.until is not None and _utc(found.until) <= _utc(now):
+            if found.until is not None and reviews.as_utc(found.until) <= reviews.as_utc(now):
                 return None
             self._entries.move_to_end(key)
             return found.body
 
     def put(self, system: System, version: str | None, standing: Standing, body: bytes) -> None:
+        key = (system.id, version)
         with self._lock:
-            self._entries[(system.id, version)] = _Cached(
-                system.gate_epoch, standing.changes_at, body
-            )
-            self._entries.move_to_end((system.id, version))
+            self._entries[key] = _Cached(system.gate_epoch, standing.changes_at, body)
+            self._entries.move_to_end(key)
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
 
@@ -187,10 +186,6 @@ class _Cached:
     epoch: int
     until: datetime | None
     body: bytes
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 # ------------------------------------------------------------------------------ the rules

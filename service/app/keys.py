@@ -56,6 +56,10 @@ def mint(session: Session, principal: apikey.Principal, command: MintKey) -> Min
         key_person=created.person.name,
     )
     session.commit()
+    return _minted(session, created)
+
+
+def _minted(session: Session, created: apikey.Created) -> Minted:
     row = apikey.key_row(session, created.key.id)
     assert row is not None
     return Minted(row, created.secret)
@@ -105,9 +109,7 @@ def mint_as_operator(session: Session, command: OperatorMint) -> Minted:
     except apikey.KeyRequestInvalid as exc:
         raise FieldInvalid(exc.message, field=exc.field) from None
     session.commit()
-    row = apikey.key_row(session, created.key.id)
-    assert row is not None
-    return Minted(row, created.secret)
+    return _minted(session, created)
 
 
 def first_admin(session: Session) -> Minted | None:

@@ -86,7 +86,7 @@ def hard_reasons(hold: Hold) -> list[dict[str, Any]]:
     return [r for r in hold.reasons if r.get("severity") == Decision.BLOCK]
 
 
-def _utc(value: datetime) -> datetime:
+def as_utc(value: datetime) -> datetime:
     # SQLite hands back the stored instants without their zone; they are UTC.
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
@@ -96,7 +96,7 @@ def lapsed(hold: Hold, now: datetime) -> bool:
     return (
         hold.status in (HoldStatus.WAIVED.value, HoldStatus.REJECTED.value)
         and hold.expires_at is not None
-        and _utc(hold.expires_at) <= _utc(now)
+        and as_utc(hold.expires_at) <= as_utc(now)
     )
 
 
@@ -307,7 +307,7 @@ def _checked_expiry(command: Review, now: datetime) -> datetime | None:
     expires_at = command.expires_at
     if expires_at is None:
         return None
-    expires_at = _utc(expires_at)
+    expires_at = as_utc(expires_at)
     if expires_at <= now:
         # Well-formed, but the clock already passed it: a conflict with now, not bad input.
         raise ExpiryPassed("the expiry must be in the future", field="expires_at")

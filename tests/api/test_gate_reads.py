@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, select
 
 from service.asgi import create_app
+from service.db import apikey
 from service.db.models import ConfigChange, Hold
 from service.db.session import make_engine
 from service.keys import KeyRing
@@ -135,3 +136,22 @@ def test_a_waiver_served_from_the_cache_lapses_on_time(
     time.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 0.1)
     # No write happened since: the clock alone ends the waiver, as it does uncached.
     assert read(counted, held.system)[0]["decision"] == "hold"
+
+
+def test_a_cached_answer_reaches_no_other_tenant_and_no_revoked_key(
+    counted: Counted, engine: sa.Engine, settings: Settings, keys: KeyBook
+) -> None:
+    held = held_system(engine, settings)
+    assert read(counted, held.system)[0]["decision"] == "hold"
+    assert len(read(counted, held.system)[1]) == 2, "the answer is cached now"
+    url = f"/v1/gate/{held.system}"
+    outsider = keys.key("gate-reader", tenant=f"other-{uuid.uuid4().hex[:6]}")
+    foreign = counted.client.get(url, headers=outsider.headers)
+    assert foreign.status_code == 404 and foreign.json()["error"]["field"] == "system"
+    reader = keys.key(f"gate-reader-{uuid.uuid4().hex[:6]}")
+    assert counted.client.get(url, headers=reader.headers).status_code == 200
+    with Session(engine) as session:
+        row = apikey.get_key(session, reader.id, None)
+        assert row is not None and apikey.revoke(session, row)
+        session.commit()
+    assert counted.client.get(url, headers=reader.headers).status_code == 401
