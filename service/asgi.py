@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 
 from service.api import app as api
 from service.app.gate import AnswerCache
+from service.db.hotreads import HotReads
 from service.db.session import make_engine
 from service.http.browser import load_secret
 from service.http.dispatch import Dispatcher
@@ -28,6 +29,9 @@ def create_app(
 ) -> FastAPI:
     engine = engine or make_engine(settings)
     dispatcher = dispatcher or Dispatcher(settings)
+    hot_reads = HotReads.for_engine(
+        engine, size=settings.db_pool_size, timeout=settings.readiness_timeout * 2
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -38,7 +42,11 @@ def create_app(
         # The dashboard's session secret: the API's own file, never in the folder workers mount.
         app.state.web_secret = load_secret(settings)
         dispatcher.prepare()
+        if hot_reads is not None:
+            await hot_reads.open()
         yield
+        if hot_reads is not None:
+            await hot_reads.close()
         app.state.submission_limit.close()
         dispatcher.close()
         engine.dispose()
@@ -54,6 +62,7 @@ def create_app(
     app.state.dispatcher = dispatcher
     app.state.metrics = Metrics(engine)
     app.state.gate_answers = AnswerCache()
+    app.state.hot_reads = hot_reads
     app.state.submission_limit = SubmissionLimit(settings)
     api.install(app, settings)
     app.include_router(web.router)

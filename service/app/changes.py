@@ -32,8 +32,13 @@ class ReportChange:
 def system_of(session: Session, principal: Principal, name: str) -> System:
     system = queries.system_named(session, name, principal.tenant_id)
     if system is None:
-        raise NotFound(f"no system {name}", field="system")
+        raise no_system(name)
     return system
+
+
+def no_system(name: str) -> NotFound:
+    """The caller's tenant has no system of this name (another tenant's reads the same)."""
+    return NotFound(f"no system {name}", field="system")
 
 
 def set_triggers(

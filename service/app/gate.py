@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from sqlmodel import Session
 
@@ -146,6 +146,16 @@ def answer(
     return Answer(system.name, candidate, found, triggers)
 
 
+class Epoched(Protocol):
+    """A system as the cache keys it: its id and the gate epoch read for it."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+
+    @property
+    def gate_epoch(self) -> int: ...
+
+
 class AnswerCache:
     """The gate route's rendered answers, per process, each valid for one epoch of its system.
 
@@ -161,7 +171,7 @@ class AnswerCache:
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[uuid.UUID, str | None], _Cached] = OrderedDict()
 
-    def get(self, system: System, version: str | None, now: datetime) -> bytes | None:
+    def get(self, system: Epoched, version: str | None, now: datetime) -> bytes | None:
         key = (system.id, version)
         with self._lock:
             found = self._entries.get(key)
@@ -172,7 +182,7 @@ class AnswerCache:
             self._entries.move_to_end(key)
             return found.body
 
-    def put(self, system: System, version: str | None, standing: Standing, body: bytes) -> None:
+    def put(self, system: Epoched, version: str | None, standing: Standing, body: bytes) -> None:
         key = (system.id, version)
         with self._lock:
             self._entries[key] = _Cached(system.gate_epoch, standing.changes_at, body)

@@ -6,14 +6,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service.settings import Settings
 
-#: What a database outage looks like from SQLAlchemy: the API answers 503 for these.
-DATABASE_ERRORS: tuple[type[Exception], ...] = (sa.exc.OperationalError, sa.exc.InterfaceError)
+#: What a database outage looks like, from SQLAlchemy and from psycopg itself (the API's hot
+#: reads, `service.db.hotreads`): the API answers 503 for these.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (
+    sa.exc.OperationalError,
+    sa.exc.InterfaceError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
 
 
 def make_engine(settings: Settings, *, url: str | None = None) -> Engine:

@@ -9,15 +9,18 @@ reviewer cannot waive a hold with the key that submitted the candidate).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service.db import websession
 from service.db.apikey import Principal, authenticate
+from service.db.hotreads import HotReads, Unavailable
 from service.db.models import Role
 from service.http import browser as web_auth
 from service.http.errors import Forbidden, Unauthenticated
@@ -74,12 +77,13 @@ def roles_for(method: str, path: str) -> frozenset[Role] | None:
     return ROUTE_ROLES.get((method, path), frozenset())
 
 
-def authorize(
+async def authorize(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal | None:
     """Authenticate the bearer key (read afresh: a revoked key fails at once) and check the
-    route's roles. None only on a public route."""
+    route's roles. None only on a public route. A coroutine: a key's lookup is a hot read on
+    the event loop where the app has one (`service.db.hotreads`), else a session on a thread."""
     route = request.scope.get("route")
     path = getattr(route, "path", request.url.path)
     allowed = roles_for(request.method, path)
@@ -87,12 +91,11 @@ def authorize(
         return None
     engine: Engine = request.app.state.engine
     if credentials is None or not credentials.credentials:
-        principal = _signed_in(request, engine)
+        principal = await run_in_threadpool(_signed_in, request, engine)
         if principal is None:
             raise Unauthenticated("send an API key as `Authorization: Bearer <key>`")
     else:
-        with Session(engine) as session:
-            principal = authenticate(session, credentials.credentials)
+        principal = await _authenticate(request, engine, credentials.credentials)
     if principal is None:
         raise Unauthenticated("the API key is unknown or revoked")
     if not principal.has_any(allowed):
@@ -100,6 +103,19 @@ def authorize(
         raise Forbidden(f"this key may not do this (needs: {need})")
     request.state.principal = principal
     return principal
+
+
+async def _authenticate(request: Request, engine: Engine, secret: str) -> Principal | None:
+    reads: HotReads | None = request.app.state.hot_reads
+    if reads is not None and reads.serves_this_loop():
+        with contextlib.suppress(Unavailable):
+            return await reads.principal(secret)
+    return await run_in_threadpool(_authenticate_in_session, engine, secret)
+
+
+def _authenticate_in_session(engine: Engine, secret: str) -> Principal | None:
+    with Session(engine) as session:
+        return authenticate(session, secret)
 
 
 def _signed_in(request: Request, engine: Engine) -> Principal | None:

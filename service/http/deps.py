@@ -12,6 +12,7 @@ from sqlmodel import Session
 from service.app.gate import AnswerCache
 from service.core.dossier import Signer
 from service.db.apikey import Principal
+from service.db.hotreads import HotReads
 from service.http.access import require_principal
 from service.http.dispatch import Dispatcher
 from service.http.limits import SubmissionLimit
@@ -54,6 +55,12 @@ async def get_gate_answers(request: Request) -> AnswerCache:
     return answers
 
 
+async def get_hot_reads(request: Request) -> HotReads | None:
+    """The app's hot reads when they serve the loop this request runs on, else None."""
+    reads: HotReads | None = request.app.state.hot_reads
+    return reads if reads is not None and reads.serves_this_loop() else None
+
+
 async def get_submission_limit(request: Request) -> SubmissionLimit | None:
     limit: SubmissionLimit = request.app.state.submission_limit
     return limit
@@ -93,6 +100,7 @@ SessionDep = Annotated[Session, Depends(get_session)]
 DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 GateAnswersDep = Annotated[AnswerCache, Depends(get_gate_answers)]
+HotReadsDep = Annotated[HotReads | None, Depends(get_hot_reads)]
 SignerDep = Annotated[Signer, Depends(get_signer)]
 InjectorSignerDep = Annotated[Signer, Depends(get_injector_signer)]
 KeyRingDep = Annotated[KeyRing, Depends(get_key_ring)]

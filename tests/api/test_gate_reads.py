@@ -18,6 +18,7 @@ from sqlmodel import Session, select
 
 from service.asgi import create_app
 from service.db import apikey
+from service.db.hotreads import HotReads
 from service.db.models import ConfigChange, Hold
 from service.db.session import make_engine
 from service.keys import KeyRing
@@ -33,6 +34,17 @@ pytestmark = pytest.mark.integration
 class Counted:
     client: httpx.Client
     statements: list[str]
+    hot: HotReads
+
+    def sent(self) -> list[str]:
+        """What the API sent since the last `clear`: its sessions' statements, then one
+        `hot:<read>` per hot read (`service.db.hotreads`)."""
+        hot = [f"hot:{read}" for read, n in self.hot.sent.items() for _ in range(n)]
+        return [*self.statements, *hot]
+
+    def clear(self) -> None:
+        self.statements.clear()
+        self.hot.sent = dict.fromkeys(self.hot.sent, 0)
 
 
 @pytest.fixture
@@ -45,11 +57,12 @@ def counted(settings: Settings, keys: KeyBook) -> Iterator[Counted]:
         seen.append(str(args[2]))
 
     sa.event.listen(engine, "before_cursor_execute", record)
+    app = create_app(settings, engine=engine)
     with (
-        ApiServer(create_app(settings, engine=engine)) as server,
+        ApiServer(app) as server,
         httpx.Client(base_url=server.url, timeout=30.0, headers=keys.headers("ci")) as client,
     ):
-        yield Counted(client, seen)
+        yield Counted(client, seen, app.state.hot_reads)
     engine.dispose()
 
 
@@ -73,10 +86,10 @@ def held_system(engine: sa.Engine, settings: Settings) -> Held:
 
 
 def read(counted: Counted, system: str) -> tuple[dict[str, Any], list[str]]:
-    counted.statements.clear()
+    counted.clear()
     response = counted.client.get(f"/v1/gate/{system}")
     assert response.status_code == 200, response.text
-    return response.json(), list(counted.statements)
+    return response.json(), counted.sent()
 
 
 def test_a_repeated_read_is_the_keys_lookup_and_one_lookup_of_the_system(
@@ -87,9 +100,26 @@ def test_a_repeated_read_is_the_keys_lookup_and_one_lookup_of_the_system(
     again, repeated = read(counted, held.system)
     assert again == first and first["decision"] == "hold"
     assert len(computed) > 2
-    assert len(repeated) == 2, repeated
-    assert "api_key" in repeated[0] and "FROM system" in repeated[1]
-    assert all(s.lstrip().upper().startswith("SELECT") for s in repeated)
+    # Both from the event loop, no session (and so no thread, no pre-ping) at all.
+    assert repeated == ["hot:principal", "hot:system"], repeated
+
+
+def test_a_hot_read_whose_connection_the_database_dropped_is_sent_again(
+    counted: Counted, engine: sa.Engine, settings: Settings
+) -> None:
+    held = held_system(engine, settings)
+    first, _ = read(counted, held.system)
+    with engine.connect() as connection:
+        ended = connection.execute(
+            sa.text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name = 'assaygate-hot-reads' AND datname = current_database()"
+            )
+        ).scalar_one()
+    assert ended >= 1
+    again, sent = read(counted, held.system)
+    assert again == first
+    assert sent.count("hot:principal") == 2, "the dropped connection's read was sent again"
 
 
 def waive(counted: Counted, held: Held, expires: datetime) -> None:
