@@ -10,6 +10,7 @@ reviewer cannot waive a hold with the key that submitted the candidate).
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -20,7 +21,7 @@ from sqlmodel import Session
 
 from service.db import websession
 from service.db.apikey import Principal, authenticate
-from service.db.hotreads import HotReads, Unavailable
+from service.db.hotreads import HotReads, SystemEpoch, Unavailable
 from service.db.models import Role
 from service.http import browser as web_auth
 from service.http.errors import Forbidden, Unauthenticated
@@ -64,6 +65,24 @@ ROUTE_ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("GET", "/metrics"): frozenset({ADMIN}),
 }
 
+#: Routes whose key lookup also reads the key's tenant's system named in the path, with its gate
+#: epoch: a cached gate read is then one round trip (`system_looked_up`).
+WITH_SYSTEM: frozenset[tuple[str, str]] = frozenset({("GET", "/v1/gate/{system}")})
+
+
+@dataclass(frozen=True)
+class SystemLookup:
+    """What the key's lookup found of the path's system (None: the tenant has none)."""
+
+    found: SystemEpoch | None
+
+
+def system_looked_up(request: Request) -> SystemLookup | None:
+    """The path's system as `authorize` read it with the key; None if it did not."""
+    lookup: SystemLookup | None = getattr(request.state, "system_lookup", None)
+    return lookup
+
+
 bearer = HTTPBearer(
     auto_error=False,
     description="An API key (`ag_…`) from `assaygate keys create` or `POST /v1/api-keys`.",
@@ -95,7 +114,9 @@ async def authorize(
         if principal is None:
             raise Unauthenticated("send an API key as `Authorization: Bearer <key>`")
     else:
-        principal = await _authenticate(request, engine, credentials.credentials)
+        with_system = (request.method, path) in WITH_SYSTEM
+        system = request.path_params.get("system") if with_system else None
+        principal = await _authenticate(request, engine, credentials.credentials, system)
     if principal is None:
         raise Unauthenticated("the API key is unknown or revoked")
     if not principal.has_any(allowed):
@@ -105,11 +126,17 @@ async def authorize(
     return principal
 
 
-async def _authenticate(request: Request, engine: Engine, secret: str) -> Principal | None:
+async def _authenticate(
+    request: Request, engine: Engine, secret: str, system: str | None
+) -> Principal | None:
     reads: HotReads | None = request.app.state.hot_reads
     if reads is not None and reads.serves_this_loop():
         with contextlib.suppress(Unavailable):
-            return await reads.principal(secret)
+            if system is None:
+                return await reads.principal(secret)
+            both = await reads.principal_and_system(secret, system)
+            request.state.system_lookup = SystemLookup(both.system)
+            return both.principal
     return await run_in_threadpool(_authenticate_in_session, engine, secret)
 
 

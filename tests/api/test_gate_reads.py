@@ -1,4 +1,4 @@
-"""A repeated gate read is the key's lookup and one indexed lookup of the system and its epoch:
+"""A repeated gate read is one indexed lookup of the key with its tenant's system and epoch:
 the answer is cached per epoch of its system, and a write that can change it is read at once,
 whoever makes it — the API, a worker, another process or the database itself."""
 
@@ -92,7 +92,7 @@ def read(counted: Counted, system: str) -> tuple[dict[str, Any], list[str]]:
     return response.json(), counted.sent()
 
 
-def test_a_repeated_read_is_the_keys_lookup_and_one_lookup_of_the_system(
+def test_a_repeated_read_is_one_lookup_of_the_key_with_its_system(
     counted: Counted, engine: sa.Engine, settings: Settings
 ) -> None:
     held = held_system(engine, settings)
@@ -100,8 +100,8 @@ def test_a_repeated_read_is_the_keys_lookup_and_one_lookup_of_the_system(
     again, repeated = read(counted, held.system)
     assert again == first and first["decision"] == "hold"
     assert len(computed) > 2
-    # Both from the event loop, no session (and so no thread, no pre-ping) at all.
-    assert repeated == ["hot:principal", "hot:system"], repeated
+    # One statement from the event loop, no session (and so no thread, no pre-ping) at all.
+    assert repeated == ["hot:principal+system"], repeated
 
 
 def test_a_hot_read_whose_connection_the_database_dropped_is_sent_again(
@@ -119,7 +119,7 @@ def test_a_hot_read_whose_connection_the_database_dropped_is_sent_again(
     assert ended >= 1
     again, sent = read(counted, held.system)
     assert again == first
-    assert sent.count("hot:principal") == 2, "the dropped connection's read was sent again"
+    assert sent.count("hot:principal+system") == 2, "the dropped connection's read was sent again"
 
 
 def waive(counted: Counted, held: Held, expires: datetime) -> None:
@@ -162,7 +162,7 @@ def test_a_waiver_served_from_the_cache_lapses_on_time(
     waive(counted, held, expires)
     assert read(counted, held.system)[0]["decision"] == "allow"
     cached, statements = read(counted, held.system)
-    assert cached["decision"] == "allow" and len(statements) == 2
+    assert cached["decision"] == "allow" and statements == ["hot:principal+system"]
     time.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 0.1)
     # No write happened since: the clock alone ends the waiver, as it does uncached.
     assert read(counted, held.system)[0]["decision"] == "hold"
@@ -173,7 +173,7 @@ def test_a_cached_answer_reaches_no_other_tenant_and_no_revoked_key(
 ) -> None:
     held = held_system(engine, settings)
     assert read(counted, held.system)[0]["decision"] == "hold"
-    assert len(read(counted, held.system)[1]) == 2, "the answer is cached now"
+    assert read(counted, held.system)[1] == ["hot:principal+system"], "the answer is cached now"
     url = f"/v1/gate/{held.system}"
     outsider = keys.key("gate-reader", tenant=f"other-{uuid.uuid4().hex[:6]}")
     foreign = counted.client.get(url, headers=outsider.headers)

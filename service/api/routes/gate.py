@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.engine import Engine
@@ -33,6 +33,7 @@ from service.db import dossier as dossiers
 from service.db import hotreads
 from service.db.apikey import Principal
 from service.db.models import System, utcnow
+from service.http.access import system_looked_up
 from service.http.deps import (
     EngineDep,
     GateAnswersDep,
@@ -55,6 +56,7 @@ SystemName = Annotated[str, Path(min_length=1, max_length=200)]
     responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
 )
 async def get_gate(
+    request: Request,
     system: SystemName,
     engine: EngineDep,
     metrics: MetricsDep,
@@ -67,7 +69,12 @@ async def get_gate(
     reported production change this candidate does not carry is open."""
     if reads is not None:
         with metrics.gate_check_seconds.time(), contextlib.suppress(hotreads.Unavailable):
-            found = await reads.system(principal.tenant_id, system)
+            lookup = system_looked_up(request)
+            found = (
+                lookup.found
+                if lookup is not None
+                else await reads.system(principal.tenant_id, system)
+            )
             if found is None:
                 raise changes.no_system(system)
             cached = answers.get(found, version, utcnow())
