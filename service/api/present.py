@@ -14,16 +14,7 @@ from service.api.errors import CursorInvalid
 from service.api.schemas import CandidatePublic, DossierRef, GateState, HoldPublic, Progress
 from service.app import gate
 from service.db import queries
-from service.db.models import Assay, AssayStatus, Dossier, Hold
-
-
-def aware(value: datetime) -> datetime:
-    # SQLite hands timestamps back without their zone; they were written in UTC.
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def maybe_aware(value: datetime | None) -> datetime | None:
-    return aware(value) if value is not None else None
+from service.db.models import Assay, AssayStatus, Dossier, Hold, as_utc, as_utc_or_none
 
 
 def progress(assay: Assay) -> Progress:
@@ -46,7 +37,7 @@ def gate_state(found: gate.Standing) -> GateState:
         reasons=found.reasons,
         dossier_version=found.dossier.version if found.dossier is not None else None,
         hold_id=found.hold_id,
-        until=maybe_aware(found.until),
+        until=as_utc_or_none(found.until),
     )
 
 
@@ -74,7 +65,7 @@ def candidate_public(
         source_revision=row.candidate.source_revision,
         manifest_digest=row.candidate.manifest_digest,
         component_hashes=hashes.get(digest, {}),
-        created_at=aware(row.candidate.created_at),
+        created_at=as_utc(row.candidate.created_at),
         submitted_by=row.candidate.submitted_by,
         assay_id=row.assay.id,
         status=AssayStatus(row.assay.status),
@@ -100,7 +91,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def encode_cursor(row: queries.CandidateRow) -> str:
-    created = aware(row.candidate.created_at)
+    created = as_utc(row.candidate.created_at)
     micros = (created - _EPOCH) // timedelta(microseconds=1)
     return f"{micros}.{row.candidate.id.hex}"
 
@@ -124,7 +115,7 @@ def dossier_ref(dossier: Dossier) -> DossierRef:
         reasons=[dict(r) for r in dossier.reasons],
         change=dossier.change,
         keyid=dossier.keyid,
-        created_at=aware(dossier.created_at),
+        created_at=as_utc(dossier.created_at),
     )
 
 
@@ -145,7 +136,7 @@ def hold_public(hold: Hold) -> HoldPublic:
         reviewer=hold.reviewer,
         reviewed_by=hold.reviewed_by,
         review_reason=hold.review_reason,
-        reviewed_at=maybe_aware(hold.reviewed_at),
-        expires_at=maybe_aware(hold.expires_at),
-        created_at=aware(hold.created_at),
+        reviewed_at=as_utc_or_none(hold.reviewed_at),
+        expires_at=as_utc_or_none(hold.expires_at),
+        created_at=as_utc(hold.created_at),
     )

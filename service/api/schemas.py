@@ -9,8 +9,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.app.shapes import (
-    FAMILY_NAMES,
-    MODE_NAMES,
     CandidateCreate,
     Component,
     Name,
@@ -22,8 +20,6 @@ from service.core.manifest import COMPONENTS
 from service.db.models import AssayStatus, Role
 
 __all__ = [
-    "FAMILY_NAMES",
-    "MODE_NAMES",
     "CandidateCreate",
     "Component",
     "Name",

@@ -27,7 +27,7 @@ from service.app.dossiers import config_changed_reason, unmet
 from service.core.dossier import compare_triggers, trigger_hashes
 from service.db import dossier as dossiers
 from service.db import queries
-from service.db.models import Candidate, Dossier, Hold, HoldStatus, System, utcnow
+from service.db.models import Candidate, Dossier, Hold, HoldStatus, System, as_utc, utcnow
 
 
 class Word(StrEnum):
@@ -177,7 +177,7 @@ class AnswerCache:
             found = self._entries.get(key)
             if found is None or found.epoch != system.gate_epoch:
                 return None
-            if found.until is not None and reviews.as_utc(found.until) <= reviews.as_utc(now):
+            if found.until is not None and as_utc(found.until) <= as_utc(now):
                 return None
             self._entries.move_to_end(key)
             return found.body

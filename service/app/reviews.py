@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -30,7 +30,7 @@ from service.core.dossier import Signer
 from service.core.gate import Decision
 from service.db import dossier as dossiers
 from service.db.apikey import Principal, actor_view, audit, review_conflict
-from service.db.models import Candidate, Dossier, Hold, HoldStatus, utcnow
+from service.db.models import Candidate, Dossier, Hold, HoldStatus, as_utc, utcnow
 
 
 class Action(StrEnum):
@@ -84,11 +84,6 @@ def _iso(value: datetime) -> str:
 def hard_reasons(hold: Hold) -> list[dict[str, Any]]:
     """The reasons no waiver can lift: every block (hard invariants, invalid evidence, a stop)."""
     return [r for r in hold.reasons if r.get("severity") == Decision.BLOCK]
-
-
-def as_utc(value: datetime) -> datetime:
-    # SQLite hands back the stored instants without their zone; they are UTC.
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def lapsed(hold: Hold, now: datetime) -> bool:

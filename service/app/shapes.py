@@ -21,10 +21,19 @@ SystemName = Annotated[
 ]
 #: Free text: tabs and line breaks, no other control character.
 Text = Annotated[str, Field(pattern=TEXT_PATTERN)]
-# Documented here, checked by the core (which names the field): the values a plan may select.
-_FULL = catalogue_named("full")
-FAMILY_NAMES = [d.value for d in DOMAINS]
-MODE_NAMES = sorted({f.id for f in _FULL.faults} | {f.mode for f in _FULL.faults})
+
+
+# Documented here, checked by the core (which names the field): the values a plan may select,
+# listed when the OpenAPI document is built rather than at import (the catalogue is built data).
+def _families_enum(schema: dict[str, Any]) -> None:
+    schema["enum"] = [d.value for d in DOMAINS]
+
+
+def _modes_enum(schema: dict[str, Any]) -> None:
+    full = catalogue_named("full")
+    schema["enum"] = sorted({f.id for f in full.faults} | {f.mode for f in full.faults})
+
+
 Component = Literal[
     "model",
     "prompt",
@@ -50,14 +59,14 @@ class PlanCreate(BaseModel):
     catalogue: Literal["paper", "full"] | None = None
     families: (
         Annotated[
-            list[Annotated[str, Field(json_schema_extra={"enum": FAMILY_NAMES})]],
+            list[Annotated[str, Field(json_schema_extra=_families_enum)]],
             Field(max_length=MAX_FAMILIES),
         ]
         | None
     ) = Field(default=None, description="fault domains; empty: all")
     modes: (
         Annotated[
-            list[Annotated[str, Field(json_schema_extra={"enum": MODE_NAMES})]],
+            list[Annotated[str, Field(json_schema_extra=_modes_enum)]],
             Field(max_length=MAX_MODES),
         ]
         | None

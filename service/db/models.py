@@ -18,6 +18,16 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(value: datetime) -> datetime:
+    """An instant read back from the database, with its zone: SQLite hands stored instants back
+    without one, and every one was written in UTC."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def as_utc_or_none(value: datetime | None) -> datetime | None:
+    return as_utc(value) if value is not None else None
+
+
 class AssayStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col
 
 from service.db.apikey import Principal, principal_by_id
-from service.db.models import BrowserSession, utcnow
+from service.db.models import BrowserSession, as_utc, utcnow
 
 # Rows this long past their expiry are deleted when a new session starts.
 KEEP_EXPIRED = timedelta(days=1)
@@ -23,11 +23,6 @@ KEEP_EXPIRED = timedelta(days=1)
 
 def _digest(sid: str) -> str:
     return hashlib.sha256(sid.encode()).hexdigest()
-
-
-def _aware(value: datetime) -> datetime:
-    # SQLite hands timestamps back without their zone; they were written in UTC.
-    return value if value.tzinfo is not None else value.replace(tzinfo=utcnow().tzinfo)
 
 
 def open_session(
@@ -54,7 +49,7 @@ def signed_in(session: Session, sid: str, *, now: datetime | None = None) -> Pri
     row = session.get(BrowserSession, _digest(sid))
     if row is None or row.ended_at is not None:
         return None
-    if _aware(row.expires_at) <= (now or utcnow()):
+    if as_utc(row.expires_at) <= (now or utcnow()):
         return None
     return principal_by_id(session, row.key_id)
 

@@ -5,26 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from service.app import gate
 from service.core.figures import Diagnosis, InvariantResult, Signature, Transfer
 from service.core.report import AssayReport, FaultResult
 from service.db import queries
+from service.db.models import as_utc
 
 HARD = ("unsafe_escape", "duplicate_effect", "unverifiable_release")
 SEVERITY = {"allow": 0, "hold": 1, "block": 2}
 CF_STATES = ("valid", "invalid", "masked")
 
 
-def aware(value: datetime) -> datetime:
-    # SQLite hands timestamps back without their zone; they were written in UTC.
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
 def when(value: datetime | None) -> str:
-    return aware(value).strftime("%Y-%m-%d %H:%M:%S UTC") if value is not None else ""
+    return as_utc(value).strftime("%Y-%m-%d %H:%M:%S UTC") if value is not None else ""
 
 
 def pct(value: Any, digits: int = 1) -> str:

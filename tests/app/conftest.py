@@ -11,21 +11,14 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from service.core.dossier import Signer
-from service.db import migrate
-from service.db.session import make_engine
 from service.keys import KeyRing
-from service.settings import Settings
-from tests.support.service import postgres_database
+from tests.support.database import migrated_engine, rolled_back
 
 
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sa.Engine]:
-    with postgres_database("app") as url:
-        settings = Settings(data_dir=Path(tmp_path_factory.mktemp("app")), database_url=url)
-        migrate.upgrade(settings)
-        engine = make_engine(settings)
+    with migrated_engine("app", Path(tmp_path_factory.mktemp("app"))) as engine:
         yield engine
-        engine.dispose()
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +28,5 @@ def signer(tmp_path_factory: pytest.TempPathFactory) -> Signer:
 
 @pytest.fixture
 def session(engine: sa.Engine) -> Iterator[Session]:
-    with engine.connect() as connection:
-        transaction = connection.begin()
-        # Commits inside the code under test become savepoints of this outer transaction.
-        with Session(bind=connection, join_transaction_mode="create_savepoint") as session:
-            yield session
-        transaction.rollback()
+    with rolled_back(engine) as session:
+        yield session

@@ -11,11 +11,10 @@ import uuid
 from fastapi import APIRouter
 
 from service.api.errors import ERROR_RESPONSES
-from service.api.present import aware, maybe_aware
 from service.api.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyPublic
 from service.app import keys
 from service.db.apikey import KeyRow
-from service.db.models import PersonKind, Role
+from service.db.models import PersonKind, Role, as_utc, as_utc_or_none
 from service.http.deps import PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/api-keys", tags=["api-keys"])
@@ -32,8 +31,8 @@ def key_public(row: KeyRow) -> ApiKeyPublic:
         kind="service" if row.person.kind == PersonKind.SERVICE.value else "person",
         minted_by=row.minted_by.name if row.minted_by else None,
         prefix=key.prefix,
-        created_at=aware(key.created_at),
-        revoked_at=maybe_aware(key.revoked_at),
+        created_at=as_utc(key.created_at),
+        revoked_at=as_utc_or_none(key.revoked_at),
     )
 
 

@@ -6,7 +6,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from service.api.errors import ERROR_RESPONSES, NotFound
-from service.api.present import aware, maybe_aware, progress, reasons
+from service.api.present import progress, reasons
 from service.api.schemas import AbortCreate, AbortPublic, AssayPublic, FaultPublic, Progress
 from service.app import assays
 from service.core.assay import ShardResult, merge
@@ -14,7 +14,7 @@ from service.core.errors import AssaygateError
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
 from service.db import queries
-from service.db.models import Assay, AssayStatus, Candidate, ManifestRow
+from service.db.models import Assay, AssayStatus, Candidate, ManifestRow, as_utc, as_utc_or_none
 from service.http.deps import MetricsDep, PrincipalDep, SessionDep, SignerDep
 
 router = APIRouter(prefix="/v1/assays", tags=["assays"])
@@ -74,9 +74,9 @@ def get_assay(
             catalogue=assay.catalogue,
             plan=assay.plan,
             progress=progress(assay),
-            created_at=aware(assay.created_at),
-            started_at=maybe_aware(assay.started_at),
-            finished_at=maybe_aware(assay.finished_at),
+            created_at=as_utc(assay.created_at),
+            started_at=as_utc_or_none(assay.started_at),
+            finished_at=as_utc_or_none(assay.finished_at),
             decision=assay.decision,
             reasons=reasons(assay),
             faults=faults,

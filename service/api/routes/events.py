@@ -10,10 +10,9 @@ from fastapi import APIRouter, Query
 from sqlmodel import col, select
 
 from service.api.errors import ERROR_RESPONSES
-from service.api.present import aware
 from service.api.schemas import EventPage, EventPublic
 from service.db import queries
-from service.db.models import Event
+from service.db.models import Event, as_utc
 from service.http.deps import PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/events", tags=["events"])
@@ -41,7 +40,7 @@ def list_events(
         items=[
             EventPublic(
                 id=int(e.id or 0),
-                at=aware(e.at),
+                at=as_utc(e.at),
                 kind=e.kind,
                 candidate_id=e.candidate_id,
                 assay_id=e.assay_id,

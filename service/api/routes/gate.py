@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service.api.errors import ERROR_RESPONSES, NotFound
-from service.api.present import dossier_ref, maybe_aware
+from service.api.present import dossier_ref
 from service.api.schemas import (
     ConfigChangeCreate,
     ConfigChangePublic,
@@ -32,7 +32,7 @@ from service.app import changes, gate
 from service.db import dossier as dossiers
 from service.db import hotreads
 from service.db.apikey import Principal
-from service.db.models import System, utcnow
+from service.db.models import System, as_utc_or_none, utcnow
 from service.http.access import system_looked_up
 from service.http.deps import (
     EngineDep,
@@ -118,7 +118,7 @@ def _read_gate(
             triggers=found.triggers,
             hold_id=standing.hold_id,
             basis=standing.basis.value,
-            until=maybe_aware(standing.until),
+            until=as_utc_or_none(standing.until),
         )
         rendered = JSONResponse(public.model_dump(mode="json", by_alias=True))
         answers.put(row, version, standing, bytes(rendered.body))

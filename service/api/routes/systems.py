@@ -3,9 +3,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from service.api.errors import ERROR_RESPONSES
-from service.api.present import aware, candidate_page
+from service.api.present import candidate_page
 from service.api.schemas import SystemList, SystemPublic
 from service.db import queries
+from service.db.models import as_utc
 from service.http.deps import PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/systems", tags=["systems"])
@@ -24,7 +25,7 @@ def list_systems(session: SessionDep, principal: PrincipalDep) -> SystemList:
             SystemPublic(
                 id=row.system.id,
                 name=row.system.name,
-                created_at=aware(row.system.created_at),
+                created_at=as_utc(row.system.created_at),
                 candidates=row.candidates,
                 latest=latest.get(row.system.name),
             )
