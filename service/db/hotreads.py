@@ -180,3 +180,8 @@ def _principal(row: tuple[Any, ...]) -> Principal | None:
         person_kind=kind,
         minted_by=created_by,
     )
+
+
+def on_this_loop(reads: HotReads | None) -> HotReads | None:
+    """`reads` when they serve the loop this code runs on, else None (take the session path)."""
+    return reads if reads is not None and reads.serves_this_loop() else None

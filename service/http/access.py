@@ -21,7 +21,7 @@ from sqlmodel import Session
 
 from service.db import websession
 from service.db.apikey import Principal, authenticate
-from service.db.hotreads import HotReads, SystemEpoch, Unavailable
+from service.db.hotreads import SystemEpoch, Unavailable, on_this_loop
 from service.db.models import Role
 from service.http import browser as web_auth
 from service.http.errors import Forbidden, Unauthenticated
@@ -129,8 +129,8 @@ async def authorize(
 async def _authenticate(
     request: Request, engine: Engine, secret: str, system: str | None
 ) -> Principal | None:
-    reads: HotReads | None = request.app.state.hot_reads
-    if reads is not None and reads.serves_this_loop():
+    reads = on_this_loop(request.app.state.hot_reads)
+    if reads is not None:
         with contextlib.suppress(Unavailable):
             if system is None:
                 return await reads.principal(secret)

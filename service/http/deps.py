@@ -12,7 +12,7 @@ from sqlmodel import Session
 from service.app.gate import AnswerCache
 from service.core.dossier import Signer
 from service.db.apikey import Principal
-from service.db.hotreads import HotReads
+from service.db.hotreads import HotReads, on_this_loop
 from service.http.access import require_principal
 from service.http.dispatch import Dispatcher
 from service.http.limits import SubmissionLimit
@@ -57,8 +57,7 @@ async def get_gate_answers(request: Request) -> AnswerCache:
 
 async def get_hot_reads(request: Request) -> HotReads | None:
     """The app's hot reads when they serve the loop this request runs on, else None."""
-    reads: HotReads | None = request.app.state.hot_reads
-    return reads if reads is not None and reads.serves_this_loop() else None
+    return on_this_loop(request.app.state.hot_reads)
 
 
 async def get_submission_limit(request: Request) -> SubmissionLimit | None:
