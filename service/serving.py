@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -82,6 +83,11 @@ def _server(config: uvicorn.Config, on_started: Callable[[], None]) -> uvicorn.S
             await super().startup(sockets=sockets)
             # Listening now; no request is served before `on_started` returns.
             if self.started:
+                # What start-up built lives as long as the process: frozen, the collector's
+                # passes walk only what requests allocate (gate reads at 16 clients: p99 14-18
+                # ms with it, 21-29 ms without; docs/operations.md).
+                gc.collect()
+                gc.freeze()
                 on_started()
 
     return Server(config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -50,14 +51,21 @@ async def get_metrics(request: Request) -> Metrics:
     return metrics
 
 
-async def get_gate_answers(request: Request) -> AnswerCache:
-    answers: AnswerCache = request.app.state.gate_answers
-    return answers
+@dataclass(frozen=True)
+class GateRead:
+    """The app's state the gate route reads, as one dependency: FastAPI's work for each
+    dependency it solves costs a cached gate read more than the read's own query does."""
+
+    engine: Engine
+    metrics: Metrics
+    answers: AnswerCache
+    #: The app's hot reads when they serve the loop this request runs on, else None.
+    reads: HotReads | None
 
 
-async def get_hot_reads(request: Request) -> HotReads | None:
-    """The app's hot reads when they serve the loop this request runs on, else None."""
-    return on_this_loop(request.app.state.hot_reads)
+async def get_gate_read(request: Request) -> GateRead:
+    state = request.app.state
+    return GateRead(state.engine, state.metrics, state.gate_answers, on_this_loop(state.hot_reads))
 
 
 async def get_submission_limit(request: Request) -> SubmissionLimit | None:
@@ -98,8 +106,7 @@ EngineDep = Annotated[Engine, Depends(get_engine)]
 SessionDep = Annotated[Session, Depends(get_session)]
 DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
-GateAnswersDep = Annotated[AnswerCache, Depends(get_gate_answers)]
-HotReadsDep = Annotated[HotReads | None, Depends(get_hot_reads)]
+GateReadDep = Annotated[GateRead, Depends(get_gate_read)]
 SignerDep = Annotated[Signer, Depends(get_signer)]
 InjectorSignerDep = Annotated[Signer, Depends(get_injector_signer)]
 KeyRingDep = Annotated[KeyRing, Depends(get_key_ring)]

@@ -35,10 +35,7 @@ from service.db.apikey import Principal
 from service.db.models import System, as_utc_or_none, utcnow
 from service.http.access import system_looked_up
 from service.http.deps import (
-    EngineDep,
-    GateAnswersDep,
-    HotReadsDep,
-    MetricsDep,
+    GateReadDep,
     PrincipalDep,
     SessionDep,
     SignerDep,
@@ -58,15 +55,13 @@ SystemName = Annotated[str, Path(min_length=1, max_length=200)]
 async def get_gate(
     request: Request,
     system: SystemName,
-    engine: EngineDep,
-    metrics: MetricsDep,
-    answers: GateAnswersDep,
-    reads: HotReadsDep,
+    state: GateReadDep,
     principal: PrincipalDep,
     version: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
 ) -> Response:
     """May this version ship? `allow` only on a signed dossier that allows it, and never while a
     reported production change this candidate does not carry is open."""
+    engine, metrics, answers, reads = state.engine, state.metrics, state.answers, state.reads
     if reads is not None:
         with metrics.gate_check_seconds.time(), contextlib.suppress(hotreads.Unavailable):
             lookup = system_looked_up(request)
