@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 
 from service.api import errors
+from service.api.cached_gate import CachedGateRead
 from service.api.openapi import refine
 from service.api.routes import (
     api_keys,
@@ -49,6 +50,8 @@ def install(app: FastAPI, settings: Settings) -> None:
             dependencies=[Depends(check_request_text), Depends(authorize)],
             responses=refusals,
         )
+    # A repeated gate read whose answer is cached skips routing (service/api/cached_gate.py).
+    app.add_middleware(CachedGateRead)
     # The document says what the service accepts, including what the models cannot say.
     derived = app.openapi
 

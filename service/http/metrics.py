@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy.engine import Engine
@@ -63,6 +63,11 @@ class Metrics:
             "assaygate_gate_check_seconds",
             "Time to answer a candidate's status and decision",
             buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.gate_reads_before_routing = Counter(
+            "assaygate_gate_reads_before_routing",
+            "Gate reads answered from the cache before routing (service/api/cached_gate.py)",
             registry=self.registry,
         )
         self.registry.register(_WorkCollector(engine))

@@ -16,11 +16,13 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, select
 
+from service.app.gate import AnswerCache, Basis, Standing, Word
 from service.asgi import create_app
 from service.db import apikey
-from service.db.hotreads import HotReads
-from service.db.models import ConfigChange, Hold
+from service.db.hotreads import HotReads, SystemEpoch
+from service.db.models import ConfigChange, Hold, System
 from service.db.session import make_engine
+from service.http.metrics import Metrics
 from service.keys import KeyRing
 from service.settings import Settings
 from tests.support.keys import KeyBook
@@ -35,12 +37,20 @@ class Counted:
     client: httpx.Client
     statements: list[str]
     hot: HotReads
+    metrics: Metrics
+    answers: AnswerCache
 
     def sent(self) -> list[str]:
         """What the API sent since the last `clear`: its sessions' statements, then one
         `hot:<read>` per hot read (`service.db.hotreads`)."""
         hot = [f"hot:{read}" for read, n in self.hot.sent.items() for _ in range(n)]
         return [*self.statements, *hot]
+
+    def before_routing(self) -> float:
+        """Gate reads this API answered from the cache before routing (service/api/cached_gate)."""
+        value = self.metrics.registry.get_sample_value("assaygate_gate_reads_before_routing_total")
+        assert value is not None
+        return value
 
     def clear(self) -> None:
         self.statements.clear()
@@ -62,7 +72,7 @@ def counted(settings: Settings, keys: KeyBook) -> Iterator[Counted]:
         ApiServer(app) as server,
         httpx.Client(base_url=server.url, timeout=30.0, headers=keys.headers("ci")) as client,
     ):
-        yield Counted(client, seen, app.state.hot_reads)
+        yield Counted(client, seen, app.state.hot_reads, app.state.metrics, app.state.gate_answers)
     engine.dispose()
 
 
@@ -178,6 +188,7 @@ def test_a_cached_answer_reaches_no_other_tenant_and_no_revoked_key(
     outsider = keys.key("gate-reader", tenant=f"other-{uuid.uuid4().hex[:6]}")
     foreign = counted.client.get(url, headers=outsider.headers)
     assert foreign.status_code == 404 and foreign.json()["error"]["field"] == "system"
+    assert counted.before_routing() == 1, "only the first key's repeated read was served early"
     reader = keys.key(f"gate-reader-{uuid.uuid4().hex[:6]}")
     assert counted.client.get(url, headers=reader.headers).status_code == 200
     with Session(engine) as session:
@@ -185,3 +196,99 @@ def test_a_cached_answer_reaches_no_other_tenant_and_no_revoked_key(
         assert row is not None and apikey.revoke(session, row)
         session.commit()
     assert counted.client.get(url, headers=reader.headers).status_code == 401
+
+
+def test_a_cached_answer_is_served_before_routing_exactly_as_the_route_serves_it(
+    counted: Counted, engine: sa.Engine, settings: Settings
+) -> None:
+    held = held_system(engine, settings)
+    for url in (f"/v1/gate/{held.system}", f"/v1/gate/{held.system}?version=1"):
+        before = counted.before_routing()
+        computed = counted.client.get(url)
+        assert counted.before_routing() == before, "a miss goes to the route"
+        counted.clear()
+        served = counted.client.get(url)
+        assert counted.before_routing() == before + 1
+        assert served.status_code == computed.status_code == 200
+        assert served.content == computed.content
+        assert served.headers["content-type"] == computed.headers["content-type"]
+        assert counted.sent() == ["hot:principal+system"]
+
+
+PLANTED = b'{"planted": true}'
+
+
+def plant(counted: Counted, engine: sa.Engine, system_id: uuid.UUID, version: str | None) -> None:
+    """Put an answer straight into the API's cache under input the route refuses: whatever
+    else is true of the request, the cached path must never serve it."""
+    with Session(engine) as session:
+        row = session.get(System, system_id)
+        assert row is not None
+        epoch = SystemEpoch(system_id, row.gate_epoch)
+    standing = Standing(uuid.uuid4(), Word.ALLOW, Basis.ASSAY, [], None)
+    counted.answers.put(epoch, version, standing, PLANTED)
+
+
+@pytest.mark.parametrize(
+    ("query", "version"),
+    [
+        ("?version=", ""),
+        ("?version=" + "v" * 201, "v" * 201),
+        ("?version=1%01", "1\x01"),
+        ("?version=1%0A", "1\n"),
+    ],
+)
+def test_a_version_the_route_refuses_is_never_answered_from_the_cache(
+    counted: Counted, engine: sa.Engine, settings: Settings, query: str, version: str
+) -> None:
+    held = held_system(engine, settings)
+    plant(counted, engine, held.system_id, version)
+    answer = counted.client.get(f"/v1/gate/{held.system}{query}")
+    assert answer.status_code == 422 and answer.json()["error"]["field"] == "version"
+    assert counted.before_routing() == 0
+
+
+def test_a_system_name_the_route_refuses_is_never_answered_from_the_cache(
+    counted: Counted, engine: sa.Engine, settings: Settings
+) -> None:
+    held = held_system(engine, settings)
+    # A name no submission could give it, written straight to the database.
+    with Session(engine) as session:
+        row = session.get(System, held.system_id)
+        assert row is not None
+        row.name = held.system + "\x01"
+        session.add(row)
+        session.commit()
+    plant(counted, engine, held.system_id, None)
+    answer = counted.client.get(f"/v1/gate/{held.system}%01")
+    assert answer.status_code == 422 and answer.json()["error"]["field"] == "system"
+    assert counted.before_routing() == 0
+
+
+def test_a_key_is_read_from_the_bearer_scheme_alone_as_the_route_reads_it(
+    counted: Counted, engine: sa.Engine, settings: Settings, keys: KeyBook
+) -> None:
+    held = held_system(engine, settings)
+    url = f"/v1/gate/{held.system}"
+    assert counted.client.get(url).status_code == 200
+    secret = keys.headers("ci")["Authorization"].removeprefix("Bearer ")
+    for refused in ("", f"Basic {secret}", f"Token {secret}", secret, "Bearer"):
+        answer = counted.client.get(url, headers={"Authorization": refused})
+        assert answer.status_code == 401, refused
+    assert counted.before_routing() == 0
+    # The scheme's case does not matter to the route's HTTPBearer, nor here.
+    for accepted in (f"bearer {secret}", f"BEARER {secret}"):
+        assert counted.client.get(url, headers={"Authorization": accepted}).status_code == 200
+    assert counted.before_routing() == 2
+
+
+def test_a_query_parameter_besides_one_version_goes_to_the_route(
+    counted: Counted, engine: sa.Engine, settings: Settings
+) -> None:
+    held = held_system(engine, settings)
+    url = f"/v1/gate/{held.system}?version=1"
+    first = counted.client.get(url)
+    for extra in ("&verbose=1", "&version=1"):
+        answer = counted.client.get(url + extra)
+        assert answer.status_code == 200 and answer.content == first.content
+    assert counted.before_routing() == 0

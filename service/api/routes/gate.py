@@ -5,7 +5,9 @@ the newest candidate) with every reason and the dossier the answer rests on. Rea
 nothing: a waiver that has expired reads as `hold` at once, and the reconciler signs the version
 that records its lapse. An answer is computed once per epoch of its system (`gate.AnswerCache`):
 a repeated read is the one indexed lookup of the system and its epoch, sent from the event loop
-(`service.db.hotreads`) so that a cached answer never waits for a worker thread.
+(`service.db.hotreads`) so that a cached answer never waits for a worker thread. A cached answer
+to a plain bearer-key read is served before routing (`service.api.cached_gate`); everything
+else, refusals included, is answered here.
 """
 
 from __future__ import annotations
