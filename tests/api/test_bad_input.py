@@ -10,13 +10,14 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from tests.support.service import candidate_body, row_counts
+from tests.support.service import candidate_body, quiet, row_counts
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def unchanged(engine: sa.Engine) -> Iterator[None]:
+    quiet(engine)
     before = row_counts(engine)
     yield
     assert row_counts(engine) == before

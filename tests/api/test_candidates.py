@@ -20,6 +20,7 @@ from tests.support.service import (
     candidate_body,
     example,
     local_report,
+    quiet,
     row_counts,
     wait_decided,
 )
@@ -81,6 +82,7 @@ def test_a_repeated_idempotency_key_replays_the_first_response(
     body = candidate_body("baseline", trials=5, seed=1)
     first = client.post("/v1/candidates", json=body, headers={"Idempotency-Key": key})
     wait_decided(client, first.json()["id"])
+    quiet(engine)
     before = row_counts(engine)
     again = client.post("/v1/candidates", json=body, headers={"Idempotency-Key": key})
     assert first.status_code == again.status_code == 202
@@ -102,6 +104,7 @@ def test_the_same_idempotency_key_with_another_body_is_a_conflict(
         headers={"Idempotency-Key": key},
     )
     wait_decided(client, first.json()["id"])
+    quiet(engine)
     before = row_counts(engine)
     other = client.post(
         "/v1/candidates",

@@ -14,7 +14,7 @@ from service.core.assay import run_assay
 from service.core.manifest import parse_manifest
 from service.core.plan import parse_plan
 from tests.support.keys import KeyBook
-from tests.support.service import candidate_body, row_counts, wait_decided
+from tests.support.service import candidate_body, quiet, row_counts, wait_decided
 
 pytestmark = pytest.mark.integration
 
@@ -32,12 +32,14 @@ def test_twenty_concurrent_candidates_all_complete_with_correct_results(
 ) -> None:
     auth = keys.headers("ci")
     submissions = [submission(n) for n in range(20)]
-    keys = [f"load-{uuid.uuid4()}" for _ in submissions]
+    idempotency = [f"load-{uuid.uuid4()}" for _ in submissions]
 
     def post(i: int) -> httpx.Response:
         with httpx.Client(base_url=api_url, timeout=60.0, headers=auth) as client:
             return client.post(
-                "/v1/candidates", json=submissions[i][1], headers={"Idempotency-Key": keys[i]}
+                "/v1/candidates",
+                json=submissions[i][1],
+                headers={"Idempotency-Key": idempotency[i]},
             )
 
     with ThreadPoolExecutor(max_workers=20) as pool:
@@ -54,6 +56,7 @@ def test_twenty_concurrent_candidates_all_complete_with_correct_results(
             assert report["faults"] == expected.to_dict()["faults"], name
             assert done["decision"] == expected.decision, name
 
+    quiet(engine)
     before = row_counts(engine)
     with ThreadPoolExecutor(max_workers=20) as pool:
         replays = list(pool.map(post, range(20)))

@@ -23,7 +23,9 @@ import redis
 import sqlalchemy as sa
 import uvicorn
 from fastapi import FastAPI
+from sqlmodel import Session, col, select
 
+from service.db.models import Assay, AssayStatus
 from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,6 +84,24 @@ def postgres_database(label: str) -> Iterator[str]:
     finally:
         with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def quiet(engine: sa.Engine, within_s: float = 120.0) -> None:
+    """Wait until no assay in the database is queued or running. `row_counts` counts the whole
+    database: an earlier test's assay finishing on the shared workers would change the counts
+    without the code under test writing a row."""
+    deadline = time.monotonic() + within_s
+    while True:
+        with Session(engine) as session:
+            busy = session.exec(
+                select(Assay.id).where(
+                    col(Assay.status).in_([AssayStatus.QUEUED, AssayStatus.RUNNING])
+                )
+            ).first()
+        if busy is None:
+            return
+        assert time.monotonic() < deadline, f"assay {busy} is still queued or running"
+        time.sleep(0.2)
 
 
 def row_counts(engine: sa.Engine) -> dict[str, int]:
