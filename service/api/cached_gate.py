@@ -24,15 +24,13 @@ from urllib.parse import parse_qsl
 from fastapi.security.utils import get_authorization_scheme_param
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.api.routes.gate import GATE_PATH, MAX_TEXT
 from service.core.text import TextInvalid, check_text
 from service.db.hotreads import Unavailable, on_this_loop
 from service.db.models import utcnow
 from service.http.access import roles_for
 
-ROUTE = "/v1/gate/{system}"
 _PATH = re.compile(r"/v1/gate/([^/]+)")
-# The route's own bounds on its path and query values (service/api/routes/gate.py).
-_MAX_TEXT = 200
 
 
 class CachedGateRead:
@@ -68,7 +66,7 @@ async def cached_answer(scope: Scope) -> bytes | None:
     system, version, secret = found
     state = scope["app"].state
     reads = on_this_loop(state.hot_reads)
-    allowed = roles_for("GET", ROUTE)
+    allowed = roles_for("GET", GATE_PATH)
     if reads is None or not allowed:
         return None
     started = time.perf_counter()
@@ -102,9 +100,9 @@ def _request(scope: Scope) -> tuple[str, str | None, str] | None:
         if len(pairs) != 1 or pairs[0][0] != "version":
             return None
         version = pairs[0][1]
-        if not 1 <= len(version) <= _MAX_TEXT:
+        if not 1 <= len(version) <= MAX_TEXT:
             return None
-    if len(system) > _MAX_TEXT:
+    if len(system) > MAX_TEXT:
         return None
     try:
         check_text(system, "system", line=True)

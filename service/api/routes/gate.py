@@ -46,11 +46,14 @@ from service.http.metrics import Metrics
 
 router = APIRouter(tags=["gate"])
 
-SystemName = Annotated[str, Path(min_length=1, max_length=200)]
+GATE_PATH = "/v1/gate/{system}"
+#: The longest system name or version a route here takes (the early answer holds to it too).
+MAX_TEXT = 200
+SystemName = Annotated[str, Path(min_length=1, max_length=MAX_TEXT)]
 
 
 @router.get(
-    "/v1/gate/{system}",
+    GATE_PATH,
     response_model=GatePublic,
     responses={k: ERROR_RESPONSES[k] for k in (404, 503)},
 )
@@ -59,7 +62,7 @@ async def get_gate(
     system: SystemName,
     state: GateReadDep,
     principal: PrincipalDep,
-    version: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    version: Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)] = None,
 ) -> Response:
     """May this version ship? `allow` only on a signed dossier that allows it, and never while a
     reported production change this candidate does not carry is open."""
