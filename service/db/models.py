@@ -61,6 +61,31 @@ class Tenant(SQLModel, table=True):
     created_at: datetime = Field(
         default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
     )
+    # Whether an operator allowed this tenant's manifests to name code (python, command, stdio,
+    # framework runners): code runs only on the tenant's own workers, inside the OS sandbox.
+    code_allowed: bool = Field(
+        default=False, sa_column=sa.Column(sa.Boolean(), nullable=False, server_default=sa.false())
+    )
+    code_changed_at: datetime | None = Field(
+        default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
+    )
+
+
+class TenantSecret(SQLModel, table=True):
+    """A named secret of a tenant (a model key): encrypted at rest under the operator's secrets
+    key, handed only to that tenant's sandboxed code, never returned, logged or signed."""
+
+    __tablename__ = "tenant_secret"
+
+    tenant_id: uuid.UUID = Field(foreign_key="tenant.id", primary_key=True)
+    name: str = Field(primary_key=True, max_length=64)
+    ciphertext: bytes = Field(sa_column=sa.Column(sa.LargeBinary(), nullable=False))
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+    updated_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
 
 
 class PersonKind(StrEnum):

@@ -52,6 +52,7 @@ TABLES = (
     "dossier",
     "hold",
     "config_change",
+    "tenant_secret",
 )
 
 
