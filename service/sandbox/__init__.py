@@ -1,0 +1,40 @@
+"""Running a tenant's code: only inside an OS sandbox, with nothing of the gate's.
+
+`Confinement` is what a worker hands the target adapters (python target, command/python/framework
+runners, stdio servers, command hooks) for a tenant's code; `None` means unconfined, which only
+the local `assaygate assay` on a user's own machine uses. The sandbox itself (bubblewrap, the
+relays that are its only network, the limits) lives in this package's modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per sandboxed process tree: CPU seconds, address space, processes, open files, file size."""
+
+    cpu_s: int = 300
+    memory_mb: int = 2048
+    processes: int = 256
+    open_files: int = 512
+    file_mb: int = 64
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """How a tenant's code runs on its worker."""
+
+    # The tenant's code: bound read-only into the sandbox and its working directory.
+    code_dir: Path
+    # The only variables the code sees besides what the sandbox itself sets (PATH, HOME, LANG,
+    # the proxy URLs): the manifest's declared `target.env` and the tenant's named secrets.
+    env: Mapping[str, str] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
+    # Connection-time egress check for the sandbox's forward proxy: (host, port) -> the address
+    # to connect to, or raises (service.net.egress.EgressRefused). None: no egress beyond the
+    # gate's own relays (the proxy, the tool server).
+    egress: Callable[[str, int], str] | None = None
