@@ -239,6 +239,11 @@ def cmd_assay(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2, sort_keys=True))
     else:
         print_report(manifest, plan, report)
+    # The causes go to stderr in every mode: a CI log that keeps only stderr still says what
+    # failed, not only how often.
+    for messages in report.target_error_causes.values():
+        for message in messages:
+            print(f"assaygate: target error: {message}", file=sys.stderr)
     if args.report_out is not None:
         try:
             args.report_out.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -311,6 +316,9 @@ def print_report(manifest: Manifest, plan: AssayPlan, report: AssayReport) -> No
     if report.target_errors_total:
         kinds = ", ".join(f"{k} {v}" for k, v in report.target_errors_by_kind.items())
         print(f"\nTarget errors: {report.target_errors_total} ({kinds})")
+        for messages in report.target_error_causes.values():
+            for message in messages:
+                print(f"  {message}")
     if report.stopped:
         print(f"Stopped: {report.stopped}")
     print()

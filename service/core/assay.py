@@ -213,6 +213,10 @@ def run_shard(
                     break
     finally:
         gc.set_threshold(*thresholds)
+    if reason is not None and reason.startswith("target errors"):
+        cause = next((m[0] for t in tallies.values() for m in t.error_causes.values() if m), None)
+        if cause is not None:
+            reason = f"{reason}; first: {cause}"
     return ShardResult(shard.index, tallies, done, reason is not None, reason, effects, unsafe)
 
 

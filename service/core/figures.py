@@ -53,6 +53,11 @@ def counts(d: object) -> dict[str, int]:
     return {str(k): int(cast(int, v)) for k, v in obj(d).items()}
 
 
+def causes(d: object) -> dict[str, tuple[str, ...]]:
+    """Error kind -> its first distinct messages."""
+    return {str(k): tuple(str(m) for m in cast(list[object], v)) for k, v in obj(d).items()}
+
+
 @dataclass(frozen=True)
 class Rates:
     """Trials, and per reported flag the share of trials it was seen in."""

@@ -68,6 +68,8 @@ class FaultEvidence:
     # Nominated controls without a counterfactual pair: (control, "undeclared"|"cannot_disable").
     untested_controls: tuple[tuple[str, str], ...] = ()
     error_kinds: Mapping[str, int] = field(default_factory=dict)
+    # The first message of each error kind: the reason says what failed, not only how often.
+    error_causes: Mapping[str, str] = field(default_factory=dict)
     # Target errors in the baseline and counterfactual runs (`target_errors`: the fault's trials).
     other_errors: int = 0
     # The team's own invariants (mcp targets) that failed: (name, severity, failed, trials).
@@ -172,7 +174,10 @@ def _conduct(f: FaultEvidence) -> list[Reason]:
             )
         )
     if f.target_errors or f.other_errors:
-        kinds = ", ".join(f"{k} {v}" for k, v in sorted(f.error_kinds.items()))
+        kinds = "; ".join(
+            f"{k} {v}" + (f", first: {f.error_causes[k]}" if k in f.error_causes else "")
+            for k, v in sorted(f.error_kinds.items())
+        )
         out.append(
             Reason(
                 "target_errors",

@@ -30,7 +30,7 @@ from service.core.pairs import (
 from service.core.plan import AssayPlan
 from service.core.report import AssayReport, FaultResult
 from service.core.signature import newcombe, wilson
-from service.core.tally import ArmCounts, ShardResult, StormTally, Tally
+from service.core.tally import ArmCounts, ShardResult, StormTally, Tally, add_cause
 
 INTERPRETATION = {
     "positive": "Under the tested configuration and represented faults, the declared invariants "
@@ -254,6 +254,7 @@ def _fault(
         first_violation=t.first_violation,
         storm=storm_view(t.storm) if t.storm.trials else None,
         invariants=inv,
+        error_causes={k: tuple(v) for k, v in sorted(t.error_causes.items())},
     )
 
 
@@ -280,6 +281,7 @@ def _evidence(
         if reported
         else tuple((c, how) for c, how in rm.controls if how != "switchable"),
         error_kinds=dict(t.error_kinds),
+        error_causes={k: v[0] for k, v in t.error_causes.items() if v},
         other_errors=t.baseline_errors + t.counterfactual_errors,
         invariants=team_failed,
     )
@@ -311,6 +313,15 @@ def _error_kinds(tallies: Iterable[Tally]) -> dict[str, int]:
         for kind, n in t.error_kinds.items():
             kinds[kind] = kinds.get(kind, 0) + n
     return dict(sorted(kinds.items()))
+
+
+def _error_causes(tallies: Iterable[Tally]) -> dict[str, tuple[str, ...]]:
+    into: dict[str, list[str]] = {}
+    for t in tallies:
+        for kind, messages in t.error_causes.items():
+            for message in messages:
+                add_cause(into, kind, message)
+    return {k: tuple(v) for k, v in sorted(into.items())}
 
 
 def merge(
@@ -369,6 +380,7 @@ def merge(
         trials_executed=executed,
         target_errors_total=sum(t.all_errors for t in tallies.values()),
         target_errors_by_kind=_error_kinds(tallies.values()),
+        target_error_causes=_error_causes(tallies.values()),
         stopped=stopped,
         interpretation=INTERPRETATION,
     )

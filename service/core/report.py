@@ -23,6 +23,7 @@ from service.core.figures import (
     Summary,
     Transfer,
     as_int,
+    causes,
     counts,
     obj,
     rates_or_none,
@@ -60,6 +61,8 @@ class FaultResult:
     first_violation: JSONObject | None
     storm: StormView | None = None
     invariants: Mapping[str, InvariantResult] = field(default_factory=dict)
+    # The first distinct messages of each target-error kind (what "TargetFailed 4" was).
+    error_causes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def to_dict(self) -> JSONObject:
         out: JSONObject = {
@@ -90,6 +93,8 @@ class FaultResult:
             out["storm"] = self.storm.to_dict()
         if self.invariants:
             out["invariants"] = {k: v.to_dict() for k, v in self.invariants.items()}
+        if self.error_causes:
+            out["error_causes"] = {k: list(v) for k, v in self.error_causes.items()}
         return out
 
     @classmethod
@@ -123,6 +128,7 @@ class FaultResult:
                 str(k): InvariantResult.from_dict(obj(v))
                 for k, v in obj(d.get("invariants") or {}).items()
             },
+            error_causes=causes(d.get("error_causes") or {}),
         )
 
 
@@ -148,6 +154,7 @@ class AssayReport:
     target_errors_by_kind: Mapping[str, int]
     stopped: str | None
     interpretation: Mapping[str, str]
+    target_error_causes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def to_dict(self) -> JSONObject:
         return {
@@ -166,6 +173,11 @@ class AssayReport:
             "target_errors": {
                 "total": self.target_errors_total,
                 "by_kind": dict(self.target_errors_by_kind),
+                **(
+                    {"causes": {k: list(v) for k, v in self.target_error_causes.items()}}
+                    if self.target_error_causes
+                    else {}
+                ),
             },
             "stopped": self.stopped,
             "interpretation": dict(self.interpretation),
@@ -194,6 +206,7 @@ class AssayReport:
             trials_executed=int(cast(int, d.get("trials_executed", 0))),
             target_errors_total=int(cast(int, errors.get("total", 0))),
             target_errors_by_kind=counts(errors.get("by_kind") or {}),
+            target_error_causes=causes(errors.get("causes") or {}),
             stopped=None if stopped is None else str(stopped),
             interpretation={str(k): str(v) for k, v in obj(d.get("interpretation") or {}).items()},
         )

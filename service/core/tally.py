@@ -171,6 +171,20 @@ def _add(into: dict[str, int], key: str, n: int) -> None:
     into[key] = into.get(key, 0) + n
 
 
+# Distinct messages kept per error kind, and the length each is cut to.
+CAUSES = 3
+CAUSE_CHARS = 300
+
+
+def add_cause(into: dict[str, list[str]], kind: str, message: str) -> None:
+    kept = into.get(kind)
+    if kept is None:
+        kept = into[kind] = []
+    message = message[:CAUSE_CHARS]
+    if len(kept) < CAUSES and message not in kept:
+        kept.append(message)
+
+
 class Tally:
     """Everything one fault's trials contribute, as mergeable counts."""
 
@@ -180,6 +194,7 @@ class Tally:
         "counterfactual_errors",
         "counterfactual_runs",
         "counterfactual_unfired",
+        "error_causes",
         "error_kinds",
         "exercised",
         "first_violation",
@@ -205,6 +220,9 @@ class Tally:
         self.counterfactual_unfired = 0
         # Target-error causes by kind (the adapter's error type), across every arm.
         self.error_kinds: dict[str, int] = {}
+        # The first few distinct messages of each kind: a count alone ("TargetFailed 4") hides
+        # the cause a team needs to fix its agent.
+        self.error_causes: dict[str, list[str]] = {}
         self.arms: dict[str, ArmCounts] = {a: ArmCounts() for a in ARMS}
         self.storm = StormTally()
         self.first_violation: dict[str, Any] | None = None
@@ -236,7 +254,9 @@ class Tally:
         self.arm(arm).add(outcome)
 
     def error(self, message: str) -> None:
-        _add(self.error_kinds, message.split(":", 1)[0], 1)
+        kind = message.split(":", 1)[0]
+        _add(self.error_kinds, kind, 1)
+        add_cause(self.error_causes, kind, message)
 
     def merge(self, other: Tally) -> None:
         self.planned += other.planned
@@ -251,6 +271,9 @@ class Tally:
         self.injector_refusals += other.injector_refusals
         for kind, n in other.error_kinds.items():
             _add(self.error_kinds, kind, n)
+        for kind, messages in other.error_causes.items():
+            for message in messages:
+                add_cause(self.error_causes, kind, message)
         for key, n in other.invariants.items():
             _add(self.invariants, key, n)
         for a, theirs in other.arms.items():
@@ -278,6 +301,11 @@ class Tally:
             "sandbox_refusals": self.sandbox_refusals,
             "injector_refusals": self.injector_refusals,
             **({"invariants": dict(sorted(self.invariants.items()))} if self.invariants else {}),
+            **(
+                {"error_causes": {k: list(v) for k, v in sorted(self.error_causes.items())}}
+                if self.error_causes
+                else {}
+            ),
         }
 
     @classmethod
@@ -290,6 +318,12 @@ class Tally:
         t.counterfactual_errors = int(d.get("counterfactual_errors", 0))
         t.counterfactual_unfired = int(d.get("counterfactual_unfired", 0))
         t.error_kinds = {str(k): int(v) for k, v in d.get("error_kinds", {}).items()}
+        causes = d.get("error_causes", {})
+        t.error_causes = {
+            str(k): [str(m) for m in v][:CAUSES]
+            for k, v in (causes.items() if isinstance(causes, dict) else ())
+            if isinstance(v, list)
+        }
         for a, v in d["arms"].items():
             t.arms[a] = ArmCounts.from_list(v)
         storm = d.get("storm", {})

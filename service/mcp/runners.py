@@ -154,7 +154,7 @@ class HttpRunner:
         if crashed.is_set():
             return RunResult(crashed=True)
         if r.status_code >= 300:
-            return RunResult(error=f"TargetFailed: HTTP {r.status_code}")
+            return RunResult(error=f"TargetFailed: HTTP {r.status_code}{_said(r.text)}")
         claims, problem = parse_claims(r.text)
         if len(claims) == 1 and isinstance(claims[0].get("claims"), list):
             claims = [c for c in claims[0]["claims"] if isinstance(c, dict)]
@@ -162,6 +162,18 @@ class HttpRunner:
 
     def close(self) -> None:
         self._client.close()
+
+
+def _said(body: str) -> str:
+    """What a failing agent said about it: the `error` of a JSON reply (the python and
+    framework hosts answer `{"error": "Type: message"}`), else the start of its text."""
+    try:
+        value = json.loads(body)
+    except ValueError:
+        value = None
+    text = str(value["error"]) if isinstance(value, dict) and "error" in value else body
+    text = " ".join(text.split())[:240]
+    return f": {text}" if text else ""
 
 
 class PythonRunner(HttpRunner):

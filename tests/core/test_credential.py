@@ -126,10 +126,16 @@ def test_target_errors_above_the_threshold_stop_the_assay_with_that_reason(typed
     shard = plan_shards(typed, plan)[0]
     result = run_shard(typed, plan, shard, target=broken, limits=Limits(max_target_errors=3))
     # Each trial's broken intervention run and broken baseline run are two target errors.
-    assert result.stop_reason == "target errors above the limit (4 > 3)"
+    assert result.stop_reason == (
+        "target errors above the limit (4 > 3); first: RuntimeError: agent crashed"
+    )
     report = merge(typed, plan, [result]).to_dict()
     assert report["faults"][0]["target_errors"] == 2
     assert report["faults"][0]["baseline_errors"] == 2
-    assert report["target_errors"] == {"total": 4, "by_kind": {"RuntimeError": 4}}
+    assert report["target_errors"] == {
+        "total": 4,
+        "by_kind": {"RuntimeError": 4},
+        "causes": {"RuntimeError": ["RuntimeError: agent crashed"]},
+    }
     assert report["faults"][0]["signature"]["counts"]["contained"] == 0
     assert report["decision"] == "block"
