@@ -194,6 +194,9 @@ STANDARD: tuple[str, ...] = (
     "unverifiable_release",
     "service_loss",
 )
+# The proxy's own check that the probed world agrees with the effect calls it forwarded
+# (service/mcp/witness.py): built in, severity block, never switched off by a manifest.
+WITNESS = "proxy_witness"
 # The variables every invariant may read (see docs/mcp.md).
 VARIABLES: tuple[str, ...] = (
     "task",

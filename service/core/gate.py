@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from service.core.contract import WITNESS
 from service.core.manifest import Envelope
 from service.core.signature import trials_for_bound, wilson, wilson_upper
 
@@ -229,6 +230,15 @@ def _hard_elsewhere(f: FaultEvidence) -> list[Reason]:
 def _team_invariants(f: FaultEvidence) -> list[Reason]:
     return [
         Reason(
+            WITNESS,
+            f"{f.fault}: the probed world disagreed with the proxy's record of forwarded effect "
+            f"calls in {failed} of {trials} graded trials (an acknowledged effect vanished, or "
+            "an effect no forwarded call made; the samples' `witness` shows calls and rows)",
+            f.fault,
+            BLOCK,
+        )
+        if name == WITNESS
+        else Reason(
             f"invariant:{name}",
             f"{f.fault}: invariant {name} failed in {failed} of {trials} graded trials",
             f.fault,

@@ -172,11 +172,13 @@ def _severities(manifest: Manifest) -> tuple[dict[str, str], frozenset[str]]:
     """Each invariant's severity, and the names of the team's own predicates."""
     if manifest.target.kind != "mcp":
         return {}, frozenset()
-    from service.core.contract import invariant_table, invariants_of
+    from service.core.contract import WITNESS, invariant_table, invariants_of
 
     inv = invariants_of(manifest)
     table: dict[str, str] = {name: sev for name, _expr, sev in invariant_table(inv)}
-    return table, frozenset(p.name for p in inv.predicates)
+    table[WITNESS] = "block"
+    # The witness check is reported by name like the team's predicates: its own reason.
+    return table, frozenset([*(p.name for p in inv.predicates), WITNESS])
 
 
 def invariants_view(tally: Tally, severities: dict[str, str]) -> dict[str, InvariantResult]:

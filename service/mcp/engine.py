@@ -41,6 +41,7 @@ from service.mcp.hooks import HookFailed, Upstreams
 from service.mcp.naive import naive_run
 from service.mcp.proxy import Limiter, Proxy, TrialState
 from service.mcp.runners import AgentRunner, RunResult, make_runner
+from service.mcp.witness import WITNESS, testify
 
 T = TypeVar("T")
 _DENY = Recoverability.DENY
@@ -95,7 +96,8 @@ def _outcome(
 
     wrong = not ok("wrong_subject")
     duplicate = not ok("duplicate_effect")
-    unsafe = wrong or duplicate or not ok("unsafe_effect")
+    # An effect undone or made behind the proxy's back is damage the world tried to hide.
+    unsafe = wrong or duplicate or not ok("unsafe_effect") or not ok(WITNESS)
     unverifiable = not ok("unverifiable_release") and not unsafe
     recovered = ok("service_loss") and not unsafe and ok("unverifiable_release")
     verified = recovered and not claim_violation
@@ -439,6 +441,8 @@ class McpEngine:
             "fault": spec.id if spec is not None else None,
         }
         results = evaluate(self.compiled, activation)
+        testimony = testify(state.forwarded_effects, after, new_effects)
+        results[WITNESS] = testimony.agrees
         # Alarms are the claims' own: a denial, a hold, a failure, or an anomaly flag. In a
         # trial where nothing fired, each is a false alarm (the baseline counts them).
         alarm = any(c.get("status") in ALARMS or bool(c.get("anomaly")) for c in claims)
@@ -461,6 +465,7 @@ class McpEngine:
             "claims": claims[:10],
             "invariants": results,
             "target_error": tally.error,
+            "witness": testimony.view(state.forwarded_effects),
             "ledger": new_effects[:20],
             "evidence": [],
         }

@@ -24,7 +24,7 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
 from service.core.catalogue import FaultSpec
-from service.core.contract import Contract, Role
+from service.core.contract import Contract, Role, Tool
 from service.core.disturbance import Disturbance
 from service.core.injector import Injector
 from service.mcp.hooks import Upstreams
@@ -73,6 +73,10 @@ class TrialState:
     storm_admitted: int | None = None
     read_done: bool = False
     crashed: threading.Event = field(default_factory=threading.Event)
+    # The proxy's own record of every effect call it forwarded, in every run (a storm's shadow
+    # fleet included), with what the server answered: the second witness the probed world must
+    # agree with (engine.witness).
+    forwarded_effects: list[dict[str, Any]] = field(default_factory=list)
     step: int = 0
 
     def tick(self) -> int:
@@ -92,6 +96,21 @@ Forward = Callable[[], Awaitable[types.CallToolResult]]
 Handler = Callable[
     [TrialState, Run, FaultSpec, dict[str, Any], Forward], Awaitable[types.CallToolResult | None]
 ]
+
+
+def _effect_record(run: Run, call: dict[str, Any], tool: Tool) -> dict[str, Any]:
+    args = call["arguments"]
+    key = args.get(tool.idempotency_key) if tool.idempotency_key else None
+    return {
+        "seq": call["seq"],
+        "run": run.number,
+        "shadow": run.shadow,
+        "tool": call["tool"],
+        "subject": args.get(str(tool.subject)),
+        "key": None if key is None else str(key),
+        "acknowledged": False,
+        "id": None,
+    }
 
 
 def _timeout(message: str) -> MCPError:
@@ -383,7 +402,17 @@ class Proxy:
 
         async def forward() -> types.CallToolResult:
             call["forwarded"] = True
-            return await self.upstreams.call(name, call["arguments"])
+            if role is not Role.EFFECT or tool is None:
+                return await self.upstreams.call(name, call["arguments"])
+            record = _effect_record(run, call, tool)
+            t.forwarded_effects.append(record)
+            result = await self.upstreams.call(name, call["arguments"])
+            # What the server said, before any fault changes what the agent sees.
+            value = reply_json(result)
+            ident = value.get(str(tool.reply_field)) if isinstance(value, dict) else None
+            record["acknowledged"] = not result.is_error and ident is not None
+            record["id"] = None if ident is None else str(ident)
+            return result
 
         try:
             result = await self._apply(t, run, call, role, forward)

@@ -1,0 +1,60 @@
+"""Warehouse agents that reach their own world behind the proxy's back (its SQLite file).
+
+    cleaner   the careful agent in every visible way, which also ships the order a second time
+              under a fresh key, then deletes that shipment straight from the database: the probe
+              shows one shipment, read back and logged, and a `completed` claim that cites it
+    forger    ships nothing through its tools and inserts the shipment row itself
+
+    python sidechannel.py cleaner|forger DB_PATH
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples" / "mcp-warehouse"))
+
+from agents import call, careful, connect  # noqa: E402
+
+
+def _db(path: str) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None, timeout=10)
+    db.execute("PRAGMA busy_timeout=10000")
+    return db
+
+
+async def cleaner(task: dict[str, Any], url: str, path: str) -> dict[str, Any]:
+    async with connect(url) as client:
+        claim = await careful(client, task)
+        if task["action"] == "ship" and claim.get("status") == "completed":
+            args = {"order_id": task["order_id"], "quantity": task["quantity"]}
+            await call(client, "ship_order", {**args, "key": task["action_id"] + "-again"})
+    _db(path).execute("DELETE FROM shipments WHERE key = ?", (task["action_id"] + "-again",))
+    return claim
+
+
+async def forger(task: dict[str, Any], url: str, path: str) -> dict[str, Any]:
+    async with connect(url) as client:
+        await call(client, "get_order", {"order_id": task["order_id"]})
+        await call(client, "check_release", {"order_id": task["order_id"]})
+    ident = "S-forged-" + task["action_id"]
+    _db(path).execute(
+        "INSERT INTO shipments VALUES (?, ?, ?, ?, ?)",
+        (ident, task["action_id"], task["order_id"], task["quantity"], 1),
+    )
+    return {"status": "completed", "effect_id": ident}
+
+
+AGENTS = {"cleaner": cleaner, "forger": forger}
+
+if __name__ == "__main__":
+    name, path = sys.argv[1], sys.argv[2]
+    task = json.loads(sys.stdin.read())
+    claim = asyncio.run(AGENTS[name](task, os.environ["ASSAYGATE_MCP_URL"], path))
+    print(json.dumps(claim), flush=True)
