@@ -25,6 +25,7 @@ from sqlmodel import Session
 
 from service.app.errors import BrokerUnavailable, FieldInvalid, IdempotencyConflict
 from service.app.ports import Limit, Queue
+from service.app.secrets import check_named
 from service.app.shapes import CandidateCreate
 from service.core.assay import ShardSpec, plan_shards
 from service.core.contract_catalogue import plan_data_for
@@ -154,6 +155,10 @@ def submit(
 ) -> Submitted:
     """Record a release candidate and queue its assay; answers before the assay runs."""
     checked = _check(body, services.settings)
+    # Names only: the manifest (and so the dossier) never holds a value.
+    check_named(
+        session, principal.tenant_id, checked.manifest.target.secrets, "manifest.target.secrets"
+    )
     digest = request_digest(body)
     # Stored per tenant: one tenant's key never replays (or reveals) another tenant's response.
     key = idempotency_key
