@@ -5,6 +5,8 @@ reach them."""
 from __future__ import annotations
 
 import base64
+import io
+import json
 import logging
 import uuid
 from typing import Any
@@ -14,8 +16,12 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from service.app.secrets import secrets_for
+from service.cli import main
 from service.db.apikey import tenant_by_name
 from service.db.models import Role
+from service.keys import load_secrets_key
+from service.settings import Settings
 from tests.support.keys import KeyBook
 from tests.support.service import candidate_body, example, quiet, row_counts, wait_decided
 
@@ -204,3 +210,39 @@ def test_the_signed_dossier_of_an_assay_naming_a_secret_never_holds_its_value(
     payload = base64.b64decode(dossier.json()["envelope"]["payload"])
     assert VALUE.encode() not in payload and VALUE not in dossier.text
     assert VALUE not in client.get(f"/v1/candidates/{done['id']}", headers=headers).text
+
+
+def test_the_cli_puts_from_stdin_or_the_environment_lists_and_deletes_and_never_prints_a_value(
+    api_url: str,
+    keys: KeyBook,
+    engine: sa.Engine,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    key = keys.key("vault-cli", tenant="vault-cli", roles=[Role.ADMIN]).secret
+    common = ["--url", api_url, "--api-key", key]
+    monkeypatch.setattr("sys.stdin", io.StringIO(VALUE + "\n"))
+    assert main(["secrets", "put", "FROM_STDIN", *common]) == 0
+    monkeypatch.setenv("MY_MODEL_KEY", VALUE + "-env")
+    assert main(["secrets", "put", "FROM_ENV", "--from-env", "MY_MODEL_KEY", *common]) == 0
+    assert main(["secrets", "list", *common]) == 0
+    printed = capsys.readouterr()
+    listed = json.loads(printed.out[printed.out.rindex('{\n  "items"') :])
+    assert [s["name"] for s in listed["items"]] == ["FROM_ENV", "FROM_STDIN"]
+    assert main(["secrets", "delete", "FROM_ENV", *common]) == 0
+    assert main(["secrets", "delete", "FROM_ENV", *common]) == 3
+    assert main(["secrets", "put", "lower", *common]) == 2
+    assert main(["secrets", "put", "NO_VAR", "--from-env", "NOT_SET_ANYWHERE", *common]) == 2
+    printed_after = capsys.readouterr()
+    for text in (printed.out, printed.err, printed_after.out, printed_after.err):
+        assert VALUE not in text
+    # What stdin held arrived without its line break; a worker reads it with the API's key file.
+    assert settings.secrets_key_file is not None
+    with Session(engine) as session:
+        tenant = tenant_by_name(session, "vault-cli")
+        assert tenant is not None
+        got = secrets_for(
+            session, tenant.id, ["FROM_STDIN"], load_secrets_key(settings.secrets_key_file)
+        )
+    assert got == {"FROM_STDIN": VALUE}
