@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from sqlmodel import Session, select
 
 from service.app import keys, secrets
@@ -18,6 +19,7 @@ from service.core.secret import SecretsKey, SecretValue, code_env
 from service.db import apikey
 from service.db.models import Event, Role, TenantSecret
 from service.keys import SecretsKeyMissing, load_secrets_key
+from service.settings import Settings
 
 VALUE = "sk-live-0123456789abcdef-do-not-leak"
 
@@ -191,3 +193,12 @@ def test_the_operator_key_file_is_created_0600_once_and_a_worker_never_creates_i
     assert again.decrypt(tenant, "K", sealed).reveal() == "v"
     assert repr(first) == "SecretsKey(<hidden>)"
     assert repr(SecretValue(VALUE)) == "SecretValue(<hidden>)"
+
+
+@pytest.mark.parametrize("inside", ["keys", "injector-public"])
+def test_a_secrets_key_file_inside_a_folder_every_worker_mounts_is_refused(
+    tmp_path: Path, inside: str
+) -> None:
+    with pytest.raises(ValidationError, match="ASSAYGATE_SECRETS_KEY_FILE"):
+        Settings(data_dir=tmp_path, secrets_key_file=tmp_path / inside / "secrets.key")
+    assert Settings(data_dir=tmp_path).secrets_key_file == tmp_path.absolute() / "secrets.key"
