@@ -155,10 +155,6 @@ def submit(
 ) -> Submitted:
     """Record a release candidate and queue its assay; answers before the assay runs."""
     checked = _check(body, services.settings)
-    # Names only: the manifest (and so the dossier) never holds a value.
-    check_named(
-        session, principal.tenant_id, checked.manifest.target.secrets, "manifest.target.secrets"
-    )
     digest = request_digest(body)
     # Stored per tenant: one tenant's key never replays (or reveals) another tenant's response.
     key = idempotency_key
@@ -167,6 +163,11 @@ def submit(
         existing = find_idempotency_key(session, stored_key)
         if existing is not None:
             return _replay(existing, digest)
+    # Every secret the manifest names must be stored for the tenant (names only: the manifest,
+    # and so the dossier, never holds a value). A replay above answers as the first time did.
+    check_named(
+        session, principal.tenant_id, checked.manifest.target.secrets, "manifest.target.secrets"
+    )
     services.queue.ping()
     if services.limit is not None and stored_key is None:
         services.limit.check(principal.key_id)

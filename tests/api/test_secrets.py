@@ -192,7 +192,7 @@ def test_a_manifest_asking_for_secrets_on_a_remote_only_target_is_422(
     assert answer.json()["error"]["field"] == "manifest.target.secrets"
 
 
-def test_the_signed_dossier_of_an_assay_naming_a_secret_never_holds_its_value(
+def test_the_signed_dossier_of_an_assay_naming_a_secret_never_holds_its_value_and_a_rerun_needs_it(
     client: httpx.Client, keys: KeyBook, engine: sa.Engine
 ) -> None:
     headers = everyone(keys)
@@ -210,6 +210,11 @@ def test_the_signed_dossier_of_an_assay_naming_a_secret_never_holds_its_value(
     payload = base64.b64decode(dossier.json()["envelope"]["payload"])
     assert VALUE.encode() not in payload and VALUE not in dossier.text
     assert VALUE not in client.get(f"/v1/candidates/{done['id']}", headers=headers).text
+    # Deleted since: a re-run is refused naming the secret, before any shard is queued.
+    assert client.delete("/v1/secrets/OPENAI_API_KEY", headers=admin(keys)).status_code == 204
+    rerun = client.post(f"/v1/candidates/{done['id']}/rerun", json={}, headers=headers)
+    assert rerun.status_code == 422, rerun.text
+    assert rerun.json()["error"]["field"] == "manifest.target.secrets.0"
 
 
 def test_the_cli_puts_from_stdin_or_the_environment_lists_and_deletes_and_never_prints_a_value(
