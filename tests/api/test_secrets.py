@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from service.api.schemas import SecretPut
 from service.app.secrets import secrets_for
 from service.cli import main
 from service.db.apikey import tenant_by_name
@@ -119,6 +120,7 @@ def test_the_log_of_a_put_holds_no_value(
     assert any(r.__dict__.get("path") == "/v1/secrets/LOGGED" for r in caplog.records)
     assert VALUE not in caplog.text
     assert all(VALUE not in repr(r.__dict__) for r in caplog.records)
+    assert VALUE not in repr(SecretPut(value=VALUE))
 
 
 @pytest.mark.parametrize("role", [Role.SUBMITTER, Role.REVIEWER])
