@@ -19,7 +19,7 @@ from service.http.dispatch import Dispatcher
 from service.http.limits import SubmissionLimit
 from service.http.metrics import Metrics
 from service.http.middleware import BodyLimit, RequestLog
-from service.keys import KeyRing
+from service.keys import KeyRing, load_secrets_key
 from service.settings import Settings
 from service.web import routes as web
 
@@ -41,6 +41,9 @@ def create_app(
         app.state.injector_signer = settings.injector_ring().load_or_create()
         # The dashboard's session secret: the API's own file, never in the folder workers mount.
         app.state.web_secret = load_secret(settings)
+        # The key of tenants' secrets: the API's and the tenant workers', never in `keys_dir`.
+        assert settings.secrets_key_file is not None
+        app.state.secrets_key = load_secrets_key(settings.secrets_key_file, create=True)
         dispatcher.prepare()
         if hot_reads is not None:
             await hot_reads.open()

@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from service.core.dossier import PublicKey, Signer
+from service.core.secret import KEY_BYTES, SecretsKey
 
 INDEX = "keys.json"
 # How long after a rotation the retired key's window stays open: long enough for a dossier whose
@@ -154,3 +155,32 @@ class ActiveKey:
         except FileNotFoundError:
             return None
         return (st.st_mtime_ns, st.st_ino)
+
+
+class SecretsKeyMissing(Exception):
+    """A process that only reads tenants' secrets (a tenant's worker) found no secrets key."""
+
+
+def load_secrets_key(path: Path, *, create: bool = False) -> SecretsKey:
+    """The operator's key for tenants' secrets: 32 random bytes, hex, in a 0600 file. The API
+    (and `serve`) creates it on first use (`create=True`); a worker only loads it, and one
+    without it raises SecretsKeyMissing naming the file."""
+    try:
+        return SecretsKey(bytes.fromhex(path.read_text().strip()))
+    except FileNotFoundError:
+        if not create:
+            raise SecretsKeyMissing(
+                f"no secrets key at {path}: the API creates it on first start; mount it "
+                "(ASSAYGATE_SECRETS_KEY_FILE) on the tenant's workers"
+            ) from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = os.urandom(KEY_BYTES)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        # Another process wrote it first: use theirs, or one process's secrets would not decrypt
+        # in the other.
+        return SecretsKey(bytes.fromhex(path.read_text().strip()))
+    with os.fdopen(fd, "w") as out:
+        out.write(fresh.hex())
+    return SecretsKey(fresh)

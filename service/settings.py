@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     # The secret that signs dashboard session cookies: the API's alone (workers never mount it),
     # so never inside `keys_dir`. Created 0600 on first start.
     session_secret_file: Path | None = None
+    # The operator's key that encrypts tenants' secrets (model keys for their agents): mounted by
+    # the API and by tenant workers only, never inside `keys_dir`. Created 0600 on first start.
+    secrets_key_file: Path | None = None
     # The injector-credential keys: a separate ring whose private half only the API holds, so a
     # worker (which signs dossiers) can verify credentials but never mint one.
     injector_keys_dir: Path | None = None
@@ -112,12 +115,21 @@ class Settings(BaseSettings):
             self.injector_public_dir = self.data_dir / "injector-public"
         if self.session_secret_file is None:
             self.session_secret_file = self.data_dir / "api" / "session.secret"
+        if self.secrets_key_file is None:
+            self.secrets_key_file = self.data_dir / "secrets.key"
         keys = self.keys_dir.expanduser().absolute()
         secret = self.session_secret_file.expanduser().absolute()
         if secret.is_relative_to(keys):
             raise ValueError(
                 "ASSAYGATE_SESSION_SECRET_FILE must not be inside ASSAYGATE_KEYS_DIR, which "
                 "workers mount: a worker could sign dashboard sessions"
+            )
+        tenants = self.secrets_key_file.expanduser().absolute()
+        public = self.injector_public_dir.expanduser().absolute()
+        if tenants.is_relative_to(keys) or tenants.is_relative_to(public) or tenants == secret:
+            raise ValueError(
+                "ASSAYGATE_SECRETS_KEY_FILE must be a file of its own, outside ASSAYGATE_KEYS_DIR "
+                "and ASSAYGATE_INJECTOR_PUBLIC_DIR, which every worker mounts"
             )
         if not self.result_backend and self.broker_is_redis:
             self.result_backend = self.broker_url

@@ -20,6 +20,7 @@ from service.api.routes import (
     gate,
     health,
     holds,
+    secrets,
     systems,
 )
 from service.http.access import authorize
@@ -43,6 +44,7 @@ def install(app: FastAPI, settings: Settings) -> None:
         systems.router,
         events.router,
         api_keys.router,
+        secrets.router,
         health.router,
     ):
         app.include_router(

@@ -17,6 +17,7 @@ from service.app.shapes import (
     Text,
 )
 from service.core.manifest import COMPONENTS
+from service.core.secret import MAX_VALUE_BYTES
 from service.db.models import AssayStatus, Role
 
 __all__ = [
@@ -359,3 +360,27 @@ class EventPublic(BaseModel):
 class EventPage(BaseModel):
     items: list[EventPublic]
     next_before: int | None = Field(description="pass as `before` for the next (older) page")
+
+
+class SecretPut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    value: str = Field(
+        min_length=1,
+        max_length=MAX_VALUE_BYTES,
+        repr=False,
+        description=f"the secret's value: text of at most {MAX_VALUE_BYTES} bytes (UTF-8); "
+        "stored encrypted, never shown again",
+        json_schema_extra={"writeOnly": True},
+    )
+
+
+class SecretPublic(BaseModel):
+    """A secret as the API shows it: its name and when it was last written, never its value."""
+
+    name: str
+    updated_at: datetime
+
+
+class SecretList(BaseModel):
+    items: list[SecretPublic]

@@ -13,6 +13,7 @@ from sqlmodel import Session
 
 from service.app.dossiers import decide
 from service.app.errors import BrokerUnavailable, Conflict, NotFound
+from service.app.secrets import check_named
 from service.app.submissions import Services, check_trial_limits, shard_size
 from service.core.assay import ShardSpec, plan_shards
 from service.core.dossier import Signer
@@ -53,6 +54,8 @@ def _planned(
     manifest_row = session.get(ManifestRow, row.candidate.manifest_digest)
     assert manifest_row is not None
     manifest = parse_manifest(manifest_row.document)
+    # A secret deleted since the submission is refused here, not at the worker.
+    check_named(session, row.system.tenant_id, manifest.target.secrets, "manifest.target.secrets")
     previous = queries.assay(session, row.assay.id)
     assert previous is not None
     plan = parse_plan({**previous.plan, **dict(command.plan or {})})

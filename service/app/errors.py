@@ -85,3 +85,9 @@ class ServiceUnavailable(AppError):
 
 class BrokerUnavailable(ServiceUnavailable):
     code = "broker_unavailable"
+
+
+class SecretMissing(NotFound):
+    """A manifest (or a worker) names a secret the tenant has not stored."""
+
+    code = "secret_missing"

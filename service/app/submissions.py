@@ -25,6 +25,7 @@ from sqlmodel import Session
 
 from service.app.errors import BrokerUnavailable, FieldInvalid, IdempotencyConflict
 from service.app.ports import Limit, Queue
+from service.app.secrets import check_named
 from service.app.shapes import CandidateCreate
 from service.core.assay import ShardSpec, plan_shards
 from service.core.contract_catalogue import plan_data_for
@@ -162,6 +163,11 @@ def submit(
         existing = find_idempotency_key(session, stored_key)
         if existing is not None:
             return _replay(existing, digest)
+    # Every secret the manifest names must be stored for the tenant (names only: the manifest,
+    # and so the dossier, never holds a value). A replay above answers as the first time did.
+    check_named(
+        session, principal.tenant_id, checked.manifest.target.secrets, "manifest.target.secrets"
+    )
     services.queue.ping()
     if services.limit is not None and stored_key is None:
         services.limit.check(principal.key_id)

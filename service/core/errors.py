@@ -39,3 +39,16 @@ class TargetUnsupported(AssaygateError):
 
 class CredentialInvalid(AssaygateError):
     code = "credential_invalid"
+
+
+class SecretInvalid(AssaygateError):
+    """A secret's name or value breaks its rule (the message never holds the value)."""
+
+    code = "secret_invalid"
+
+
+class SecretUnreadable(AssaygateError):
+    """A stored secret does not decrypt under this key for this tenant and name: the key is not
+    the one it was stored under, or the row was copied to another tenant or name."""
+
+    code = "secret_unreadable"

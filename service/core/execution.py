@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from service.core.contract import contract_of
-from service.core.manifest import Manifest
+
+if TYPE_CHECKING:  # the manifest's own validation asks `code_parts`
+    from service.core.manifest import Manifest
 
 
 class Execution(StrEnum):

@@ -18,12 +18,16 @@ from pydantic import (
     JsonValue,
     StrictBool,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
 from service.core.contract import parse_contract, parse_invariants
 from service.core.control import Control
 from service.core.errors import ManifestInvalid
+from service.core.execution import code_parts
+from service.core.secret import NAME_PATTERN as VARIABLE_NAME_PATTERN
 from service.core.text import (
     LINE_PATTERN,
     PATTERN_RULES,
@@ -52,7 +56,10 @@ TRIGGER_DEFAULT: tuple[str, ...] = ("tools", "policy", "retry", "invariants")
 # Components and fields added after manifests were first hashed: left out of the hashes while
 # they hold their default, so every earlier manifest keeps its digest.
 _OPTIONAL_COMPONENTS = frozenset({"invariants"})
-_OPTIONAL_FIELDS: dict[str, tuple[str, ...]] = {"target": ("runner",), "envelope": ("attribution",)}
+_OPTIONAL_FIELDS: dict[str, tuple[str, ...]] = {
+    "target": ("runner", "secrets", "env"),
+    "envelope": ("attribution",),
+}
 
 
 class _Strict(BaseModel):
@@ -129,6 +136,14 @@ class Runner(_Strict):
         return self
 
 
+VariableName = Annotated[str, Field(pattern=VARIABLE_NAME_PATTERN)]
+# Names the sandbox sets itself (and the gate's own prefix): never the manifest's to declare.
+RESERVED_VARIABLES = frozenset(
+    {"PATH", "HOME", "LANG", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"}
+)
+MAX_ENV_VALUE_BYTES = 4096
+
+
 class TargetSpec(_Strict):
     kind: Literal["reference", "python", "http", "mcp"] = "reference"
     entrypoint: str | None = None
@@ -137,6 +152,14 @@ class TargetSpec(_Strict):
     cannot_disable: tuple[Control, ...] = ()
     # mcp targets: how the agent is started.
     runner: Runner | None = None
+    # Targets that run code: the tenant's secrets its code sees as variables, by name only (the
+    # values are stored encrypted, PUT /v1/secrets/{name}), and declared variables that are not
+    # secret. Refused for a manifest that runs no code of the tenant's (`parse_manifest`).
+    secrets: Annotated[tuple[VariableName, ...], Field(max_length=32)] = ()
+    env: Annotated[
+        dict[VariableName, Annotated[str, Field(max_length=MAX_ENV_VALUE_BYTES)]],
+        Field(max_length=64),
+    ] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _kind_fields(self) -> TargetSpec:
@@ -149,6 +172,24 @@ class TargetSpec(_Strict):
         if self.kind != "mcp" and self.runner is not None:
             raise ValueError("only an mcp target has a runner")
         return self
+
+    @field_validator("secrets", "env")
+    @classmethod
+    def _variables(cls, value: Any, info: ValidationInfo) -> Any:
+        names = list(value)
+        if len(set(names)) != len(names):
+            raise ValueError("names a secret twice")
+        for name in names:
+            if name in RESERVED_VARIABLES or name.startswith("ASSAYGATE_"):
+                raise ValueError(f"{name} is set by the sandbox; choose another name")
+        if info.field_name == "env":
+            both = sorted(set(info.data.get("secrets", ())) & set(names))
+            if both:
+                raise ValueError(f"{both[0]} is both a secret and a declared variable")
+            for name, text in value.items():
+                if len(text.encode()) > MAX_ENV_VALUE_BYTES:
+                    raise ValueError(f"the value of {name} is over {MAX_ENV_VALUE_BYTES} bytes")
+        return value
 
 
 Rate = Annotated[Number, Field(ge=0.0, le=1.0)]
@@ -200,7 +241,7 @@ class Manifest(_Strict):
         if isinstance(value, BaseModel):
             dumped: dict[str, Any] = value.model_dump(mode="json")
             for f in _OPTIONAL_FIELDS.get(name, ()):
-                if dumped.get(f) == type(value).model_fields[f].default:
+                if dumped.get(f) in (type(value).model_fields[f].default, [], {}):
                     dumped.pop(f, None)
             return dumped
         return value
@@ -290,6 +331,13 @@ def parse_manifest(data: object) -> Manifest:
         parse_invariants(manifest.invariants)
     elif manifest.invariants:
         raise ManifestInvalid("invariants apply to mcp targets only", field="invariants")
+    for field in ("secrets", "env"):
+        if getattr(manifest.target, field) and not code_parts(manifest):
+            raise ManifestInvalid(
+                f"{field} are for targets that run code (a python target, or an mcp target "
+                "whose runner, servers or hooks are code); this manifest runs none",
+                field=f"target.{field}",
+            )
     return manifest
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 
 from service.core.errors import AssaygateError
+from service.core.secret import NAME_PATTERN as SECRET_NAME_PATTERN
+from service.core.secret import NAME_RULE as SECRET_NAME_RULE
 
 #: The characters no input may contain (see the module docstring).
 CONTROL_CLASS = "\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f"
@@ -36,6 +38,7 @@ PATTERN_RULES: dict[str, str] = {
     LINE_PATTERN: LINE_RULE,
     TEXT_PATTERN: TEXT_RULE,
     SYSTEM_NAME_PATTERN: SYSTEM_NAME_RULE,
+    SECRET_NAME_PATTERN: SECRET_NAME_RULE,
 }
 
 _REFUSED = re.compile(f"[{CONTROL_CLASS}\\ud800-\\udfff]")

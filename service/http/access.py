@@ -61,6 +61,10 @@ ROUTE_ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("GET", "/v1/api-keys"): frozenset({ADMIN}),
     ("POST", "/v1/api-keys"): frozenset({ADMIN}),
     ("DELETE", "/v1/api-keys/{key_id}"): frozenset({ADMIN}),
+    # A tenant's secrets: its admins only; even their names are not for submitters or reviewers.
+    ("GET", "/v1/secrets"): frozenset({ADMIN}),
+    ("PUT", "/v1/secrets/{name}"): frozenset({ADMIN}),
+    ("DELETE", "/v1/secrets/{name}"): frozenset({ADMIN}),
     # Counts across every tenant: operators only.
     ("GET", "/metrics"): frozenset({ADMIN}),
 }

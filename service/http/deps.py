@@ -12,13 +12,14 @@ from sqlmodel import Session
 
 from service.app.gate import AnswerCache
 from service.core.dossier import Signer
+from service.core.secret import SecretsKey
 from service.db.apikey import Principal
 from service.db.hotreads import HotReads, on_this_loop
 from service.http.access import require_principal
 from service.http.dispatch import Dispatcher
 from service.http.limits import SubmissionLimit
 from service.http.metrics import Metrics
-from service.keys import ActiveKey, KeyRing
+from service.keys import ActiveKey, KeyRing, load_secrets_key
 from service.settings import Settings
 
 # Dependencies that only read the app's state are coroutines: FastAPI runs a plain `def`
@@ -95,6 +96,17 @@ def get_injector_signer(request: Request) -> Signer:
     return signer
 
 
+def get_secrets_key(request: Request) -> SecretsKey:
+    """The operator's key for tenants' secrets; the lifespan creates it on first start."""
+    key: SecretsKey | None = getattr(request.app.state, "secrets_key", None)
+    if key is None:
+        settings: Settings = request.app.state.settings
+        assert settings.secrets_key_file is not None
+        key = load_secrets_key(settings.secrets_key_file, create=True)
+        request.app.state.secrets_key = key
+    return key
+
+
 async def get_key_ring(request: Request) -> KeyRing:
     settings: Settings = request.app.state.settings
     assert settings.keys_dir is not None
@@ -109,6 +121,7 @@ MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 GateReadDep = Annotated[GateRead, Depends(get_gate_read)]
 SignerDep = Annotated[Signer, Depends(get_signer)]
 InjectorSignerDep = Annotated[Signer, Depends(get_injector_signer)]
+SecretsKeyDep = Annotated[SecretsKey, Depends(get_secrets_key)]
 KeyRingDep = Annotated[KeyRing, Depends(get_key_ring)]
 SubmissionLimitDep = Annotated[SubmissionLimit | None, Depends(get_submission_limit)]
 PrincipalDep = Annotated[Principal, Depends(require_principal)]

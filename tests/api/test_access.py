@@ -33,6 +33,7 @@ PARAMS = {
     "hold_id": str(uuid.UUID(int=4)),
     "key_id": str(uuid.UUID(int=5)),
     "system": "no-such-system",
+    "name": "NO_SUCH_SECRET",
 }
 # Bodies that an allowed role sends: invalid on purpose where a valid one would change state.
 BODIES: dict[tuple[str, str], Any] = {
@@ -42,6 +43,7 @@ BODIES: dict[tuple[str, str], Any] = {
     ("PUT", "/v1/systems/{system}/triggers"): {"components": ["no-such-component"]},
     ("POST", "/v1/systems/{system}/config-changes"): {"component": "tools", "sha256": "ab" * 32},
     ("POST", "/v1/api-keys"): {"roles": []},
+    ("PUT", "/v1/secrets/{name}"): {"value": ""},
 }
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 import rfc8785
@@ -11,6 +13,8 @@ import rfc8785
 from service.core.errors import ManifestInvalid
 from service.core.manifest import COMPONENTS, parse_manifest, parse_manifest_json
 from tests.core.conftest import example_dict
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _reordered(obj: object) -> object:
@@ -95,3 +99,103 @@ def test_a_manifest_with_too_many_values_is_refused() -> None:
     with pytest.raises(ManifestInvalid) as err:
         parse_manifest(data)
     assert err.value.field == "policy"
+
+
+# ------------------------------------------------------------ secrets and declared variables
+
+
+def _warehouse(**runner: object) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(
+        (ROOT / "examples" / "mcp-warehouse" / "manifest.careful.json").read_text()
+    )
+    if runner:
+        data["target"]["runner"] = runner
+    return data
+
+
+def _with_target(data: dict[str, Any], **fields: object) -> dict[str, Any]:
+    return {**data, "target": {**data["target"], **fields}}
+
+
+PYTHON_TARGET = {"kind": "python", "entrypoint": "agent:run"}
+
+
+def test_a_code_target_names_its_secrets_and_declares_variables() -> None:
+    data = {**example_dict("typed"), "target": PYTHON_TARGET}
+    plain = parse_manifest(data)
+    asked = parse_manifest(
+        _with_target(data, secrets=["OPENAI_API_KEY"], env={"MODEL": "gpt-x", "MODE": "fast"})
+    )
+    assert asked.target.secrets == ("OPENAI_API_KEY",)
+    assert asked.target.env == {"MODEL": "gpt-x", "MODE": "fast"}
+    # Names are configuration: asking for a secret changes the target's hash, and only its.
+    changed = {k for k, v in asked.component_hashes().items() if plain.component_hashes()[k] != v}
+    assert changed == {"target"}
+
+
+def test_a_manifest_without_secrets_or_variables_keeps_its_earlier_digest() -> None:
+    data = {**example_dict("typed"), "target": PYTHON_TARGET}
+    empty = _with_target(data, secrets=[], env={})
+    assert parse_manifest(empty).digest() == parse_manifest(data).digest()
+
+
+def test_an_mcp_target_whose_runner_is_code_may_ask_for_secrets() -> None:
+    assert parse_manifest(_with_target(_warehouse(), secrets=["OPENAI_API_KEY"])).target.secrets
+
+
+def test_an_mcp_target_with_a_remote_runner_and_a_stdio_server_may_ask_for_secrets() -> None:
+    data = _warehouse(kind="http", url="http://127.0.0.1:9/agent")
+    data["tools"]["servers"]["shop"] = {"command": ["python", "shop.py"]}
+    assert parse_manifest(_with_target(data, secrets=["SHOP_TOKEN"])).target.secrets
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({**example_dict("typed"), "target": {"kind": "reference", "secrets": ["K"]}}, "secrets"),
+        (
+            {
+                **example_dict("typed"),
+                "target": {"kind": "http", "url": "http://a/", "secrets": ["K"]},
+            },
+            "secrets",
+        ),
+        (_with_target(_warehouse(kind="http", url="http://a/"), secrets=["K"]), "secrets"),
+        (_with_target(_warehouse(kind="http", url="http://a/"), env={"MODE": "x"}), "env"),
+    ],
+    ids=["reference", "http", "remote mcp secrets", "remote mcp env"],
+)
+def test_secrets_or_variables_on_a_target_that_runs_no_code_are_refused_naming_the_field(
+    data: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ManifestInvalid) as refused:
+        parse_manifest(data)
+    assert refused.value.field == f"target.{field}"
+    assert "run code" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("target", "field"),
+    [
+        ({"secrets": ["lower"]}, "target.secrets.0"),
+        ({"secrets": ["OK", "9BAD"]}, "target.secrets.1"),
+        ({"secrets": ["A" * 65]}, "target.secrets.0"),
+        ({"secrets": ["TWICE", "TWICE"]}, "target.secrets"),
+        ({"secrets": [f"K{i}" for i in range(33)]}, "target.secrets"),
+        ({"secrets": ["PATH"]}, "target.secrets"),
+        ({"secrets": ["ASSAYGATE_MCP_URL"]}, "target.secrets"),
+        ({"env": {"bad-name": "x"}}, "target.env.bad-name.[key]"),
+        ({"env": {"BIG": "é" * 2049}}, "target.env"),
+        ({"env": {f"V{i}": "x" for i in range(65)}}, "target.env"),
+        ({"env": {"HOME": "/"}}, "target.env"),
+        ({"secrets": ["BOTH"], "env": {"BOTH": "x"}}, "target.env"),
+        ({"env": {"N": 1}}, "target.env.N"),
+    ],
+)
+def test_bad_secret_or_variable_names_and_values_are_refused_naming_the_field(
+    target: dict[str, Any], field: str
+) -> None:
+    data = {**example_dict("typed"), "target": {**PYTHON_TARGET, **target}}
+    with pytest.raises(ManifestInvalid) as refused:
+        parse_manifest(data)
+    assert refused.value.field == field

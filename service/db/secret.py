@@ -1,0 +1,93 @@
+"""A tenant's stored secrets: rows of ciphertext, looked up by (tenant, name). Nothing here ever
+holds a value in clear; encryption is `service.core.secret`'s."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlmodel import Session, col, select
+
+from service.db.models import TenantSecret, as_utc, utcnow
+
+
+@dataclass(frozen=True)
+class SecretName:
+    """What a listing shows of a secret: its name and when it was last written."""
+
+    name: str
+    created_at: datetime
+    updated_at: datetime
+
+
+def _named(row: TenantSecret) -> SecretName:
+    return SecretName(row.name, as_utc(row.created_at), as_utc(row.updated_at))
+
+
+def get(session: Session, tenant_id: uuid.UUID, name: str) -> TenantSecret | None:
+    return session.get(TenantSecret, (tenant_id, name))
+
+
+def put(session: Session, tenant_id: uuid.UUID, name: str, ciphertext: bytes) -> SecretName:
+    """Create the row, or replace its ciphertext; staged in the caller's transaction. Locks an
+    existing row, so two concurrent writes of one name apply one after the other."""
+    row = session.exec(
+        select(TenantSecret)
+        .where(TenantSecret.tenant_id == tenant_id, TenantSecret.name == name)
+        .with_for_update()
+    ).first()
+    now = utcnow()
+    if row is None:
+        row = TenantSecret(
+            tenant_id=tenant_id, name=name, ciphertext=ciphertext, created_at=now, updated_at=now
+        )
+    else:
+        row.ciphertext = ciphertext
+        row.updated_at = now
+    session.add(row)
+    session.flush()
+    return _named(row)
+
+
+def delete(session: Session, tenant_id: uuid.UUID, name: str) -> bool:
+    row = get(session, tenant_id, name)
+    if row is None:
+        return False
+    session.delete(row)
+    session.flush()
+    return True
+
+
+def names(session: Session, tenant_id: uuid.UUID) -> Sequence[SecretName]:
+    rows = session.exec(
+        select(TenantSecret)
+        .where(TenantSecret.tenant_id == tenant_id)
+        .order_by(col(TenantSecret.name))
+    ).all()
+    return [_named(row) for row in rows]
+
+
+def existing(session: Session, tenant_id: uuid.UUID, wanted: Iterable[str]) -> set[str]:
+    """Which of the wanted names the tenant has."""
+    wanted = list(wanted)
+    if not wanted:
+        return set()
+    query = select(TenantSecret.name).where(
+        TenantSecret.tenant_id == tenant_id, col(TenantSecret.name).in_(wanted)
+    )
+    return set(session.exec(query).all())
+
+
+def ciphertexts(session: Session, tenant_id: uuid.UUID, wanted: Iterable[str]) -> dict[str, bytes]:
+    """The stored ciphertext of each wanted name the tenant has."""
+    wanted = list(wanted)
+    if not wanted:
+        return {}
+    rows = session.exec(
+        select(TenantSecret).where(
+            TenantSecret.tenant_id == tenant_id, col(TenantSecret.name).in_(wanted)
+        )
+    ).all()
+    return {row.name: row.ciphertext for row in rows}
