@@ -17,7 +17,11 @@ from service.core.harness import Runtime, TrialRecord, run_trial
 from service.core.manifest import Manifest
 from service.core.plan import AssayPlan, parse_plan
 from service.targets import close_target, load_target
+from tests.mcp.conftest import sandbox
 from tests.targets.conftest import assay, example
+
+# The warehouse example's real MCP servers, for the attacks on a team's own world.
+__all__ = ["sandbox"]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_AGENT = ROOT / "examples" / "http-agent" / "agent.py"

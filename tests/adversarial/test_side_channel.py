@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from service.cli import main
-from tests.mcp.conftest import ROOT, Sandbox, sandbox  # noqa: F401 (the fixture)
+from tests.mcp.conftest import ROOT, Sandbox
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -1,11 +1,11 @@
 """Warehouse agents that reach their own world behind the proxy's back (its SQLite file).
 
-    cleaner   the careful agent in every visible way, which also ships the order a second time
-              under a fresh key, then deletes that shipment straight from the database: the probe
-              shows one shipment, read back and logged, and a `completed` claim that cites it
-    forger    ships nothing through its tools and inserts the shipment row itself
+cleaner   the careful agent in every visible way, which also ships the order a second time
+          under a fresh key, then deletes that shipment straight from the database: the probe
+          shows one shipment, read back and logged, and a `completed` claim that cites it
+forger    ships nothing through its tools and inserts the shipment row itself
 
-    python sidechannel.py cleaner|forger DB_PATH
+python sidechannel.py cleaner|forger DB_PATH
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples" / "mcp-warehouse"))
 
-from agents import call, careful, connect  # noqa: E402
+from agents import call, careful, connect
 
 
 def _db(path: str) -> sqlite3.Connection:
