@@ -334,7 +334,9 @@ class McpEngine:
         )
         if spec is not None and spec.disturbance is Disturbance.RATE_LIMIT_STORM:
             state.limiter = Limiter(
-                int(spec.params["capacity_per_tick"]), int(spec.params["tick_ms"]) / 1000.0
+                int(spec.params["agents"]),
+                int(spec.params["capacity_per_tick"]),
+                int(spec.params["tick_ms"]) / 1000.0,
             )
             state.storm_spec = spec
         return state
@@ -347,15 +349,14 @@ class McpEngine:
         task: dict[str, Any],
         naive: bool,
     ) -> list[tuple[int, RunResult]]:
-        """The agent's runs, numbered: restarted after a crash, beside a storm's shadow fleet,
-        and once more after a fork."""
+        """The agent's runs, numbered: restarted after a crash, and once more after a fork."""
         runs: list[tuple[int, RunResult]] = []
         number = 0
 
-        async def one(shadow: bool = False) -> RunResult:
+        async def one() -> RunResult:
             nonlocal number
             number += 1
-            token = self.proxy.open_run(state, number, shadow)
+            token = self.proxy.open_run(state, number)
             try:
                 return await self._agent(task, token, state, naive)
             finally:
@@ -370,11 +371,8 @@ class McpEngine:
                 if not result.crashed:
                     return
 
-        if spec is not None and spec.disturbance is Disturbance.RATE_LIMIT_STORM:
-            fleet = [one(shadow=True) for _ in range(int(spec.params["agents"]) - 1)]
-            await asyncio.gather(invoke(), *fleet)
-        else:
-            await invoke()
+        # A storm's fleet is the proxy's model (proxy.Limiter), not copies of the agent.
+        await invoke()
         fork = inj.take("mcp.state")
         if fork is not None and fork.disturbance is Disturbance.FORK_RUN:
             inj.fire(fork, "run#2", state.tick())
@@ -457,9 +455,7 @@ class McpEngine:
         rec.sample = {
             "task": task,
             "injections": [r.view() for r in inj.receipts],
-            "calls": [
-                {k: v for k, v in c.items() if k not in ("shadow",)} for c in state.calls[:50]
-            ],
+            "calls": state.calls[:50],
             "new_effects": new_effects[:20],
             "claim": claims[-1] if claims else None,
             "claims": claims[:10],

@@ -35,20 +35,34 @@ REQUEST_TIMEOUT = -32001  # the JSON-RPC error a timed-out request is answered w
 
 @dataclass
 class Limiter:
-    """One shared rate limit at the proxy for a storm's fleet: `capacity` effect calls a tick."""
+    """One shared rate limit at the proxy, `capacity` effect calls a tick, behind which a fleet of
+    `agents` synchronised copies of the system retries (DESIGN.md: synchronised retries under a
+    shared rate limit).
 
+    The fleet is the proxy's own model, not copies of the agent racing on the wall clock (which
+    fired the storm 4 of 4 times in one assay and 0 of 4 in the next): its burst always lands with
+    the graded run's first attempt, so that attempt is refused whenever the fleet does not fit the
+    limit — the storm fires on every trial that reaches the tool, the same for the same agent run
+    after run. A later attempt is admitted once the run has waited its fair share of the limit
+    since, `ceil(agents / capacity)` ticks on the proxy's clock: an agent that backs off gets
+    through, one that hammers the limit does not."""
+
+    agents: int
     capacity: int
     tick_s: float
-    window: int = -1
-    used: int = 0
+    first: float | None = None
     refused: int = 0
 
-    def admit(self) -> bool:
-        w = int(time.monotonic() / self.tick_s)
-        if w != self.window:
-            self.window, self.used = w, 0
-        if self.used < self.capacity:
-            self.used += 1
+    @property
+    def fair_share_s(self) -> float:
+        return -(-self.agents // self.capacity) * self.tick_s
+
+    def admit(self, now: float) -> bool:
+        if self.agents <= self.capacity:
+            return True  # the whole fleet fits the limit: nothing to wait for
+        if self.first is None:
+            self.first = now
+        elif now - self.first >= self.fair_share_s:
             return True
         self.refused += 1
         return False
@@ -73,8 +87,8 @@ class TrialState:
     storm_admitted: int | None = None
     read_done: bool = False
     crashed: threading.Event = field(default_factory=threading.Event)
-    # The proxy's own record of every effect call it forwarded, in every run (a storm's shadow
-    # fleet included), with what the server answered: the second witness the probed world must
+    # The proxy's own record of every effect call it forwarded, in every run, with what the
+    # server answered: the second witness the probed world must
     # agree with (engine.witness).
     forwarded_effects: list[dict[str, Any]] = field(default_factory=list)
     step: int = 0
@@ -88,7 +102,6 @@ class TrialState:
 class Run:
     trial: TrialState
     number: int
-    shadow: bool = False
     dead: bool = False
 
 
@@ -104,7 +117,6 @@ def _effect_record(run: Run, call: dict[str, Any], tool: Tool) -> dict[str, Any]
     return {
         "seq": call["seq"],
         "run": run.number,
-        "shadow": run.shadow,
         "tool": call["tool"],
         "subject": args.get(str(tool.subject)),
         "key": None if key is None else str(key),
@@ -191,17 +203,14 @@ async def _storm(
     t: TrialState, r: Run, spec: FaultSpec, call: dict[str, Any], fwd: Forward
 ) -> types.CallToolResult | None:
     assert t.limiter is not None
-    admitted = t.limiter.admit()
-    if r.shadow:
-        # The fleet's other members load the limit; none of their calls reach the world.
-        return json_reply({"error": "rate_limited", "retry_after_ms": 0}, is_error=True)
-    t.storm_attempts.append(time.monotonic())
-    if admitted and t.storm_admitted is None:
-        t.storm_admitted = len(t.storm_attempts)
-        return await fwd()
+    now = time.monotonic()
+    t.storm_attempts.append(now)
     if t.storm_admitted is not None:
         return await fwd()
-    if t.limiter.refused and spec.id not in t.injector.fired:
+    if t.limiter.admit(now):
+        t.storm_admitted = len(t.storm_attempts)
+        return await fwd()
+    if spec.id not in t.injector.fired:
         _fire(t, spec, call)
     return json_reply({"error": "rate_limited", "retry_after_ms": 0}, is_error=True)
 
@@ -346,9 +355,9 @@ class Proxy:
             self._server.should_exit = True
             await self._task
 
-    def open_run(self, trial: TrialState, number: int, shadow: bool = False) -> str:
+    def open_run(self, trial: TrialState, number: int) -> str:
         token = secrets.token_urlsafe(18)
-        self.runs[token] = Run(trial, number, shadow)
+        self.runs[token] = Run(trial, number)
         return token
 
     def close_run(self, token: str) -> None:
@@ -387,7 +396,6 @@ class Proxy:
         call: dict[str, Any] = {
             "seq": len(t.calls),
             "run": run.number,
-            "shadow": run.shadow,
             "tool": name,
             "role": role.value if role is not None else "unknown",
             "arguments": dict(arguments),
@@ -397,8 +405,7 @@ class Proxy:
             "fault": None,
             "reply": None,
         }
-        if not run.shadow:
-            t.calls.append(call)
+        t.calls.append(call)
 
         async def forward() -> types.CallToolResult:
             call["forwarded"] = True
@@ -428,7 +435,7 @@ class Proxy:
             call["error"] = call["error"] or "tool error"
         if role is Role.AUTHORITY and tool is not None and call["fault"] is None:
             call["granted"] = bool(isinstance(value, dict) and value.get(str(tool.reply_field)))
-        if role is Role.READ and not run.shadow and not t.read_done:
+        if role is Role.READ and not t.read_done:
             t.read_done = True
             spec = t.injector.take("mcp.state")
             if (
