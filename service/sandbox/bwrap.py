@@ -130,7 +130,7 @@ def _binds(read_only: Sequence[tuple[str, str]], writable: Sequence[tuple[str, s
     missing ancestor made 0755 first (bubblewrap would make it 0700, and the sandbox user could
     not pass it)."""
     out: list[str] = []
-    made: set[str] = set()
+    made: set[str] = {"/tmp"}  # a tmpfs already, and its mode must stay 1777
     covered: list[str] = []
     marked = [(src, dest, False) for src, dest in read_only]
     marked += [(src, dest, True) for src, dest in writable]
@@ -154,9 +154,10 @@ def _base(tmp_mb: int, binds: Sequence[tuple[str, str]], run_dir: str | None) ->
         *_namespaces(),
         *("--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox"),
         *links,
-        *_binds([*system, *binds], [(run_dir, RUN)] if run_dir else []),
         *("--proc", "/proc", "--dev", "/dev"),
+        # Before the binds: a tenant's code dir may itself live under the host's /tmp.
         *("--perms", "1777", "--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"),
+        *_binds([*system, *binds], [(run_dir, RUN)] if run_dir else []),
     ]
 
 

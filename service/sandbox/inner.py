@@ -31,6 +31,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 PR_CAPBSET_DROP = 24
+_CAPABILITY_VERSION_3 = 0x20080522
 CHUNK = 65536
 
 
@@ -48,6 +49,11 @@ def _drop_privileges(uid: int, gid: int) -> None:
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
+    # setresuid emptied the permitted and effective sets; the inheritable set goes too.
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    if libc.capset(header, data) != 0:
+        raise SystemExit("sandbox: could not clear the inheritable capabilities")
     if os.getresuid() != (uid, uid, uid) or os.getgroups():
         raise SystemExit("sandbox: could not drop privileges")
 
