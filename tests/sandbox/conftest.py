@@ -33,7 +33,7 @@ class _Hello(BaseHTTPRequestHandler):
         return
 
 
-def _serve(name: str) -> ThreadingHTTPServer:
+def serve(name: str) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
     server.server_name = name
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -43,7 +43,7 @@ def _serve(name: str) -> ThreadingHTTPServer:
 @pytest.fixture(scope="module")
 def api_port() -> Iterator[int]:
     """A real HTTP server on loopback standing for the gate's API."""
-    server = _serve("the gate's API")
+    server = serve("the gate's API")
     yield int(server.server_address[1])
     server.shutdown()
 
@@ -52,7 +52,7 @@ def api_port() -> Iterator[int]:
 def proxy_url() -> Iterator[str]:
     """A real HTTP server on loopback standing for the trial's MCP proxy (the one address a
     command runner's sandbox is given)."""
-    server = _serve("the trial's proxy")
+    server = serve("the trial's proxy")
     yield f"http://127.0.0.1:{server.server_address[1]}/t/token/mcp"
     server.shutdown()
 

@@ -46,6 +46,21 @@ def fetch(url: str) -> Any:
         return r.read().decode()
 
 
+def tunnel(host: str, port: str) -> Any:
+    """An HTTP CONNECT through the proxy the sandbox names, then a request in the tunnel."""
+    proxy = os.environ["HTTPS_PROXY"].removeprefix("http://")
+    s = socket.create_connection((proxy.split(":")[0], int(proxy.split(":")[1])), timeout=5)
+    s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+    status = s.recv(4096).decode().split("\r\n")[0]
+    if " 200 " not in status + " ":
+        raise PermissionError(f"the proxy answered {status!r}")
+    s.sendall(f"GET / HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+    reply = b""
+    while chunk := s.recv(4096):
+        reply += chunk
+    return reply.decode().split("\r\n\r\n", 1)[1]
+
+
 def fork() -> Any:
     children = 0
     try:
@@ -98,7 +113,7 @@ def hang(marker: str) -> Any:
 
 ATTACKS: dict[str, Callable[..., Any]] = {
     f.__name__: f
-    for f in (read, env, environment, connect, unix, fetch, fork, memory, write, processes)
+    for f in (read, env, environment, connect, unix, fetch, tunnel, fork, memory, write, processes)
 }
 ATTACKS.update(identity=identity, hang=hang)
 
