@@ -209,7 +209,10 @@ class HttpRunner:
 
 
 class PythonRunner(HttpRunner):
-    """A callable in the team's code, served by a child process over the http runner protocol."""
+    """A callable in the team's code, served by a child process over the http runner protocol.
+
+    Confined, a run past its deadline ends the host's whole sandbox (nothing the run started goes
+    on) and a fresh host serves the next run."""
 
     def __init__(
         self,
@@ -219,11 +222,19 @@ class PythonRunner(HttpRunner):
         reach: Sequence[tuple[str, int]] = (),
     ) -> None:
         extra = [] if framework is None else ["--framework", framework]
-        argv = [sys.executable, "-m", "service.mcp.host", *extra, entrypoint]
-        self.sandbox: Sandbox | None = None
-        if confinement is None:
-            self.proc = subprocess.Popen(
-                argv,
+        self.argv = [sys.executable, "-m", "service.mcp.host", *extra, entrypoint]
+        self.confinement = confinement
+        self.reach = list(reach)
+        self._restart_lock = threading.Lock()
+        self._broken: str | None = None
+        self.proc, self.sandbox, url = self._start()
+        super().__init__(url)
+
+    def _start(self) -> tuple[subprocess.Popen[bytes], Sandbox | None, str]:
+        sandbox = None
+        if self.confinement is None:
+            proc = subprocess.Popen(
+                self.argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env={
@@ -235,31 +246,55 @@ class PythonRunner(HttpRunner):
             )
         else:
             # The host is the gate's code serving the tenant's: its source is bound read-only.
-            self.sandbox = Sandbox(
-                confinement,
-                argv,
-                env={"PYTHONPATH": str(confinement.code_dir)},
-                reach=reach,
+            sandbox = Sandbox(
+                self.confinement,
+                self.argv,
+                env={"PYTHONPATH": str(self.confinement.code_dir)},
+                reach=self.reach,
                 serve=True,
                 gate_code=True,
             )
-            self.proc = self.sandbox.popen(stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
+            proc = sandbox.popen(stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
         try:
             report = json.loads(line)
         except ValueError:
             report = {}
         if not report.get("url"):
-            self.proc.kill()
-            if self.sandbox is not None:
-                self.sandbox.close()
+            proc.kill()
+            if sandbox is not None:
+                sandbox.close()
             raise ManifestInvalid(
                 str(report.get("error") or "the python runner did not start"),
                 field="target.runner.entrypoint",
             )
         # Confined, the host's own address is inside the sandbox: the gate posts to the relay.
-        super().__init__(str(report["url"] if self.sandbox is None else self.sandbox.url))
+        return proc, sandbox, str(report["url"] if sandbox is None else sandbox.url)
+
+    def run(
+        self, task: dict[str, Any], url: str, deadline_s: float, crashed: threading.Event
+    ) -> RunResult:
+        if self._broken is not None:
+            return RunResult(error=f"TargetUnreachable: {self._broken}")
+        sandbox = self.sandbox
+        result = super().run(task, url, deadline_s, crashed)
+        if result.timed_out and sandbox is not None:
+            self._restart(sandbox)
+        return result
+
+    def _restart(self, timed_out: Sandbox) -> None:
+        with self._restart_lock:
+            if self.sandbox is not timed_out:
+                return  # a concurrent run's timeout already replaced it
+            timed_out.close()
+            try:
+                self.proc, self.sandbox, self.url = self._start()
+            except ManifestInvalid as exc:
+                self._broken = f"the python runner did not restart: {exc}"
+                return
+            self._client.close()
+            self._client = httpx.Client(transport=httpx.HTTPTransport(socket_options=NODELAY))
 
     def close(self) -> None:
         super().close()

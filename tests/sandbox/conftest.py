@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -107,3 +108,11 @@ def host_processes_with(marker: str) -> list[int]:
         if marker.encode() in cmdline:
             found.append(int(pid))
     return found
+
+
+def outlived(marker: str, grace_s: float = 5.0) -> list[int]:
+    """Host pids still holding `marker` once the kernel had `grace_s` to tear a namespace down."""
+    end = time.monotonic() + grace_s
+    while host_processes_with(marker) and time.monotonic() < end:
+        time.sleep(0.05)
+    return host_processes_with(marker)

@@ -7,6 +7,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +20,11 @@ from service.core.contract_catalogue import catalogue_for
 from service.core.manifest import parse_manifest
 from service.mcp.engine import McpEngine
 from service.mcp.hooks import Upstreams
+from service.mcp.runners import PythonRunner
 from service.sandbox import Confinement
 from service.targets import load_target
 from tests.mcp.conftest import EXAMPLE, ROOT, free_port, wait_port
-from tests.sandbox.conftest import host_processes_with
+from tests.sandbox.conftest import outlived
 from tests.targets.conftest import assay, example, fault, plan
 
 pytestmark = pytest.mark.timeout(300)
@@ -120,7 +122,7 @@ def test_a_sandboxed_python_target_past_its_deadline_is_a_timeout_and_leaves_no_
     target = load_target(manifest, http_timeout_s=2.0, confinement=Confinement(code_dir=code))
     try:
         report = assay(manifest, plan(1, "timeout_before_send"), target)
-        assert host_processes_with(marker) == [], "the task's child outlived its deadline"
+        assert outlived(marker) == [], "the task's child outlived its deadline"
     finally:
         target.close()  # type: ignore[union-attr]
     errors = json.dumps(report["target_errors"])
@@ -177,3 +179,30 @@ def test_a_sandboxed_command_hook_that_fails_is_named_by_its_exit_code() -> None
         return "no failure"
 
     assert asyncio.run(use()) == "sh exited 7"
+
+
+def test_a_sandboxed_python_runner_past_its_deadline_is_ended_and_serves_the_next_run_afresh(
+    tmp_path: Path,
+) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    marker = f"{time.time() % 1000:.6f}"
+    (code / "agent.py").write_text(
+        "import subprocess, time\n"
+        "def run(task, mcp_url):\n"
+        "    if task.get('hang'):\n"
+        f"        subprocess.Popen(['sleep', '{marker}'])\n"
+        "        time.sleep(1000)\n"
+        "    return {'status': 'done', 'task': task}\n"
+    )
+    runner = PythonRunner("agent:run", confinement=Confinement(code_dir=code))
+    try:
+        first = runner.sandbox
+        hung = runner.run({"hang": True}, "http://127.0.0.1:9/mcp", 2.0, threading.Event())
+        assert hung.timed_out and hung.error == "TargetTimeout: the run passed its deadline"
+        assert outlived(marker) == [], "the run's child outlived its deadline"
+        assert runner.sandbox is not first
+        after = runner.run({"n": 2}, "http://127.0.0.1:9/mcp", 10.0, threading.Event())
+        assert after.claims == [{"status": "done", "task": {"n": 2}}], after
+    finally:
+        runner.close()
