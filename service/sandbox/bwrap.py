@@ -1,55 +1,76 @@
 """The sandbox a tenant's code runs in: bubblewrap, an unprivileged user, limits, relays only.
 
-Every tenant process the service starts (a python target's host, a command or python runner, a
-stdio MCP server, a command hook) runs as `Sandbox(confinement, argv, ...)`:
+Every tenant process a worker starts (a python target's host and its entrypoint check, a command
+runner's run, a python/LangGraph/OpenAI Agents runner's host, a stdio MCP server, a command hook)
+runs as `Sandbox(confinement, argv, ...)` when the adapter is given a `Confinement`; `None` (the
+local `assaygate assay` on the user's own machine) runs it as the user's own process.
 
-- **Launcher.** `/usr/bin/bwrap` (Debian package `bubblewrap`; `deploy/ensure-sandbox.sh`). The
-  worker checks once per process that it can build a sandbox (`bwrap ... true`); if bubblewrap is
-  missing or cannot create namespaces, `SandboxUnavailable` is raised and nothing runs: there is
-  no unconfined fallback.
-- **File system: an allowlist, not the host's root.** A fresh tmpfs root holding only: read-only
-  binds of `/usr` (and `/bin`, `/lib`, `/lib64`, `/sbin`, as the host's symlinks or binds); a
-  minimal `/etc` (`passwd`, `group`, `hosts`, `resolv.conf`, `nsswitch.conf`, `host.conf`,
-  `gai.conf`, `services`, `protocols`, `ld.so.cache`, `localtime`, `alternatives/`,
-  `ssl/certs/`, `ssl/openssl.cnf`; never `shadow` or `ssl/private`); the Python installation
-  (`sys.base_prefix`) and the worker's venv (`sys.prefix`) read-only at their own paths; the
-  gate's own package source read-only only for the python hosts (`service.mcp.host`,
-  `service.targets.python_host`), which are code, not secrets; the tenant's `code_dir` read-only
-  at its own path and as the working directory; `/proc` (of the sandbox's own pid namespace),
-  a minimal `/dev`, a `/tmp` tmpfs (mode 1777, `Limits.tmp_mb`) holding a private `HOME`
-  (`/tmp/home`); the sandbox's run directory at `/run/assaygate/run` and the inner launcher at
-  `/run/assaygate/inner.py`. The signing keys, the data dir, PostgreSQL's socket dir and the
-  rest of the host are not bound, so they do not exist inside.
-- **Namespaces.** New network, pid, ipc, uts and cgroup namespaces (`--unshare-all` when not
-  root, which adds a user namespace); `--die-with-parent`, `--new-session` (no terminal
-  injection), `--clearenv`. The network namespace holds only a loopback interface.
+- **Launcher.** `/usr/bin/bwrap` (Debian package `bubblewrap`; `make sandbox` runs
+  `deploy/ensure-sandbox.sh`, which installs it with apt-get when missing and root). Each worker
+  process builds one empty sandbox (`bwrap ... true`) before its first; if bubblewrap is missing
+  or cannot create the namespaces, `SandboxUnavailable` is raised and nothing runs: there is no
+  unconfined fallback.
+- **File system: an allowlist, not the host's root.** A fresh tmpfs root holding only: `/usr`
+  read-only (and `/bin`, `/lib`, `/lib64`, `/sbin` as the host has them: symlinks into `/usr` or
+  read-only binds); a minimal `/etc` (`passwd`, `group`, `hosts`, `resolv.conf`,
+  `nsswitch.conf`, `host.conf`, `gai.conf`, `services`, `protocols`, `ld.so.cache`,
+  `localtime`, `alternatives/`, `ssl/certs/`, `ssl/openssl.cnf`; never `shadow` or
+  `ssl/private`); the Python installation (`sys.base_prefix`) and the worker's venv
+  (`sys.prefix`) read-only at their own paths; the gate's own package source read-only, only for
+  the gate's python hosts (`service.mcp.host`, `service.targets.python_host`: code, not
+  secrets); the tenant's `code_dir` read-only at its own path, also the working directory;
+  `/proc` of the sandbox's own pid namespace; a minimal `/dev`; `/tmp` a tmpfs (mode 1777,
+  `Limits.tmp_mb`, default 256 MB) holding a private `HOME` (`/tmp/home`); the sandbox's run
+  directory at `/run/assaygate/run` and the inner launcher (`inner.py`, standard library only) at
+  `/run/assaygate/inner.py`. Directories bubblewrap creates on the way are 0755. The signing
+  keys, the data dir, PostgreSQL's socket dir (`/var/run/postgresql`) and the rest of the host
+  are not bound, so they do not exist inside.
+- **Namespaces.** New network, pid, ipc, uts and cgroup namespaces (as root, listed one by one:
+  `--unshare-all` would add a user namespace mapping only uid 0; not root, `--unshare-all`),
+  `--die-with-parent`, `--new-session` (no terminal to inject into), `--clearenv`, hostname
+  `sandbox`. The network namespace holds only its own loopback interface.
 - **User.** As root (bubblewrap's privileged mode) the sandbox keeps only CAP_SETUID,
-  CAP_SETGID and CAP_SETPCAP, and the inner launcher empties the capability bounding set, clears
-  the supplementary groups and sets real/effective/saved uid and gid to 65534 before anything
-  else runs (no_new_privs is set by bubblewrap). Not root: a user namespace maps the caller to
-  uid/gid 65534 and further user namespaces are disabled.
-- **Environment.** Exactly `PATH`, `HOME`, `LANG`, `TMPDIR`, `PYTHONDONTWRITEBYTECODE`, the
-  confinement's `env` (the manifest's declared env and the tenant's named secrets), the
-  adapter's own variables (`ASSAYGATE_MCP_URL`, `ASSAYGATE_LISTEN_PORT`, `PYTHONPATH`) and,
-  with an egress check, the proxy variables. It travels in a 0600 file of the run directory
-  that the inner launcher reads and deletes, never on a command line.
-- **Limits** (`Confinement.limits`, set by the inner launcher for the whole tree): RLIMIT_CPU,
-  RLIMIT_AS, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_FSIZE, RLIMIT_CORE=0. As root the sandbox
-  runs in the host's user namespace, so RLIMIT_NPROC counts every uid-65534 process of the host.
-- **Network: relays only.** The run directory (a 0700 directory, inside a root-only 0700 parent)
-  holds Unix sockets. For each endpoint the adapter allows (the trial's MCP proxy, the python
-  target's tool server), the inner launcher listens on 127.0.0.1 at the same port inside and
-  pipes each connection to a Unix socket, and the worker's relay thread (`relay.py`) connects it
-  on to that one host:port: URLs need no rewriting. Inbound (a python host the worker POSTs to):
-  the host listens on `ASSAYGATE_LISTEN_PORT` inside, the inner launcher serves a Unix socket
-  that pipes to it, and the worker listens on an ephemeral 127.0.0.1 port piped to that socket
-  (`Sandbox.url`). Nothing else is reachable: not PostgreSQL, Redis, the API or any other port.
+  CAP_SETGID and CAP_SETPCAP; the inner launcher empties the capability bounding set, clears the
+  supplementary groups, sets real, effective and saved uid and gid to 65534 and clears the
+  inheritable set before anything else runs (bubblewrap sets no_new_privs): the tenant's code
+  has no capability at all. Not root: a user namespace maps the caller to uid/gid 65534 and
+  forbids further user namespaces (`--disable-userns`).
+- **Environment.** Exactly `PATH` (the venv's `bin`, `/usr/local/bin`, `/usr/bin`, `/bin`),
+  `HOME`, `LANG=C.UTF-8`, `TMPDIR=/tmp`, `PYTHONDONTWRITEBYTECODE=1`, the confinement's `env`
+  (the manifest's declared env and the tenant's named secrets), the adapter's own variables
+  (`ASSAYGATE_MCP_URL`, `ASSAYGATE_LISTEN_PORT`, `PYTHONPATH`=the code dir for the python hosts)
+  and, with an egress check, the proxy variables. Nothing of the worker's environment. It
+  travels in a 0600 file of the run directory that the inner launcher reads (as uid 65534) and
+  deletes before the program starts, never on a command line.
+- **Limits** (`Confinement.limits`, set by the inner launcher, inherited by the whole tree):
+  RLIMIT_CPU (`cpu_s`), RLIMIT_AS (`memory_mb`), RLIMIT_NPROC (`processes`), RLIMIT_NOFILE
+  (`open_files`), RLIMIT_FSIZE (`file_mb`), RLIMIT_CORE=0. As root the sandbox user lives in the
+  host's user namespace, so RLIMIT_NPROC counts every uid-65534 process of the host, not only
+  this sandbox's.
+- **Network: relays only.** Each sandbox has a run directory (0700, owned by the sandbox user,
+  inside a root-only 0700 temp directory) holding Unix sockets. Outbound, for each endpoint the
+  adapter allows (the trial's MCP proxy for a runner, the tool server for a python target), the
+  inner launcher listens on 127.0.0.1 at the same port inside and pipes each connection to a Unix
+  socket, which the worker's relay thread (`relay.py`) connects on to that one host:port: URLs
+  need no rewriting. Inbound (a python host the worker POSTs tasks to), the host listens on
+  `ASSAYGATE_LISTEN_PORT` inside, the inner launcher serves a Unix socket piped to it, and the
+  worker listens on an ephemeral 127.0.0.1 port piped to that socket (`Sandbox.url`). Nothing
+  else is reachable: not PostgreSQL, Redis, the API, another sandbox, or any other address.
+  Relays are asyncio on one thread per worker process (and in the inner launcher).
 - **Egress.** With `Confinement.egress` set, one more relayed port inside is an HTTP forward
-  proxy on the worker's side (`HTTPS_PROXY`/`HTTP_PROXY`, `NO_PROXY=127.0.0.1,localhost`): every
-  CONNECT (and absolute-form plain HTTP request) calls `egress(host, port)`, which returns the
-  address to connect to or raises (the proxy answers 403). Without it, there is no way out.
-- **Deadline.** The adapter's deadline kills bubblewrap; with `--die-with-parent` its pid 1
-  dies and the kernel kills every process of the pid namespace, so no child outlives it.
+  proxy on the worker's side (`HTTPS_PROXY`/`HTTP_PROXY`, `NO_PROXY=127.0.0.1,localhost`):
+  every CONNECT, and every absolute-form plain-HTTP request (one per connection), calls
+  `egress(host, port)` off the relay loop, which returns the address to connect to or raises
+  (the proxy answers 403 with the reason). Without an egress check there is no way out.
+- **Deadline.** A deadline kills bubblewrap (SIGKILL); with `--die-with-parent` its pid 1 dies
+  and the kernel kills every process of the pid namespace, daemonised or not: no child outlives
+  it. A command runner has one sandbox per run; a python runner's or python target's run past
+  its deadline ends the host's sandbox and the next run gets a fresh one (a timeout does not
+  spend the target's one restart after a crash); stdio servers live for the assay and a command
+  hook for its call. `--die-with-parent` follows the thread that spawned bubblewrap, so
+  `Sandbox.popen()` spawns from the relay thread, which lives as long as the worker process
+  (stdio servers and command hooks are spawned by the MCP engine's loop thread, which lives as
+  long as the engine); if the worker dies, every sandbox of it dies too.
 """
 
 from __future__ import annotations
