@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import stat
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -111,11 +112,24 @@ async def serve_outbound(path: str, host: str, port: int) -> asyncio.Server:
     return await asyncio.start_unix_server(handle, path)
 
 
+async def _open_sandbox_socket(path: str) -> Streams:
+    """Connect to the Unix socket the sandbox made, never to what a symlink in its place names:
+    the sandbox user owns the run directory and may swap the entry, and this side runs as the
+    worker, on the host's file system. (The directories above it are the worker's own.)"""
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            raise ConnectionRefusedError(f"{path} is not a socket")
+        return await asyncio.open_unix_connection(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+
+
 async def serve_inbound(path: str) -> tuple[asyncio.Server, int]:
     """An ephemeral 127.0.0.1 port whose connections go into the sandbox's Unix socket."""
 
     async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        far = await _connect_or_close(w, asyncio.open_unix_connection(path))
+        far = await _connect_or_close(w, _open_sandbox_socket(path))
         if far is not None:
             await _splice(r, w, far)
 

@@ -3,14 +3,18 @@ runner records a clear target error (the attack's own report says what stopped i
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from service.mcp.runners import CommandRunner, RunResult
+from service.sandbox.bwrap import Sandbox
 from tests.sandbox.conftest import Worker, confinement, outlived
 
 pytestmark = pytest.mark.timeout(120)
@@ -157,3 +161,31 @@ def test_code_that_outlives_its_deadline_dies_with_all_its_children(
     assert result.timed_out and result.error == "TargetTimeout: the run passed its deadline"
     assert time.monotonic() - start < 15
     assert outlived(marker) == [], "a process of the sandbox outlived its deadline"
+
+
+def test_code_that_swaps_its_inbound_socket_for_a_symlink_cannot_aim_the_worker_at_the_host(
+    worker: Worker, tmp_path: Path
+) -> None:
+    host_socket = socket.socket(socket.AF_UNIX)
+    host_socket.bind(str(tmp_path / "control-plane.sock"))
+    host_socket.listen()
+    host_socket.settimeout(1.0)
+    swap = (
+        "import os, time; p = '/run/assaygate/run/in.sock'; os.unlink(p); "
+        f"os.symlink({str(tmp_path / 'control-plane.sock')!r}, p); print('swapped', flush=True); "
+        "time.sleep(60)"
+    )
+    sandbox = Sandbox(confinement(worker.code), [sys.executable, "-c", swap], serve=True)
+    try:
+        proc = sandbox.popen(stdout=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline() == b"swapped\n"
+        assert sandbox.url is not None
+        port = int(sandbox.url.rsplit(":", 1)[1].strip("/"))
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as worker_side:
+            worker_side.sendall(b"POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+            assert worker_side.recv(100) == b"", "the relay forwarded to what the symlink named"
+        with pytest.raises(TimeoutError):
+            host_socket.accept()
+    finally:
+        sandbox.close()
+        host_socket.close()
