@@ -21,6 +21,7 @@ in the namespace.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import json
 import os
@@ -115,7 +116,9 @@ async def _serve(config: dict[str, Any], argv: list[str]) -> int:
 
         servers.append(await asyncio.start_unix_server(inb, os.path.join(run_dir, str(name))))
     env = {str(k): str(v) for k, v in dict(config["env"]).items()}
-    os.makedirs(env["HOME"], mode=0o700, exist_ok=True)
+    # A HOME the tenant's env moved somewhere unwritable is the program's problem, not ours.
+    with contextlib.suppress(OSError):
+        os.makedirs(env["HOME"], mode=0o700, exist_ok=True)
     try:
         child = await asyncio.create_subprocess_exec(*argv, env=env, cwd=str(config["cwd"]))
     except OSError as exc:
