@@ -255,7 +255,7 @@ class Sandbox:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url: str | None = None
         self._servers: list[Any] = []
-        self._dir = tempfile.mkdtemp(prefix="assaygate-sandbox-")
+        self._dir = tempfile.mkdtemp(prefix="assaygate-bwrap-")
         try:
             self.argv = self._prepare(confinement, argv, env or {}, reach, serve, gate_code)
         except BaseException:
