@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 VENV ?= .venv
 
-.PHONY: venv lint typecheck imports services browser test test-fast demo serve bench-service bench-dashboard
+.PHONY: venv lint typecheck imports services browser sandbox test test-fast demo serve bench-service bench-dashboard
 
 venv:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -30,9 +30,14 @@ services:
 browser:
 	@bash deploy/ensure-chromium.sh
 
+# Bubblewrap, the sandbox tenant code runs in on a worker: installed with apt-get when missing and
+# run as root (it says so); fails when this machine cannot build a sandbox (no namespaces).
+sandbox:
+	@bash deploy/ensure-sandbox.sh
+
 # Two test processes, a file each at a time: most tests wait on processes they started, so the
 # 2-core machine runs the suite in about half the time (module fixtures stay in one process).
-test: venv services browser lint typecheck imports
+test: venv services browser sandbox lint typecheck imports
 	$(PY) -m pytest -n 2 --dist loadfile
 
 # Keeps its data in a new folder and ends by saying how to browse it (serve + a reviewer key).

@@ -42,6 +42,7 @@ from service.mcp.naive import naive_run
 from service.mcp.proxy import Limiter, Proxy, TrialState
 from service.mcp.runners import AgentRunner, RunResult, make_runner
 from service.mcp.witness import WITNESS, testify
+from service.sandbox import Confinement
 
 T = TypeVar("T")
 _DENY = Recoverability.DENY
@@ -190,6 +191,7 @@ class McpEngine:
         catalogue: Catalogue | None = None,
         runner: AgentRunner | None = None,
         guard: Callable[[FaultSpec], str | None] | None = None,
+        confinement: Confinement | None = None,
     ) -> None:
         assert manifest.target.runner is not None
         self.manifest = manifest
@@ -199,15 +201,19 @@ class McpEngine:
         self.catalogue = catalogue
         self.guard = guard
         self.deadline_s = manifest.target.runner.deadline_s
-        self.runner = runner if runner is not None else make_runner(manifest.target.runner)
+        self.confinement = confinement
+        self._runner = runner
         self._seq = itertools.count()
         self._prefix = f"{int(time.time() * 1000) % 10**9:x}"
         self._loop = Loop()
-        self.upstreams = Upstreams(self.contract)
+        self.upstreams = Upstreams(self.contract, confinement)
         self.proxy = Proxy(self.upstreams)
         self._naive_http: httpx2.AsyncClient | None = None
         try:
             self._loop.run(self._start(), START_TIMEOUT_S)
+            if self._runner is None:
+                # After the proxy started: a sandboxed python host is given the proxy's port.
+                self._runner = make_runner(manifest.target.runner, confinement, self.proxy.url(""))
         except BaseException:
             self.close()
             raise
@@ -224,7 +230,13 @@ class McpEngine:
         with contextlib.suppress(Exception):
             self._loop.run(self._stop(), 15)
         self._loop.stop()
-        self.runner.close()
+        if self._runner is not None:
+            self._runner.close()
+
+    @property
+    def runner(self) -> AgentRunner:
+        assert self._runner is not None, "the engine's runner starts with the engine"
+        return self._runner
 
     async def _stop(self) -> None:
         if self._naive_http is not None:

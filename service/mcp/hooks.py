@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import socket
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 import httpx
@@ -22,6 +23,8 @@ from mcp_types import CONNECTION_CLOSED
 
 from service.core.contract import Contract, Hook, Upstream
 from service.mcp.wire import reply_json
+from service.sandbox import Confinement
+from service.sandbox.bwrap import Sandbox
 
 HOOK_TIMEOUT_S = 30.0
 NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
@@ -31,14 +34,21 @@ class HookFailed(Exception):
     """A world hook failed or answered something that is not the JSON it owes."""
 
 
-def _client(up: Upstream) -> Client:
+def _client(up: Upstream, confinement: Confinement | None) -> tuple[Client, Sandbox | None]:
     if up.url is not None:
-        return Client(up.url, cache=None)
+        return Client(up.url, cache=None), None
     assert up.command is not None
     cmd = list(up.command)
-    params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
+    sandbox = None
+    if confinement is None:
+        params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
+    else:
+        # The SDK spawns bubblewrap; the server sees only the sandbox's environment (bubblewrap
+        # clears the one the SDK passes).
+        sandbox = Sandbox(confinement, cmd)
+        params = StdioServerParameters(command=sandbox.argv[0], args=sandbox.argv[1:], env={})
     # The server's stderr goes nowhere: a worker's own stderr may not be a real file.
-    return Client(stdio_client(params, errlog=_devnull()), cache=None)
+    return Client(stdio_client(params, errlog=_devnull()), cache=None), sandbox
 
 
 def _devnull() -> TextIO:
@@ -49,8 +59,9 @@ class _Held:
     """One SDK client kept open by a task of its own for the whole assay (anyio's scopes must
     close in the task that opened them; a trial's task is gone by the time a session is)."""
 
-    def __init__(self, up: Upstream) -> None:
+    def __init__(self, up: Upstream, confinement: Confinement | None) -> None:
         self.up = up
+        self.confinement = confinement
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -60,8 +71,10 @@ class _Held:
         return await ready
 
     async def _hold(self, ready: asyncio.Future[Client]) -> None:
+        sandbox: Sandbox | None = None
         try:
-            async with _client(self.up) as client:
+            client, sandbox = _client(self.up, self.confinement)
+            async with client:
                 ready.set_result(client)
                 await self._stop.wait()
         except BaseException as exc:
@@ -69,6 +82,9 @@ class _Held:
                 ready.set_exception(exc)
             elif not isinstance(exc, Exception):
                 raise
+        finally:
+            if sandbox is not None:
+                sandbox.close()
 
     async def stop(self) -> None:
         self._stop.set()
@@ -81,8 +97,10 @@ class Upstreams:
     """One SDK session per upstream server, opened once on the engine's event loop and kept for
     the whole assay (reopened after a transport failure)."""
 
-    def __init__(self, contract: Contract) -> None:
+    def __init__(self, contract: Contract, confinement: Confinement | None = None) -> None:
         self.contract = contract
+        # With a confinement, stdio servers and command hooks run in the sandbox.
+        self.confinement = confinement
         self.clients: dict[str, Client] = {}
         self._held: dict[str, _Held] = {}
         self._tools: list[types.Tool] | None = None
@@ -98,7 +116,7 @@ class Upstreams:
         )
 
     async def _open(self, name: str) -> Client:
-        held = _Held(self.contract.servers[name])
+        held = _Held(self.contract.servers[name], self.confinement)
         self.clients[name] = await held.start()
         self._held[name] = held
         return self.clients[name]
@@ -170,6 +188,19 @@ class Upstreams:
                 return await self._call(s, tool, arguments, retry=False)
         raise KeyError(tool)
 
+    async def _command_hook(self, command: Sequence[str], payload: dict[str, Any]) -> bytes:
+        if self.confinement is None:
+            code, out = await _run_hook(command, None, payload)
+        else:
+            sandbox = Sandbox(self.confinement, command)
+            try:
+                code, out = await _run_hook(sandbox.argv, {}, payload)
+            finally:
+                sandbox.close()
+        if code != 0:
+            raise HookFailed(f"{command[0]} exited {code}")
+        return out
+
     async def hook(self, hook: Hook, payload: dict[str, Any]) -> Any:
         """Run a world hook; its JSON answer."""
         try:
@@ -185,21 +216,29 @@ class Upstreams:
                 r.raise_for_status()
                 return r.json()
             assert hook.command is not None
-            proc = await asyncio.create_subprocess_exec(
-                *hook.command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-            )
-            out, _ = await asyncio.wait_for(
-                proc.communicate(json.dumps(payload).encode()), HOOK_TIMEOUT_S
-            )
-            if proc.returncode != 0:
-                raise HookFailed(f"{hook.command[0]} exited {proc.returncode}")
-            return json.loads(out)
+            return json.loads(await self._command_hook(hook.command, payload))
         except HookFailed:
             raise
         except Exception as exc:
             raise HookFailed(f"{hook.kind} hook failed: {type(exc).__name__}: {exc}") from exc
+
+
+async def _run_hook(
+    argv: Sequence[str], env: dict[str, str] | None, payload: dict[str, Any]
+) -> tuple[int | None, bytes]:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env
+    )
+    try:
+        out, _ = await asyncio.wait_for(
+            proc.communicate(json.dumps(payload).encode()), HOOK_TIMEOUT_S
+        )
+    finally:
+        # Past its deadline (or cancelled) the hook dies; a sandboxed one with all its children.
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    return proc.returncode, out
 
 
 def reply_text(result: types.CallToolResult) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import socket
 import sys
 import threading
@@ -60,7 +61,11 @@ def main() -> None:
             self.end_headers()
             self.wfile.write(data)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    # In the sandbox the gate names the port its inbound relay forwards to
+    # (service.sandbox.bwrap.LISTEN_ENV); elsewhere any free port.
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", int(os.environ.get("ASSAYGATE_LISTEN_PORT") or 0)), Handler
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     print(json.dumps({"url": f"http://127.0.0.1:{server.server_address[1]}/"}), flush=True)
     sys.stdin.read()

@@ -8,6 +8,11 @@ JSON on stdout (one object, or one object per line: each is a claim), a per-run 
 protocol (`python -m service.mcp.host`), so the agent never shares a process with the proxy.
 `langgraph` / `openai-agents`: a graph or an `Agent` as `module:attribute`, served the same way
 (`service.mcp.frameworks`, docs/frameworks.md).
+
+With a `Confinement` (a worker running a tenant's code) every process above runs in the sandbox
+(`service.sandbox.bwrap`): a command per run, the python host for the runner's life; the proxy's
+port is relayed in at the same address, so `ASSAYGATE_MCP_URL` is unchanged, and the host is
+reached through an inbound relay. Without one (the local CLI) they run as the user's processes.
 """
 
 from __future__ import annotations
@@ -19,13 +24,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import httpx
 
 from service.core.errors import ManifestInvalid
 from service.core.manifest import Runner
+from service.sandbox import Confinement
+from service.sandbox.bwrap import Sandbox
 
 URL_ENV = "ASSAYGATE_MCP_URL"
 
@@ -81,23 +90,51 @@ def child_env(url: str) -> dict[str, str]:
     return env
 
 
+def address_of(url: str) -> tuple[str, int]:
+    """The host and port a sandbox must be able to reach for `url` (relayed at the same port)."""
+    parts = urlsplit(url)
+    if not parts.hostname or parts.port is None:
+        raise ValueError(f"not a URL with a port: {url!r}")
+    return parts.hostname, parts.port
+
+
 class CommandRunner:
-    def __init__(self, command: tuple[str, ...]) -> None:
+    def __init__(self, command: tuple[str, ...], confinement: Confinement | None = None) -> None:
         self.command = list(command)
+        self.confinement = confinement
 
     def run(
         self, task: dict[str, Any], url: str, deadline_s: float, crashed: threading.Event
     ) -> RunResult:
+        if self.confinement is None:
+            try:
+                proc = subprocess.Popen(
+                    self.command,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    env=child_env(url),
+                )
+            except OSError as exc:
+                return RunResult(error=f"TargetUnreachable: {exc}")
+            return self._talk(proc, task, deadline_s, crashed)
+        # One sandbox per run: whatever a run leaves behind dies with it.
+        sandbox = Sandbox(
+            self.confinement, self.command, env={URL_ENV: url}, reach=[address_of(url)]
+        )
         try:
-            proc = subprocess.Popen(
-                self.command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                env=child_env(url),
-            )
-        except OSError as exc:
-            return RunResult(error=f"TargetUnreachable: {exc}")
+            proc = sandbox.popen(stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            return self._talk(proc, task, deadline_s, crashed)
+        finally:
+            sandbox.close()
+
+    def _talk(
+        self,
+        proc: subprocess.Popen[bytes],
+        task: dict[str, Any],
+        deadline_s: float,
+        crashed: threading.Event,
+    ) -> RunResult:
         out: list[bytes] = []
 
         def talk() -> None:
@@ -126,11 +163,18 @@ class CommandRunner:
         if problem is not None:
             result.error = f"TargetFailed: {problem}"
         elif proc.returncode != 0:
-            result.error = f"TargetFailed: exit code {proc.returncode}"
+            result.error = f"TargetFailed: {_exit_text(proc.returncode)}"
         return result
 
     def close(self) -> None:
         return None
+
+
+def _exit_text(code: int) -> str:
+    # The sandbox's inner launcher reports a signal as 128 + its number, as a shell does.
+    if code < 0 or code > 128:
+        return f"killed by signal {-code if code < 0 else code - 128}"
+    return f"exit code {code}"
 
 
 NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
@@ -177,35 +221,97 @@ def _said(body: str) -> str:
 
 
 class PythonRunner(HttpRunner):
-    """A callable in the team's code, served by a child process over the http runner protocol."""
+    """A callable in the team's code, served by a child process over the http runner protocol.
 
-    def __init__(self, entrypoint: str, framework: str | None = None) -> None:
+    Confined, a run past its deadline ends the host's whole sandbox (nothing the run started goes
+    on) and a fresh host serves the next run."""
+
+    def __init__(
+        self,
+        entrypoint: str,
+        framework: str | None = None,
+        confinement: Confinement | None = None,
+        reach: Sequence[tuple[str, int]] = (),
+    ) -> None:
         extra = [] if framework is None else ["--framework", framework]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service.mcp.host", *extra, entrypoint],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env={
-                **{k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")},
-                "PYTHONPATH": os.pathsep.join(dict.fromkeys(p or os.getcwd() for p in sys.path)),
-            },
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
+        self.argv = [sys.executable, "-m", "service.mcp.host", *extra, entrypoint]
+        self.confinement = confinement
+        self.reach = list(reach)
+        self._restart_lock = threading.Lock()
+        self._broken: str | None = None
+        self.proc, self.sandbox, url = self._start()
+        super().__init__(url)
+
+    def _start(self) -> tuple[subprocess.Popen[bytes], Sandbox | None, str]:
+        sandbox = None
+        if self.confinement is None:
+            proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env={
+                    **{k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")},
+                    "PYTHONPATH": os.pathsep.join(
+                        dict.fromkeys(p or os.getcwd() for p in sys.path)
+                    ),
+                },
+            )
+        else:
+            # The host is the gate's code serving the tenant's: its source is bound read-only.
+            sandbox = Sandbox(
+                self.confinement,
+                self.argv,
+                env={"PYTHONPATH": str(self.confinement.code_dir)},
+                reach=self.reach,
+                serve=True,
+                gate_code=True,
+            )
+            proc = sandbox.popen(stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
         try:
             report = json.loads(line)
         except ValueError:
             report = {}
         if not report.get("url"):
-            self.proc.kill()
+            proc.kill()
+            if sandbox is not None:
+                sandbox.close()
             raise ManifestInvalid(
                 str(report.get("error") or "the python runner did not start"),
                 field="target.runner.entrypoint",
             )
-        super().__init__(str(report["url"]))
+        # Confined, the host's own address is inside the sandbox: the gate posts to the relay.
+        return proc, sandbox, str(report["url"] if sandbox is None else sandbox.url)
+
+    def run(
+        self, task: dict[str, Any], url: str, deadline_s: float, crashed: threading.Event
+    ) -> RunResult:
+        if self._broken is not None:
+            return RunResult(error=f"TargetUnreachable: {self._broken}")
+        sandbox = self.sandbox
+        result = super().run(task, url, deadline_s, crashed)
+        if result.timed_out and sandbox is not None:
+            self._restart(sandbox)
+        return result
+
+    def _restart(self, timed_out: Sandbox) -> None:
+        with self._restart_lock:
+            if self.sandbox is not timed_out:
+                return  # a concurrent run's timeout already replaced it
+            timed_out.close()
+            try:
+                self.proc, self.sandbox, self.url = self._start()
+            except ManifestInvalid as exc:
+                self._broken = f"the python runner did not restart: {exc}"
+                return
+            self._client.close()
+            self._client = httpx.Client(transport=httpx.HTTPTransport(socket_options=NODELAY))
 
     def close(self) -> None:
         super().close()
+        if self.sandbox is not None:
+            self.sandbox.close()
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -214,14 +320,18 @@ class PythonRunner(HttpRunner):
                 self.proc.kill()
 
 
-def make_runner(spec: Runner) -> AgentRunner:
+def make_runner(
+    spec: Runner, confinement: Confinement | None = None, mcp_url: str | None = None
+) -> AgentRunner:
+    """The runner for `spec`; with `confinement`, its processes run in the sandbox, and a python
+    host may reach `mcp_url`'s address (the engine's proxy; each run's URL is on that port)."""
     if spec.kind == "command":
         assert spec.command is not None
-        return CommandRunner(spec.command)
+        return CommandRunner(spec.command, confinement)
     if spec.kind == "http":
         assert spec.url is not None
         return HttpRunner(spec.url)
     assert spec.entrypoint is not None
-    if spec.kind in ("langgraph", "openai-agents"):
-        return PythonRunner(spec.entrypoint, framework=spec.kind)
-    return PythonRunner(spec.entrypoint)
+    reach = [address_of(mcp_url)] if mcp_url else []
+    framework = spec.kind if spec.kind in ("langgraph", "openai-agents") else None
+    return PythonRunner(spec.entrypoint, framework, confinement, reach)

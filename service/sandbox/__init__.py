@@ -15,13 +15,16 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Limits:
-    """Per sandboxed process tree: CPU seconds, address space, processes, open files, file size."""
+    """Per sandboxed process tree: CPU seconds, address space, processes, open files, file size,
+    and the size of its /tmp."""
 
     cpu_s: int = 300
     memory_mb: int = 2048
     processes: int = 256
     open_files: int = 512
     file_mb: int = 64
+    # The sandbox's /tmp (and HOME in it) is memory: bounded apart from the address space.
+    tmp_mb: int = 256
 
 
 @dataclass(frozen=True)

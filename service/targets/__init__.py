@@ -11,6 +11,7 @@ from __future__ import annotations
 from service.core.engine import TrialEngine
 from service.core.manifest import Manifest
 from service.core.target import Target
+from service.sandbox import Confinement
 from service.targets.http import DEFAULT_TIMEOUT_S, HttpTarget
 from service.targets.python import PythonTarget, load_python_target
 
@@ -26,16 +27,22 @@ __all__ = [
 
 
 def load_target(
-    manifest: Manifest, http_timeout_s: float = DEFAULT_TIMEOUT_S
+    manifest: Manifest,
+    http_timeout_s: float = DEFAULT_TIMEOUT_S,
+    confinement: Confinement | None = None,
 ) -> Target | TrialEngine | None:
+    """With `confinement`, every process of the tenant's code runs in the sandbox
+    (`service.sandbox.bwrap`); `None` (the local CLI) runs it as the user's own processes."""
     spec = manifest.target
     if spec.kind == "mcp":
         from service.mcp.engine import McpEngine
 
-        return McpEngine(manifest)
+        return McpEngine(manifest, confinement=confinement)
     if spec.kind == "python":
         assert spec.entrypoint is not None  # the manifest validator requires it
-        return load_python_target(spec.entrypoint, timeout_s=http_timeout_s)
+        return load_python_target(
+            spec.entrypoint, timeout_s=http_timeout_s, confinement=confinement
+        )
     if spec.kind == "http":
         assert spec.url is not None
         return HttpTarget(spec.url, timeout_s=http_timeout_s)

@@ -11,6 +11,10 @@ This module never imports user code. `load_python_target` validates the entrypoi
 child (import problems are manifest problems naming `target.entrypoint`); the serving child starts
 on first use, is restarted at most once if it dies, and is terminated by `close()` (`close_target`),
 when the adapter is collected, or when this interpreter exits.
+
+With a `Confinement` (a worker running a tenant's code) both children run in the sandbox
+(`service.sandbox.bwrap`): the host reaches the tool server through a relay at the tool server's
+own address, listens on the port the sandbox names, and is posted to through an inbound relay.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from typing import Any
 
 from service.core.errors import ManifestInvalid
 from service.core.sandbox import Task, Tools
-from service.targets.errors import TargetFailed, TargetRaised, TargetUnreachable
+from service.sandbox import Confinement
+from service.sandbox.bwrap import Sandbox
+from service.targets.errors import TargetFailed, TargetRaised, TargetTimeout, TargetUnreachable
 from service.targets.http import DEFAULT_TIMEOUT_S, HttpTarget
 from service.targets.tool_server import Session, ToolServer
 
@@ -77,12 +83,23 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def check_entrypoint(entrypoint: str) -> None:
-    """Import the entrypoint in a throwaway child; a problem is a `ManifestInvalid` naming it."""
-    module_name, sep, attr_path = entrypoint.partition(":")
-    if not sep or not module_name or not attr_path:
-        raise ManifestInvalid(f"{entrypoint!r} is not 'module:callable'", field=FIELD)
-    try:
+def _sandbox(
+    confinement: Confinement, argv: list[str], reach: tuple[str, int] | None = None
+) -> Sandbox:
+    """The host in the sandbox: the gate's host module (bound read-only: code, not secrets)
+    importing the tenant's code from its directory."""
+    return Sandbox(
+        confinement,
+        argv,
+        env={"PYTHONPATH": str(confinement.code_dir)},
+        reach=[reach] if reach else [],
+        serve=reach is not None,
+        gate_code=True,
+    )
+
+
+def _run_check(entrypoint: str, confinement: Confinement | None) -> tuple[int | None, bytes]:
+    if confinement is None:
         done = subprocess.run(
             _command(entrypoint, "--check"),
             stdin=subprocess.DEVNULL,
@@ -91,29 +108,50 @@ def check_entrypoint(entrypoint: str) -> None:
             timeout=START_TIMEOUT_S,
             check=False,
         )
+        return done.returncode, done.stdout
+    sandbox = _sandbox(confinement, _command(entrypoint, "--check"))
+    try:
+        proc = sandbox.popen(stdout=subprocess.PIPE)
+        out, _ = proc.communicate(timeout=START_TIMEOUT_S)
+        return proc.returncode, out
+    finally:
+        sandbox.close()
+
+
+def check_entrypoint(entrypoint: str, confinement: Confinement | None = None) -> None:
+    """Import the entrypoint in a throwaway child; a problem is a `ManifestInvalid` naming it."""
+    module_name, sep, attr_path = entrypoint.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise ManifestInvalid(f"{entrypoint!r} is not 'module:callable'", field=FIELD)
+    try:
+        code, stdout = _run_check(entrypoint, confinement)
     except subprocess.TimeoutExpired:
         raise ManifestInvalid(
             f"importing {module_name!r} did not finish within {START_TIMEOUT_S:g} s", field=FIELD
         ) from None
-    report = _report(done.stdout.partition(b"\n")[0])
+    report = _report(stdout.partition(b"\n")[0])
     if report is None:
         raise ManifestInvalid(
-            f"importing {module_name!r} ended its process ({_exit_text(done.returncode)})",
+            f"importing {module_name!r} ended its process ({_exit_text(code)})",
             field=FIELD,
         )
     if not report.get("ok"):
         raise ManifestInvalid(str(report.get("error")), field=FIELD)
 
 
-def load_python_target(entrypoint: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> PythonTarget:
-    check_entrypoint(entrypoint)
-    return PythonTarget(entrypoint, timeout_s=timeout_s)
+def load_python_target(
+    entrypoint: str, timeout_s: float = DEFAULT_TIMEOUT_S, confinement: Confinement | None = None
+) -> PythonTarget:
+    check_entrypoint(entrypoint, confinement)
+    return PythonTarget(entrypoint, timeout_s=timeout_s, confinement=confinement)
 
 
-def _stop(proc: subprocess.Popen[bytes], owner: int) -> None:
+def _stop(proc: subprocess.Popen[bytes], owner: int, sandbox: Sandbox | None = None) -> None:
     """Terminate and reap the child; in a forked copy of the owner, leave it alone."""
     if os.getpid() != owner:
         return
+    if sandbox is not None:
+        sandbox.close()  # kills the whole tree at once
     if proc.poll() is None:
         proc.terminate()
         try:
@@ -131,37 +169,50 @@ class _Child:
 
     __slots__ = ("__weakref__", "finalizer", "owner", "port", "proc", "url")
 
-    def __init__(self, proc: subprocess.Popen[bytes], url: str, port: int) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], url: str, port: int, sandbox: Sandbox | None = None
+    ) -> None:
         self.proc = proc
         self.url = url
         self.port = port
         self.owner = os.getpid()
-        self.finalizer = weakref.finalize(self, _stop, proc, self.owner)
+        self.finalizer = weakref.finalize(self, _stop, proc, self.owner, sandbox)
 
     @classmethod
-    def start(cls, entrypoint: str) -> _Child:
-        proc = subprocess.Popen(
-            _command(entrypoint),
-            # The host exits when this pipe closes: it never outlives the assay process.
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=_child_env(),
-        )
+    def start(
+        cls,
+        entrypoint: str,
+        confinement: Confinement | None = None,
+        tool_server: tuple[str, int] = ("127.0.0.1", 0),
+    ) -> _Child:
+        sandbox = None
+        if confinement is None:
+            proc = subprocess.Popen(
+                _command(entrypoint),
+                # The host exits when this pipe closes: it never outlives the assay process.
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=_child_env(),
+            )
+        else:
+            sandbox = _sandbox(confinement, _command(entrypoint), tool_server)
+            proc = sandbox.popen(stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         try:
             line = _read_line(proc, START_TIMEOUT_S)
         except BaseException:
-            _stop(proc, os.getpid())
+            _stop(proc, os.getpid(), sandbox)
             raise
         report = _report(line)
         if report is None or not isinstance(report.get("url"), str):
             problem = report.get("error") if report else None
-            _stop(proc, os.getpid())
+            _stop(proc, os.getpid(), sandbox)
             raise TargetUnreachable(
                 f"the python target's process did not start: "
                 f"{problem or _exit_text(proc.returncode)}"
             )
-        url = str(report["url"])
-        return cls(proc, url, int(url.rsplit(":", 1)[1].strip("/")))
+        # Confined, the host's own address is inside the sandbox: the adapter posts to the relay.
+        url = str(report["url"]) if sandbox is None else str(sandbox.url)
+        return cls(proc, url, int(url.rsplit(":", 1)[1].strip("/")), sandbox)
 
     def exited(self, grace_s: float = 0.0) -> int | None:
         try:
@@ -200,10 +251,12 @@ class PythonTarget(HttpTarget):
         entrypoint: str,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         server: ToolServer | None = None,
+        confinement: Confinement | None = None,
     ) -> None:
         # The host's port is known once it runs; until then the adapter points nowhere.
         super().__init__("http://127.0.0.1:0/", timeout_s=timeout_s, server=server)
         self.entrypoint = entrypoint
+        self.confinement = confinement
         self._child: _Child | None = None
         self._child_lock = threading.Lock()
         self._starts = 0
@@ -240,7 +293,9 @@ class PythonTarget(HttpTarget):
                 )
             self._starts += 1
             try:
-                child = self._child = _Child.start(self.entrypoint)
+                child = self._child = _Child.start(
+                    self.entrypoint, self.confinement, _address(self.server.base_url)
+                )
             except TargetUnreachable as exc:
                 self._death = "did not start"
                 raise exc from None
@@ -254,6 +309,10 @@ class PythonTarget(HttpTarget):
             super().__call__(task, tools)
         except TargetRaised:
             raise  # the child answered: it is alive, and nothing is worth waiting for
+        except TargetTimeout:
+            if self.confinement is not None:
+                self._end_sandbox(child)
+            raise
         except TargetFailed:
             code = child.exited(_EXIT_GRACE_S)
             if code is not None:
@@ -262,6 +321,16 @@ class PythonTarget(HttpTarget):
                     f"the python target's process died during the task ({_exit_text(code)})"
                 ) from None
             raise
+
+    def _end_sandbox(self, child: _Child) -> None:
+        """A confined task past its deadline ends its whole sandbox (nothing it started runs on);
+        the next task starts a fresh one, without spending the restart a crash is allowed."""
+        self._drop_connection()
+        with self._child_lock:
+            if self._child is child:
+                self._child = None
+                self._starts -= 1
+        child.finalizer()
 
     def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
         conn, reused = super()._connection()
@@ -291,6 +360,11 @@ class PythonTarget(HttpTarget):
             child, self._child, self._starts = self._child, None, 0
         if child is not None:
             child.finalizer()
+
+
+def _address(base_url: str) -> tuple[str, int]:
+    host, _, port = base_url.removeprefix("http://").partition(":")
+    return host, int(port.strip("/"))
 
 
 def _raised(body: bytes) -> str | None:

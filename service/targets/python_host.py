@@ -467,7 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     if check:
         say(ok=True)
         return 0
-    server = _Server(("127.0.0.1", 0), _Handler)
+    # In the sandbox the gate names the port its inbound relay forwards to
+    # (service.sandbox.bwrap.LISTEN_ENV); elsewhere any free port.
+    server = _Server(("127.0.0.1", int(os.environ.get("ASSAYGATE_LISTEN_PORT") or 0)), _Handler)
     server.fn = fn
     host, port = server.server_address[:2]
     say(url=f"http://{host!s}:{port}/", pid=os.getpid())
