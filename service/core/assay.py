@@ -272,6 +272,9 @@ def _one(
             tally.baseline_errors += 1
             tally.error(base.target_error)
             errors += 1
+        elif base.reachable is not None:
+            tally.baseline_reach += 1
+            tally.baseline_reached += base.reachable
         if base.target_error is None or violating(base.outcome.flags):
             tally.add_outcome("baseline", base)
     if extra and plan.counterfactuals and rec.exercised and graded:

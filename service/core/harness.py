@@ -116,6 +116,7 @@ class TrialRecord:
         "exercised",
         "invariants",
         "outcome",
+        "reachable",
         "receipts",
         "refusals",
         "sample",
@@ -152,6 +153,10 @@ class TrialRecord:
         self.sample: dict[str, Any] | None = None
         self.invariants: tuple[str, ...] = ()
         self.sensitivity: Outcome | None = None
+        # Engine baselines: would this no-fault run have reached the matched fault's trigger
+        # (called its tool, or called it twice for a fault that fires on the second call)?
+        # None where the target cannot say (the reference, python and http targets).
+        self.reachable: bool | None = None
 
 
 class _Runs:

@@ -191,6 +191,8 @@ class Tally:
     __slots__ = (
         "arms",
         "baseline_errors",
+        "baseline_reach",
+        "baseline_reached",
         "counterfactual_errors",
         "counterfactual_runs",
         "counterfactual_unfired",
@@ -214,6 +216,10 @@ class Tally:
         self.not_exercised = 0
         self.target_errors = 0
         self.baseline_errors = 0
+        # Engine targets: matched baselines that said whether they reached the fault's trigger,
+        # and how many did. None reached in any of them: the workload cannot reach the fault.
+        self.baseline_reach = 0
+        self.baseline_reached = 0
         # Counterfactual runs: attempted, failed by the target, and where the fault never fired.
         self.counterfactual_runs = 0
         self.counterfactual_errors = 0
@@ -264,6 +270,8 @@ class Tally:
         self.not_exercised += other.not_exercised
         self.target_errors += other.target_errors
         self.baseline_errors += other.baseline_errors
+        self.baseline_reach += other.baseline_reach
+        self.baseline_reached += other.baseline_reached
         self.counterfactual_runs += other.counterfactual_runs
         self.counterfactual_errors += other.counterfactual_errors
         self.counterfactual_unfired += other.counterfactual_unfired
@@ -302,6 +310,11 @@ class Tally:
             "injector_refusals": self.injector_refusals,
             **({"invariants": dict(sorted(self.invariants.items()))} if self.invariants else {}),
             **(
+                {"baseline_reach": [self.baseline_reached, self.baseline_reach]}
+                if self.baseline_reach
+                else {}
+            ),
+            **(
                 {"error_causes": {k: list(v) for k, v in sorted(self.error_causes.items())}}
                 if self.error_causes
                 else {}
@@ -314,6 +327,9 @@ class Tally:
         t.planned, t.exercised = int(d["planned"]), int(d["exercised"])
         t.not_exercised, t.target_errors = int(d["not_exercised"]), int(d["target_errors"])
         t.baseline_errors = int(d.get("baseline_errors", 0))
+        reach = d.get("baseline_reach")
+        if isinstance(reach, list) and len(reach) == 2:
+            t.baseline_reached, t.baseline_reach = int(reach[0]), int(reach[1])
         t.counterfactual_runs = int(d.get("counterfactual_runs", 0))
         t.counterfactual_errors = int(d.get("counterfactual_errors", 0))
         t.counterfactual_unfired = int(d.get("counterfactual_unfired", 0))
