@@ -47,6 +47,7 @@ from service.db.injector import InjectorState, stop_reason
 from service.db.lease import renew_lease
 from service.db.session import DATABASE_ERRORS, make_engine, session_scope
 from service.keys import ActiveKey, KeyRing
+from service.net.egress import EgressPolicy
 from service.settings import Settings
 from service.targets import close_target, load_target
 
@@ -111,6 +112,7 @@ class WorkerContext:
         self._assays: OrderedDict[uuid.UUID, Parsed] = OrderedDict()
         self._keys: dict[str, PublicKey] = {}
         self._targets: OrderedDict[str, Target | TrialEngine | None] = OrderedDict()
+        self._egress: EgressPolicy | None = None
 
     @property
     def engine(self) -> Engine:
@@ -139,15 +141,32 @@ class WorkerContext:
         assert self.settings.injector_public_dir is not None
         self._keys = {k.keyid: k for k in KeyRing(self.settings.injector_public_dir).published()}
 
-    def target(self, assay_id: uuid.UUID, manifest: Manifest) -> Target | TrialEngine | None:
-        """The adapter for a python or http target, one per manifest per process."""
-        key = manifest.digest()
+    def target(
+        self, assay_id: uuid.UUID, manifest: Manifest, tenant: uuid.UUID | None = None
+    ) -> Target | TrialEngine | None:
+        """The adapter for a python, http or mcp target, one per tenant and manifest per
+        process. Its connections to the manifest's URLs are checked against the egress policy;
+        an mcp target's world lock names this assay while a trial holds it."""
+        key = f"{tenant}:{manifest.digest()}"
         if key in self._targets:
             self._targets.move_to_end(key)
-            return self._targets[key]
-        target = self._targets[key] = load_target(manifest)
+            target = self._targets[key]
+        else:
+            if self._egress is None:
+                self._egress = EgressPolicy.from_settings(self.settings)
+            tenant_key = None if tenant is None else tenant.hex
+            target = self._targets[key] = load_target(
+                manifest, egress=self._egress, tenant=tenant_key
+            )
         while len(self._targets) > MAX_TARGETS:
             close_target(self._targets.popitem(last=False)[1])
+        if hasattr(target, "holder"):  # an mcp engine (imported lazily, with the MCP SDK)
+
+            def waiting(note: str) -> None:
+                log.warning(note, extra={"assay_id": str(assay_id)})
+
+            setattr(target, "holder", str(assay_id))  # noqa: B010
+            setattr(target, "on_wait", waiting)  # noqa: B010
         return target
 
     def stop_flag(self, assay_id: uuid.UUID, every_s: float = 0.2) -> Callable[[], bool]:
@@ -360,7 +379,7 @@ def run_guarded(
         retrying(ctx, "record the refusal", ids, refuse)
         log.warning("injector credential refused", extra={**ids, "reason": str(exc)})
         return ShardResult(spec.index, {}, 0, True, reason)
-    target = ctx.target(assay_id, parsed.manifest)
+    target = ctx.target(assay_id, parsed.manifest, parsed.inputs.tenant_id)
     guard = injection_guard(scope, time.time)
     if isinstance(target, TrialEngine) and hasattr(target, "guard"):
         target.guard = guard  # an engine's injector checks this assay's credential too

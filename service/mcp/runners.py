@@ -26,6 +26,7 @@ import httpx
 
 from service.core.errors import ManifestInvalid
 from service.core.manifest import Runner
+from service.net.egress import EgressPolicy, EgressRefused, EgressTransport
 
 URL_ENV = "ASSAYGATE_MCP_URL"
 
@@ -137,10 +138,14 @@ NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 
 
 class HttpRunner:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, egress: EgressPolicy | None = None) -> None:
         self.url = url
-        # Keep-alive to the agent, without Nagle's delay on the request's second segment.
-        self._client = httpx.Client(transport=httpx.HTTPTransport(socket_options=NODELAY))
+        # Keep-alive to the agent, without Nagle's delay on the request's second segment; every
+        # request (redirects are not followed) to an address the egress policy checked.
+        transport: httpx.BaseTransport = httpx.HTTPTransport(socket_options=NODELAY)
+        if egress is not None:
+            transport = EgressTransport(egress, transport)
+        self._client = httpx.Client(transport=transport, follow_redirects=False)
 
     def run(
         self, task: dict[str, Any], url: str, deadline_s: float, crashed: threading.Event
@@ -149,7 +154,9 @@ class HttpRunner:
             r = self._client.post(self.url, json={"task": task, "mcp_url": url}, timeout=deadline_s)
         except httpx.TimeoutException:
             return RunResult(error="TargetTimeout: the run passed its deadline", timed_out=True)
-        except httpx.HTTPError as exc:
+        except EgressRefused as exc:
+            return RunResult(error=f"TargetUnreachable: egress refused: {exc.message}")
+        except (httpx.HTTPError, OSError) as exc:
             return RunResult(error=f"TargetUnreachable: {exc}")
         if crashed.is_set():
             return RunResult(crashed=True)
@@ -202,13 +209,13 @@ class PythonRunner(HttpRunner):
                 self.proc.kill()
 
 
-def make_runner(spec: Runner) -> AgentRunner:
+def make_runner(spec: Runner, egress: EgressPolicy | None = None) -> AgentRunner:
     if spec.kind == "command":
         assert spec.command is not None
         return CommandRunner(spec.command)
     if spec.kind == "http":
         assert spec.url is not None
-        return HttpRunner(spec.url)
+        return HttpRunner(spec.url, egress)
     assert spec.entrypoint is not None
     if spec.kind in ("langgraph", "openai-agents"):
         return PythonRunner(spec.entrypoint, framework=spec.kind)

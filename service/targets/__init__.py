@@ -11,6 +11,7 @@ from __future__ import annotations
 from service.core.engine import TrialEngine
 from service.core.manifest import Manifest
 from service.core.target import Target
+from service.net.egress import EgressPolicy
 from service.targets.http import DEFAULT_TIMEOUT_S, HttpTarget
 from service.targets.python import PythonTarget, load_python_target
 
@@ -26,19 +27,24 @@ __all__ = [
 
 
 def load_target(
-    manifest: Manifest, http_timeout_s: float = DEFAULT_TIMEOUT_S
+    manifest: Manifest,
+    http_timeout_s: float = DEFAULT_TIMEOUT_S,
+    egress: EgressPolicy | None = None,
+    tenant: str | None = None,
 ) -> Target | TrialEngine | None:
+    """`egress`: the policy every connection to a URL of the manifest is checked against (the
+    worker's, or the local CLI's). `tenant`: whose assay it is (an mcp target's sandbox lock)."""
     spec = manifest.target
     if spec.kind == "mcp":
         from service.mcp.engine import McpEngine
 
-        return McpEngine(manifest)
+        return McpEngine(manifest, egress=egress, tenant=tenant)
     if spec.kind == "python":
         assert spec.entrypoint is not None  # the manifest validator requires it
         return load_python_target(spec.entrypoint, timeout_s=http_timeout_s)
     if spec.kind == "http":
         assert spec.url is not None
-        return HttpTarget(spec.url, timeout_s=http_timeout_s)
+        return HttpTarget(spec.url, timeout_s=http_timeout_s, egress=egress)
     return None
 
 

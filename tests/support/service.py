@@ -133,6 +133,8 @@ def session_settings(database_url: str, data_dir: Path, label: str, **overrides:
         "log_level": "INFO",
         # The suite submits far faster than CI would; the limit has its own test.
         "submissions_per_minute": 0,
+        # The suite's agents and MCP servers listen on loopback; the gate's own ports stay refused.
+        "egress_allow_loopback": True,
         **overrides,
     }
     return Settings(**values)
