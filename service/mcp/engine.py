@@ -40,7 +40,7 @@ from service.mcp.lock import SandboxBusy, sandbox_lock, world_key
 from service.mcp.naive import naive_run
 from service.mcp.proxy import Limiter, Proxy, TrialState
 from service.mcp.runners import AgentRunner, RunResult, make_runner
-from service.net.egress import EgressPolicy, EgressRefused
+from service.net.egress import EgressPolicy, EgressRefused, refusal_in
 
 log = logging.getLogger("assaygate.mcp")
 
@@ -218,9 +218,14 @@ class McpEngine:
             return
         try:
             self._loop.run(self._start(), START_TIMEOUT_S)
-        except BaseException:
-            self.close()
-            raise
+        except BaseException as exc:
+            refused = refusal_in(exc)  # a server's name re-bound to a forbidden address
+            if refused is None:
+                self.close()
+                raise
+            self.refused = f"TargetUnreachable: egress refused: {refused.message}"
+            with contextlib.suppress(Exception):
+                self._loop.run(self._stop(), 15)
 
     async def _start(self) -> None:
         await self.upstreams.open()

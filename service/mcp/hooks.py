@@ -30,6 +30,7 @@ from service.net.egress import (
     AsyncEgressTransport2,
     EgressPolicy,
     EgressRefused,
+    refusal_in,
 )
 
 HOOK_TIMEOUT_S = 30.0
@@ -243,9 +244,10 @@ class Upstreams:
             return json.loads(out)
         except HookFailed:
             raise
-        except EgressRefused as exc:
-            raise HookFailed(f"TargetUnreachable: egress refused: {exc.message}") from exc
         except Exception as exc:
+            refused = refusal_in(exc)
+            if refused is not None:
+                raise HookFailed(f"TargetUnreachable: egress refused: {refused.message}") from exc
             raise HookFailed(f"{hook.kind} hook failed: {type(exc).__name__}: {exc}") from exc
 
 

@@ -49,6 +49,24 @@ class EgressRefused(Exception):
         self.field = field
 
 
+def refusal_in(exc: BaseException) -> EgressRefused | None:
+    """The `EgressRefused` behind `exc`, which a client library may have wrapped (the MCP SDK
+    raises its task group's `ExceptionGroup`)."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, EgressRefused):
+            return e
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)
+        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
+    return None
+
+
 def system_resolver(host: str, port: int) -> list[str]:
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))

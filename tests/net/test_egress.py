@@ -191,14 +191,15 @@ class Rebinding:
     """A resolver that answers a public address first and loopback afterwards: the DNS
     rebinding attack on a check made only at submission."""
 
-    def __init__(self) -> None:
+    def __init__(self, public_answers: int = 1) -> None:
         self.calls = 0
+        self.public_answers = public_answers
 
     def __call__(self, host: str, port: int) -> list[str]:
         if host != "rebind.example":
             return system_resolver(host, port)
         self.calls += 1
-        return ["93.184.216.34"] if self.calls == 1 else ["127.0.0.1"]
+        return ["93.184.216.34"] if self.calls <= self.public_answers else ["127.0.0.1"]
 
 
 @pytest.fixture
