@@ -24,8 +24,10 @@ class Served:
 
 
 @contextmanager
-def serving(redirect_to: str | None = None, status: int = 302) -> Iterator[Served]:
-    """A server on 127.0.0.1 answering every request: a redirect to `redirect_to`, or `{}`."""
+def serving(
+    redirect_to: str | None = None, status: int = 302, body: bytes = b"{}"
+) -> Iterator[Served]:
+    """A server on 127.0.0.1 answering every request: a redirect to `redirect_to`, or `body`."""
     holder: list[Served] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -40,7 +42,6 @@ def serving(redirect_to: str | None = None, status: int = 302) -> Iterator[Serve
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            body = b"{}"
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
