@@ -91,6 +91,19 @@ def assay_inputs(session: Session, assay_id: uuid.UUID) -> AssayInputs | None:
     return AssayInputs(assay_id, candidate_id, digest, document, plan, tenant_id)
 
 
+def record_waiting(session: Session, inputs: AssayInputs, note: str) -> None:
+    """A trial of this assay waits for its world (`sandbox.waiting`, shown in the tenant's
+    events): the note names the world and the assay holding it, always the same tenant's."""
+    session.add(
+        Event(
+            kind="sandbox.waiting",
+            candidate_id=inputs.candidate_id,
+            assay_id=inputs.assay_id,
+            data={"note": note},
+        )
+    )
+
+
 def lease_until(now: datetime, lease_s: float) -> datetime:
     return now + timedelta(seconds=lease_s)
 
