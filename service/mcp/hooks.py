@@ -99,6 +99,7 @@ class _Held:
                         httpx2.AsyncClient(
                             timeout=httpx2.Timeout(30.0, read=300.0),
                             transport=AsyncEgressTransport2(self.egress),
+                            trust_env=False,  # no proxy from the environment around the check
                         )
                     )
                 client = await stack.enter_async_context(_client(self.up, http))
@@ -139,8 +140,12 @@ class Upstreams:
         transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(socket_options=NODELAY)
         if self.egress is not None:
             transport = AsyncEgressTransport(self.egress, transport)
+        # Redirects are not followed; no proxy from the environment routes around the check.
         self._http = httpx.AsyncClient(
-            timeout=HOOK_TIMEOUT_S, transport=transport, follow_redirects=False
+            timeout=HOOK_TIMEOUT_S,
+            transport=transport,
+            follow_redirects=False,
+            trust_env=self.egress is None,
         )
 
     async def _open(self, name: str) -> Client:

@@ -145,7 +145,9 @@ class HttpRunner:
         transport: httpx.BaseTransport = httpx.HTTPTransport(socket_options=NODELAY)
         if egress is not None:
             transport = EgressTransport(egress, transport)
-        self._client = httpx.Client(transport=transport, follow_redirects=False)
+        self._client = httpx.Client(
+            transport=transport, follow_redirects=False, trust_env=egress is None
+        )
 
     def run(
         self, task: dict[str, Any], url: str, deadline_s: float, crashed: threading.Event
