@@ -98,6 +98,14 @@ class Settings(BaseSettings):
     stop_max_target_errors: int | None = Field(default=20, ge=0)
     # Set by `serve` for its embedded worker child, which touches it once it consumes tasks.
     worker_ready_file: Path | None = None
+    # Egress policy for the URLs a manifest names (docs/operations.md, "Egress policy"). None:
+    # by mode — an embedded deployment (SQLite, no servers) allows loopback and private
+    # addresses, one with PostgreSQL or Redis refuses both. Metadata addresses and the gate's
+    # own API, database and broker are never targets, whatever these say.
+    egress_allow_loopback: bool | None = None
+    egress_allow_private: bool | None = None
+    # Comma-separated CIDRs and host names allowed even when loopback or private are refused.
+    egress_allowlist: str = ""
 
     @model_validator(mode="after")
     def _embedded_defaults(self) -> Settings:
@@ -152,6 +160,15 @@ class Settings(BaseSettings):
     def embedded(self) -> bool:
         """No server to reach: the API may start its own worker and migrate on start."""
         return self.database_is_sqlite and not self.broker_is_redis
+
+    @property
+    def egress_loopback(self) -> bool:
+        """Whether manifests may name loopback addresses (the gate's own ports never)."""
+        return self.embedded if self.egress_allow_loopback is None else self.egress_allow_loopback
+
+    @property
+    def egress_private(self) -> bool:
+        return self.embedded if self.egress_allow_private is None else self.egress_allow_private
 
     @property
     def broker_dir(self) -> Path:

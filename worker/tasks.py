@@ -42,11 +42,13 @@ from service.db.assay import (
     assay_inputs,
     fail_assay,
     ready_to_merge,
+    record_waiting,
 )
 from service.db.injector import InjectorState, stop_reason
 from service.db.lease import renew_lease
 from service.db.session import DATABASE_ERRORS, make_engine, session_scope
 from service.keys import ActiveKey, KeyRing
+from service.net.egress import EgressPolicy
 from service.settings import Settings
 from service.targets import close_target, load_target
 
@@ -111,6 +113,7 @@ class WorkerContext:
         self._assays: OrderedDict[uuid.UUID, Parsed] = OrderedDict()
         self._keys: dict[str, PublicKey] = {}
         self._targets: OrderedDict[str, Target | TrialEngine | None] = OrderedDict()
+        self._egress: EgressPolicy | None = None
 
     @property
     def engine(self) -> Engine:
@@ -139,16 +142,42 @@ class WorkerContext:
         assert self.settings.injector_public_dir is not None
         self._keys = {k.keyid: k for k in KeyRing(self.settings.injector_public_dir).published()}
 
-    def target(self, assay_id: uuid.UUID, manifest: Manifest) -> Target | TrialEngine | None:
-        """The adapter for a python or http target, one per manifest per process."""
-        key = manifest.digest()
+    def target(
+        self, assay_id: uuid.UUID, manifest: Manifest, inputs: AssayInputs | None = None
+    ) -> Target | TrialEngine | None:
+        """The adapter for a python, http or mcp target, one per tenant and manifest per
+        process. Its connections to the manifest's URLs are checked against the egress policy;
+        an mcp target's world lock is the tenant's and names this assay while a trial holds it."""
+        tenant = None if inputs is None or inputs.tenant_id is None else inputs.tenant_id.hex
+        key = f"{tenant}:{manifest.digest()}"
         if key in self._targets:
             self._targets.move_to_end(key)
-            return self._targets[key]
-        target = self._targets[key] = load_target(manifest)
+            target = self._targets[key]
+        else:
+            if self._egress is None:
+                self._egress = EgressPolicy.from_settings(self.settings)
+            target = self._targets[key] = load_target(manifest, egress=self._egress, tenant=tenant)
         while len(self._targets) > MAX_TARGETS:
             close_target(self._targets.popitem(last=False)[1])
+        if hasattr(target, "holder"):  # an mcp engine (imported lazily, with the MCP SDK)
+            setattr(target, "holder", str(assay_id))  # noqa: B010
+            setattr(target, "on_wait", self._waiting(assay_id, inputs))  # noqa: B010
         return target
+
+    def _waiting(self, assay_id: uuid.UUID, inputs: AssayInputs | None) -> Callable[[str], None]:
+        """Where a trial waiting for its world says so: a log line and the assay's events."""
+
+        def waiting(note: str) -> None:
+            log.warning(note, extra={"assay_id": str(assay_id)})
+            if inputs is None:
+                return
+            try:
+                with session_scope(self.engine) as session:
+                    record_waiting(session, inputs, note)
+            except DATABASE_ERRORS:
+                pass  # the log line stands; the wait goes on
+
+        return waiting
 
     def stop_flag(self, assay_id: uuid.UUID, every_s: float = 0.2) -> Callable[[], bool]:
         """Polled between batches of trials: has a stop been recorded? At most every `every_s`.
@@ -360,7 +389,7 @@ def run_guarded(
         retrying(ctx, "record the refusal", ids, refuse)
         log.warning("injector credential refused", extra={**ids, "reason": str(exc)})
         return ShardResult(spec.index, {}, 0, True, reason)
-    target = ctx.target(assay_id, parsed.manifest)
+    target = ctx.target(assay_id, parsed.manifest, parsed.inputs)
     guard = injection_guard(scope, time.time)
     if isinstance(target, TrialEngine) and hasattr(target, "guard"):
         target.guard = guard  # an engine's injector checks this assay's credential too

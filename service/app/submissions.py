@@ -30,6 +30,7 @@ from service.app.shapes import CandidateCreate
 from service.core.assay import ShardSpec, plan_shards
 from service.core.contract_catalogue import plan_data_for
 from service.core.dossier import Signer
+from service.core.egress import manifest_urls
 from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan
 from service.db import queries
@@ -43,6 +44,7 @@ from service.db.candidate import (
 from service.db.injector import issue_for
 from service.db.models import IdempotencyKey
 from service.mcp.check import check_mcp_manifest
+from service.net.egress import EgressPolicy, EgressRefused
 from service.settings import Settings
 
 log = logging.getLogger("assaygate.api")
@@ -136,6 +138,11 @@ def _check(body: CandidateCreate, settings: Settings) -> _Checked:
         raise FieldInvalid("name the version in the body or in the manifest", field="version")
     if manifest.target.kind == "mcp":
         check_mcp_manifest(manifest)
+    if manifest_urls(manifest):
+        try:
+            EgressPolicy.from_settings(settings).check_manifest(manifest)
+        except EgressRefused as exc:
+            raise FieldInvalid(f"egress refused: {exc.message}", field=exc.field) from None
     plan = parse_plan(
         plan_data_for(manifest, body.plan.model_dump(exclude_none=True) if body.plan else {})
     )

@@ -17,6 +17,7 @@ from service.core.errors import ManifestInvalid, PlanInvalid
 from service.core.manifest import Manifest, parse_manifest_json
 from service.core.plan import AssayPlan, parse_plan
 from service.core.report import FaultResult
+from service.net.egress import EgressPolicy
 from service.targets import DEFAULT_TIMEOUT_S, close_target, load_target
 
 RATE_COLUMNS = (
@@ -227,7 +228,8 @@ def cmd_assay(args: argparse.Namespace) -> int:
     manifest = load_manifest(args.manifest)
     plan = build_plan(args, manifest)
     limits = _limits(args)
-    target = load_target(manifest, http_timeout_s=args.trial_timeout)
+    # The user's own machine: loopback and private addresses are theirs; metadata never.
+    target = load_target(manifest, http_timeout_s=args.trial_timeout, egress=EgressPolicy.local())
     try:
         report = _run(
             manifest, plan, target, limits, progress_bar=not args.json and sys.stdout.isatty()
@@ -273,7 +275,15 @@ def _run(
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
+            def waiting(note: str) -> None:
+                bar.update(task, description=note)
+
+            if hasattr(target, "on_wait"):  # an mcp target waiting for its world
+                target.on_wait = waiting
+
             return run_assay(manifest, plan, progress=progress, target=target, limits=limits)
+    if hasattr(target, "on_wait"):
+        target.on_wait = lambda note: print(note, file=sys.stderr, flush=True)
     return run_assay(manifest, plan, target=target, limits=limits)
 
 
@@ -402,7 +412,7 @@ def cmd_catalogue(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     manifest = load_manifest(args.manifest)
     plan = build_plan(args)
-    target = load_target(manifest)
+    target = load_target(manifest, egress=EgressPolicy.local())
     try:
         trace = replay_trial(manifest, plan, args.trial, target=target)
     finally:

@@ -26,6 +26,7 @@ from service.db.models import (
     FaultResult,
     ManifestRow,
     ShardStatus,
+    System,
     utcnow,
 )
 
@@ -43,6 +44,8 @@ class AssayInputs:
     manifest_digest: str
     manifest: dict[str, Any]
     plan: dict[str, Any]
+    # Whose assay: an mcp target's sandbox lock is per tenant and world.
+    tenant_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -75,15 +78,30 @@ def assay_inputs(session: Session, assay_id: uuid.UUID) -> AssayInputs | None:
             col(Assay.plan),
             col(ManifestRow.digest),
             col(ManifestRow.document),
+            col(System.tenant_id),
         )
         .join(Candidate, col(Candidate.id) == col(Assay.candidate_id))
         .join(ManifestRow, col(ManifestRow.digest) == col(Candidate.manifest_digest))
+        .join(System, col(System.id) == col(Candidate.system_id))
         .where(col(Assay.id) == assay_id)
     ).first()
     if row is None:
         return None
-    candidate_id, plan, digest, document = row
-    return AssayInputs(assay_id, candidate_id, digest, document, plan)
+    candidate_id, plan, digest, document, tenant_id = row
+    return AssayInputs(assay_id, candidate_id, digest, document, plan, tenant_id)
+
+
+def record_waiting(session: Session, inputs: AssayInputs, note: str) -> None:
+    """A trial of this assay waits for its world (`sandbox.waiting`, shown in the tenant's
+    events): the note names the world and the assay holding it, always the same tenant's."""
+    session.add(
+        Event(
+            kind="sandbox.waiting",
+            candidate_id=inputs.candidate_id,
+            assay_id=inputs.assay_id,
+            data={"note": note},
+        )
+    )
 
 
 def lease_until(now: datetime, lease_s: float) -> datetime:

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import hashlib
 import itertools
+import logging
 import os
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -37,33 +35,21 @@ from service.core.oracle import Outcome
 from service.core.rng import Stream
 from service.core.world import Workload, World
 from service.mcp.cel import Compiled, compile_invariants, evaluate
-from service.mcp.hooks import HookFailed, Upstreams
+from service.mcp.hooks import HookFailed, Upstreams, check_servers
+from service.mcp.lock import SandboxBusy, sandbox_lock, world_key
 from service.mcp.naive import naive_run
 from service.mcp.proxy import Limiter, Proxy, TrialState
 from service.mcp.runners import AgentRunner, RunResult, make_runner
 from service.mcp.witness import WITNESS, testify
+from service.net.egress import EgressPolicy, EgressRefused, refusal_in
 from service.sandbox import Confinement
+
+log = logging.getLogger("assaygate.mcp")
 
 T = TypeVar("T")
 _DENY = Recoverability.DENY
 ALARMS = frozenset({"denied", "held", "failed"})
 START_TIMEOUT_S = 60.0
-
-
-@contextlib.contextmanager
-def sandbox_lock(contract: Contract) -> Iterator[None]:
-    """One trial at a time per sandbox on this host: the team's world is one world, so two trials
-    (two shards on two worker processes, or two assays) must not interleave their resets, calls
-    and probes. Keyed by the reset hook, held for the whole trial."""
-    key = hashlib.sha256(contract.hooks.reset.model_dump_json().encode()).hexdigest()[:16]
-    path = os.path.join(tempfile.gettempdir(), f"assaygate-sandbox-{key}.lock")
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 class Loop:
@@ -182,6 +168,13 @@ def _storm(spec: FaultSpec | None, state: TrialState) -> StormObservation | None
     return StormObservation(len(times), state.storm_admitted, shortest, 0, 0, 0, 0)
 
 
+def _target_error(error: str, seed: int) -> TrialRecord:
+    """A trial that never reached the agent: a target error, held (never a pass)."""
+    w = Workload(Stream(seed))
+    outcome = Outcome((False, True, False, False, False) + (False,) * 4 + (True, False), 0, "hold")
+    return TrialRecord(outcome, False, [], error, None, None, w, World(w))
+
+
 class McpEngine:
     """The `mcp` target: implements the harness's `TrialEngine`."""
 
@@ -192,7 +185,11 @@ class McpEngine:
         runner: AgentRunner | None = None,
         guard: Callable[[FaultSpec], str | None] | None = None,
         confinement: Confinement | None = None,
+        egress: EgressPolicy | None = None,
+        tenant: str | None = None,
     ) -> None:
+        """`egress`: the policy every connection to the manifest's URLs is checked against.
+        `tenant`: whose world this is (the sandbox lock's key; None on the local CLI)."""
         assert manifest.target.runner is not None
         self.manifest = manifest
         self.contract: Contract = contract_of(manifest)
@@ -203,20 +200,42 @@ class McpEngine:
         self.deadline_s = manifest.target.runner.deadline_s
         self.confinement = confinement
         self._runner = runner
+        # The world's lock: its key, who holds it (the worker names the assay), how long a
+        # trial waits for it, and where a waiter says whom it waits for.
+        self.world = world_key(self.contract, tenant)
+        self.holder = f"pid {os.getpid()}"
+        self.lock_wait_s = self.deadline_s * (MAX_RESTARTS + 3) * 2 + 120
+        self.on_wait: Callable[[str], None] = lambda note: log.info(note)
+        # A URL the egress policy refuses: every trial is that target error, nothing connects.
+        self.refused: str | None = None
+        if egress is not None:
+            try:
+                check_servers(egress, self.contract)
+            except EgressRefused as exc:
+                self.refused = f"TargetUnreachable: egress refused: {exc.message}"
         self._seq = itertools.count()
         self._prefix = f"{int(time.time() * 1000) % 10**9:x}"
         self._loop = Loop()
-        self.upstreams = Upstreams(self.contract, confinement)
+        self.upstreams = Upstreams(self.contract, confinement, egress)
         self.proxy = Proxy(self.upstreams)
         self._naive_http: httpx2.AsyncClient | None = None
+        if self.refused is not None:
+            return
         try:
             self._loop.run(self._start(), START_TIMEOUT_S)
             if self._runner is None:
                 # After the proxy started: a sandboxed python host is given the proxy's port.
-                self._runner = make_runner(manifest.target.runner, confinement, self.proxy.url(""))
-        except BaseException:
-            self.close()
-            raise
+                self._runner = make_runner(
+                    manifest.target.runner, confinement, self.proxy.url(""), egress
+                )
+        except BaseException as exc:
+            refused = refusal_in(exc)  # a server's name re-bound to a forbidden address
+            if refused is None:
+                self.close()
+                raise
+            self.refused = f"TargetUnreachable: egress refused: {refused.message}"
+            with contextlib.suppress(Exception):
+                self._loop.run(self._stop(), 15)
 
     async def _start(self) -> None:
         await self.upstreams.open()
@@ -256,18 +275,31 @@ class McpEngine:
     ) -> TrialRecord:
         n = next(self._seq)
         budget = self.deadline_s * (MAX_RESTARTS + 3) * 2 + 120
-        with sandbox_lock(self.contract):
-            rec = self._loop.run(self._trial(spec, workload_key, disabled, n, naive=False), budget)
-            if (
-                spec is not None
-                and spec.predicted_transfer is not None
-                and not disabled
-                and rec.exercised
-            ):
-                naive = self._loop.run(
-                    self._trial(spec, workload_key, disabled, n, naive=True), budget
-                )
-                rec.sensitivity = naive.outcome
+        if self.refused is not None:
+            return _target_error(self.refused, workload_key)
+        try:
+            with sandbox_lock(self.world, self.holder, self.lock_wait_s, self.on_wait):
+                return self._locked_trial(spec, workload_key, disabled, n, budget)
+        except SandboxBusy as exc:
+            return _target_error(f"SandboxBusy: {exc}", workload_key)
+
+    def _locked_trial(
+        self,
+        spec: FaultSpec | None,
+        workload_key: int,
+        disabled: frozenset[str],
+        n: int,
+        budget: float,
+    ) -> TrialRecord:
+        rec = self._loop.run(self._trial(spec, workload_key, disabled, n, naive=False), budget)
+        if (
+            spec is not None
+            and spec.predicted_transfer is not None
+            and not disabled
+            and rec.exercised
+        ):
+            naive = self._loop.run(self._trial(spec, workload_key, disabled, n, naive=True), budget)
+            rec.sensitivity = naive.outcome
         return rec
 
     # -- one trial ---------------------------------------------------------------------------
@@ -281,11 +313,7 @@ class McpEngine:
         try:
             task, before = await self._reset(spec, seed, trial_id)
         except (HookFailed, KeyError, TypeError) as exc:
-            outcome = Outcome(
-                (False, True, False, False, False) + (False,) * 4 + (True, False), 0, "hold"
-            )
-            rec = TrialRecord(outcome, False, [], f"HookFailed: {exc}", None, None, w, World(w))
-            return rec
+            return _target_error(f"HookFailed: {exc}", seed)
         task["trial_id"] = trial_id
         task["disabled_controls"] = sorted(disabled)
         state = self._state(spec, inj, task, before, seed, trial_id)

@@ -14,15 +14,25 @@ import os
 import socket
 from collections.abc import Sequence
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 import httpx
+import httpx2
 import mcp_types as types
 from mcp import Client, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 
 from service.core.contract import Contract, Hook, Upstream
 from service.mcp.wire import reply_json
+from service.net.egress import (
+    AsyncEgressTransport,
+    AsyncEgressTransport2,
+    EgressPolicy,
+    EgressRefused,
+    refusal_in,
+)
 from service.sandbox import Confinement
 from service.sandbox.bwrap import Sandbox
 
@@ -34,9 +44,15 @@ class HookFailed(Exception):
     """A world hook failed or answered something that is not the JSON it owes."""
 
 
-def _client(up: Upstream, confinement: Confinement | None) -> tuple[Client, Sandbox | None]:
+def _client(
+    up: Upstream, confinement: Confinement | None, http: httpx2.AsyncClient | None = None
+) -> tuple[Client, Sandbox | None]:
+    """The SDK client for `up`, and the sandbox its stdio server runs in (with a confinement);
+    `http`: the httpx2 client a Streamable HTTP session uses (the egress policy's transport)."""
     if up.url is not None:
-        return Client(up.url, cache=None), None
+        if http is None:
+            return Client(up.url, cache=None), None
+        return Client(streamable_http_client(up.url, http_client=http), cache=None), None
     assert up.command is not None
     cmd = list(up.command)
     sandbox = None
@@ -55,13 +71,32 @@ def _devnull() -> TextIO:
     return open(os.devnull, "w")
 
 
+def check_servers(egress: EgressPolicy, contract: Contract) -> None:
+    """Refuse before connecting: an upstream server's URL the policy refuses (each connection
+    is checked again by the SDK client's transport)."""
+    for name, up in sorted(contract.servers.items()):
+        if up.url is not None:
+            parts = urlsplit(up.url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            try:
+                egress.resolve(parts.hostname or "", port)
+            except OSError:
+                continue  # does not resolve: the connection fails on its own
+            except EgressRefused as exc:
+                field = f"manifest.tools.servers.{name}.url"
+                raise EgressRefused(f"{field}: {exc.message}", field) from None
+
+
 class _Held:
     """One SDK client kept open by a task of its own for the whole assay (anyio's scopes must
     close in the task that opened them; a trial's task is gone by the time a session is)."""
 
-    def __init__(self, up: Upstream, confinement: Confinement | None) -> None:
+    def __init__(
+        self, up: Upstream, confinement: Confinement | None, egress: EgressPolicy | None = None
+    ) -> None:
         self.up = up
         self.confinement = confinement
+        self.egress = egress
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -73,8 +108,18 @@ class _Held:
     async def _hold(self, ready: asyncio.Future[Client]) -> None:
         sandbox: Sandbox | None = None
         try:
-            client, sandbox = _client(self.up, self.confinement)
-            async with client:
+            async with contextlib.AsyncExitStack() as stack:
+                http: httpx2.AsyncClient | None = None
+                if self.up.url is not None and self.egress is not None:
+                    http = await stack.enter_async_context(
+                        httpx2.AsyncClient(
+                            timeout=httpx2.Timeout(30.0, read=300.0),
+                            transport=AsyncEgressTransport2(self.egress),
+                            trust_env=False,  # no proxy from the environment around the check
+                        )
+                    )
+                client, sandbox = _client(self.up, self.confinement, http)
+                client = await stack.enter_async_context(client)
                 ready.set_result(client)
                 await self._stop.wait()
         except BaseException as exc:
@@ -97,10 +142,18 @@ class Upstreams:
     """One SDK session per upstream server, opened once on the engine's event loop and kept for
     the whole assay (reopened after a transport failure)."""
 
-    def __init__(self, contract: Contract, confinement: Confinement | None = None) -> None:
+    def __init__(
+        self,
+        contract: Contract,
+        confinement: Confinement | None = None,
+        egress: EgressPolicy | None = None,
+    ) -> None:
         self.contract = contract
         # With a confinement, stdio servers and command hooks run in the sandbox.
         self.confinement = confinement
+        # Every connection to a server's or an http hook's URL goes to an address this policy
+        # checked (None: the local caller's own business, e.g. tests and benchmarks).
+        self.egress = egress
         self.clients: dict[str, Client] = {}
         self._held: dict[str, _Held] = {}
         self._tools: list[types.Tool] | None = None
@@ -111,12 +164,19 @@ class Upstreams:
     async def open(self) -> None:
         for name in sorted(self.contract.servers):
             await self._open(name)
+        transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(socket_options=NODELAY)
+        if self.egress is not None:
+            transport = AsyncEgressTransport(self.egress, transport)
+        # Redirects are not followed; no proxy from the environment routes around the check.
         self._http = httpx.AsyncClient(
-            timeout=HOOK_TIMEOUT_S, transport=httpx.AsyncHTTPTransport(socket_options=NODELAY)
+            timeout=HOOK_TIMEOUT_S,
+            transport=transport,
+            follow_redirects=False,
+            trust_env=self.egress is None,
         )
 
     async def _open(self, name: str) -> Client:
-        held = _Held(self.contract.servers[name], self.confinement)
+        held = _Held(self.contract.servers[name], self.confinement, self.egress)
         self.clients[name] = await held.start()
         self._held[name] = held
         return self.clients[name]
@@ -220,6 +280,9 @@ class Upstreams:
         except HookFailed:
             raise
         except Exception as exc:
+            refused = refusal_in(exc)
+            if refused is not None:
+                raise HookFailed(f"TargetUnreachable: egress refused: {refused.message}") from exc
             raise HookFailed(f"{hook.kind} hook failed: {type(exc).__name__}: {exc}") from exc
 
 

@@ -33,6 +33,7 @@ import httpx
 
 from service.core.errors import ManifestInvalid
 from service.core.manifest import Runner
+from service.net.egress import EgressPolicy, EgressRefused, EgressTransport
 from service.sandbox import Confinement
 from service.sandbox.bwrap import Sandbox
 
@@ -181,10 +182,16 @@ NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 
 
 class HttpRunner:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, egress: EgressPolicy | None = None) -> None:
         self.url = url
-        # Keep-alive to the agent, without Nagle's delay on the request's second segment.
-        self._client = httpx.Client(transport=httpx.HTTPTransport(socket_options=NODELAY))
+        # Keep-alive to the agent, without Nagle's delay on the request's second segment; every
+        # request (redirects are not followed) to an address the egress policy checked.
+        transport: httpx.BaseTransport = httpx.HTTPTransport(socket_options=NODELAY)
+        if egress is not None:
+            transport = EgressTransport(egress, transport)
+        self._client = httpx.Client(
+            transport=transport, follow_redirects=False, trust_env=egress is None
+        )
 
     def run(
         self, task: dict[str, Any], url: str, deadline_s: float, crashed: threading.Event
@@ -193,7 +200,9 @@ class HttpRunner:
             r = self._client.post(self.url, json={"task": task, "mcp_url": url}, timeout=deadline_s)
         except httpx.TimeoutException:
             return RunResult(error="TargetTimeout: the run passed its deadline", timed_out=True)
-        except httpx.HTTPError as exc:
+        except EgressRefused as exc:
+            return RunResult(error=f"TargetUnreachable: egress refused: {exc.message}")
+        except (httpx.HTTPError, OSError) as exc:
             return RunResult(error=f"TargetUnreachable: {exc}")
         if crashed.is_set():
             return RunResult(crashed=True)
@@ -321,16 +330,20 @@ class PythonRunner(HttpRunner):
 
 
 def make_runner(
-    spec: Runner, confinement: Confinement | None = None, mcp_url: str | None = None
+    spec: Runner,
+    confinement: Confinement | None = None,
+    mcp_url: str | None = None,
+    egress: EgressPolicy | None = None,
 ) -> AgentRunner:
     """The runner for `spec`; with `confinement`, its processes run in the sandbox, and a python
-    host may reach `mcp_url`'s address (the engine's proxy; each run's URL is on that port)."""
+    host may reach `mcp_url`'s address (the engine's proxy; each run's URL is on that port).
+    `egress`: the policy an http runner's URL is checked against at every connection."""
     if spec.kind == "command":
         assert spec.command is not None
         return CommandRunner(spec.command, confinement)
     if spec.kind == "http":
         assert spec.url is not None
-        return HttpRunner(spec.url)
+        return HttpRunner(spec.url, egress)
     assert spec.entrypoint is not None
     reach = [address_of(mcp_url)] if mcp_url else []
     framework = spec.kind if spec.kind in ("langgraph", "openai-agents") else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from service.core.engine import TrialEngine
 from service.core.manifest import Manifest
 from service.core.target import Target
+from service.net.egress import EgressPolicy
 from service.sandbox import Confinement
 from service.targets.http import DEFAULT_TIMEOUT_S, HttpTarget
 from service.targets.python import PythonTarget, load_python_target
@@ -30,14 +31,18 @@ def load_target(
     manifest: Manifest,
     http_timeout_s: float = DEFAULT_TIMEOUT_S,
     confinement: Confinement | None = None,
+    egress: EgressPolicy | None = None,
+    tenant: str | None = None,
 ) -> Target | TrialEngine | None:
     """With `confinement`, every process of the tenant's code runs in the sandbox
-    (`service.sandbox.bwrap`); `None` (the local CLI) runs it as the user's own processes."""
+    (`service.sandbox.bwrap`); `None` (the local CLI) runs it as the user's own processes.
+    `egress`: the policy every connection to a URL of the manifest is checked against (the
+    worker's, or the local CLI's). `tenant`: whose assay it is (an mcp target's sandbox lock)."""
     spec = manifest.target
     if spec.kind == "mcp":
         from service.mcp.engine import McpEngine
 
-        return McpEngine(manifest, confinement=confinement)
+        return McpEngine(manifest, confinement=confinement, egress=egress, tenant=tenant)
     if spec.kind == "python":
         assert spec.entrypoint is not None  # the manifest validator requires it
         return load_python_target(
@@ -45,7 +50,7 @@ def load_target(
         )
     if spec.kind == "http":
         assert spec.url is not None
-        return HttpTarget(spec.url, timeout_s=http_timeout_s)
+        return HttpTarget(spec.url, timeout_s=http_timeout_s, egress=egress)
     return None
 
 

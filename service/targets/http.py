@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 from service.core.errors import ManifestInvalid
 from service.core.sandbox import RunCrashed, Task, Tools
+from service.net import egress
+from service.net.egress import EgressPolicy, EgressRefused
 from service.targets.errors import (
     TargetProtocolError,
     TargetServerError,
@@ -39,13 +41,20 @@ class HttpTarget:
     """A `Target` that posts each trial's task to an agent URL. Close it to stop its tool server."""
 
     def __init__(
-        self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S, server: ToolServer | None = None
+        self,
+        url: str,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        server: ToolServer | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ManifestInvalid(f"not an http(s) URL: {url!r}", field="target.url")
         self.url = url
         self.timeout_s = timeout_s
+        # The worker's egress policy: each connection goes to an address it checked. None: the
+        # caller connects where it is told (tests, benchmarks).
+        self.egress = egress
         self._https = parts.scheme == "https"
         self._host = parts.hostname
         self._port = parts.port
@@ -145,6 +154,9 @@ class HttpTarget:
                 if attempt == 1 and reused and session.calls == 0:
                     continue
                 raise TargetUnreachable(f"the agent dropped the connection: {exc}") from None
+            except EgressRefused as exc:
+                self._drop_connection()
+                raise TargetUnreachable(f"egress refused: {exc.message}") from None
             except ConnectionRefusedError:
                 self._drop_connection()
                 raise TargetUnreachable(f"connection refused by {self.url}") from None
@@ -162,7 +174,10 @@ class HttpTarget:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is not None:
             return conn, True
-        if self._https:
+        if self.egress is not None:
+            cls = egress.HTTPSConnection if self._https else egress.HTTPConnection
+            conn = cls(self.egress, self._host, self._port, self.timeout_s)
+        elif self._https:
             conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout_s)
         else:
             conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)

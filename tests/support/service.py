@@ -133,6 +133,8 @@ def session_settings(database_url: str, data_dir: Path, label: str, **overrides:
         "log_level": "INFO",
         # The suite submits far faster than CI would; the limit has its own test.
         "submissions_per_minute": 0,
+        # The suite's agents and MCP servers listen on loopback; the gate's own ports stay refused.
+        "egress_allow_loopback": True,
         **overrides,
     }
     return Settings(**values)
@@ -202,8 +204,8 @@ def free_port() -> int:
 class ApiServer:
     """The real ASGI app on a real socket, served from a thread of the test process."""
 
-    def __init__(self, app: FastAPI) -> None:
-        self.port = free_port()
+    def __init__(self, app: FastAPI, port: int | None = None) -> None:
+        self.port = free_port() if port is None else port
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

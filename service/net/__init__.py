@@ -1,0 +1,1 @@
+"""The gate's outbound network: every connection a manifest's URL makes passes through here."""
