@@ -32,6 +32,7 @@ from service.core.credential import InjectorScope, injection_guard, verify_crede
 from service.core.dossier import PublicKey, Signer
 from service.core.engine import TrialEngine
 from service.core.errors import CredentialInvalid
+from service.core.execution import runs_code
 from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan
 from service.core.target import Target
@@ -46,9 +47,11 @@ from service.db.assay import (
 from service.db.injector import InjectorState, stop_reason
 from service.db.lease import renew_lease
 from service.db.session import DATABASE_ERRORS, make_engine, session_scope
+from service.db.tenant import code_allowed
 from service.keys import ActiveKey, KeyRing
 from service.settings import Settings
-from service.targets import close_target, load_target
+from service.targets import close_target
+from worker.code import confinement_for, load_confined, refusal
 
 log = logging.getLogger("assaygate.worker")
 
@@ -139,13 +142,17 @@ class WorkerContext:
         assert self.settings.injector_public_dir is not None
         self._keys = {k.keyid: k for k in KeyRing(self.settings.injector_public_dir).published()}
 
-    def target(self, assay_id: uuid.UUID, manifest: Manifest) -> Target | TrialEngine | None:
-        """The adapter for a python or http target, one per manifest per process."""
+    def target(
+        self, assay_id: uuid.UUID, manifest: Manifest, inputs: AssayInputs | None = None
+    ) -> Target | TrialEngine | None:
+        """The adapter for a python or http target, one per manifest per process; a manifest
+        naming the tenant's code (`inputs` says whose) gets its confinement."""
         key = manifest.digest()
         if key in self._targets:
             self._targets.move_to_end(key)
             return self._targets[key]
-        target = self._targets[key] = load_target(manifest)
+        confinement = None if inputs is None else confinement_for(self.settings, inputs, manifest)
+        target = self._targets[key] = load_confined(manifest, confinement)
         while len(self._targets) > MAX_TARGETS:
             close_target(self._targets.popitem(last=False)[1])
         return target
@@ -266,6 +273,8 @@ def execute_shard(
             parsed = ctx.assay(session, assay_id)
             if parsed is None:
                 return None, None, None
+            if refused(ctx, session, parsed, ids):
+                return parsed, None, None
             lease_s = ctx.settings.shard_lease_s
             return parsed, *shards.begin(
                 session, parsed.inputs, shard_index, worker, lease_s=lease_s
@@ -293,6 +302,21 @@ def execute_shard(
         retrying(ctx, "merge the assay", ids, lambda: finalize(ctx, parsed)) if complete else None
     )
     return {**outcome, "decision": decision}
+
+
+def refused(ctx: WorkerContext, session: Session, parsed: Parsed, ids: dict[str, Any]) -> bool:
+    """A shard naming the tenant's code that this worker must not run: its assay fails with the
+    reason (in the caller's transaction), and the shard is never started (worker.code)."""
+    inputs = parsed.inputs
+    if not runs_code(parsed.manifest):
+        return False
+    allowed = code_allowed(session, inputs.tenant_id)
+    reason = refusal(ctx.settings, inputs, parsed.manifest, allowed)
+    if reason is None:
+        return False
+    fail_assay(session, inputs.assay_id, reason)
+    log.error("%s", reason, extra=ids)
+    return True
 
 
 def run_and_store(
@@ -360,7 +384,7 @@ def run_guarded(
         retrying(ctx, "record the refusal", ids, refuse)
         log.warning("injector credential refused", extra={**ids, "reason": str(exc)})
         return ShardResult(spec.index, {}, 0, True, reason)
-    target = ctx.target(assay_id, parsed.manifest)
+    target = ctx.target(assay_id, parsed.manifest, parsed.inputs)
     guard = injection_guard(scope, time.time)
     if isinstance(target, TrialEngine) and hasattr(target, "guard"):
         target.guard = guard  # an engine's injector checks this assay's credential too

@@ -21,6 +21,7 @@ from service.api.routes import (
     health,
     holds,
     systems,
+    tenants,
 )
 from service.http.access import authorize
 from service.http.input import check_request_text
@@ -43,6 +44,7 @@ def install(app: FastAPI, settings: Settings) -> None:
         systems.router,
         events.router,
         api_keys.router,
+        tenants.router,
         health.router,
     ):
         app.include_router(

@@ -85,3 +85,10 @@ class ServiceUnavailable(AppError):
 
 class BrokerUnavailable(ServiceUnavailable):
     code = "broker_unavailable"
+
+
+class CodeNotAllowed(AppError):
+    """The manifest names the tenant's code, and no operator allowed that tenant to run code."""
+
+    kind = Kind.REFUSED
+    code = "code_not_allowed"

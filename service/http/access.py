@@ -61,6 +61,7 @@ ROUTE_ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("GET", "/v1/api-keys"): frozenset({ADMIN}),
     ("POST", "/v1/api-keys"): frozenset({ADMIN}),
     ("DELETE", "/v1/api-keys/{key_id}"): frozenset({ADMIN}),
+    ("GET", "/v1/tenant"): ANY_ROLE,
     # Counts across every tenant: operators only.
     ("GET", "/metrics"): frozenset({ADMIN}),
 }
