@@ -264,6 +264,17 @@ def wait_decided(
     return found
 
 
+def allow_code(engine: sa.Engine, tenant: str) -> None:
+    """What `assaygate tenants allow-code TENANT` does (the tenant must exist: it has a key)."""
+    from service.db import tenant as tenants
+
+    with Session(engine) as session:
+        row = tenants.by_name(session, tenant)
+        assert row is not None, f"no tenant {tenant}"
+        tenants.set_code_allowed(session, row, True)
+        session.commit()
+
+
 def local_report(name: str, *, trials: int, seed: int, extra: list[str] | None = None) -> Any:
     """The report of the local `assaygate assay` command for the same manifest and plan."""
     command = [
