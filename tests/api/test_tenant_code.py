@@ -308,7 +308,7 @@ def test_another_tenants_code_never_reaches_a_tenants_worker(
         assert wait_decided(other, candidate["id"])["status"] == "stopped"
 
 
-def test_a_revoked_tenant_is_refused_and_its_queued_code_shards_fail_with_the_reason(
+def test_a_revoked_tenant_is_refused_its_queued_code_shards_fail_and_a_rerun_is_refused(
     settings: Settings,
     engine: sa.Engine,
     api_url: str,
@@ -331,6 +331,8 @@ def test_a_revoked_tenant_is_refused_and_its_queued_code_shards_fail_with_the_re
         done = wait_decided(team, candidate["id"])
         assert done["status"] == "failed", done
         assert set(shard_workers(engine, candidate["assay_id"])) == {None}  # never started
+        rerun = team.post(f"/v1/candidates/{candidate['id']}/rerun", json={})
+        assert refused(rerun, 403, "manifest.target.entrypoint")["code"] == "code_not_allowed"
     with Session(engine) as session:
         assay = session.get(Assay, uuid.UUID(candidate["assay_id"]))
         assert assay is not None and assay.report is not None
