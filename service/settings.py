@@ -7,9 +7,11 @@ under `./var`, so a laptop needs no servers. Point `ASSAYGATE_DATABASE_URL` at P
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import re
 import sys
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -106,6 +108,18 @@ class Settings(BaseSettings):
     egress_allow_private: bool | None = None
     # Comma-separated CIDRs and host names allowed even when loopback or private are refused.
     egress_allowlist: str = ""
+    # Tenant code (docs/operations.md, "Running tenant code"). A worker started with a tenant
+    # consumes only that tenant's code queue (`tenant_queue`) and runs its code, from
+    # `tenant_code_dir`, inside the OS sandbox; a worker without one consumes only `queue`,
+    # which never carries code.
+    worker_tenant: str | None = None
+    tenant_code_dir: Path | None = None
+    # The sandbox's limits per process tree of tenant code (service.sandbox.Limits).
+    code_cpu_s: int = Field(default=300, ge=1)
+    code_memory_mb: int = Field(default=2048, ge=16)
+    code_processes: int = Field(default=256, ge=1)
+    code_open_files: int = Field(default=512, ge=16)
+    code_file_mb: int = Field(default=64, ge=1)
 
     @model_validator(mode="after")
     def _embedded_defaults(self) -> Settings:
@@ -174,6 +188,21 @@ class Settings(BaseSettings):
     def broker_dir(self) -> Path:
         return self.data_dir / "broker"
 
+    def tenant_queue(self, tenant: str) -> str:
+        """The Celery queue of a tenant's code shards: `<queue>.tenant.<name>`, the name kept
+        as it is when it is a plain word (letters, digits, `-`, `_`, at most 64), otherwise
+        reduced to one plus a digest of the whole name, so two tenants never share a queue."""
+        if _PLAIN_NAME.fullmatch(tenant):
+            return f"{self.queue}.tenant.{tenant}"
+        word = re.sub(r"[^A-Za-z0-9_-]+", "-", tenant).strip("-")[:40] or "tenant"
+        digest = hashlib.sha256(tenant.encode()).hexdigest()[:12]
+        return f"{self.queue}.tenant.{word}-{digest}"
+
+    @property
+    def worker_queue(self) -> str:
+        """The one queue this worker consumes: its tenant's code queue, or the shared one."""
+        return self.tenant_queue(self.worker_tenant) if self.worker_tenant else self.queue
+
     def resolved_migrations_dir(self) -> Path:
         if self.migrations_dir is not None:
             return self.migrations_dir
@@ -236,6 +265,9 @@ class Settings(BaseSettings):
             if value is not None:
                 env[f"ASSAYGATE_{name.upper()}"] = str(value)
         return env
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @lru_cache(maxsize=1)

@@ -1,4 +1,8 @@
-"""`python -m worker [celery worker options]`: one Celery worker for the configured queue."""
+"""`python -m worker [celery worker options]`: one Celery worker for the configured queue.
+
+With `ASSAYGATE_WORKER_TENANT=NAME` (and `ASSAYGATE_TENANT_CODE_DIR`, where that tenant's code
+lives) it consumes only that tenant's code queue; without, only the shared queue, which never
+carries code (docs/operations.md, "Running tenant code")."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     args = [
         "worker",
         "--queues",
-        settings.queue,
+        settings.worker_queue,
         "--loglevel",
         settings.log_level,
         "--without-gossip",

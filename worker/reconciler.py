@@ -7,9 +7,11 @@ Messages are hints; the database says what is left to do (service.db.lease). Eve
    reason naming the shard; settles the lapsed shards of an assay that is stopping (an empty,
    stopped result, as a worker would store on finding the stop);
 2. sends again every lapsed shard that was running (its worker is gone or cut off), and every
-   lapsed shard that was queued if the queue is empty (its message was lost: a broker that
+   lapsed shard that was queued if its queue is empty (its message was lost: a broker that
    restarted without its data, or a task that could not store it). A queued shard behind a
-   long queue is not lost, only waiting, so it is not sent twice;
+   long queue is not lost, only waiting, so it is not sent twice. Each goes back to the queue
+   it belongs to: its tenant's code queue when its manifest runs code, else the shared one, and
+   each queue's depth is measured on its own;
 3. merges any assay whose shards are all stored but which nobody decided;
 4. signs the dossier version that records each lapsed waiver or rejection (the gate already
    reads it as lapsed; this writes it into the signed chain, once however many workers look).
@@ -38,6 +40,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlmodel import Session
 
 from service.app import reviews
+from service.app.tenants import queue_for
 from service.db.assay import fail_assay
 from service.db.lease import (
     Lapsed,
@@ -65,7 +68,9 @@ class Round:
     resent: int = 0
     decided: int = 0
     expired: int = 0
+    # The shared queue's depth (None: the broker did not answer), and every queue measured.
     queue_depth: int | None = None
+    queue_depths: dict[str, int] = field(default_factory=dict)
 
 
 class Reconciler:
@@ -153,7 +158,8 @@ class Reconciler:
         done.decided = sum(self._decide(assay_id) for assay_id in stopping)
         done.queue_depth = self.queue_depth()
         if done.queue_depth is not None:
-            done.resent = self._resend(done.queue_depth)
+            done.queue_depths[self.settings.queue] = done.queue_depth
+            done.resent = self._resend(done.queue_depths)
         done.decided += self._decide_leftovers()
         done.expired = self.expire_reviews()
         return done
@@ -164,27 +170,45 @@ class Reconciler:
         with session_scope(self.ctx.engine) as session:
             return reviews.expire_lapsed(session, signer)
 
-    def _resend(self, queue_depth: int) -> int:
-        """Send again the lapsed shards that were lost; rolled back if the broker refuses."""
+    def _resend(self, depths: dict[str, int]) -> int:
+        """Send again the lapsed shards that were lost, each to the queue it belongs to (its
+        tenant's code queue when its manifest runs code, else the shared queue); rolled back if
+        the broker refuses. `depths`: the queues measured so far, grown with each queue seen."""
         now = utcnow()
         lease_s = self.settings.shard_lease_s
-        lost: dict[uuid.UUID, list[int]] = defaultdict(list)
+        lost: dict[str, dict[uuid.UUID, list[int]]] = defaultdict(lambda: defaultdict(list))
         try:
             with session_scope(self.ctx.engine) as session:
                 for shard in lapsed_shards(session, now):
-                    if self._lost(shard, queue_depth):
-                        lost[shard.assay_id].append(shard.shard_index)
+                    queue = self._queue_of(session, shard.assay_id)
+                    if queue is None:
+                        continue
+                    if queue not in depths:
+                        depth = self.queue_depth(queue)
+                        if depth is None:
+                            continue
+                        depths[queue] = depth
+                    if self._lost(shard, depths[queue]):
+                        lost[queue][shard.assay_id].append(shard.shard_index)
                 if not lost:
                     return 0
-                for assay_id, indices in lost.items():
-                    mark_dispatched(session, assay_id, indices, now, lease_s)
-                self.publish(lost)
+                for by_assay in lost.values():
+                    for assay_id, indices in by_assay.items():
+                        mark_dispatched(session, assay_id, indices, now, lease_s)
+                for queue, by_assay in lost.items():
+                    self.publish(by_assay, queue)
         except BROKER_ERRORS as exc:
             self._unreachable("broker", exc)  # nothing counted: the transaction rolled back
             return 0
-        count = sum(len(v) for v in lost.values())
-        log.warning("resent %d lost shards of %d assays", count, len(lost))
+        count = sum(len(v) for by_assay in lost.values() for v in by_assay.values())
+        log.warning("resent %d lost shards to %s", count, ", ".join(sorted(lost)))
         return count
+
+    def _queue_of(self, session: Session, assay_id: uuid.UUID) -> str | None:
+        parsed = self.ctx.assay(session, assay_id)
+        if parsed is None:
+            return None
+        return queue_for(self.settings, parsed.inputs.tenant, parsed.manifest)
 
     def _lost(self, shard: Lapsed, queue_depth: int) -> bool:
         if shard.stop_reason is not None or shard.tries >= self.settings.shard_max_attempts:
@@ -215,29 +239,32 @@ class Reconciler:
         )
         return connection
 
-    def _declare(self, connection: Connection) -> int:
-        """Declare the shard queue and its binding; return the messages waiting in it. Declared
+    def _declare(self, connection: Connection, queue: str) -> int:
+        """Declare a shard queue and its binding; return the messages waiting in it. Declared
         every time: a broker that restarted empty has lost them, and a message sent to an
         exchange with no binding is dropped without an error."""
         channel: Any = connection.default_channel
-        self.client.amqp.queues[self.settings.queue].bind(channel).declare()
-        return int(channel.queue_declare(queue=self.settings.queue, passive=False).message_count)
+        self.client.amqp.queues[queue].bind(channel).declare()
+        return int(channel.queue_declare(queue=queue, passive=False).message_count)
 
-    def queue_depth(self) -> int | None:
-        """Messages waiting in the shard queue, or None if the broker does not answer."""
+    def queue_depth(self, queue: str | None = None) -> int | None:
+        """Messages waiting in a shard queue (None: the shared one), or None if the broker does
+        not answer."""
         try:
             with self._connection() as connection:
-                depth = self._declare(connection)
+                depth = self._declare(connection, queue or self.settings.queue)
         except BROKER_ERRORS as exc:
             self._unreachable("broker", exc)
             return None
         self._reachable("broker")
         return depth
 
-    def publish(self, shards: dict[uuid.UUID, list[int]]) -> None:
-        """Send one message per shard; raises if the broker refuses any."""
+    def publish(self, shards: dict[uuid.UUID, list[int]], queue: str | None = None) -> None:
+        """Send one message per shard to `queue` (None: the shared one); raises if the broker
+        refuses any."""
+        name = queue or self.settings.queue
         with self._connection() as connection:
-            self._declare(connection)
+            self._declare(connection, name)
             with self.client.producer_or_acquire() as producer:
                 for assay_id, indices in shards.items():
                     for index in indices:
@@ -245,5 +272,5 @@ class Reconciler:
                             RUN_SHARD,
                             args=[str(assay_id), index],
                             producer=producer,
-                            queue=self.settings.queue,
+                            queue=name,
                         )

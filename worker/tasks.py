@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, TypeVar
 
 from celery import Celery, Task
@@ -27,13 +25,16 @@ from sqlmodel import Session
 
 from service.app import shards
 from service.app.dossiers import decide
+from service.app.secrets import secrets_for
 from service.core.assay import ShardResult, ShardSpec, run_shard
 from service.core.credential import InjectorScope, injection_guard, verify_credential
 from service.core.dossier import PublicKey, Signer
 from service.core.engine import TrialEngine
 from service.core.errors import CredentialInvalid
+from service.core.execution import runs_code
 from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan
+from service.core.secret import SecretsKey
 from service.core.target import Target
 from service.db.assay import (
     AssayInputs,
@@ -45,12 +46,14 @@ from service.db.assay import (
     record_waiting,
 )
 from service.db.injector import InjectorState, stop_reason
-from service.db.lease import renew_lease
 from service.db.session import DATABASE_ERRORS, make_engine, session_scope
-from service.keys import ActiveKey, KeyRing
+from service.db.tenant import code_allowed
+from service.keys import ActiveKey, KeyRing, load_secrets_key
 from service.net.egress import EgressPolicy
 from service.settings import Settings
 from service.targets import close_target, load_target
+from worker.code import confinement_for, refusal
+from worker.heartbeat import Heartbeat
 
 log = logging.getLogger("assaygate.worker")
 
@@ -114,6 +117,7 @@ class WorkerContext:
         self._keys: dict[str, PublicKey] = {}
         self._targets: OrderedDict[str, Target | TrialEngine | None] = OrderedDict()
         self._egress: EgressPolicy | None = None
+        self._secrets_key: SecretsKey | None = None
 
     @property
     def engine(self) -> Engine:
@@ -147,8 +151,10 @@ class WorkerContext:
     ) -> Target | TrialEngine | None:
         """The adapter for a python, http or mcp target, one per tenant and manifest per
         process. Its connections to the manifest's URLs are checked against the egress policy;
-        an mcp target's world lock is the tenant's and names this assay while a trial holds it."""
-        tenant = None if inputs is None or inputs.tenant_id is None else inputs.tenant_id.hex
+        an mcp target's world lock is the tenant's and names this assay while a trial holds it;
+        a manifest naming the tenant's code gets its confinement (the OS sandbox, the tenant's
+        named secrets, the egress check) and never runs without one."""
+        tenant = None if inputs is None else inputs.tenant_id.hex
         key = f"{tenant}:{manifest.digest()}"
         if key in self._targets:
             self._targets.move_to_end(key)
@@ -156,13 +162,35 @@ class WorkerContext:
         else:
             if self._egress is None:
                 self._egress = EgressPolicy.from_settings(self.settings)
-            target = self._targets[key] = load_target(manifest, egress=self._egress, tenant=tenant)
+            confinement = None
+            if inputs is not None and runs_code(manifest):
+                confinement = confinement_for(
+                    self.settings, manifest, self.secrets(inputs, manifest), self._egress.resolve
+                )
+            elif runs_code(manifest):
+                raise RuntimeError("tenant code needs its assay's inputs to be confined")
+            target = self._targets[key] = load_target(
+                manifest, confinement=confinement, egress=self._egress, tenant=tenant
+            )
         while len(self._targets) > MAX_TARGETS:
             close_target(self._targets.popitem(last=False)[1])
         if hasattr(target, "holder"):  # an mcp engine (imported lazily, with the MCP SDK)
             setattr(target, "holder", str(assay_id))  # noqa: B010
             setattr(target, "on_wait", self._waiting(assay_id, inputs))  # noqa: B010
         return target
+
+    def secrets(self, inputs: AssayInputs, manifest: Manifest) -> Mapping[str, str]:
+        """The tenant's named secrets the manifest asks for, decrypted for its sandboxed code
+        only (the operator's key is read once per process; a worker never creates it)."""
+        if not manifest.target.secrets:
+            return {}
+        if self._secrets_key is None:
+            assert self.settings.secrets_key_file is not None  # settings derive it
+            self._secrets_key = load_secrets_key(self.settings.secrets_key_file)
+        with Session(self.engine) as session:
+            return secrets_for(
+                session, inputs.tenant_id, manifest.target.secrets, self._secrets_key
+            )
 
     def _waiting(self, assay_id: uuid.UUID, inputs: AssayInputs | None) -> Callable[[str], None]:
         """Where a trial waiting for its world says so: a log line and the assay's events."""
@@ -219,43 +247,6 @@ class WorkerContext:
         return parsed
 
 
-class Heartbeat:
-    """Renews a running shard's lease every third of `shard_lease_s`, from a thread, until the
-    shard is stored: a lease lapses only when its worker is gone or cut off. A database that
-    does not answer skips a beat; the reconciler then may send the shard again, and whichever
-    run stores first is kept."""
-
-    def __init__(self, ctx: WorkerContext, assay_id: uuid.UUID, index: int, attempt: int) -> None:
-        self._ctx, self._assay_id, self._index, self._attempt = ctx, assay_id, index, attempt
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
-
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        _type: type[BaseException] | None,
-        _exc: BaseException | None,
-        _tb: TracebackType | None,
-    ) -> None:
-        self._done.set()
-        self._thread.join(timeout=10)
-
-    def _beat(self) -> None:
-        lease_s = self._ctx.settings.shard_lease_s
-        while not self._done.wait(lease_s / 3):
-            try:
-                with session_scope(self._ctx.engine) as session:
-                    renew_lease(session, self._assay_id, self._index, self._attempt, lease_s)
-            except DATABASE_ERRORS:
-                log.warning(
-                    "lease not renewed: the database did not answer",
-                    extra={"assay_id": str(self._assay_id), "shard": self._index},
-                )
-
-
 def register(app: Celery, ctx: WorkerContext) -> None:
     # The result of a shard lives in the database; nothing reads Celery's result backend, so
     # storing one would only add a broker write that an outage can fail. Not `shared`: the task
@@ -295,6 +286,8 @@ def execute_shard(
             parsed = ctx.assay(session, assay_id)
             if parsed is None:
                 return None, None, None
+            if refused(ctx, session, parsed, ids):
+                return parsed, None, None
             lease_s = ctx.settings.shard_lease_s
             return parsed, *shards.begin(
                 session, parsed.inputs, shard_index, worker, lease_s=lease_s
@@ -322,6 +315,21 @@ def execute_shard(
         retrying(ctx, "merge the assay", ids, lambda: finalize(ctx, parsed)) if complete else None
     )
     return {**outcome, "decision": decision}
+
+
+def refused(ctx: WorkerContext, session: Session, parsed: Parsed, ids: dict[str, Any]) -> bool:
+    """A shard naming the tenant's code that this worker must not run: its assay fails with the
+    reason (in the caller's transaction), and the shard is never started (worker.code)."""
+    inputs = parsed.inputs
+    if not runs_code(parsed.manifest):
+        return False
+    allowed = code_allowed(session, inputs.tenant_id)
+    reason = refusal(ctx.settings, inputs, parsed.manifest, allowed)
+    if reason is None:
+        return False
+    fail_assay(session, inputs.assay_id, reason)
+    log.error("%s", reason, extra=ids)
+    return True
 
 
 def run_and_store(

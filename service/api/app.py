@@ -22,6 +22,7 @@ from service.api.routes import (
     holds,
     secrets,
     systems,
+    tenants,
 )
 from service.http.access import authorize
 from service.http.input import check_request_text
@@ -45,6 +46,7 @@ def install(app: FastAPI, settings: Settings) -> None:
         events.router,
         api_keys.router,
         secrets.router,
+        tenants.router,
         health.router,
     ):
         app.include_router(

@@ -384,3 +384,19 @@ class SecretPublic(BaseModel):
 
 class SecretList(BaseModel):
     items: list[SecretPublic]
+
+
+class TenantPublic(BaseModel):
+    """The caller's tenant, and whether an operator allowed it to run code on this service."""
+
+    name: str
+    code_allowed: bool = Field(
+        description="whether manifests may name code (python, command, stdio, framework "
+        "runners); an operator allows it with `assaygate tenants allow-code NAME`"
+    )
+    code_changed_at: datetime | None = Field(
+        description="when an operator last allowed or revoked the tenant's code"
+    )
+    code_queue: str = Field(
+        description="the queue the tenant's code shards go to, consumed only by its own workers"
+    )

@@ -15,9 +15,10 @@ from service.app.dossiers import decide
 from service.app.errors import BrokerUnavailable, Conflict, NotFound
 from service.app.secrets import check_named
 from service.app.submissions import Services, check_trial_limits, shard_size
+from service.app.tenants import check_code, queue_for
 from service.core.assay import ShardSpec, plan_shards
 from service.core.dossier import Signer
-from service.core.manifest import parse_manifest
+from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan
 from service.db import queries
 from service.db.apikey import Principal, audit
@@ -49,8 +50,9 @@ class Rerunning:
 
 def _planned(
     session: Session, row: queries.CandidateRow, command: Rerun, settings: Settings
-) -> tuple[AssayPlan, list[ShardSpec]]:
-    """The re-run's plan (the last assay's, with the overrides) and its shards, within limits."""
+) -> tuple[Manifest, AssayPlan, list[ShardSpec]]:
+    """The candidate's manifest, the re-run's plan (the last assay's, with the overrides) and its
+    shards, within limits."""
     manifest_row = session.get(ManifestRow, row.candidate.manifest_digest)
     assert manifest_row is not None
     manifest = parse_manifest(manifest_row.document)
@@ -61,7 +63,7 @@ def _planned(
     plan = parse_plan({**previous.plan, **dict(command.plan or {})})
     shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
     check_trial_limits(shards, settings)
-    return plan, shards
+    return manifest, plan, shards
 
 
 def rerun(
@@ -77,7 +79,8 @@ def rerun(
     row = queries.candidate(session, candidate_id, tenant_id=principal.tenant_id)
     if row is None:
         raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
-    plan, shards = _planned(session, row, command, services.settings)
+    manifest, plan, shards = _planned(session, row, command, services.settings)
+    check_code(session, principal.tenant_id, principal.tenant, manifest)
     services.queue.ping()
     if services.limit is not None:
         services.limit.check(principal.key_id)
@@ -110,7 +113,11 @@ def rerun(
     )
     session.commit()
     try:
-        services.queue.enqueue_shards(assay.id, [s.index for s in shards])
+        services.queue.enqueue_shards(
+            assay.id,
+            [s.index for s in shards],
+            queue_for(services.settings, principal.tenant, manifest),
+        )
     except BrokerUnavailable:
         session.rollback()
         withdraw_rerun(session, assay.id)

@@ -91,3 +91,10 @@ class SecretMissing(NotFound):
     """A manifest (or a worker) names a secret the tenant has not stored."""
 
     code = "secret_missing"
+
+
+class CodeNotAllowed(AppError):
+    """The manifest names the tenant's code, and no operator allowed that tenant to run code."""
+
+    kind = Kind.REFUSED
+    code = "code_not_allowed"

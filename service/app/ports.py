@@ -13,8 +13,11 @@ class Queue(Protocol):
     def ping(self) -> None:
         """Raise `BrokerUnavailable` unless the broker answers now."""
 
-    def enqueue_shards(self, assay_id: uuid.UUID, shard_indices: Sequence[int]) -> None:
-        """Send one task per shard; raise `BrokerUnavailable` if the broker refuses any."""
+    def enqueue_shards(
+        self, assay_id: uuid.UUID, shard_indices: Sequence[int], queue: str | None = None
+    ) -> None:
+        """Send one task per shard to `queue` (None: the shared queue); raise
+        `BrokerUnavailable` if the broker refuses any."""
 
 
 class Limit(Protocol):

@@ -27,6 +27,7 @@ from service.app.errors import BrokerUnavailable, FieldInvalid, IdempotencyConfl
 from service.app.ports import Limit, Queue
 from service.app.secrets import check_named
 from service.app.shapes import CandidateCreate
+from service.app.tenants import check_code, queue_for
 from service.core.assay import ShardSpec, plan_shards
 from service.core.contract_catalogue import plan_data_for
 from service.core.dossier import Signer
@@ -162,6 +163,7 @@ def submit(
 ) -> Submitted:
     """Record a release candidate and queue its assay; answers before the assay runs."""
     checked = _check(body, services.settings)
+    check_code(session, principal.tenant_id, principal.tenant, checked.manifest)
     digest = request_digest(body)
     # Stored per tenant: one tenant's key never replays (or reveals) another tenant's response.
     key = idempotency_key
@@ -194,7 +196,11 @@ def submit(
             if attempt == _RECORD_ATTEMPTS - 1:
                 raise
     try:
-        services.queue.enqueue_shards(recorded.assay.id, [s.index for s in checked.shards])
+        services.queue.enqueue_shards(
+            recorded.assay.id,
+            [s.index for s in checked.shards],
+            queue_for(services.settings, principal.tenant, checked.manifest),
+        )
     except BrokerUnavailable:
         _withdraw(session, recorded)
         raise

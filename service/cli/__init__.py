@@ -28,12 +28,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from service.cli import ci, database, demo, engine, evidence, keys, secrets, serve
+    from service.cli import ci, database, demo, engine, evidence, keys, secrets, serve, tenants
 
     parser = _Parser(prog="assaygate", description="Typed failure injection as release evidence.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     engine.register(sub)
-    for commands in (evidence, serve, demo, ci, keys, secrets, database):
+    for commands in (evidence, serve, demo, ci, keys, secrets, tenants, database):
         commands.register(sub)
     return parser
 

@@ -114,7 +114,7 @@ class EmbeddedWorker:
             self._spawn()
 
     def _requeue_unfinished(self) -> None:
-
+        from service.app.tenants import queue_of_assay
         from service.db.lease import release_all
         from service.db.session import make_engine, session_scope
         from service.http.dispatch import Dispatcher
@@ -129,7 +129,8 @@ class EmbeddedWorker:
             with session_scope(engine) as session:
                 unfinished = release_all(session, self.settings.shard_lease_s)
                 for assay_id, indices in unfinished.items():
-                    dispatcher.enqueue_shards(assay_id, indices)
+                    queue = queue_of_assay(session, self.settings, assay_id)
+                    dispatcher.enqueue_shards(assay_id, indices, queue)
         finally:
             dispatcher.close()
             engine.dispose()

@@ -27,6 +27,7 @@ from service.db.models import (
     ManifestRow,
     ShardStatus,
     System,
+    Tenant,
     utcnow,
 )
 
@@ -44,8 +45,10 @@ class AssayInputs:
     manifest_digest: str
     manifest: dict[str, Any]
     plan: dict[str, Any]
-    # Whose assay: an mcp target's sandbox lock is per tenant and world.
-    tenant_id: uuid.UUID | None = None
+    # Whose assay it is: a shard running the tenant's code runs only on that tenant's workers,
+    # and an mcp target's sandbox lock is per tenant and world.
+    tenant_id: uuid.UUID
+    tenant: str
 
 
 @dataclass(frozen=True)
@@ -78,17 +81,19 @@ def assay_inputs(session: Session, assay_id: uuid.UUID) -> AssayInputs | None:
             col(Assay.plan),
             col(ManifestRow.digest),
             col(ManifestRow.document),
-            col(System.tenant_id),
+            col(Tenant.id),
+            col(Tenant.name),
         )
         .join(Candidate, col(Candidate.id) == col(Assay.candidate_id))
         .join(ManifestRow, col(ManifestRow.digest) == col(Candidate.manifest_digest))
         .join(System, col(System.id) == col(Candidate.system_id))
+        .join(Tenant, col(Tenant.id) == col(System.tenant_id))
         .where(col(Assay.id) == assay_id)
     ).first()
     if row is None:
         return None
-    candidate_id, plan, digest, document, tenant_id = row
-    return AssayInputs(assay_id, candidate_id, digest, document, plan, tenant_id)
+    candidate_id, plan, digest, document, tenant_id, tenant = row
+    return AssayInputs(assay_id, candidate_id, digest, document, plan, tenant_id, tenant)
 
 
 def record_waiting(session: Session, inputs: AssayInputs, note: str) -> None:

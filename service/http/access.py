@@ -65,6 +65,7 @@ ROUTE_ROLES: dict[tuple[str, str], frozenset[Role]] = {
     ("GET", "/v1/secrets"): frozenset({ADMIN}),
     ("PUT", "/v1/secrets/{name}"): frozenset({ADMIN}),
     ("DELETE", "/v1/secrets/{name}"): frozenset({ADMIN}),
+    ("GET", "/v1/tenant"): ANY_ROLE,
     # Counts across every tenant: operators only.
     ("GET", "/metrics"): frozenset({ADMIN}),
 }

@@ -57,25 +57,33 @@ class Dispatcher:
                 f"the broker is unreachable ({exc.__class__.__name__})"
             ) from exc
 
-    def enqueue_shards(self, assay_id: uuid.UUID, shard_indices: Sequence[int]) -> None:
+    def enqueue_shards(
+        self, assay_id: uuid.UUID, shard_indices: Sequence[int], queue: str | None = None
+    ) -> None:
+        """To `queue`: a tenant's code queue (`Settings.tenant_queue`) or, None, the shared one."""
+        name = queue or self._settings.queue
         try:
             with self._celery.producer_or_acquire() as producer:
                 # Declared on every send, not once per connection: a Redis restarted without its
                 # data has lost the queue's binding, and kombu drops a message sent to an
                 # exchange with no binding without an error.
-                self._celery.amqp.queues[self._settings.queue].bind(producer.channel).declare()
+                self._celery.amqp.queues[name].bind(producer.channel).declare()
                 for index in shard_indices:
                     self._celery.send_task(
                         RUN_SHARD,
                         args=[str(assay_id), index],
                         producer=producer,
-                        queue=self._settings.queue,
+                        queue=name,
                     )
         except _BROKER_ERRORS as exc:
             raise BrokerUnavailable(
                 f"the broker is unreachable ({exc.__class__.__name__})"
             ) from exc
-        log.info("assay enqueued", extra={"assay_id": str(assay_id), "shard": len(shard_indices)})
+        log.info(
+            "assay enqueued on %s",
+            name,
+            extra={"assay_id": str(assay_id), "shard": len(shard_indices)},
+        )
 
     def close(self) -> None:
         self._celery.close()

@@ -22,12 +22,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from service.app import gate
+from service.app import gate, tenants
 from service.db import dossier as dossiers
 from service.db import queries
-from service.http.deps import (
-    SessionDep,
-)
+from service.http.deps import SessionDep, SettingsDep
 from service.web import present, review, submit
 from service.web import queries as web_queries
 from service.web.access import PAGE_DEPENDENCIES, PageRoute, Viewer, ViewerDep
@@ -94,12 +92,14 @@ def _changed(
 def systems_page(
     request: Request,
     session: SessionDep,
+    settings: SettingsDep,
     who: ViewerDep,
     page: Annotated[int, Query(ge=1, le=100_000)] = 1,
     q: Annotated[str | None, Query(max_length=200)] = None,
 ) -> HTMLResponse:
     """Every system's gate state (what `GET /v1/gate/{system}` answers for its newest
-    candidate) with its reasons, and what changed since it was last allowed."""
+    candidate) with its reasons, and what changed since it was last allowed; and whether the
+    tenant may run code (`GET /v1/tenant`)."""
     found = web_queries.systems_page(
         session, tenant_id=who.tenant_id, limit=PAGE, offset=(page - 1) * PAGE, name=q
     )
@@ -148,6 +148,7 @@ def systems_page(
             "found": found,
             "q": q or "",
             "counts": counts,
+            "tenant": tenants.of(session, settings, who.tenant_id),
         },
     )
 

@@ -5,16 +5,43 @@ hashes, and the gate reopened by a contract or invariant change."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
+from service.settings import Settings
 from tests.api.test_dossiers import dossier, predicate, submit
 from tests.mcp.conftest import Sandbox, sandbox  # noqa: F401 - the fixture
-from tests.support.service import wait_decided
+from tests.support.keys import KeyBook
+from tests.support.service import WorkerProcess, allow_code, wait_decided
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def code_worker(
+    settings: Settings,
+    engine: sa.Engine,
+    keys: KeyBook,
+    workers: list[WorkerProcess],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[WorkerProcess]:
+    """The agent's command runner is the tenant's code: an operator allowed the tenant, and its
+    shards run on the tenant's own worker (the shared workers never receive them)."""
+    keys.key("ci")  # the tenant exists once it has a key
+    allow_code(engine, keys.tenant)
+    worker = WorkerProcess(
+        settings, f"code-{keys.tenant}", tmp_path_factory.mktemp("code-worker"), tenant=keys.tenant
+    )
+    try:
+        worker.wait_ready()
+        yield worker
+    finally:
+        worker.stop()
+
 
 PLAN = {"trials": 1, "seed": 7, "modes": ["ship_order_timeout_after_commit", "forked_run"]}
 

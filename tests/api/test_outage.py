@@ -93,7 +93,9 @@ class BrokerDiesAfterThePing(Dispatcher):
     """The broker answers the readiness ping, then refuses the tasks: the narrow window between
     the check and the publish, which a real outage can hit."""
 
-    def enqueue_shards(self, assay_id: uuid.UUID, shard_indices: Sequence[int]) -> None:
+    def enqueue_shards(
+        self, assay_id: uuid.UUID, shard_indices: Sequence[int], queue: str | None = None
+    ) -> None:
         raise BrokerUnavailable("the broker is unreachable (ConnectionError)")
 
 

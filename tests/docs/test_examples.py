@@ -33,6 +33,8 @@ NOT_RUN = {
     ".venv/bin/assaygate serve": "the service the examples run against is this very command, "
     "started by the fixture in a fresh folder (on a free port)",
     "export ASSAYGATE_URL=": "the test exports both, with the key the service printed",
+    "ASSAYGATE_WORKER_TENANT=": "a tenant's worker runs until stopped; "
+    "tests/mcp/test_frameworks.py starts one as written (tests/support/embedded.py)",
 }
 # Commands whose documented exit code is not 0 (a decision, not an error).
 EXIT_CODES = {

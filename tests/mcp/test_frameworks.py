@@ -18,7 +18,7 @@ import pytest
 
 from service.cli import main
 from tests.mcp.conftest import ROOT, Sandbox
-from tests.support.embedded import Embedded, embedded_service
+from tests.support.embedded import Embedded, embedded_service, tenant_code_worker
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -92,9 +92,13 @@ def test_a_framework_runner_without_module_and_attribute_is_one_error_naming_the
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
     data_dir = tmp_path_factory.mktemp("frameworks-service")
-    with embedded_service(
-        [sys.executable, "-m", "service.cli"], data_dir, {"PYTHONPATH": str(ROOT)}
-    ) as running:
+    with (
+        embedded_service(
+            [sys.executable, "-m", "service.cli"], data_dir, {"PYTHONPATH": str(ROOT)}
+        ) as running,
+        # Framework runners are the tenant's code: allowed, and run on the tenant's own worker.
+        tenant_code_worker(running),
+    ):
         yield running
 
 

@@ -65,3 +65,47 @@ def embedded_service(
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
+
+
+@contextlib.contextmanager
+def tenant_code_worker(
+    running: Embedded, tenant: str = "default", code_dir: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """What an operator does for a tenant's code on the embedded service: `assaygate tenants
+    allow-code TENANT`, then `python -m worker` with ASSAYGATE_WORKER_TENANT and
+    ASSAYGATE_TENANT_CODE_DIR, in the service's folder (so it finds the same database and
+    broker); stopped when the block ends."""
+    import sys
+
+    from tests.support.service import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    env.update({"PGHOST": "127.0.0.1", "PGPORT": "1", "PYTHONPATH": str(ROOT)})
+    allowed = subprocess.run(
+        [sys.executable, "-m", "service.cli", "tenants", "allow-code", tenant],
+        cwd=running.data_dir,
+        env=env,
+        capture_output=True,
+        check=False,
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    log_path = running.data_dir / f"tenant-worker-{tenant}.log"
+    env.update(ASSAYGATE_WORKER_TENANT=tenant, ASSAYGATE_TENANT_CODE_DIR=str(code_dir or ROOT))
+    with log_path.open("wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "worker", "--hostname", f"tenant-{tenant}@%h"],
+            cwd=running.data_dir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for(lambda: b" ready." in log_path.read_bytes(), 60.0, f"{tenant}'s worker")
+            yield worker
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()

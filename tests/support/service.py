@@ -158,11 +158,24 @@ class WorkerProcess:
     SIGKILL takes exactly the shard in hand. `pool="prefork"` runs the task in one child
     process, which the worker replaces if it dies."""
 
-    def __init__(self, settings: Settings, name: str, log_dir: Path, *, pool: str = "solo") -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        name: str,
+        log_dir: Path,
+        *,
+        pool: str = "solo",
+        tenant: str | None = None,
+        code_dir: Path | None = None,
+    ) -> None:
         self.name = name
         self.log_path = log_dir / f"worker-{name}.log"
         env = settings.child_environment()
         env["ASSAYGATE_TRIALS_PER_SHARD"] = str(settings.trials_per_shard)
+        if tenant is not None:
+            # A tenant's worker: only its code queue, its code from `code_dir`.
+            env["ASSAYGATE_WORKER_TENANT"] = tenant
+            env["ASSAYGATE_TENANT_CODE_DIR"] = str(code_dir or ROOT)
         self._log = self.log_path.open("wb")
         pool_args = ["--pool", pool] + (["--concurrency", "1"] if pool == "prefork" else [])
         self.process = subprocess.Popen(
@@ -172,6 +185,11 @@ class WorkerProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
+
+    @property
+    def hostname(self) -> str:
+        """How the worker records itself on the shards it starts (`AssayShard.worker`)."""
+        return f"{self.name}@{socket.gethostname()}"
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         wait_for(lambda: b" ready." in self.log_path.read_bytes(), timeout, f"{self.name} ready")
@@ -246,6 +264,17 @@ def wait_decided(
 
     wait_for(decided, timeout, f"candidate {candidate_id} decided")
     return found
+
+
+def allow_code(engine: sa.Engine, tenant: str) -> None:
+    """What `assaygate tenants allow-code TENANT` does (the tenant must exist: it has a key)."""
+    from service.db import tenant as tenants
+
+    with Session(engine) as session:
+        row = tenants.by_name(session, tenant)
+        assert row is not None, f"no tenant {tenant}"
+        tenants.set_code_allowed(session, row, True)
+        session.commit()
 
 
 def local_report(name: str, *, trials: int, seed: int, extra: list[str] | None = None) -> Any:

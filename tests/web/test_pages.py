@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session
 
 from service.db import queries
+from service.db import tenant as tenants
 from service.db.apikey import ensure_tenant
 from service.db.models import Event, System
 from service.keys import KeyRing
@@ -286,3 +287,20 @@ def test_a_nul_in_a_manifest_submitted_from_the_form_is_refused_naming_its_path(
     )
     assert answer.status_code in (400, 422)
     assert "system: control character U+0000" in answer.text
+
+
+def test_systems_page_says_whether_the_tenant_may_run_code_and_how_an_operator_allows_it(
+    anonymous_client: TestClient, web_engine: sa.Engine
+) -> None:
+    tenant = f"code-{uuid.uuid4().hex[:8]}"
+    browser = signed_in(anonymous_client, "cody", "/", tenant=tenant)
+    page = browser.get("/").text
+    assert "Code: not allowed" in page
+    assert f"assaygate tenants allow-code {tenant}" in page
+    with Session(web_engine) as session:
+        row = tenants.by_name(session, tenant)
+        assert row is not None
+        tenants.set_code_allowed(session, row, True)
+        session.commit()
+    page = browser.get("/").text
+    assert "Code: allowed since" in page and f".tenant.{tenant}</code>" in page

@@ -20,8 +20,9 @@ from service.db.apikey import ensure_tenant
 from service.db.candidate import record_submission
 from service.db.models import Assay, AssayShard, AssayStatus, Event
 from service.db.session import session_scope
+from service.db.tenant import set_code_allowed
 from service.settings import Settings
-from tests.support.service import example, grant_injector
+from tests.support.service import ROOT, example, grant_injector
 from worker.tasks import WorkerContext, execute_shard
 
 pytestmark = pytest.mark.integration
@@ -146,11 +147,16 @@ def test_a_low_effect_cap_stops_the_assay_and_the_rest_never_runs(
 def test_a_target_acting_outside_the_synthetic_namespace_is_refused_counted_reported(
     engine: sa.Engine, settings: Settings
 ) -> None:
-    ctx = WorkerContext(settings)
+    # A python target is acme's code: allowed, and run on acme's own worker (worker.code).
+    ctx = WorkerContext(
+        settings.model_copy(update={"worker_tenant": "acme", "tenant_code_dir": ROOT})
+    )
     manifest = {
         **example("typed"),
         "target": {"kind": "python", "entrypoint": "tests.worker.agents.rogue:agent"},
     }
+    with session_scope(engine) as session:
+        set_code_allowed(session, ensure_tenant(session, "acme"), True)
     assay_id = submit(engine, settings, manifest, modes=["timeout_before_send"], trials=10)
     row = run_all(ctx, engine, assay_id)
     assert row.decision == "block"
