@@ -36,7 +36,7 @@ from service.core.manifest import Manifest
 from service.core.oracle import Outcome
 from service.core.rng import Stream
 from service.core.world import Workload, World
-from service.mcp.cel import Compiled, compile_invariants, evaluate
+from service.mcp.cel import Compiled, Evaluator, compile_invariants
 from service.mcp.hooks import HookFailed, Upstreams
 from service.mcp.naive import naive_run
 from service.mcp.proxy import Limiter, Proxy, TrialState
@@ -194,6 +194,7 @@ class McpEngine:
         self.contract: Contract = contract_of(manifest)
         self.invariants: Invariants = invariants_of(manifest)
         self.compiled: tuple[Compiled, ...] = compile_invariants(self.invariants)
+        self.evaluator = Evaluator(self.compiled)
         self.catalogue = catalogue
         self.guard = guard
         self.deadline_s = manifest.target.runner.deadline_s
@@ -223,6 +224,7 @@ class McpEngine:
             self._loop.run(self._stop(), 15)
         self._loop.stop()
         self.runner.close()
+        self.evaluator.close()
 
     async def _stop(self) -> None:
         if self._naive_http is not None:
@@ -438,7 +440,8 @@ class McpEngine:
             "claims": claims,
             "fault": spec.id if spec is not None else None,
         }
-        results = evaluate(self.compiled, activation)
+        evaluation = self.evaluator.evaluate(activation)
+        results = evaluation.results
         # Alarms are the claims' own: a denial, a hold, a failure, or an anomaly flag. In a
         # trial where nothing fired, each is a false alarm (the baseline counts them).
         alarm = any(c.get("status") in ALARMS or bool(c.get("anomaly")) for c in claims)
@@ -460,6 +463,7 @@ class McpEngine:
             "claim": claims[-1] if claims else None,
             "claims": claims[:10],
             "invariants": results,
+            "invariant_errors": evaluation.errors,
             "target_error": tally.error,
             "ledger": new_effects[:20],
             "evidence": [],
