@@ -20,6 +20,7 @@ tenant's predicate in the process that submitted it or in the worker that runs t
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -47,6 +48,17 @@ INVARIANT_DEADLINE_S = 2.0
 TRIAL_DEADLINE_S = 5.0
 # The child's start (a fresh interpreter importing `cel`) is not part of any deadline.
 _START_TIMEOUT_S = 60.0
+# The functions the bindings define (nothing is added to them): a predicate calling another one
+# would fail every trial, so it is refused at submission, which no longer evaluates anything.
+FUNCTIONS = frozenset(
+    {"size", "contains", "startsWith", "endsWith", "matches", "has", "type", "dyn"}
+    | {"all", "exists", "exists_one", "map", "filter"}
+    | {"string", "int", "uint", "double", "bytes", "timestamp", "duration"}
+    | {"getFullYear", "getMonth", "getDayOfMonth", "getDayOfYear", "getDayOfWeek", "getDate"}
+    | {"getHours", "getMinutes", "getSeconds", "getMilliseconds"}
+)
+# Function names as written (operators are listed as `_&&_`, `!_`, `@in`, ...).
+_NAMED = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 # The activation lists whose caps make the static price a bound on them.
 _CAPS: dict[str, int] = {"calls": MAX_CALLS, "new_effects": MAX_NEW_EFFECTS, "claims": MAX_CLAIMS}
 
@@ -103,6 +115,13 @@ def compile_invariants(inv: Invariants) -> tuple[Compiled, ...]:
             program = cel.compile(source)
         except ValueError as exc:
             raise ManifestInvalid(f"does not compile: {exc}", field=field_) from None
+        missing = sorted(f for f in program.functions() if _NAMED.match(f) and f not in FUNCTIONS)
+        if missing:
+            raise ManifestInvalid(
+                f"Undefined variable or function: {missing[0]!r} "
+                f"(functions: {', '.join(sorted(FUNCTIONS))})",
+                field=field_,
+            )
         out.append(Compiled(name, source, severity, program, name in STANDARD, priced.cost))
     return tuple(out)
 

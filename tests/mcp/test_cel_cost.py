@@ -139,3 +139,10 @@ def test_an_activation_over_a_cap_fails_every_invariant_without_evaluating() -> 
     out = evaluator.evaluate({"claims": [{}] * (MAX_CLAIMS + 1)})
     assert out.results == {"p0": False}
     assert "over the cap" in out.errors["p0"]
+
+
+def test_a_function_the_bindings_do_not_define_is_refused_without_evaluating() -> None:
+    err = refusal("subject.lowerAscii() == 'x'")
+    assert err.field == "invariants.predicates.0.expr"
+    assert "'lowerAscii'" in err.message
+    compile_invariants(invariants("size(claims) >= 0 && fault.startsWith('x') || true"))
