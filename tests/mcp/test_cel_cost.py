@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
 
 import pytest
+from mcp.shared.exceptions import MCPError
 
-from service.core.contract import TEMPLATES, Invariants
+from service.cli import main
+from service.core.contract import TEMPLATES, Invariants, parse_contract
 from service.core.errors import ManifestInvalid
+from service.core.injector import Injector
 from service.mcp.cel import Evaluator, compile_invariants
 from service.mcp.cost import (
     DATA,
+    MAX_CALLS,
     MAX_CLAIMS,
     MAX_PREDICATES,
     PREDICATE_BUDGET,
     Shape,
     estimate,
 )
+from service.mcp.hooks import Upstreams
+from service.mcp.proxy import Proxy, Run, TrialState
+from tests.mcp.conftest import Sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 LIST_100 = "[" + ",".join(str(i) for i in range(100)) + "]"
@@ -146,3 +154,32 @@ def test_a_function_the_bindings_do_not_define_is_refused_without_evaluating() -
     assert err.field == "invariants.predicates.0.expr"
     assert "'lowerAscii'" in err.message
     compile_invariants(invariants("size(claims) >= 0 && fault.startsWith('x') || true"))
+
+
+@pytest.mark.timeout(600)
+def test_the_reason_an_invariant_failed_in_a_trial_reaches_the_trial_record(
+    sandbox: Sandbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = sandbox.manifest("careful")
+    manifest["invariants"]["predicates"].append(
+        {"name": "reads_a_missing_key", "expr": "task.no_such_field == 1", "severity": "hold"}
+    )
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest))
+    main(["assay", str(path), "--trials", "1", "--json", "--mode", "forked_run"])
+    report = json.loads(capsys.readouterr().out)
+    sample = report["faults"][0]["samples"][0]
+    assert sample["invariants"]["reads_a_missing_key"] is False
+    assert "evaluation error" in sample["invariant_errors"]["reads_a_missing_key"]
+    assert sample["invariants"]["wrong_subject"] is True
+
+
+def test_the_proxy_refuses_a_trial_s_calls_beyond_the_cap_without_forwarding_them() -> None:
+    manifest = json.loads((ROOT / "examples/mcp-warehouse/manifest.careful.json").read_text())
+    contract = parse_contract(manifest["tools"])
+    trial = TrialState(None, contract, Injector(None), "o-1", [])
+    trial.calls.extend({"seq": i} for i in range(MAX_CALLS))
+    proxy = Proxy(Upstreams(contract))
+    with pytest.raises(MCPError, match=f"limit of {MAX_CALLS} tool calls"):
+        asyncio.run(proxy.call(Run(trial, 0), "ship_order", {}))
+    assert len(trial.calls) == MAX_CALLS
