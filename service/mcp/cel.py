@@ -20,6 +20,7 @@ tenant's predicate in the process that submitted it or in the worker that runs t
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -208,10 +209,13 @@ class Evaluator:
             return self._conn
         ours, theirs = socket.socketpair()
         try:
+            # No environment beyond the import path: no secret of the worker's is there.
+            path = os.pathsep.join(p for p in sys.path if p)
             proc = subprocess.Popen(
                 [sys.executable, "-m", "service.mcp.cel", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
+                env={"PYTHONPATH": path, "PATH": os.defpath},
             )
         finally:
             theirs.close()
