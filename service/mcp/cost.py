@@ -153,9 +153,9 @@ class _Parser:
         self.free: set[str] = set()
 
     # -- tokens ---------------------------------------------------------------------------
-    def peek(self, value: str | None = None) -> bool:
+    def peek(self, value: str) -> bool:
         kind, text, _ = self.toks[self.i]
-        return text == value and kind in ("op", "id") if value is not None else False
+        return text == value and kind in ("op", "id")
 
     def take(self, value: str) -> None:
         kind, text, pos = self.toks[self.i]
