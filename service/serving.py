@@ -66,12 +66,16 @@ def _uvicorn_config(settings: Settings, index: int) -> uvicorn.Config:
 
     from service.asgi import create_app
 
-    # loop/http "auto": uvloop and httptools when installed (they are dependencies on Linux).
+    # loop "auto": uvloop when installed. http: httptools (a dependency) with a cap on each
+    # request's head, counted before the parser buffers it (service/http/head.py).
+    from service.http.head import LimitedHttpToolsProtocol
+
     return uvicorn.Config(
         create_app(settings),
         log_config=None,
         access_log=False,
         headers=[(PROCESS_HEADER, str(index))],
+        http=LimitedHttpToolsProtocol,
     )
 
 

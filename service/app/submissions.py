@@ -138,6 +138,9 @@ def _check(body: CandidateCreate, settings: Settings) -> _Checked:
     if version is None:
         raise FieldInvalid("name the version in the body or in the manifest", field="version")
     if manifest.target.kind == "mcp":
+        # Bounded by the source's length: each predicate is priced in Python before the Rust
+        # compile (which holds the GIL), and nothing is evaluated (service/mcp/cel.py). The
+        # routes that submit are sync, so this runs in the threadpool, never on the event loop.
         check_mcp_manifest(manifest)
     if manifest_urls(manifest):
         try:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from service.core.endpoint import Command, HttpUrl
 from service.core.errors import ManifestInvalid
 
 if TYPE_CHECKING:
@@ -41,8 +42,8 @@ class Role(StrEnum):
 class Upstream(_Strict):
     """One of the team's MCP servers, in sandbox mode: a Streamable HTTP URL or a stdio command."""
 
-    url: Annotated[str, Field(pattern=r"^https?://", max_length=2000)] | None = None
-    command: tuple[str, ...] | None = None
+    url: HttpUrl | None = None
+    command: Command | None = None
 
     @model_validator(mode="after")
     def _one(self) -> Upstream:
@@ -119,8 +120,8 @@ class Hook(_Strict):
     kind: Literal["mcp", "http", "command"]
     server: Name | None = None
     tool: Name | None = None
-    url: Annotated[str, Field(pattern=r"^https?://", max_length=2000)] | None = None
-    command: tuple[str, ...] | None = None
+    url: HttpUrl | None = None
+    command: Command | None = None
 
     @model_validator(mode="after")
     def _kind(self) -> Hook:

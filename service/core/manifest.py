@@ -25,6 +25,7 @@ from pydantic import (
 
 from service.core.contract import parse_contract, parse_invariants
 from service.core.control import Control
+from service.core.endpoint import Command, Entrypoint, HttpUrl
 from service.core.errors import ManifestInvalid
 from service.core.execution import code_parts
 from service.core.secret import NAME_PATTERN as VARIABLE_NAME_PATTERN
@@ -115,9 +116,9 @@ class Runner(_Strict):
     with its tools on the proxy (docs/frameworks.md)."""
 
     kind: Literal["command", "http", "python", "langgraph", "openai-agents"]
-    command: tuple[str, ...] | None = None
-    url: str | None = None
-    entrypoint: str | None = None
+    command: Command | None = None
+    url: HttpUrl | None = None
+    entrypoint: Entrypoint | None = None
     # The wall-clock deadline of one run of the agent.
     deadline_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
 
@@ -146,8 +147,8 @@ MAX_ENV_VALUE_BYTES = 4096
 
 class TargetSpec(_Strict):
     kind: Literal["reference", "python", "http", "mcp"] = "reference"
-    entrypoint: str | None = None
-    url: str | None = None
+    entrypoint: Entrypoint | None = None
+    url: HttpUrl | None = None
     # Controls this target cannot switch off for a counterfactual run.
     cannot_disable: tuple[Control, ...] = ()
     # mcp targets: how the agent is started.

@@ -1,4 +1,5 @@
-"""Checks an mcp manifest needs beyond the core's validation: its invariants must compile."""
+"""Checks an mcp manifest needs beyond the core's validation: its invariants are priced within
+the budget and compile (service/mcp/cel.py)."""
 
 from __future__ import annotations
 

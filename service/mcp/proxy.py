@@ -27,10 +27,12 @@ from service.core.catalogue import FaultSpec
 from service.core.contract import Contract, Role, Tool
 from service.core.disturbance import Disturbance
 from service.core.injector import Injector
+from service.mcp.cost import MAX_CALLS
 from service.mcp.hooks import Upstreams
 from service.mcp.wire import json_reply, reply_json, text_reply
 
 REQUEST_TIMEOUT = -32001  # the JSON-RPC error a timed-out request is answered with
+INVALID_REQUEST = -32600
 
 
 @dataclass
@@ -391,6 +393,11 @@ class Proxy:
         t = run.trial
         if run.dead:
             raise _timeout("connection lost: the agent run was restarted")
+        if len(t.calls) >= MAX_CALLS:
+            # The invariants' cost is priced for at most MAX_CALLS calls (service/mcp/cost.py).
+            raise MCPError(
+                INVALID_REQUEST, f"this trial's limit of {MAX_CALLS} tool calls is reached"
+            )
         tool = t.contract.tools.get(name)
         role = tool.role if tool is not None else None
         call: dict[str, Any] = {

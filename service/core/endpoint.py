@@ -1,0 +1,88 @@
+"""The shapes of the fields that say where a target is: URLs, Python entrypoints and commands.
+
+Checked at submission, so that a manifest a worker cannot use is refused naming its field instead
+of failing later in a worker. Only the shape: whether a URL's host is allowed is the egress
+policy's question, and whether an entrypoint's module exists can only be answered where the
+tenant's code lives (its own workers), when the runner loads it.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, Field
+from pydantic_core import PydanticCustomError
+
+URL_MAX = 2000
+ENTRYPOINT_MAX = 300
+COMMAND_MAX_ARGS = 256
+COMMAND_ARG_MAX = 4096
+
+_HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$|^\[[0-9A-Fa-f:.]+\]$")
+
+
+def _invalid(kind: str, message: str) -> PydanticCustomError:
+    return PydanticCustomError(kind, message)
+
+
+def check_url(value: str) -> str:
+    """An absolute http or https URL with a host, no user info and a valid port."""
+    if len(value) > URL_MAX:
+        raise _invalid("url_invalid", f"a URL of at most {URL_MAX} characters")
+    if any(ch.isspace() for ch in value):
+        raise _invalid("url_invalid", "a URL holds no spaces")
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        raise _invalid("url_invalid", "not a URL (http://host[:port]/path)") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise _invalid("url_invalid", "an http:// or https:// URL")
+    if "@" in parts.netloc:
+        raise _invalid("url_invalid", "a URL without user info (user:password@)")
+    host = parts.netloc.rsplit(":", 1)[0] if port is not None else parts.netloc
+    if not host or not _HOST.match(host):
+        raise _invalid("url_invalid", "a URL with a host name or address")
+    if port == 0 or parts.netloc.endswith(":"):
+        raise _invalid("url_invalid", "a URL with a port from 1 to 65535")
+    return value
+
+
+def _dotted(path: str) -> bool:
+    return all(p.isidentifier() and not keyword.iskeyword(p) for p in path.split("."))
+
+
+def check_entrypoint(value: str) -> str:
+    """`module.path:attribute.path`, each part a Python identifier."""
+    module, sep, attr = value.partition(":")
+    if len(value) > ENTRYPOINT_MAX or not (sep and _dotted(module) and _dotted(attr)):
+        raise _invalid(
+            "entrypoint_invalid",
+            "'module:attribute', each a dotted path of Python identifiers "
+            f"(at most {ENTRYPOINT_MAX} characters)",
+        )
+    return value
+
+
+def check_command(value: tuple[str, ...]) -> tuple[str, ...]:
+    """A program and its arguments: at least the program, each a non-empty string without NUL."""
+    if not value:
+        raise _invalid("command_invalid", "a command names at least its program")
+    if len(value) > COMMAND_MAX_ARGS:
+        raise _invalid("command_invalid", f"a command of at most {COMMAND_MAX_ARGS} arguments")
+    for arg in value:
+        if not arg or "\x00" in arg or len(arg) > COMMAND_ARG_MAX:
+            raise _invalid(
+                "command_invalid",
+                f"each argument a non-empty string of at most {COMMAND_ARG_MAX} characters, "
+                "without NUL",
+            )
+    return value
+
+
+HttpUrl = Annotated[str, Field(max_length=URL_MAX), AfterValidator(check_url)]
+Entrypoint = Annotated[str, Field(max_length=ENTRYPOINT_MAX), AfterValidator(check_entrypoint)]
+Command = Annotated[tuple[str, ...], AfterValidator(check_command)]
