@@ -147,14 +147,14 @@ class WorkerContext:
         self._keys = {k.keyid: k for k in KeyRing(self.settings.injector_public_dir).published()}
 
     def target(
-        self, assay_id: uuid.UUID, manifest: Manifest, inputs: AssayInputs | None = None
+        self, assay_id: uuid.UUID, manifest: Manifest, inputs: AssayInputs
     ) -> Target | TrialEngine | None:
         """The adapter for a python, http or mcp target, one per tenant and manifest per
         process. Its connections to the manifest's URLs are checked against the egress policy;
         an mcp target's world lock is the tenant's and names this assay while a trial holds it;
         a manifest naming the tenant's code gets its confinement (the OS sandbox, the tenant's
         named secrets, the egress check) and never runs without one."""
-        tenant = None if inputs is None else inputs.tenant_id.hex
+        tenant = inputs.tenant_id.hex
         key = f"{tenant}:{manifest.digest()}"
         if key in self._targets:
             self._targets.move_to_end(key)
@@ -163,12 +163,10 @@ class WorkerContext:
             if self._egress is None:
                 self._egress = EgressPolicy.from_settings(self.settings)
             confinement = None
-            if inputs is not None and runs_code(manifest):
+            if runs_code(manifest):
                 confinement = confinement_for(
                     self.settings, manifest, self.secrets(inputs, manifest), self._egress.resolve
                 )
-            elif runs_code(manifest):
-                raise RuntimeError("tenant code needs its assay's inputs to be confined")
             target = self._targets[key] = load_target(
                 manifest, confinement=confinement, egress=self._egress, tenant=tenant
             )

@@ -5,10 +5,12 @@ reach them."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import logging
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,7 +26,15 @@ from service.db.models import Role
 from service.keys import load_secrets_key
 from service.settings import Settings
 from tests.support.keys import KeyBook
-from tests.support.service import candidate_body, example, quiet, row_counts, wait_decided
+from tests.support.service import (
+    ROOT,
+    WorkerProcess,
+    candidate_body,
+    example,
+    quiet,
+    row_counts,
+    wait_decided,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -195,18 +205,30 @@ def test_a_manifest_asking_for_secrets_on_a_remote_only_target_is_422(
 
 
 def test_the_signed_dossier_of_an_assay_naming_a_secret_never_holds_its_value_and_a_rerun_needs_it(
-    client: httpx.Client, keys: KeyBook, engine: sa.Engine
+    client: httpx.Client, keys: KeyBook, engine: sa.Engine, settings: Settings, tmp_path: Path
 ) -> None:
     headers = everyone(keys)
     allow_code(engine, "vault")
     stored = client.put("/v1/secrets/OPENAI_API_KEY", json={"value": VALUE}, headers=admin(keys))
     assert stored.status_code == 200
     body = candidate_body("typed", trials=4, seed=3, modes=["timeout_before_send"])
-    body["manifest"] = python_manifest(secrets=["OPENAI_API_KEY"], env={"MODE": "test"})
-    submitted = client.post("/v1/candidates", json=body, headers=headers)
-    assert submitted.status_code == 202, submitted.text
-    done = wait_decided(client, submitted.json()["id"], headers=headers)
-    assert done["status"] in ("done", "stopped"), done
+    digest = hashlib.sha256(VALUE.encode()).hexdigest()[:16]
+    body["manifest"] = python_manifest(
+        entrypoint="tests.worker.agents.needs_secret:agent",
+        secrets=["OPENAI_API_KEY"],
+        env={"MODE": "test", "EXPECTED_SHA": digest},
+    )
+    # The tenant's own worker runs its code, in the sandbox, with the secret it asked for.
+    worker = WorkerProcess(settings, "tw-vault", tmp_path, tenant="vault", code_dir=ROOT)
+    try:
+        submitted = client.post("/v1/candidates", json=body, headers=headers)
+        assert submitted.status_code == 202, submitted.text
+        done = wait_decided(client, submitted.json()["id"], headers=headers)
+    finally:
+        worker.stop()
+    assert done["status"] == "done", done
+    # The code saw its secret and variable and nothing of the worker's: no target error at all.
+    assert "target_errors" not in {r["code"] for r in done["reasons"]}, done["reasons"]
     dossier = client.get(f"/v1/candidates/{done['id']}/dossier", headers=headers)
     assert dossier.status_code == 200, dossier.text
     payload = base64.b64decode(dossier.json()["envelope"]["payload"])

@@ -4,14 +4,15 @@ relays only (the warehouse example's real MCP servers, its agents, the copperfin
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -26,6 +27,8 @@ from service.targets import load_target
 from tests.mcp.conftest import EXAMPLE, ROOT, free_port, wait_port
 from tests.sandbox.conftest import outlived
 from tests.targets.conftest import assay, example, fault, plan
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -153,12 +156,19 @@ def test_a_sandboxed_stdio_server_answers_and_its_hooks_run(tmp_path: Path) -> N
         finally:
             await upstreams.close()
 
-    names, (task, probe), env = asyncio.run(use())
+    names, (task, probe), env = in_a_thread(use())
     assert "ship_order" in names and "get_order" in names
     assert isinstance(task, dict) and isinstance(probe.get("effects"), list)
     assert env["payload"] == {"ask": 1}
     assert env["uid"] == 65534 and env["env"]["TENANT_SECRET"] == "tenant-secret"
     assert not [k for k in env["env"] if k.startswith("ASSAYGATE_")]
+
+
+def in_a_thread(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` on a loop of its own thread: an earlier test in this process may have left an
+    event loop marked running on the main thread."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 _PRINT_ENV = (
@@ -178,7 +188,7 @@ def test_a_sandboxed_command_hook_that_fails_is_named_by_its_exit_code() -> None
             return str(exc)
         return "no failure"
 
-    assert asyncio.run(use()) == "sh exited 7"
+    assert in_a_thread(use()) == "sh exited 7"
 
 
 def test_a_sandboxed_python_runner_past_its_deadline_is_ended_and_serves_the_next_run_afresh(

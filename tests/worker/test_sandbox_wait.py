@@ -27,7 +27,7 @@ from service.mcp.engine import McpEngine
 from service.mcp.lock import sandbox_lock, world_key
 from service.settings import Settings
 from service.targets import close_target
-from tests.mcp.conftest import EXAMPLE, Sandbox, free_port, wait_port
+from tests.mcp.conftest import EXAMPLE, ROOT, Sandbox, free_port, wait_port
 from tests.support.service import grant_injector
 from worker.tasks import WorkerContext
 
@@ -51,6 +51,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def tenant_worker(settings: Settings) -> Settings:
+    """acme's own worker: the manifests here run its code (a command runner), in the sandbox."""
+    return settings.model_copy(update={"worker_tenant": "acme", "tenant_code_dir": ROOT})
 
 
 def submitted(engine: sa.Engine, settings: Settings, manifest: Manifest) -> AssayInputs:
@@ -83,7 +88,7 @@ def test_a_trial_waiting_for_its_tenants_world_names_the_holder_in_the_assays_ev
     with Session(engine) as session:
         acme = ensure_tenant(session, "acme").id
     assert inputs.tenant_id == acme
-    ctx = WorkerContext(settings)
+    ctx = WorkerContext(tenant_worker(settings))
     target = ctx.target(inputs.assay_id, manifest, inputs)
     try:
         assert isinstance(target, McpEngine)
@@ -114,7 +119,7 @@ def test_the_worker_refuses_a_world_its_egress_policy_forbids(
     data["tools"]["servers"]["admin"] = {"url": f"http://127.0.0.1:{settings.port}/mcp"}
     manifest = parse_manifest(data)
     inputs = submitted(engine, settings, manifest)
-    target = WorkerContext(settings).target(inputs.assay_id, manifest, inputs)
+    target = WorkerContext(tenant_worker(settings)).target(inputs.assay_id, manifest, inputs)
     try:
         assert isinstance(target, McpEngine)
         rec = target.run_trial(None, 1, 1, frozenset(), False)

@@ -13,16 +13,16 @@ from sqlmodel import Session, func, select
 
 from service.core.assay import ShardSpec, plan_shards, run_assay, run_shard
 from service.core.harness import Runtime, run_trial
-from service.core.manifest import parse_manifest
+from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import parse_plan
 from service.db.apikey import ensure_tenant
-from service.db.assay import assay_inputs, begin_shard, store_shard_result
+from service.db.assay import AssayInputs, assay_inputs, begin_shard, store_shard_result
 from service.db.candidate import record_submission
 from service.db.models import Assay, AssayShard, AssayStatus, Event, FaultResult
 from service.db.session import session_scope
 from service.settings import Settings
 from service.targets import PythonTarget, close_target
-from tests.support.service import example, grant_injector
+from tests.support.service import ROOT, example, grant_injector
 from worker.tasks import MAX_TARGETS, WorkerContext, execute_shard, finalize
 
 pytestmark = pytest.mark.integration
@@ -156,7 +156,9 @@ def test_a_shard_of_an_unknown_assay_is_dropped_quietly(ctx: WorkerContext) -> N
 def test_a_worker_keeps_a_few_target_adapters_and_stops_the_child_of_the_one_it_drops(
     settings: Settings,
 ) -> None:
-    ctx = WorkerContext(settings)
+    # The tenant's own worker: a python target is the tenant's code, run in the sandbox.
+    tenant_worker = {"worker_tenant": "acme", "tenant_code_dir": ROOT}
+    ctx = WorkerContext(settings.model_copy(update=tenant_worker))
     manifests = [
         parse_manifest(
             {
@@ -167,17 +169,23 @@ def test_a_worker_keeps_a_few_target_adapters_and_stops_the_child_of_the_one_it_
         )
         for n in range(MAX_TARGETS + 1)
     ]
-    first = ctx.target(uuid.uuid4(), manifests[0])
+    tenant = uuid.uuid4()
+
+    def inputs(manifest: Manifest) -> AssayInputs:
+        data = manifest.model_dump(mode="json")
+        return AssayInputs(uuid.uuid4(), uuid.uuid4(), manifest.digest(), data, {}, tenant, "acme")
+
+    first = ctx.target(uuid.uuid4(), manifests[0], inputs(manifests[0]))
     assert isinstance(first, PythonTarget)
     p = parse_plan({"trials": 1, "seed": 9, "modes": ["timeout_before_send"]})
     run_trial(Runtime(manifests[0], p.resolve_catalogue(), first), p.faults()[0], 1, 2)
     pid = first.pid
     assert pid is not None
-    assert ctx.target(uuid.uuid4(), manifests[0]) is first  # cached
+    assert ctx.target(uuid.uuid4(), manifests[0], inputs(manifests[0])) is first  # cached
     for manifest in manifests[1:]:
-        ctx.target(uuid.uuid4(), manifest)
-    assert first.pid is None  # the least recently used was closed: its child stopped and reaped
+        ctx.target(uuid.uuid4(), manifest, inputs(manifest))
+    assert first.pid is None  # the least recently used was closed: its sandbox stopped and reaped
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     for manifest in manifests[1:]:
-        close_target(ctx.target(uuid.uuid4(), manifest))
+        close_target(ctx.target(uuid.uuid4(), manifest, inputs(manifest)))
