@@ -337,6 +337,8 @@ def _fault_run(f: FaultResult) -> JSONObject:
         "diagnosis": f.diagnosis.to_dict() if f.diagnosis else None,
         # Receipt and readback samples: the injections, ledger, evidence and claim the oracle read.
         "samples": samples[:2],
+        # Engine targets: whether the workload reaches the fault (`not_applicable`, evidence).
+        **({"applicability": f.applicability} if f.applicability is not None else {}),
         # mcp targets: each invariant's severity and the graded trials it failed in.
         **(
             {"invariants": {k: v.to_dict() for k, v in f.invariants.items()}}

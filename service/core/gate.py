@@ -75,6 +75,9 @@ class FaultEvidence:
     other_errors: int = 0
     # The team's own invariants (mcp targets) that failed: (name, severity, failed, trials).
     invariants: tuple[tuple[str, str, int, int], ...] = ()
+    # Why the workload cannot reach this fault (its matched baselines never did), when it is
+    # `not_applicable`: never fired, and never a hold for that.
+    not_applicable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,7 @@ def _fault_reasons(f: FaultEvidence, envelope: Envelope) -> list[Reason]:
     ]
     n = f.exercised
     if n == 0:
-        if not f.target_errors:
+        if not f.target_errors and f.not_applicable is None:
             out.append(
                 Reason(
                     "not_exercised",

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from service.core.catalogue import Catalogue, FaultSpec
+from service.core.disturbance import Disturbance
 from service.core.figures import (
     RATES,
     UPPER_BOUNDED,
     Diagnosis,
     InvariantResult,
+    JSONObject,
     Rates,
     Signature,
     StormView,
@@ -257,6 +259,7 @@ def _fault(
         storm=storm_view(t.storm) if t.storm.trials else None,
         invariants=inv,
         error_causes={k: tuple(v) for k, v in sorted(t.error_causes.items())},
+        applicability=applicability(spec, t),
     )
 
 
@@ -281,11 +284,16 @@ def _evidence(
         baseline=t.arms["baseline"].hard_counts(),
         untested_controls=()
         if reported
-        else tuple((c, how) for c, how in rm.controls if how != "switchable"),
+        else tuple(
+            (c, how)
+            for c, how in rm.controls
+            if how != "switchable" and not (how == "undeclared" and whole_transfer(spec, t, cf))
+        ),
         error_kinds=dict(t.error_kinds),
         error_causes={k: v[0] for k, v in t.error_causes.items() if v},
         other_errors=t.baseline_errors + t.counterfactual_errors,
         invariants=team_failed,
+        not_applicable=not_applicable(spec, t),
     )
 
 
@@ -315,6 +323,49 @@ def _error_kinds(tallies: Iterable[Tally]) -> dict[str, int]:
         for kind, n in t.error_kinds.items():
             kinds[kind] = kinds.get(kind, 0) + n
     return dict(sorted(kinds.items()))
+
+
+def whole_transfer(spec: FaultSpec, t: Tally, cf: Counterfactual) -> bool:
+    """Whether the declared nominated controls' own pair accounts for the whole predicted
+    transfer: with them switched off the predicted violation came through in as many runs as
+    the naive agent of the sensitivity pair shows under the same fault (every run, for targets
+    without one). Then a nominated control the system truly lacks (undeclared) contains nothing
+    that is not already explained, and its missing pair is no hold. A control the system has
+    but does not declare cannot hide here: it would hold back part of the transfer."""
+    pt = spec.predicted_transfer
+    off = t.arms.get("counterfactual")
+    if pt is None or cf.status != "valid" or off is None or off.n == 0:
+        return False
+    naive = t.arms.get("sensitivity")
+    reach = naive.count(pt) / naive.n if naive is not None and naive.n else 1.0
+    return reach > 0 and off.count(pt) / off.n >= reach
+
+
+def not_applicable(spec: FaultSpec, t: Tally) -> str | None:
+    """Why the workload cannot reach `spec`: it never fired, and none of its matched baselines
+    (the same task, nothing armed) reached its trigger either. None: it could (or nobody can
+    say: the target reports no reach, or a baseline failed)."""
+    if t.exercised or not t.baseline_reach or t.baseline_reached:
+        return None
+    need = "call it twice" if spec.disturbance is Disturbance.STALE_REPLAY else "reach it"
+    return (
+        f"{spec.id}: not applicable: the matched baseline did not {need} ({spec.target}) in "
+        f"any of {t.baseline_reach} runs, and the fault never fired"
+    )
+
+
+def applicability(spec: FaultSpec, t: Tally) -> JSONObject | None:
+    """What the matched baselines say about whether the workload reaches the fault (None for
+    targets that do not report it)."""
+    if not t.baseline_reach:
+        return None
+    why = not_applicable(spec, t)
+    return {
+        "status": "applicable" if why is None else "not_applicable",
+        "baseline_runs": t.baseline_reach,
+        "baseline_reached": t.baseline_reached,
+        **({"evidence": why} if why is not None else {}),
+    }
 
 
 def _error_causes(tallies: Iterable[Tally]) -> dict[str, tuple[str, ...]]:

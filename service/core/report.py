@@ -63,6 +63,9 @@ class FaultResult:
     invariants: Mapping[str, InvariantResult] = field(default_factory=dict)
     # The first distinct messages of each target-error kind (what "TargetFailed 4" was).
     error_causes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Engine targets: whether the matched baselines reach the fault (`not_applicable` when the
+    # workload cannot: never a hold), with the evidence.
+    applicability: JSONObject | None = None
 
     def to_dict(self) -> JSONObject:
         out: JSONObject = {
@@ -95,6 +98,8 @@ class FaultResult:
             out["invariants"] = {k: v.to_dict() for k, v in self.invariants.items()}
         if self.error_causes:
             out["error_causes"] = {k: list(v) for k, v in self.error_causes.items()}
+        if self.applicability is not None:
+            out["applicability"] = self.applicability
         return out
 
     @classmethod
@@ -129,6 +134,7 @@ class FaultResult:
                 for k, v in obj(d.get("invariants") or {}).items()
             },
             error_causes=causes(d.get("error_causes") or {}),
+            applicability=None if d.get("applicability") is None else dict(obj(d["applicability"])),
         )
 
 

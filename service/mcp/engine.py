@@ -117,6 +117,10 @@ class McpEngine:
             except EgressRefused as exc:
                 self.refused = f"TargetUnreachable: egress refused: {exc.message}"
         self._seq = itertools.count()
+        # The last fault run per workload (its matched baseline follows), and the last trial's
+        # calls (the baseline's, to tell whether they reach the fault).
+        self._matched: tuple[int, FaultSpec] | None = None
+        self._last_calls: list[dict[str, Any]] = []
         self._prefix = f"{int(time.time() * 1000) % 10**9:x}"
         self._loop = Loop()
         self.upstreams = Upstreams(self.contract, confinement, egress)
@@ -195,7 +199,19 @@ class McpEngine:
         n: int,
         budget: float,
     ) -> TrialRecord:
-        rec = self._loop.run(self._trial(spec, workload_key, disabled, n, naive=False), budget)
+        # The harness runs a trial's intervention, then its matched baseline on the same
+        # workload: the baseline resets the same task (the fault's tool) with nothing armed, and
+        # says whether its calls would have reached the fault's trigger.
+        matched = spec
+        if spec is not None:
+            self._matched = (workload_key, spec)
+        elif self._matched is not None and self._matched[0] == workload_key:
+            matched = self._matched[1]
+        rec = self._loop.run(
+            self._trial(spec, workload_key, disabled, n, naive=False, matched=matched), budget
+        )
+        if spec is None and matched is not None and rec.target_error is None:
+            rec.reachable = grading.reaches(matched, self.contract, self._last_calls)
         if (
             spec is not None
             and spec.predicted_transfer is not None
@@ -209,18 +225,25 @@ class McpEngine:
     # -- one trial ---------------------------------------------------------------------------
 
     async def _trial(
-        self, spec: FaultSpec | None, seed: int, disabled: frozenset[str], n: int, naive: bool
+        self,
+        spec: FaultSpec | None,
+        seed: int,
+        disabled: frozenset[str],
+        n: int,
+        naive: bool,
+        matched: FaultSpec | None = None,
     ) -> TrialRecord:
         trial_id = f"{self._prefix}-{n}" + ("-naive" if naive else "")
         w = Workload(Stream(seed))
         inj = Injector(spec, self.catalogue, self.guard)
         try:
-            task, before = await self._reset(spec, seed, trial_id)
+            task, before = await self._reset(spec, seed, trial_id, matched or spec)
         except (HookFailed, KeyError, TypeError) as exc:
             return _target_error(f"HookFailed: {exc}", seed)
         task["trial_id"] = trial_id
         task["disabled_controls"] = sorted(disabled)
         state = self._state(spec, inj, task, before, seed, trial_id)
+        self._last_calls = state.calls
         runs = await self._runs(spec, inj, state, task, naive)
         try:
             after = await self._probe()
@@ -229,16 +252,17 @@ class McpEngine:
         return self._grade(spec, inj, state, task, before, after, runs, w)
 
     async def _reset(
-        self, spec: FaultSpec | None, seed: int, trial_id: str
+        self, spec: FaultSpec | None, seed: int, trial_id: str, matched: FaultSpec | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The task the team's reset hook returns, and the world before the agent runs."""
+        """The task the team's reset hook returns, and the world before the agent runs. A
+        matched baseline (`spec` None, `matched` its fault) asks for the same task: its tool."""
         reset = await self.upstreams.hook(
             self.contract.hooks.reset,
             {
                 "seed": seed % 2**31,
                 "trial_id": trial_id,
                 "fault": spec.id if spec is not None else "",
-                "tool": spec.target if spec is not None else "",
+                "tool": matched.target if matched is not None else "",
             },
         )
         task = dict(reset["task"]) if isinstance(reset, dict) else None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.core.catalogue import FaultSpec
-from service.core.contract import WITNESS
+from service.core.contract import WITNESS, Contract, Role
 from service.core.disturbance import Disturbance
 from service.core.harness import StormObservation
 from service.core.oracle import Outcome
@@ -112,3 +112,23 @@ def storm_observation(spec: FaultSpec | None, state: TrialState) -> StormObserva
     waits = [int((b - a) * 1000) for a, b in itertools.pairwise(times)]
     shortest = min(waits) if waits else None
     return StormObservation(len(times), state.storm_admitted, shortest, 0, 0, 0, 0)
+
+
+def reaches(spec: FaultSpec, contract: Contract, calls: list[dict[str, Any]]) -> bool:
+    """Whether a no-fault run's calls would have reached `spec`'s trigger: its tool called (a
+    stale replay fires on the second call of its read; a stripped trace needs the trace
+    argument; a mutated world, any read; a forked run, any run at all). A fault its matched
+    baseline never reaches is `not_applicable` to this workload, never a hold; one the baseline
+    reaches and the intervention does not fire stays `not_exercised`."""
+    d = spec.disturbance
+    if d is Disturbance.FORK_RUN:
+        return True
+    if d is Disturbance.ADVANCE_VERSION:
+        return any(c["role"] == Role.READ.value for c in calls)
+    own = [c for c in calls if c["tool"] == spec.target]
+    if d is Disturbance.STALE_REPLAY:
+        return len(own) >= 2
+    if d is Disturbance.STRIP_TRACE:
+        trace = contract.tools[spec.target].trace if spec.target in contract.tools else None
+        return any(trace is not None and trace in c["arguments"] for c in own)
+    return bool(own)

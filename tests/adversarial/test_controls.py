@@ -164,3 +164,39 @@ def test_raising_whenever_a_control_is_switched_off_is_never_allowed() -> None:
     report = assay_target(m, plan(5, "revoked_capability"))
     assert report["decision"] != "allow"
     assert report["target_errors"]["total"] >= 5
+
+
+COMMIT_FAULTS = ("timeout_after_commit", "malformed_output", "timeout_then_dropped_receipt")
+# The typed-repair manifest's controls without an idempotency key or a version precondition.
+WITHOUT_KEY_OR_PRECONDITION = tuple(
+    c for c in ALL_CONTROLS if c not in ("idempotency", "state_precondition")
+)
+
+
+def test_a_control_the_agent_truly_lacks_is_no_hold_when_the_declared_pair_carries_it_all() -> None:
+    # The readback contains a lost reply by itself: switched off, every run duplicates (as far
+    # as a system without it can go). Idempotency and the precondition are absent and declared
+    # so; their missing pairs explain nothing the readback's pair does not.
+    m = manifest(
+        kind="python",
+        entrypoint=entry("controls:readback_only"),
+        controls=WITHOUT_KEY_OR_PRECONDITION,
+    )
+    for _ in range(3):
+        report = assay_target(m, plan(2, *COMMIT_FAULTS))
+        assert report["decision"] == "allow", report["reasons"]
+        for fault in COMMIT_FAULTS:
+            assert statuses(report, fault)["effect_readback"] == "carries"
+            assert statuses(report, fault)["idempotency"] == "undeclared"
+
+
+def test_hiding_a_control_the_agent_has_is_never_the_cheaper_path_to_allow() -> None:
+    # The full typed-repair workflow has the key, the readback and the precondition; declaring
+    # only the readback (as the agent above honestly does) hides the key, which then still
+    # contains the fault when the readback is switched off: the pair carries nothing, a hold.
+    m = manifest(kind="python", entrypoint=TYPED_REPAIR, controls=WITHOUT_KEY_OR_PRECONDITION)
+    report = assay_target(m, plan(2, *COMMIT_FAULTS))
+    assert report["decision"] == "hold"
+    assert "counterfactual_untested" in codes(report)
+    honest = assay_target(manifest(kind="python", entrypoint=TYPED_REPAIR), plan(2, *COMMIT_FAULTS))
+    assert RANK[honest["decision"]] <= RANK[report["decision"]]

@@ -11,6 +11,8 @@ than the control the catalogue nominates.
   off never reaches the payment boundary (so the armed fault never fires in a counterfactual pair).
 - `raises_when_disabled`: the typed-repair workflow, except that a run told to switch any control
   off raises at once.
+- `readback_only`: the typed-repair workflow that truly lacks an idempotency key and a version
+  precondition: a lost reply is contained by reading the ledger back, and only by that.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from tests.adversarial.agents.reference import typed_repair as _typed_repair
 from tests.adversarial.agents.reference import workflow
 
 without_bind = workflow("typed-repair", lambda m: m["controls"].update(bind_identity=False))
+readback_only = workflow(
+    "typed-repair",
+    lambda m: m["controls"].update(idempotency=False, state_precondition=False),
+)
 
 
 def ignores_disabled(task: Task, tools: Tools) -> None:
