@@ -57,9 +57,9 @@ def escapers(
     keys: KeyBook,
     tenant_worker: Callable[[str], WorkerProcess],  # noqa: F811
 ) -> Iterator[httpx.Client]:
-    allow(settings, TENANT)
-    tenant_worker(TENANT)
-    with client_of(api_url, keys, TENANT) as client:
+    with client_of(api_url, keys, TENANT) as client:  # its key makes the tenant
+        allow(settings, TENANT)
+        tenant_worker(TENANT)
         yield client
 
 
