@@ -13,10 +13,14 @@ conversation always gets the same turn.
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Generator
 from typing import Any
 
 Call = tuple[str, dict[str, Any]]
+# Not a tool: the policy backs off before its next call (`next_step` sleeps on a new turn).
+WAIT = "__wait__"
 Policy = Generator[Call, Any, dict[str, Any]]
 
 
@@ -44,7 +48,10 @@ def careful(task: dict[str, Any]) -> Policy:
         yield "log_event", {"order_id": order_id, "event": "denied", "trace": trace}
         return {"status": "denied", "reason": "the order changed before the effect"}
     effect_id = None
-    for _attempt in range(8):
+    for attempt in range(8):
+        if attempt:
+            # Rate limited or failed: back off with full jitter (the key makes the retry safe).
+            yield WAIT, {"ms": random.uniform(0, 50 * 2**attempt)}
         if task["action"] == "ship":
             args = {"order_id": order_id, "quantity": task["quantity"], "key": key}
             yield "ship_order", args
@@ -85,13 +92,22 @@ POLICIES = {"careful": careful, "defective": defective}
 
 
 def next_step(policy: str, task: dict[str, Any], replies: list[Any]) -> Call | dict[str, Any]:
-    """The next tool call after `replies`, or the final claim."""
+    """The next tool call after `replies`, or the final claim. A `WAIT` step is the policy
+    backing off: replayed over replies it is passed at once; at the end of the conversation (a
+    new turn) the model takes that long to answer."""
     run = POLICIES[policy](task)
+    pending = list(replies)
     try:
         step = next(run)
-        for reply in replies:
-            step = run.send(reply)
+        while True:
+            if step[0] == WAIT:
+                if not pending:
+                    time.sleep(float(step[1]["ms"]) / 1000)
+                step = run.send(None)
+            elif pending:
+                step = run.send(pending.pop(0))
+            else:
+                return step
     except StopIteration as done:
         claim: dict[str, Any] = done.value
         return claim
-    return step

@@ -123,7 +123,7 @@ async def careful(client: Client, task: dict[str, Any]) -> dict[str, Any]:
                 effect_id = r["credit_id"]
                 break
         # Rate limited or failed: back off with full jitter (the key makes the retry safe).
-        await asyncio.sleep(random.uniform(0, 0.02 * 2**attempt))
+        await asyncio.sleep(random.uniform(0, 0.05 * 2**attempt))
     if effect_id is None:
         return {"status": "failed", "reason": "no effect could be confirmed", "anomaly": True}
     await call(client, "log_event", {"order_id": order_id, "event": "done", "trace": trace})

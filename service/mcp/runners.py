@@ -86,7 +86,12 @@ def parse_claims(text: str) -> tuple[list[dict[str, Any]], str | None]:
 
 
 def child_env(url: str) -> dict[str, str]:
+    """An unconfined run's environment (the local CLI, the user's own machine): the user's, but
+    the gate's own settings, with `python` the interpreter running the gate (its virtualenv
+    first on PATH, as in the sandbox), so a manifest's `["python", ...]` finds the same packages."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    here = os.path.dirname(sys.executable)
+    env["PATH"] = os.pathsep.join([here, *(p for p in env.get("PATH", "").split(os.pathsep) if p)])
     env[URL_ENV] = url
     return env
 
@@ -113,7 +118,7 @@ class CommandRunner:
                     self.command,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
                     env=child_env(url),
                 )
             except OSError as exc:
@@ -124,7 +129,9 @@ class CommandRunner:
             self.confinement, self.command, env={URL_ENV: url}, reach=[address_of(url)]
         )
         try:
-            proc = sandbox.popen(stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            proc = sandbox.popen(
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
             return self._talk(proc, task, deadline_s, crashed)
         finally:
             sandbox.close()
@@ -137,11 +144,13 @@ class CommandRunner:
         crashed: threading.Event,
     ) -> RunResult:
         out: list[bytes] = []
+        err: list[bytes] = []
 
         def talk() -> None:
             try:
-                data, _ = proc.communicate(json.dumps(task).encode())
+                data, said = proc.communicate(json.dumps(task).encode())
                 out.append(data)
+                err.append(said or b"")
             except (OSError, ValueError):
                 out.append(b"")
 
@@ -164,11 +173,27 @@ class CommandRunner:
         if problem is not None:
             result.error = f"TargetFailed: {problem}"
         elif proc.returncode != 0:
-            result.error = f"TargetFailed: {_exit_text(proc.returncode)}"
+            why = last_line(err[0] if err else b"", self.confinement)
+            result.error = f"TargetFailed: {_exit_text(proc.returncode)}" + (
+                f": {why}" if why else ""
+            )
         return result
 
     def close(self) -> None:
         return None
+
+
+def last_line(stderr: bytes, confinement: Confinement | None) -> str:
+    """The last line an agent wrote to stderr (its exception, as a rule), cut short, with every
+    value of its confinement's environment (its secrets) blanked: causes reach reports and the
+    signed dossier, and a secret never does."""
+    lines = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+    text = lines[-1] if lines else ""
+    if confinement is not None:
+        for value in confinement.env.values():
+            if len(value) >= 4:
+                text = text.replace(value, "[redacted]")
+    return text[-240:]
 
 
 def _exit_text(code: int) -> str:
@@ -275,7 +300,9 @@ class PythonRunner(HttpRunner):
                 serve=True,
                 gate_code=True,
             )
-            proc = sandbox.popen(stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            proc = sandbox.popen(
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
         assert proc.stdout is not None
         line = proc.stdout.readline()
         try:

@@ -1,0 +1,41 @@
+"""A careful agent can earn `allow`: the careful examples (the warehouse command agent, the
+LangGraph and OpenAI Agents SDK agents) over the whole catalogue their contract implies, at 2
+trials a fault, three runs in a row, as docs/mcp.md and docs/frameworks.md say they do."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.cli import main
+from tests.mcp.conftest import ROOT, Sandbox
+
+pytestmark = pytest.mark.timeout(900)
+
+CAREFUL = {
+    "warehouse command agent": ROOT / "examples" / "mcp-warehouse" / "manifest.careful.json",
+    "langgraph": ROOT / "examples" / "frameworks" / "manifest.langgraph.careful.json",
+    "openai-agents": ROOT / "examples" / "frameworks" / "manifest.openai-agents.careful.json",
+}
+
+
+@pytest.mark.parametrize("example", sorted(CAREFUL))
+def test_the_careful_example_is_allowed_at_two_trials_a_fault_three_runs_in_a_row(
+    example: str, sandbox: Sandbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data: dict[str, Any] = json.loads(CAREFUL[example].read_text())
+    data["tools"]["servers"] = {"shop": {"url": sandbox.shop}, "admin": {"url": sandbox.admin}}
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(data))
+    for run in range(3):
+        code = main(["assay", str(path), "--trials", "2", "--seed", str(run + 1), "--json"])
+        report: dict[str, Any] = json.loads(capsys.readouterr().out)
+        assert report["decision"] == "allow", (run, report["reasons"])
+        assert code == 0
+        # Every fault either fired or is shown not to apply to this workload, with its evidence.
+        for fault in report["faults"]:
+            applies = (fault.get("applicability") or {}).get("status") != "not_applicable"
+            assert fault["exercised"] > 0 or not applies, fault["id"]
