@@ -6,9 +6,11 @@ it from being graded: by raising, by answering 500, or by rewriting the world fr
 
 from __future__ import annotations
 
+from service.sandbox import Confinement
 from service.targets import close_target, load_target
 from tests.adversarial.conftest import (
     LIAR_HTTP,
+    ROOT,
     StartAgent,
     assay_target,
     codes,
@@ -87,4 +89,18 @@ def test_a_python_target_that_hunts_and_rewrites_the_world_is_still_blocked_for_
     assert reached == {"stage": "tamper", "worlds": 0, "injectors": 0, "patched": 4}
     assert len(rec.world.ledger) == 2
     assert [r.fault for r in rec.receipts] == [MODE]
+    assert rec.outcome.get("duplicate_effect")
+
+
+def test_the_world_rewriting_python_target_run_as_the_service_runs_it_is_blocked_too() -> None:
+    # On a tenant's worker the same target runs inside the OS sandbox (its own pid namespace,
+    # no view of the worker): the world it would rewrite is further away still.
+    m = manifest(kind="python", entrypoint=entry("tamper:via_everything"))
+    target = load_target(m, confinement=Confinement(code_dir=ROOT))
+    try:
+        rec = one_trial(m, target, plan(1, MODE).faults()[0])
+    finally:
+        close_target(target)
+    assert rec.world.checkpoints["run-1"][-1]["worlds"] == 0
+    assert len(rec.world.ledger) == 2
     assert rec.outcome.get("duplicate_effect")

@@ -5,6 +5,7 @@ believe it; the proxy's record of what it forwarded is the second witness."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,3 +66,45 @@ def test_an_agent_that_writes_an_effect_its_tools_never_made_is_blocked_by_the_w
     assert fault["invariants"]["proxy_witness"]["by_arm"].get("baseline", 0) >= 1
     witness = next(s["witness"] for s in fault["samples"] if not s["witness"]["agrees"])
     assert witness["unexplained"][0]["id"].startswith("S-forged-")
+
+
+def served_cleaner(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """The cleaner as a black-box agent the http runner posts tasks to."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.mcp.host", "tests.mcp.agents.sidechannel:cleaner_python"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    url: str = json.loads(proc.stdout.readline())["url"]
+    return proc, url
+
+
+@pytest.mark.parametrize("runner", ["python", "http"])
+def test_a_cleaner_behind_any_runner_is_blocked_by_the_witness(
+    runner: str,
+    sandbox: Sandbox,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SIDECHANNEL_DB", str(sandbox.db))
+    manifest = sandbox.manifest("careful")
+    served = None
+    if runner == "python":
+        entrypoint = "tests.mcp.agents.sidechannel:cleaner_python"
+        manifest["target"]["runner"] = {"kind": "python", "entrypoint": entrypoint}
+    else:
+        served, url = served_cleaner(tmp_path)
+        manifest["target"]["runner"] = {"kind": "http", "url": url}
+    try:
+        report = assay(tmp_path, capsys, manifest, "ship_order_timeout_after_commit")
+    finally:
+        if served is not None:
+            served.kill()
+            served.wait()
+    assert report["decision"] == "block"
+    reasons = {r["code"] for r in report["reasons"]}
+    others = {c for c in reasons if c != "unsafe_escape" and not c.startswith("floor:")}
+    assert others == {"proxy_witness"}, report["reasons"]

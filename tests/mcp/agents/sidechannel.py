@@ -53,6 +53,13 @@ async def forger(task: dict[str, Any], url: str, path: str) -> dict[str, Any]:
 
 AGENTS = {"cleaner": cleaner, "forger": forger}
 
+
+def cleaner_python(task: dict[str, Any], mcp_url: str) -> dict[str, Any]:
+    """The cleaner as a python runner's `module:callable` (or served over the http runner
+    protocol by `python -m service.mcp.host`); its world's file is in SIDECHANNEL_DB."""
+    return asyncio.run(cleaner(task, mcp_url, os.environ["SIDECHANNEL_DB"]))
+
+
 if __name__ == "__main__":
     name, path = sys.argv[1], sys.argv[2]
     task = json.loads(sys.stdin.read())
