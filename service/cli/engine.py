@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from service.core.errors import ManifestInvalid, PlanInvalid
 from service.core.manifest import Manifest, parse_manifest_json
 from service.core.plan import AssayPlan, parse_plan
 from service.core.report import FaultResult
+from service.core.tally import Tally
 from service.net.egress import EgressPolicy
 from service.targets import DEFAULT_TIMEOUT_S, close_target, load_target
 
@@ -284,7 +286,28 @@ def _run(
             return run_assay(manifest, plan, progress=progress, target=target, limits=limits)
     if hasattr(target, "on_wait"):
         target.on_wait = lambda note: print(note, file=sys.stderr, flush=True)
-    return run_assay(manifest, plan, target=target, limits=limits)
+    return run_assay(manifest, plan, target=target, limits=limits, fault_done=_fault_lines(plan))
+
+
+def _fault_lines(plan: AssayPlan) -> Callable[[str, Tally, int, int], None]:
+    """Without a progress bar (no terminal, or --json): a line on stderr per finished fault, so
+    a slow assay in CI shows where it is (stdout keeps only the report)."""
+    faults = 0 if plan.paper else len(plan.faults())
+    finished = [0]
+    start = time.monotonic()
+
+    def line(fault: str, tally: Tally, done: int, total: int) -> None:
+        finished[0] += 1
+        iv = tally.arms["intervention"]
+        print(
+            f"assaygate: fault {finished[0]}/{faults} {fault}: {tally.planned} trials, fired in "
+            f"{tally.exercised}, violations {iv.violations}, target errors {tally.all_errors} "
+            f"({time.monotonic() - start:.1f} s; {done}/{total} trials)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return line
 
 
 def _pct(x: float) -> str:

@@ -324,11 +324,14 @@ def run_assay(
     trials_per_shard: int = 500,
     limits: Limits | None = None,
     honours_keys: bool = True,
+    fault_done: Callable[[str, Tally, int, int], None] | None = None,
 ) -> AssayReport:
     """Run every shard in turn; a tripped stop condition ends the assay (and blocks it).
-    `honours_keys`: as for `run_shard`."""
+    `honours_keys`: as for `run_shard`. `fault_done(fault_id, tally, trials_done, total)` is
+    called once each fault's last shard is in (not in paper mode, whose shards mix faults)."""
     shards = plan_shards(manifest, plan, trials_per_shard)
     total = sum(s.stop - s.start for s in shards)
+    last_of = {s.fault_id: s.index for s in shards if s.fault_id is not None}
     # Shard results are folded as they come: memory stays flat however many trials run.
     folded = ShardResult(-1, {}, 0)
     done = 0
@@ -347,6 +350,9 @@ def run_assay(
         done += shard.stop - shard.start
         if progress is not None:
             progress(done, total)
+        fault = shard.fault_id
+        if fault_done is not None and fault is not None and last_of.get(fault) == shard.index:
+            fault_done(fault, folded.tallies.get(fault) or Tally(), done, total)
         if result.stop_reason is not None:
             stopped = result.stop_reason
             break

@@ -211,3 +211,31 @@ def test_submit_and_gate_help_name_the_url_they_default_to() -> None:
         assert "default: $ASSAYGATE_URL, else http://127.0.0.1:8000" in " ".join(
             done.stdout.split()
         )
+
+
+def test_without_a_terminal_an_assay_prints_a_line_per_finished_fault_on_stderr() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "assay",
+            TYPED,
+            "--trials",
+            "5",
+            "--fault",
+            "tool",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    report = json.loads(done.stdout)  # stdout keeps only the report
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("assaygate: fault ")]
+    ids = [f["id"] for f in report["faults"]]
+    assert len(lines) == len(ids)
+    for k, (line, fault) in enumerate(zip(lines, ids, strict=True), start=1):
+        assert line.startswith(f"assaygate: fault {k}/{len(ids)} {fault}: 5 trials, fired in ")
+    assert lines[-1].endswith(f"{5 * len(ids)}/{5 * len(ids)} trials)")
