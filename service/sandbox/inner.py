@@ -72,7 +72,7 @@ def _set_limits(limits: dict[str, int]) -> None:
         resource.setrlimit(which, (value, value))
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while data := await reader.read(CHUNK):
             writer.write(data)
@@ -96,7 +96,7 @@ async def _splice(
     except OSError:
         writer.close()
         return
-    await asyncio.gather(_pipe(reader, far_writer), _pipe(far_reader, writer))
+    await asyncio.gather(pipe(reader, far_writer), pipe(far_reader, writer))
 
 
 async def _serve(config: dict[str, Any], argv: list[str]) -> int:

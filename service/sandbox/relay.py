@@ -26,8 +26,10 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+# The one byte pump both sides of a relay use (the inner launcher is standard library only).
+from service.sandbox.inner import pipe
+
 T = TypeVar("T")
-CHUNK = 65536
 HEAD_LIMIT = 16384
 CONNECT_TIMEOUT_S = 10.0
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -76,21 +78,8 @@ def call(fn: Callable[[], T], timeout: float = 30.0) -> T:
     return future.result(timeout)
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(CHUNK):
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except OSError:
-        pass
-    finally:
-        writer.close()
-
-
 async def _splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, far: Streams) -> None:
-    await asyncio.gather(_pipe(reader, far[1]), _pipe(far[0], writer))
+    await asyncio.gather(pipe(reader, far[1]), pipe(far[0], writer))
 
 
 async def _connect_or_close(

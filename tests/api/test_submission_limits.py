@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import signal
 import socket
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from service.settings import Settings
-from tests.support.service import free_port, quiet, row_counts, wait_for
+from tests.support.service import free_port, quiet, row_counts, terminate, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -173,12 +172,7 @@ def served(
         wait_for(lambda: b"Assaygate is up" in log.read_bytes(), 90.0, "serve up")
         yield f"http://127.0.0.1:{port}", server.pid
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        terminate(server)
 
 
 def send_head(url: str, request_line: bytes, header_bytes: int, one_header: bool) -> bytes:

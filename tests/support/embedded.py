@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.service import free_port, wait_for
+from tests.support.service import free_port, terminate, wait_for
 
 FIRST_KEY = re.compile(rb"\b(ag_[A-Za-z0-9_-]{43})\b")
 
@@ -59,12 +58,7 @@ def embedded_service(
             key = FIRST_KEY.findall(log_path.read_bytes())[0].decode()
             yield Embedded(url, key, data_dir)
         finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            terminate(server)
 
 
 @contextlib.contextmanager
@@ -103,9 +97,4 @@ def tenant_code_worker(
             wait_for(lambda: b" ready." in log_path.read_bytes(), 60.0, f"{tenant}'s worker")
             yield worker
         finally:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+            terminate(worker)

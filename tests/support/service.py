@@ -153,6 +153,16 @@ def flush_redis_prefix(settings: Settings) -> None:
 # ----------------------------------------------------------------------------------- workers
 
 
+def terminate(process: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout`; reaped either way."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 class WorkerProcess:
     """`python -m worker` as a child process, one task at a time (solo pool by default), so
     SIGKILL takes exactly the shard in hand. `pool="prefork"` runs the task in one child
@@ -200,12 +210,7 @@ class WorkerProcess:
 
     def stop(self) -> None:
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            terminate(self.process, 15)
         self._log.close()
 
 

@@ -11,12 +11,16 @@ import sqlalchemy as sa
 from service.db import migrate
 from service.db.session import make_engine
 from service.settings import Settings
+from tests.mcp.conftest import sandbox
 from tests.support.service import (
     WorkerProcess,
     flush_redis_prefix,
     postgres_database,
     session_settings,
 )
+
+# The warehouse example's real MCP servers, for the mcp engine's world locks.
+__all__ = ["sandbox"]
 
 
 @pytest.fixture(scope="session")

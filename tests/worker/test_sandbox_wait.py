@@ -3,10 +3,7 @@ for in the assay's events, and past its bound is a `SandboxBusy` target error na
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +24,7 @@ from service.mcp.engine import McpEngine
 from service.mcp.lock import sandbox_lock, world_key
 from service.settings import Settings
 from service.targets import close_target
-from tests.mcp.conftest import EXAMPLE, ROOT, Sandbox, free_port, wait_port
+from tests.mcp.conftest import ROOT, Sandbox
 from tests.support.service import grant_injector
 from worker.tasks import WorkerContext
 
@@ -35,22 +32,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    db = tmp_path_factory.mktemp("warehouse") / "world.db"
-    shop, admin = free_port(), free_port()
-    run = [sys.executable, str(EXAMPLE / "servers.py"), "http", "--db", str(db)]
-    proc = subprocess.Popen(
-        [*run, "--shop-port", str(shop), "--admin-port", str(admin)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_port(shop)
-        wait_port(admin)
-        yield Sandbox(db, shop, admin)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+def world(sandbox: Sandbox) -> Sandbox:
+    """The warehouse example's real MCP servers (tests/mcp/conftest.py)."""
+    return sandbox
 
 
 def tenant_worker(settings: Settings) -> Settings:
