@@ -183,17 +183,21 @@ class CommandRunner:
         return None
 
 
-def last_line(stderr: bytes, confinement: Confinement | None) -> str:
-    """The last line an agent wrote to stderr (its exception, as a rule), cut short, with every
-    value of its confinement's environment (its secrets) blanked: causes reach reports and the
-    signed dossier, and a secret never does."""
-    lines = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
-    text = lines[-1] if lines else ""
+def redacted(text: str, confinement: Confinement | None) -> str:
+    """`text` with every value of the confinement's environment (its secrets) blanked: what an
+    agent says about its failure reaches reports and the signed dossier, and a secret never
+    does."""
     if confinement is not None:
         for value in confinement.env.values():
             if len(value) >= 4:
                 text = text.replace(value, "[redacted]")
-    return text[-240:]
+    return text
+
+
+def last_line(stderr: bytes, confinement: Confinement | None) -> str:
+    """The last line an agent wrote to stderr (its exception, as a rule), redacted, cut short."""
+    lines = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+    return redacted(lines[-1] if lines else "", confinement)[-240:]
 
 
 def _exit_text(code: int) -> str:
@@ -207,6 +211,9 @@ NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 
 
 class HttpRunner:
+    # A black box's own: nothing of the tenant's to redact (a python host's runner has one).
+    confinement: Confinement | None = None
+
     def __init__(self, url: str, egress: EgressPolicy | None = None) -> None:
         self.url = url
         # Keep-alive to the agent, without Nagle's delay on the request's second segment; every
@@ -232,7 +239,8 @@ class HttpRunner:
         if crashed.is_set():
             return RunResult(crashed=True)
         if r.status_code >= 300:
-            return RunResult(error=f"TargetFailed: HTTP {r.status_code}{_said(r.text)}")
+            said = agent_said(r.text, self.confinement)
+            return RunResult(error=f"TargetFailed: HTTP {r.status_code}{said}")
         claims, problem = parse_claims(r.text)
         if len(claims) == 1 and isinstance(claims[0].get("claims"), list):
             claims = [c for c in claims[0]["claims"] if isinstance(c, dict)]
@@ -242,15 +250,16 @@ class HttpRunner:
         self._client.close()
 
 
-def _said(body: str) -> str:
+def agent_said(body: str, confinement: Confinement | None) -> str:
     """What a failing agent said about it: the `error` of a JSON reply (the python and
-    framework hosts answer `{"error": "Type: message"}`), else the start of its text."""
+    framework hosts answer `{"error": "Type: message"}`), else the start of its text;
+    redacted."""
     try:
         value = json.loads(body)
     except ValueError:
         value = None
     text = str(value["error"]) if isinstance(value, dict) and "error" in value else body
-    text = " ".join(text.split())[:240]
+    text = redacted(" ".join(text.split()), confinement)[:240]
     return f": {text}" if text else ""
 
 
