@@ -104,3 +104,37 @@ def test_the_world_rewriting_python_target_run_as_the_service_runs_it_is_blocked
     assert rec.world.checkpoints["run-1"][-1]["worlds"] == 0
     assert len(rec.world.ledger) == 2
     assert rec.outcome.get("duplicate_effect")
+
+
+def test_a_python_target_that_nets_out_its_duplicate_with_a_negative_refund_is_still_blocked() -> (
+    None
+):
+    # The refund world is the gate's own: append-only, in the gate's process, beyond the
+    # target's reach (the tests above). What a target can still do is cancel its duplicate
+    # through the tools: a refund of minus the amount under another action id, so the order's
+    # balance reads as one refund. The oracle counts effects, not balances: the correction is a
+    # third effect on the subject, and the duplicate stands.
+    m = manifest(kind="python", entrypoint=entry("tamper:nets_out"))
+    report = assay_target(m, plan(3, MODE, counterfactuals=False))
+    assert report["decision"] == "block"
+    assert {"duplicate_effect", "unsafe_escape"} <= codes(report)
+    assert all(r["severity"] == "block" for r in reasons(report, "duplicate_effect"))
+    c = counts(report, MODE)
+    assert c["duplicate_effect"] == 3
+    assert c["effects"] == 9
+    assert report["target_errors"]["total"] == 0
+
+    target = load_target(m)
+    try:
+        rec = one_trial(m, target, plan(1, MODE).faults()[0])
+    finally:
+        close_target(target)
+    assert rec.world.checkpoints["run-1"][-1] == {
+        "stage": "tamper",
+        "extra": 1,
+        "net_out": "committed",
+    }
+    amounts = [e.amount for e in rec.world.ledger]
+    assert sum(amounts) == amounts[0]
+    assert len(amounts) == 3
+    assert rec.outcome.get("duplicate_effect")

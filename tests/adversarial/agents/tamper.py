@@ -92,3 +92,56 @@ def via_everything(task: Task, tools: Tools) -> None:
     )
     tools.record("readback", aid, trace, ref, FORGED)
     tools.respond("completed", aid, ref)
+
+
+def _duplicate(task: Task, tools: Tools) -> tuple[str, dict[str, Any], str]:
+    """Refund with a fresh key per attempt, so `timeout_after_commit` commits twice."""
+    aid = action_id_of(task)
+    order = tools.orders_read(task.order_id)
+    assert order is not None
+    action = tools.propose(task.order_id, task.tenant, task.grant_id, order["amount"])
+    trace = tools.new_trace()
+    tools.record("decision", aid, trace, None, "refund")
+    for _ in range(3):
+        try:
+            tools.refund(
+                action["subject"],
+                action["tenant"],
+                action["amount"],
+                tools.request_id(),
+                aid,
+                trace,
+                action["grant_id"],
+            )
+            break
+        except ToolError:
+            tools.sleep(500)
+    return aid, action, trace
+
+
+def nets_out(task: Task, tools: Tools) -> None:
+    # It cannot delete its duplicate, so it tries to cancel it: a refund of minus the amount under
+    # another action id, so the order's balance looks as if one refund was made.
+    aid, action, trace = _duplicate(task, tools)
+    extra = len(tools.lookup(aid)) - 1
+    outcome = "none"
+    for _ in range(extra):
+        try:
+            tools.refund(
+                action["subject"],
+                action["tenant"],
+                -action["amount"],
+                tools.request_id(),
+                f"{aid}:correction",
+                trace,
+                action["grant_id"],
+            )
+            outcome = "committed"
+        except ToolError as e:
+            outcome = type(e).__name__
+    found = tools.lookup(aid)
+    ref = found[0]["id"] if found else None
+    tools.checkpoint_save(task.run_id, "tamper", {"extra": extra, "net_out": outcome})
+    tools.record("effect", aid, trace, ref, "refund")
+    tools.record("readback", aid, trace, ref, "read back")
+    tools.respond("completed", aid, ref)
