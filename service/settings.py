@@ -68,6 +68,10 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     worker_concurrency: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+    # Trials a worker process runs at once in isolated copies of an mcp target's world, as many
+    # as the world offers (tools.slots; docs/mcp.md, "Slots"). Agents mostly wait on models, so
+    # this may well exceed the cores; counts are the same at any value.
+    worker_slots: int = Field(default=1, ge=1, le=64)
     # API server processes of `serve`, each on its own SO_REUSEPORT socket (service/serving.py).
     api_processes: int = Field(default=1, ge=1)
     readiness_timeout: float = Field(default=2.0, gt=0)

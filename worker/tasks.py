@@ -168,8 +168,15 @@ class WorkerContext:
                     self.settings, manifest, self.secrets(inputs, manifest), self._egress.resolve
                 )
             target = self._targets[key] = load_target(
-                manifest, confinement=confinement, egress=self._egress, tenant=tenant
+                manifest,
+                confinement=confinement,
+                egress=self._egress,
+                tenant=tenant,
+                slots=self.settings.worker_slots,
             )
+            notice = getattr(target, "notice", None)
+            if notice:
+                log.info(notice, extra={"assay_id": str(assay_id)})
         while len(self._targets) > MAX_TARGETS:
             close_target(self._targets.popitem(last=False)[1])
         if hasattr(target, "holder"):  # an mcp engine (imported lazily, with the MCP SDK)
@@ -408,6 +415,7 @@ def run_guarded(
         limits=shards.limits(state),
         guard=guard,
         namespace=scope.namespace,
+        concurrency=ctx.settings.worker_slots,
     )
     if result.stop_reason == "aborted":
         # Say why, in the words the abort was recorded with.

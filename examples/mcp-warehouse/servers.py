@@ -6,6 +6,7 @@ and an evidence tool (log_event). `admin` is the sandbox's own server for Assayg
 reset (seed, trial id -> the task), probe (the world as JSON) and mutate (cancel the task's order).
 
     python servers.py http --db /tmp/wh.db --shop-port 8765 --admin-port 8766
+    python servers.py http --slots 4 ...               # 4 isolated worlds at /s/<i>/mcp
     python servers.py shop-stdio --db /tmp/wh.db      # the shop over stdio
     python servers.py admin-stdio --db /tmp/wh.db     # the admin server over stdio
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import sqlite3
 import threading
@@ -256,18 +258,42 @@ def admin_server(store: Store) -> MCPServer:
     return mcp
 
 
-async def serve_http(db: str, shop_port: int, admin_port: int) -> None:
+async def serve_http(db: str, shop_port: int, admin_port: int, slots: int = 0) -> None:
+    """The shop and admin servers over Streamable HTTP at /mcp; with `slots`, that many isolated
+    worlds (a database each, `<db>.<i>`), world i's servers at /s/<i>/mcp (the manifest's URLs
+    say `/s/{slot}/mcp` and `tools.slots` how many there are)."""
     import uvicorn
 
-    store = Store(db)
     servers = []
-    for app, port in ((shop_server(store), shop_port), (admin_server(store), admin_port)):
-        asgi = app.streamable_http_app(stateless_http=True, json_response=True)
+    for make, port in ((shop_server, shop_port), (admin_server, admin_port)):
+        if slots:
+            asgi = _slotted([make(Store(f"{db}.{i}")) for i in range(slots)])
+        else:
+            asgi = make(Store(db)).streamable_http_app(stateless_http=True, json_response=True)
         config = uvicorn.Config(
             asgi, host="127.0.0.1", port=port, log_level="warning", access_log=False
         )
         servers.append(uvicorn.Server(config))
     await asyncio.gather(*(s.serve() for s in servers))
+
+
+def _slotted(worlds: list[MCPServer]) -> Any:
+    """One ASGI app serving each world's MCP server under /s/<i>; every world's session
+    manager runs for the app's life."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    apps = [w.streamable_http_app(stateless_http=True, json_response=True) for w in worlds]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Any) -> Any:
+        async with contextlib.AsyncExitStack() as stack:
+            for app in apps:
+                await stack.enter_async_context(app.router.lifespan_context(app))
+            yield
+
+    routes = [Mount(f"/s/{i}", app=app) for i, app in enumerate(apps)]
+    return Starlette(routes=routes, lifespan=lifespan)
 
 
 def main() -> None:
@@ -276,11 +302,12 @@ def main() -> None:
     p.add_argument("--db", required=True)
     p.add_argument("--shop-port", type=int, default=8765)
     p.add_argument("--admin-port", type=int, default=8766)
+    p.add_argument("--slots", type=int, default=0, help="serve this many isolated worlds (http)")
     a = p.parse_args()
     # uvloop: a sandbox serves some eleven SDK exchanges a trial, and the stdlib loop's own
     # bookkeeping is a visible share of each.
     if a.mode == "http":
-        uvloop.run(serve_http(a.db, a.shop_port, a.admin_port))
+        uvloop.run(serve_http(a.db, a.shop_port, a.admin_port, a.slots))
     elif a.mode == "shop-stdio":
         uvloop.run(shop_server(Store(a.db)).run_stdio_async())
     else:

@@ -13,6 +13,7 @@ from typing import Any
 from service.cli.errors import DECISION_EXIT, EXIT_ERROR
 from service.core.assay import AssayReport, Limits, replay_trial, run_assay
 from service.core.catalogue import Catalogue, catalogue_named, custom_catalogue
+from service.core.contract import MAX_SLOTS
 from service.core.contract_catalogue import catalogue_for
 from service.core.errors import ManifestInvalid, PlanInvalid
 from service.core.manifest import Manifest, parse_manifest_json
@@ -89,6 +90,15 @@ def _assay_args(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SECONDS",
         help="stop (and block) when the assay has run this long",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N trials at once in isolated copies of an mcp target's world, as many as "
+        "it offers (tools.slots; a world without slots runs one at a time); the counts are "
+        "the same at any N",
     )
     report_args(p)
     p.add_argument(
@@ -230,11 +240,26 @@ def cmd_assay(args: argparse.Namespace) -> int:
     manifest = load_manifest(args.manifest)
     plan = build_plan(args, manifest)
     limits = _limits(args)
+    if not 1 <= args.concurrency <= MAX_SLOTS:
+        raise PlanInvalid(f"must be from 1 to {MAX_SLOTS}", field="--concurrency")
     # The user's own machine: loopback and private addresses are theirs; metadata never.
-    target = load_target(manifest, http_timeout_s=args.trial_timeout, egress=EgressPolicy.local())
+    target = load_target(
+        manifest,
+        http_timeout_s=args.trial_timeout,
+        egress=EgressPolicy.local(),
+        slots=args.concurrency,
+    )
+    notice = getattr(target, "notice", None)  # an mcp world with fewer slots than asked for
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
     try:
         report = _run(
-            manifest, plan, target, limits, progress_bar=not args.json and sys.stdout.isatty()
+            manifest,
+            plan,
+            target,
+            limits,
+            progress_bar=not args.json and sys.stdout.isatty(),
+            concurrency=args.concurrency,
         )
     finally:
         close_target(target)
@@ -266,7 +291,12 @@ def cmd_assay(args: argparse.Namespace) -> int:
 
 
 def _run(
-    manifest: Manifest, plan: AssayPlan, target: Any, limits: Limits, progress_bar: bool
+    manifest: Manifest,
+    plan: AssayPlan,
+    target: Any,
+    limits: Limits,
+    progress_bar: bool,
+    concurrency: int = 1,
 ) -> AssayReport:
     if progress_bar:
         from rich.progress import Progress
@@ -283,10 +313,24 @@ def _run(
             if hasattr(target, "on_wait"):  # an mcp target waiting for its world
                 target.on_wait = waiting
 
-            return run_assay(manifest, plan, progress=progress, target=target, limits=limits)
+            return run_assay(
+                manifest,
+                plan,
+                progress=progress,
+                target=target,
+                limits=limits,
+                concurrency=concurrency,
+            )
     if hasattr(target, "on_wait"):
         target.on_wait = lambda note: print(note, file=sys.stderr, flush=True)
-    return run_assay(manifest, plan, target=target, limits=limits, fault_done=_fault_lines(plan))
+    return run_assay(
+        manifest,
+        plan,
+        target=target,
+        limits=limits,
+        fault_done=_fault_lines(plan),
+        concurrency=concurrency,
+    )
 
 
 def _fault_lines(plan: AssayPlan) -> Callable[[str, Tally, int, int], None]:

@@ -8,12 +8,14 @@ order on any number of workers, merges to exactly the figures of one sequential 
 from __future__ import annotations
 
 import gc
+import queue
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from service.core.catalogue import Catalogue, FaultSpec
-from service.core.engine import TrialEngine
+from service.core.engine import SlottedEngine, TrialEngine
 from service.core.errors import PlanInvalid
 from service.core.harness import Runtime, TrialRecord, run_trial
 from service.core.manifest import Manifest
@@ -23,6 +25,7 @@ from service.core.pairs import Removal, removal
 from service.core.plan import AssayPlan
 from service.core.report import AssayReport
 from service.core.rng import LCG, derive, stream_key
+from service.core.slots import InOrder, slots_of
 from service.core.tally import SAMPLES, ShardResult, Tally, violating
 from service.core.target import Target
 
@@ -153,9 +156,12 @@ def run_shard(
     guard: Callable[[FaultSpec], str | None] | None = None,
     namespace: str | None = None,
     honours_keys: bool = True,
+    concurrency: int = 1,
 ) -> ShardResult:
     """Run a shard's trials into tallies. `honours_keys=False` runs a sandbox whose ledger
     ignores idempotency keys (a broken world, to show figures come from execution).
+    `concurrency`: trials at once, for an engine whose world offers slots (`SlottedEngine`);
+    the tallies are the same at any concurrency.
 
     Over 60 lines on purpose: the per-trial loop is the compiled hot path, kept in one frame."""
     cat = plan.resolve_catalogue()
@@ -191,8 +197,20 @@ def run_shard(
     # trial: a sixth of the loop's CPU. Inside the loop they run rarely; after it, as before.
     thresholds = gc.get_threshold()
     gc.set_threshold(_GC_YOUNG, thresholds[1], thresholds[2])
+    slots = slots_of(target.slots, concurrency) if isinstance(target, SlottedEngine) else 1
     try:
-        for k in range(shard.start, shard.stop):
+        if slots > 1:
+            assert isinstance(target, SlottedEngine)
+            runtimes = [
+                Runtime(manifest, cat, target.slot(i), guard, namespace, honours_keys)
+                for i in range(slots)
+            ]
+            trial = _Trial(plan, pick, wroot, sroot, base, threshold, sample_key, removals)
+            done, effects, unsafe, target_errors, reason = _run_slotted(
+                runtimes, trial, shard, tallies, should_stop, batch, limits
+            )
+        # The serial loop: empty when the slots ran the shard.
+        for k in range(shard.start, shard.stop if slots == 1 else shard.start):
             if should_stop is not None and done % batch == 0 and should_stop():
                 reason = "aborted"
                 break
@@ -218,6 +236,128 @@ def run_shard(
         if cause is not None:
             reason = f"{reason}; first: {cause}"
     return ShardResult(shard.index, tallies, done, reason is not None, reason, effects, unsafe)
+
+
+class _Trial:
+    """What a slot needs to run trial `k` of a shard (the slotted path's share of run_shard's
+    locals)."""
+
+    def __init__(
+        self,
+        plan: AssayPlan,
+        pick: Callable[[int], FaultSpec],
+        wroot: int,
+        sroot: int,
+        base: int,
+        threshold: int | None,
+        sample_key: int,
+        removals: dict[str, Removal],
+    ) -> None:
+        self.plan = plan
+        self.pick = pick
+        self.wroot = wroot
+        self.sroot = sroot
+        self.base = base
+        self.threshold = threshold
+        self.sample_key = sample_key
+        self.removals = removals
+
+    def run(self, rt: Runtime, spec: FaultSpec, k: int, tally: Tally) -> tuple[int, int, int]:
+        wkey, skey = derive(self.wroot, k), derive(self.sroot, k)
+        t = self.threshold
+        extra = t is None or derive(self.sample_key, self.base + k) < t
+        rm = self.removals[spec.id]
+        return _one(rt, self.plan, spec, tally, self.base + k, wkey, skey, rm, extra)
+
+
+# A finished trial on its way from a slot to the shard: its number, fault, own tally, and
+# (effects, unsafe, target errors) or the exception it raised; None: a slot has stopped.
+_Done = tuple[int, FaultSpec, Tally, tuple[int, int, int] | None, BaseException | None] | None
+
+
+def _run_slotted(
+    runtimes: list[Runtime],
+    trial: _Trial,
+    shard: ShardSpec,
+    tallies: dict[str, Tally],
+    should_stop: Callable[[], bool] | None,
+    batch: int,
+    limits: Limits | None,
+) -> tuple[int, int, int, int, str | None]:
+    """The executor path: one thread per slot takes the next trial number, runs it into a tally
+    of its own, and hands it back; trials are folded in trial order (`InOrder`), so counts,
+    samples and stop conditions are those of the serial loop. Trials still running when a stop
+    condition trips are waited for and discarded, as the serial loop would never have run them."""
+    taken = iter(range(shard.start, shard.stop))
+    lock = threading.Lock()
+    stop = threading.Event()
+    finished: queue.SimpleQueue[_Done] = queue.SimpleQueue()
+
+    def next_trial() -> tuple[int, FaultSpec] | None:
+        # Under the lock, in order: paper mode's fault choice is a sequential stream.
+        with lock:
+            k = next(taken, None)
+            return None if k is None or stop.is_set() else (k, trial.pick(k))
+
+    def slot(rt: Runtime) -> None:
+        try:
+            while (job := next_trial()) is not None:
+                k, spec = job
+                tally = Tally()
+                try:
+                    out = trial.run(rt, spec, k, tally)
+                except BaseException as exc:  # re-raised by the shard, in trial order
+                    finished.put((k, spec, tally, None, exc))
+                    return
+                finished.put((k, spec, tally, out, None))
+        finally:
+            finished.put(None)
+
+    done = effects = unsafe = target_errors = 0
+    reason: str | None = None
+    failure: BaseException | None = None
+    if should_stop is not None and should_stop():
+        return 0, 0, 0, 0, "aborted"
+    threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
+    for th in threads:
+        th.start()
+    order: InOrder[tuple[FaultSpec, Tally, tuple[int, int, int] | None, BaseException | None]]
+    order = InOrder(shard.start)
+    running = len(threads)
+    while running:
+        item = finished.get()
+        if item is None:
+            running -= 1
+            continue
+        k, spec, tally, out, exc = item
+        order.put(k, (spec, tally, out, exc))
+        for _k, (spec, tally, out, exc) in order.ready():
+            if stop.is_set():
+                continue
+            if exc is not None or out is None:
+                failure = exc
+                stop.set()
+                continue
+            mine = tallies.get(spec.id)
+            if mine is None:
+                tallies[spec.id] = tally
+            else:
+                mine.merge(tally)
+            effects += out[0]
+            unsafe += out[1]
+            target_errors += out[2]
+            done += 1
+            if limits is not None:
+                reason = limits.tripped(effects, unsafe, target_errors)
+            if reason is None and should_stop is not None and done % batch == 0 and should_stop():
+                reason = "aborted"
+            if reason is not None:
+                stop.set()
+    for th in threads:
+        th.join()
+    if failure is not None:
+        raise failure
+    return done, effects, unsafe, target_errors, reason
 
 
 def _one(
@@ -325,10 +465,12 @@ def run_assay(
     limits: Limits | None = None,
     honours_keys: bool = True,
     fault_done: Callable[[str, Tally, int, int], None] | None = None,
+    concurrency: int = 1,
 ) -> AssayReport:
     """Run every shard in turn; a tripped stop condition ends the assay (and blocks it).
     `honours_keys`: as for `run_shard`. `fault_done(fault_id, tally, trials_done, total)` is
-    called once each fault's last shard is in (not in paper mode, whose shards mix faults)."""
+    called once each fault's last shard is in (not in paper mode, whose shards mix faults).
+    `concurrency`: as for `run_shard`."""
     shards = plan_shards(manifest, plan, trials_per_shard)
     total = sum(s.stop - s.start for s in shards)
     last_of = {s.fault_id: s.index for s in shards if s.fault_id is not None}
@@ -338,7 +480,13 @@ def run_assay(
     stopped: str | None = None
     for shard in shards:
         result = run_shard(
-            manifest, plan, shard, target=target, limits=limits, honours_keys=honours_keys
+            manifest,
+            plan,
+            shard,
+            target=target,
+            limits=limits,
+            honours_keys=honours_keys,
+            concurrency=concurrency,
         )
         folded.trials += result.trials
         for fid, tally in result.tallies.items():

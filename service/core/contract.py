@@ -25,6 +25,8 @@ from service.core.errors import ManifestInvalid
 if TYPE_CHECKING:
     from service.core.manifest import Manifest
 
+MAX_SLOTS = 64
+SLOT = "{slot}"
 Name = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$", min_length=1, max_length=128)]
 
 
@@ -156,6 +158,10 @@ class Contract(_Strict):
     # The task field that names the task's subject (the reset hook returns the task).
     task_subject: Name = "subject"
     storm: Storm = Storm()
+    # How many isolated copies of the world the team's sandbox offers (docs/mcp.md, "Slots"):
+    # URLs may carry `{slot}`, hooks receive `"slot"`, stdio servers and command hooks get
+    # ASSAYGATE_SLOT. None: one world, trials run one at a time.
+    slots: Annotated[int, Field(strict=True, ge=1, le=MAX_SLOTS)] | None = None
 
     @model_validator(mode="after")
     def _refs(self) -> Contract:
@@ -177,7 +183,38 @@ class Contract(_Strict):
             hook = getattr(self.hooks, hook_name)
             if hook is not None and hook.kind == "mcp" and hook.server not in self.servers:
                 raise _FieldError(f"hooks.{hook_name}.server", f"unknown server {hook.server!r}")
+        if self.slots is None:
+            for field, url in self._urls():
+                if SLOT in url:
+                    raise _FieldError(field, "a {slot} URL needs tools.slots (the copies offered)")
         return self
+
+    def _urls(self) -> list[tuple[str, str]]:
+        urls = [(f"servers.{n}.url", u.url) for n, u in self.servers.items() if u.url]
+        for hook_name in ("reset", "probe", "mutate"):
+            hook = getattr(self.hooks, hook_name)
+            if hook is not None and hook.url:
+                urls.append((f"hooks.{hook_name}.url", hook.url))
+        return urls
+
+    def for_slot(self, slot: int) -> Contract:
+        """This contract as slot `slot` of the world sees it: `{slot}` in every URL replaced."""
+
+        def at(url: str | None) -> str | None:
+            return url.replace(SLOT, str(slot)) if url is not None else None
+
+        servers = {n: u.model_copy(update={"url": at(u.url)}) for n, u in self.servers.items()}
+        hooks = {
+            name: (h.model_copy(update={"url": at(h.url)}) if h is not None else None)
+            for name, h in (
+                ("reset", self.hooks.reset),
+                ("probe", self.hooks.probe),
+                ("mutate", self.hooks.mutate),
+            )
+        }
+        return self.model_copy(
+            update={"servers": servers, "hooks": self.hooks.model_copy(update=hooks)}
+        )
 
     def role_of(self, tool: str) -> Role | None:
         t = self.tools.get(tool)

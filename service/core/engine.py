@@ -26,3 +26,15 @@ class TrialEngine(Protocol):
         disabled: frozenset[str],
         capture: bool,
     ) -> TrialRecord: ...
+
+
+@runtime_checkable
+class SlottedEngine(Protocol):
+    """A trial engine whose world offers isolated copies (slots): `slots` of them are open, and
+    `slot(i)` is the engine that runs trials in copy `i` alone, so trials on different slots may
+    run at once (`run_shard(..., concurrency=N)`)."""
+
+    @property
+    def slots(self) -> int: ...
+
+    def slot(self, index: int) -> TrialEngine: ...

@@ -32,6 +32,7 @@ from service.core.injector import Injector
 from service.core.manifest import Manifest
 from service.core.oracle import Outcome
 from service.core.rng import Stream
+from service.core.slots import slots_of
 from service.core.world import Workload, World
 from service.mcp import grading
 from service.mcp.cel import Compiled, Evaluator, compile_invariants
@@ -78,7 +79,10 @@ def _target_error(error: str, seed: int) -> TrialRecord:
 
 
 class McpEngine:
-    """The `mcp` target: implements the harness's `TrialEngine`."""
+    """The `mcp` target: implements the harness's `TrialEngine` (on its first slot) and the
+    assay's `SlottedEngine`: with `slots=N` and a world that offers slots (`tools.slots`), N
+    isolated copies of the world, each with its own proxy, upstream sessions, event loop and
+    runner, run trials at once."""
 
     def __init__(
         self,
@@ -89,23 +93,37 @@ class McpEngine:
         confinement: Confinement | None = None,
         egress: EgressPolicy | None = None,
         tenant: str | None = None,
+        slots: int = 1,
     ) -> None:
         """`egress`: the policy every connection to the manifest's URLs is checked against.
-        `tenant`: whose world this is (the sandbox lock's key; None on the local CLI)."""
+        `tenant`: whose world this is (the sandbox lock's key; None on the local CLI).
+        `slots`: trials wanted at once; at most what the world offers (`notice` says when the
+        world offers fewer)."""
         assert manifest.target.runner is not None
         self.manifest = manifest
         self.contract: Contract = contract_of(manifest)
         self.invariants: Invariants = invariants_of(manifest)
         self.compiled: tuple[Compiled, ...] = compile_invariants(self.invariants)
         self.evaluator = Evaluator(self.compiled)
+        # One evaluator child for every slot: its socket carries one request at a time.
+        self.evaluating = threading.Lock()
         self.catalogue = catalogue
         self.guard = guard
         self.deadline_s = manifest.target.runner.deadline_s
         self.confinement = confinement
-        self._runner = runner
-        # The world's lock: its key, who holds it (the worker names the assay), how long a
-        # trial waits for it, and where a waiter says whom it waits for.
-        self.world = world_key(self.contract, tenant)
+        self.tenant = tenant
+        self.egress = egress
+        offered = self.contract.slots
+        n = slots_of(offered, slots)
+        self.notice: str | None = None
+        if slots > 1 and offered is None:
+            self.notice = (
+                "assaygate: the world offers no slots (tools.slots): trials run one at a time"
+            )
+        elif slots > n:
+            self.notice = f"assaygate: the world offers {n} slots: {n} trials at once"
+        # Who holds a world's lock (the worker names the assay), how long a trial waits for
+        # it, and where a waiter says whom it waits for.
         self.holder = f"pid {os.getpid()}"
         self.lock_wait_s = self.deadline_s * (MAX_RESTARTS + 3) * 2 + 120
         self.on_wait: Callable[[str], None] = lambda note: log.info(note)
@@ -117,30 +135,100 @@ class McpEngine:
             except EgressRefused as exc:
                 self.refused = f"TargetUnreachable: egress refused: {exc.message}"
         self._seq = itertools.count()
+        self._prefix = f"{int(time.time() * 1000) % 10**9:x}"
+        self._slots: list[Slot] = []
+        try:
+            for i in range(n):
+                self._slots.append(Slot(self, i if offered is not None else None, runner))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def slots(self) -> int:
+        return len(self._slots)
+
+    def slot(self, index: int) -> Slot:
+        return self._slots[index]
+
+    # The first slot's, for callers that know one world (tests, the sandbox adapters).
+    @property
+    def world(self) -> str:
+        return self._slots[0].world
+
+    @property
+    def upstreams(self) -> Upstreams:
+        return self._slots[0].upstreams
+
+    @property
+    def proxy(self) -> Proxy:
+        return self._slots[0].proxy
+
+    @property
+    def runner(self) -> AgentRunner:
+        return self._slots[0].runner
+
+    def close(self) -> None:
+        for slot in self._slots:
+            slot.close()
+        self.evaluator.close()
+
+    def trial_id(self, slot: int | None) -> str:
+        n = next(self._seq)
+        return f"{self._prefix}-{n}" if slot is None else f"{self._prefix}-s{slot}-{n}"
+
+    def run_trial(
+        self,
+        spec: FaultSpec | None,
+        workload_key: int,
+        storm_key: int,
+        disabled: frozenset[str],
+        capture: bool,
+    ) -> TrialRecord:
+        return self._slots[0].run_trial(spec, workload_key, storm_key, disabled, capture)
+
+
+class Slot:
+    """One isolated copy of the team's world and what runs trials in it: its own event loop,
+    upstream sessions (URLs with `{slot}` filled in, hooks told the slot), proxy and runner.
+    Implements the harness's `TrialEngine`; a slot runs one trial at a time."""
+
+    def __init__(self, engine: McpEngine, index: int | None, runner: AgentRunner | None) -> None:
+        """`index`: the world's copy (None: a world that offers no slots, which is told none)."""
+        self.engine = engine
+        self.index = index
+        self.contract = engine.contract if index is None else engine.contract.for_slot(index)
+        self.world = world_key(self.contract, engine.tenant, index)
+        self._runner = runner
         # The last fault run per workload (its matched baseline follows), and the last trial's
         # calls (the baseline's, to tell whether they reach the fault).
         self._matched: tuple[int, FaultSpec] | None = None
         self._last_calls: list[dict[str, Any]] = []
-        self._prefix = f"{int(time.time() * 1000) % 10**9:x}"
         self._loop = Loop()
-        self.upstreams = Upstreams(self.contract, confinement, egress)
+        self.upstreams = Upstreams(self.contract, engine.confinement, engine.egress, index)
         self.proxy = Proxy(self.upstreams)
         self._naive_http: httpx2.AsyncClient | None = None
-        if self.refused is not None:
+        if engine.refused is not None:
             return
         try:
             self._loop.run(self._start(), START_TIMEOUT_S)
             if self._runner is None:
                 # After the proxy started: a sandboxed python host is given the proxy's port.
+                spec = engine.manifest.target.runner
+                assert spec is not None
                 self._runner = make_runner(
-                    manifest.target.runner, confinement, self.proxy.url(""), egress
+                    spec,
+                    engine.confinement,
+                    self.proxy.url(""),
+                    engine.egress,
+                    index,
                 )
         except BaseException as exc:
             refused = refusal_in(exc)  # a server's name re-bound to a forbidden address
             if refused is None:
                 self.close()
                 raise
-            self.refused = f"TargetUnreachable: egress refused: {refused.message}"
+            engine.refused = f"TargetUnreachable: egress refused: {refused.message}"
             with contextlib.suppress(Exception):
                 self._loop.run(self._stop(), 15)
 
@@ -149,7 +237,7 @@ class McpEngine:
         await self.proxy.start()
         # Naive runs reach the proxy over one keep-alive client (read timeout: a run's deadline).
         self._naive_http = httpx2.AsyncClient(
-            timeout=httpx2.Timeout(30.0, read=max(self.deadline_s, 30.0))
+            timeout=httpx2.Timeout(30.0, read=max(self.engine.deadline_s, 30.0))
         )
 
     def close(self) -> None:
@@ -158,11 +246,10 @@ class McpEngine:
         self._loop.stop()
         if self._runner is not None:
             self._runner.close()
-        self.evaluator.close()
 
     @property
     def runner(self) -> AgentRunner:
-        assert self._runner is not None, "the engine's runner starts with the engine"
+        assert self._runner is not None, "the slot's runner starts with the slot"
         return self._runner
 
     async def _stop(self) -> None:
@@ -181,13 +268,16 @@ class McpEngine:
         disabled: frozenset[str],
         capture: bool,
     ) -> TrialRecord:
-        n = next(self._seq)
-        budget = self.deadline_s * (MAX_RESTARTS + 3) * 2 + 120
-        if self.refused is not None:
-            return _target_error(self.refused, workload_key)
+        engine = self.engine
+        trial_id = engine.trial_id(self.index)
+        budget = engine.deadline_s * (MAX_RESTARTS + 3) * 2 + 120
+        if engine.refused is not None:
+            return _target_error(engine.refused, workload_key)
         try:
-            with sandbox_lock(self.world, self.holder, self.lock_wait_s, self.on_wait):
-                return self._locked_trial(spec, workload_key, disabled, n, budget)
+            with sandbox_lock(
+                self.world, engine.holder, engine.lock_wait_s, lambda n: engine.on_wait(n)
+            ):
+                return self._locked_trial(spec, workload_key, disabled, trial_id, budget)
         except SandboxBusy as exc:
             return _target_error(f"SandboxBusy: {exc}", workload_key)
 
@@ -196,7 +286,7 @@ class McpEngine:
         spec: FaultSpec | None,
         workload_key: int,
         disabled: frozenset[str],
-        n: int,
+        trial_id: str,
         budget: float,
     ) -> TrialRecord:
         # The harness runs a trial's intervention, then its matched baseline on the same
@@ -208,7 +298,8 @@ class McpEngine:
         elif self._matched is not None and self._matched[0] == workload_key:
             matched = self._matched[1]
         rec = self._loop.run(
-            self._trial(spec, workload_key, disabled, n, naive=False, matched=matched), budget
+            self._trial(spec, workload_key, disabled, trial_id, naive=False, matched=matched),
+            budget,
         )
         if spec is None and matched is not None and rec.target_error is None:
             rec.reachable = grading.reaches(matched, self.contract, self._last_calls)
@@ -218,7 +309,9 @@ class McpEngine:
             and not disabled
             and rec.exercised
         ):
-            naive = self._loop.run(self._trial(spec, workload_key, disabled, n, naive=True), budget)
+            naive = self._loop.run(
+                self._trial(spec, workload_key, disabled, trial_id, naive=True), budget
+            )
             rec.sensitivity = naive.outcome
         return rec
 
@@ -229,13 +322,13 @@ class McpEngine:
         spec: FaultSpec | None,
         seed: int,
         disabled: frozenset[str],
-        n: int,
+        trial_id: str,
         naive: bool,
         matched: FaultSpec | None = None,
     ) -> TrialRecord:
-        trial_id = f"{self._prefix}-{n}" + ("-naive" if naive else "")
+        trial_id += "-naive" if naive else ""
         w = Workload(Stream(seed))
-        inj = Injector(spec, self.catalogue, self.guard)
+        inj = Injector(spec, self.engine.catalogue, self.engine.guard)
         try:
             task, before = await self._reset(spec, seed, trial_id, matched or spec)
         except (HookFailed, KeyError, TypeError) as exc:
@@ -364,7 +457,7 @@ class McpEngine:
             try:
                 claims = await asyncio.wait_for(
                     naive_run(self.contract, task, url, state.target, self._naive_http),
-                    self.deadline_s,
+                    self.engine.deadline_s,
                 )
             except TimeoutError:
                 return RunResult(error="TargetTimeout", timed_out=True)
@@ -375,7 +468,8 @@ class McpEngine:
             if state.crashed.is_set():
                 return RunResult(crashed=True)
             return RunResult(claims=claims)
-        return await asyncio.to_thread(self.runner.run, task, url, self.deadline_s, state.crashed)
+        deadline_s = self.engine.deadline_s
+        return await asyncio.to_thread(self.runner.run, task, url, deadline_s, state.crashed)
 
     def _grade(
         self,
@@ -406,7 +500,8 @@ class McpEngine:
             "claims": claims,
             "fault": spec.id if spec is not None else None,
         }
-        evaluation = self.evaluator.evaluate(activation)
+        with self.engine.evaluating:
+            evaluation = self.engine.evaluator.evaluate(activation)
         results = evaluation.results
         testimony = testify(state.forwarded_effects, after, new_effects)
         results[WITNESS] = testimony.agrees

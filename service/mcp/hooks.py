@@ -37,6 +37,9 @@ from service.sandbox import Confinement
 from service.sandbox.bwrap import Sandbox
 
 HOOK_TIMEOUT_S = 30.0
+# The environment variable that tells a stdio server or a command hook which slot (isolated copy
+# of the world) it serves (docs/mcp.md, "Slots").
+SLOT_ENV = "ASSAYGATE_SLOT"
 NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 
 
@@ -44,11 +47,19 @@ class HookFailed(Exception):
     """A world hook failed or answered something that is not the JSON it owes."""
 
 
+def slot_env(slot: int | None) -> dict[str, str]:
+    return {} if slot is None else {SLOT_ENV: str(slot)}
+
+
 def _client(
-    up: Upstream, confinement: Confinement | None, http: httpx2.AsyncClient | None = None
+    up: Upstream,
+    confinement: Confinement | None,
+    http: httpx2.AsyncClient | None = None,
+    slot: int | None = None,
 ) -> tuple[Client, Sandbox | None]:
     """The SDK client for `up`, and the sandbox its stdio server runs in (with a confinement);
-    `http`: the httpx2 client a Streamable HTTP session uses (the egress policy's transport)."""
+    `http`: the httpx2 client a Streamable HTTP session uses (the egress policy's transport);
+    `slot`: the world's copy a stdio server serves (in its environment)."""
     if up.url is not None:
         if http is None:
             return Client(up.url, cache=None), None
@@ -57,11 +68,13 @@ def _client(
     cmd = list(up.command)
     sandbox = None
     if confinement is None:
-        params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
+        params = StdioServerParameters(
+            command=cmd[0], args=cmd[1:], env={**os.environ, **slot_env(slot)}
+        )
     else:
         # The SDK spawns bubblewrap; the server sees only the sandbox's environment (bubblewrap
         # clears the one the SDK passes).
-        sandbox = Sandbox(confinement, cmd)
+        sandbox = Sandbox(confinement, cmd, env=slot_env(slot))
         params = StdioServerParameters(command=sandbox.argv[0], args=sandbox.argv[1:], env={})
     # The server's stderr goes nowhere: a worker's own stderr may not be a real file.
     return Client(stdio_client(params, errlog=_devnull()), cache=None), sandbox
@@ -92,11 +105,16 @@ class _Held:
     close in the task that opened them; a trial's task is gone by the time a session is)."""
 
     def __init__(
-        self, up: Upstream, confinement: Confinement | None, egress: EgressPolicy | None = None
+        self,
+        up: Upstream,
+        confinement: Confinement | None,
+        egress: EgressPolicy | None = None,
+        slot: int | None = None,
     ) -> None:
         self.up = up
         self.confinement = confinement
         self.egress = egress
+        self.slot = slot
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -118,7 +136,7 @@ class _Held:
                             trust_env=False,  # no proxy from the environment around the check
                         )
                     )
-                client, sandbox = _client(self.up, self.confinement, http)
+                client, sandbox = _client(self.up, self.confinement, http, self.slot)
                 client = await stack.enter_async_context(client)
                 ready.set_result(client)
                 await self._stop.wait()
@@ -147,8 +165,13 @@ class Upstreams:
         contract: Contract,
         confinement: Confinement | None = None,
         egress: EgressPolicy | None = None,
+        slot: int | None = None,
     ) -> None:
+        """`slot`: the copy of a world that offers slots these sessions reach (None: a world
+        without slots); hooks receive it in their payload, stdio servers and command hooks in
+        their environment."""
         self.contract = contract
+        self.slot = slot
         # With a confinement, stdio servers and command hooks run in the sandbox.
         self.confinement = confinement
         # Every connection to a server's or an http hook's URL goes to an address this policy
@@ -176,7 +199,7 @@ class Upstreams:
         )
 
     async def _open(self, name: str) -> Client:
-        held = _Held(self.contract.servers[name], self.confinement, self.egress)
+        held = _Held(self.contract.servers[name], self.confinement, self.egress, self.slot)
         self.clients[name] = await held.start()
         self._held[name] = held
         return self.clients[name]
@@ -250,9 +273,10 @@ class Upstreams:
 
     async def _command_hook(self, command: Sequence[str], payload: dict[str, Any]) -> bytes:
         if self.confinement is None:
-            code, out = await _run_hook(command, None, payload)
+            env = None if self.slot is None else {**os.environ, **slot_env(self.slot)}
+            code, out = await _run_hook(command, env, payload)
         else:
-            sandbox = Sandbox(self.confinement, command)
+            sandbox = Sandbox(self.confinement, command, env=slot_env(self.slot))
             try:
                 code, out = await _run_hook(sandbox.argv, {}, payload)
             finally:
@@ -262,7 +286,9 @@ class Upstreams:
         return out
 
     async def hook(self, hook: Hook, payload: dict[str, Any]) -> Any:
-        """Run a world hook; its JSON answer."""
+        """Run a world hook; its JSON answer. A slot's hooks are told their slot."""
+        if self.slot is not None:
+            payload = {**payload, "slot": self.slot}
         try:
             if hook.kind == "mcp":
                 assert hook.server is not None and hook.tool is not None

@@ -30,8 +30,12 @@ class SandboxBusy(Exception):
     """Another trial held the world for longer than this trial may wait."""
 
 
-def world_identity(contract: Contract, tenant: str | None) -> dict[str, Any]:
-    """What the world is: the tenant and, per hook, the upstream it reaches."""
+def world_identity(
+    contract: Contract, tenant: str | None, slot: int | None = None
+) -> dict[str, Any]:
+    """What the world is: the tenant and, per hook, the upstream it reaches; and which of the
+    world's isolated copies (`slot`, for a world that offers slots: the same hook command
+    reaches another copy per slot, told by its environment)."""
     hooks: dict[str, Any] = {}
     for name in ("reset", "probe", "mutate"):
         hook = getattr(contract.hooks, name)
@@ -46,11 +50,15 @@ def world_identity(contract: Contract, tenant: str | None) -> dict[str, Any]:
         else:
             reach = {"command": hook.command}
         hooks[name] = {"kind": hook.kind, **reach}
-    return {"tenant": tenant, "hooks": hooks}
+    identity: dict[str, Any] = {"tenant": tenant, "hooks": hooks}
+    if slot is not None:
+        identity["slot"] = slot
+    return identity
 
 
-def world_key(contract: Contract, tenant: str | None) -> str:
-    canonical = json.dumps(world_identity(contract, tenant), sort_keys=True, separators=(",", ":"))
+def world_key(contract: Contract, tenant: str | None, slot: int | None = None) -> str:
+    identity = world_identity(contract, tenant, slot)
+    canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 

@@ -38,6 +38,8 @@ from service.sandbox import Confinement
 from service.sandbox.bwrap import Sandbox
 
 URL_ENV = "ASSAYGATE_MCP_URL"
+# Which slot (isolated copy of the team's world) a run is in; set only when the world offers slots.
+SLOT_ENV = "ASSAYGATE_SLOT"
 
 
 @dataclass
@@ -85,7 +87,11 @@ def parse_claims(text: str) -> tuple[list[dict[str, Any]], str | None]:
     return claims, None
 
 
-def child_env(url: str) -> dict[str, str]:
+def slot_env(slot: int | None) -> dict[str, str]:
+    return {} if slot is None else {SLOT_ENV: str(slot)}
+
+
+def child_env(url: str, slot: int | None = None) -> dict[str, str]:
     """An unconfined run's environment (the local CLI, the user's own machine): the user's, but
     the gate's own settings, with `python` the interpreter running the gate (its virtualenv
     first on PATH, as in the sandbox), so a manifest's `["python", ...]` finds the same packages."""
@@ -93,6 +99,7 @@ def child_env(url: str) -> dict[str, str]:
     here = os.path.dirname(sys.executable)
     env["PATH"] = os.pathsep.join([here, *(p for p in env.get("PATH", "").split(os.pathsep) if p)])
     env[URL_ENV] = url
+    env.update(slot_env(slot))
     return env
 
 
@@ -105,9 +112,15 @@ def address_of(url: str) -> tuple[str, int]:
 
 
 class CommandRunner:
-    def __init__(self, command: tuple[str, ...], confinement: Confinement | None = None) -> None:
+    def __init__(
+        self,
+        command: tuple[str, ...],
+        confinement: Confinement | None = None,
+        slot: int | None = None,
+    ) -> None:
         self.command = list(command)
         self.confinement = confinement
+        self.slot = slot
 
     def run(
         self, task: dict[str, Any], url: str, deadline_s: float, crashed: threading.Event
@@ -119,14 +132,17 @@ class CommandRunner:
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
-                    env=child_env(url),
+                    env=child_env(url, self.slot),
                 )
             except OSError as exc:
                 return RunResult(error=f"TargetUnreachable: {exc}")
             return self._talk(proc, task, deadline_s, crashed)
         # One sandbox per run: whatever a run leaves behind dies with it.
         sandbox = Sandbox(
-            self.confinement, self.command, env={URL_ENV: url}, reach=[address_of(url)]
+            self.confinement,
+            self.command,
+            env={URL_ENV: url, **slot_env(self.slot)},
+            reach=[address_of(url)],
         )
         try:
             proc = sandbox.popen(
@@ -370,13 +386,16 @@ def make_runner(
     confinement: Confinement | None = None,
     mcp_url: str | None = None,
     egress: EgressPolicy | None = None,
+    slot: int | None = None,
 ) -> AgentRunner:
     """The runner for `spec`; with `confinement`, its processes run in the sandbox, and a python
     host may reach `mcp_url`'s address (the engine's proxy; each run's URL is on that port).
-    `egress`: the policy an http runner's URL is checked against at every connection."""
+    `egress`: the policy an http runner's URL is checked against at every connection. `slot`:
+    the world's copy this runner's runs are in (one runner per slot, so a framework's graph or
+    agent is built once per slot and a warm command process serves one slot)."""
     if spec.kind == "command":
         assert spec.command is not None
-        return CommandRunner(spec.command, confinement)
+        return CommandRunner(spec.command, confinement, slot)
     if spec.kind == "http":
         assert spec.url is not None
         return HttpRunner(spec.url, egress)

@@ -33,16 +33,20 @@ def load_target(
     confinement: Confinement | None = None,
     egress: EgressPolicy | None = None,
     tenant: str | None = None,
+    slots: int = 1,
 ) -> Target | TrialEngine | None:
     """With `confinement`, every process of the tenant's code runs in the sandbox
     (`service.sandbox.bwrap`); `None` (the local CLI) runs it as the user's own processes.
     `egress`: the policy every connection to a URL of the manifest is checked against (the
-    worker's, or the local CLI's). `tenant`: whose assay it is (an mcp target's sandbox lock)."""
+    worker's, or the local CLI's). `tenant`: whose assay it is (an mcp target's sandbox lock).
+    `slots`: trials at once, for an mcp target whose world offers slots (others run serially)."""
     spec = manifest.target
     if spec.kind == "mcp":
         from service.mcp.engine import McpEngine
 
-        return McpEngine(manifest, confinement=confinement, egress=egress, tenant=tenant)
+        return McpEngine(
+            manifest, confinement=confinement, egress=egress, tenant=tenant, slots=slots
+        )
     if spec.kind == "python":
         assert spec.entrypoint is not None  # the manifest validator requires it
         return load_python_target(
