@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import random
 import sqlite3
 import threading
@@ -176,10 +177,12 @@ def admin_server(store: Store) -> MCPServer:
     mcp = MCPServer("warehouse-admin")
 
     @mcp.tool()
-    async def reset(seed: int, trial_id: str, tool: str = "") -> dict[str, Any]:
+    async def reset(
+        seed: int, trial_id: str, tool: str = "", slot: int | None = None
+    ) -> dict[str, Any]:
         """Seed a fresh world; answers the task and the fresh world (what probe would answer, so
         Assaygate skips the probe before the trial). `tool` (the tool under test) picks the
-        action."""
+        action. `slot`: which of the worlds (each has its own URL here, so it is not needed)."""
         rng = random.Random(seed)
         orders = [f"O-{rng.randrange(10**6):06d}-{i}" for i in range(3)]
         skus = [f"SKU-{rng.randrange(100)}-{i}" for i in range(3)]
@@ -211,7 +214,7 @@ def admin_server(store: Store) -> MCPServer:
         }
 
     @mcp.tool()
-    async def probe() -> dict[str, Any]:
+    async def probe(slot: int | None = None) -> dict[str, Any]:
         """The world: every effect (shipments and credits) and the records invariants read."""
         return world()
 
@@ -246,7 +249,7 @@ def admin_server(store: Store) -> MCPServer:
         }
 
     @mcp.tool()
-    async def mutate(seed: int, trial_id: str) -> dict[str, Any]:
+    async def mutate(seed: int, trial_id: str, slot: int | None = None) -> dict[str, Any]:
         """Another writer cancels the task's order (between the agent's read and its effect)."""
         rows = store.q("SELECT v FROM meta WHERE k = 'task_order'")
         if rows:
@@ -304,6 +307,10 @@ def main() -> None:
     p.add_argument("--admin-port", type=int, default=8766)
     p.add_argument("--slots", type=int, default=0, help="serve this many isolated worlds (http)")
     a = p.parse_args()
+    # A stdio server learns its slot (the world's copy it serves) from the environment.
+    slot = os.environ.get("ASSAYGATE_SLOT")
+    if slot is not None:
+        a.db = f"{a.db}.{int(slot)}"
     # uvloop: a sandbox serves some eleven SDK exchanges a trial, and the stdlib loop's own
     # bookkeeping is a visible share of each.
     if a.mode == "http":

@@ -459,7 +459,7 @@ def _sample(rec: TrialRecord, trial: int) -> dict[str, Any]:
 def run_assay(
     manifest: Manifest,
     plan: AssayPlan,
-    target: Target | None = None,
+    target: Target | TrialEngine | None = None,
     progress: Callable[[int, int], None] | None = None,
     trials_per_shard: int = 500,
     limits: Limits | None = None,

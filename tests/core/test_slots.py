@@ -1,0 +1,146 @@
+"""Slots: trials run at once on isolated worlds fold into exactly the serial run's tallies."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from service.core.assay import Limits, merge, plan_shards, run_assay, run_shard
+from service.core.catalogue import Catalogue, FaultSpec
+from service.core.engine import SlottedEngine, TrialEngine
+from service.core.harness import Runtime, TrialRecord, run_trial
+from service.core.manifest import Manifest
+from service.core.plan import AssayPlan
+from service.core.slots import InOrder, slots_of
+
+
+class ReferenceSlot:
+    """One slot of the reference world: the built-in workflow, finishing after a random pause so
+    trials complete out of order."""
+
+    def __init__(self, rt: Runtime, index: int, ran: list[int]) -> None:
+        self.rt = rt
+        self.index = index
+        self.ran = ran
+        self.pause = random.Random(index)
+
+    def run_trial(
+        self,
+        spec: FaultSpec | None,
+        workload_key: int,
+        storm_key: int,
+        disabled: frozenset[str],
+        capture: bool,
+    ) -> TrialRecord:
+        time.sleep(self.pause.random() * 0.003)
+        self.ran.append(self.index)
+        return run_trial(self.rt, spec, workload_key, storm_key, disabled, capture)
+
+
+class ReferenceSlots:
+    """The reference target as an engine whose world offers `n` slots."""
+
+    def __init__(self, manifest: Manifest, catalogue: Catalogue, n: int) -> None:
+        self.ran: list[int] = []
+        self._slots = [ReferenceSlot(Runtime(manifest, catalogue), i, self.ran) for i in range(n)]
+
+    @property
+    def slots(self) -> int:
+        return len(self._slots)
+
+    def slot(self, index: int) -> TrialEngine:
+        return self._slots[index]
+
+    def run_trial(
+        self,
+        spec: FaultSpec | None,
+        workload_key: int,
+        storm_key: int,
+        disabled: frozenset[str],
+        capture: bool,
+    ) -> TrialRecord:
+        return self._slots[0].run_trial(spec, workload_key, storm_key, disabled, capture)
+
+
+PLAN = AssayPlan(
+    modes=("timeout_after_commit", "subject_swap", "retry_storm", "fork_run"), trials=12, seed=7
+)
+
+
+def test_the_slotted_engine_is_what_run_shard_checks_for(typed: Manifest) -> None:
+    engine = ReferenceSlots(typed, PLAN.resolve_catalogue(), 3)
+    assert isinstance(engine, SlottedEngine)
+    assert isinstance(engine.slot(0), TrialEngine)
+
+
+@pytest.mark.parametrize("concurrency", [2, 4])
+def test_an_assay_at_any_concurrency_has_the_serial_assays_report(
+    typed: Manifest, concurrency: int
+) -> None:
+    serial = run_assay(typed, PLAN).to_dict()
+    engine = ReferenceSlots(typed, PLAN.resolve_catalogue(), 4)
+    slotted = run_assay(typed, PLAN, target=engine, concurrency=concurrency).to_dict()
+    assert slotted == serial
+    # The trials really ran on several slots at once.
+    assert len(set(engine.ran)) == concurrency
+
+
+def test_a_stop_condition_trips_at_the_same_trial_at_any_concurrency(typed: Manifest) -> None:
+    plan = AssayPlan(modes=("timeout_after_commit",), trials=60, seed=1)
+    shard = plan_shards(typed, plan)[0]
+    serial = run_shard(typed, plan, shard, limits=Limits(max_effects=5))
+    engine = ReferenceSlots(typed, plan.resolve_catalogue(), 4)
+    slotted = run_shard(
+        typed, plan, shard, target=engine, limits=Limits(max_effects=5), concurrency=4
+    )
+    assert slotted.stop_reason == serial.stop_reason
+    assert slotted.stop_reason is not None
+    assert slotted.trials == serial.trials < 60
+    assert (slotted.effects, slotted.unsafe) == (serial.effects, serial.unsafe)
+    assert merge(typed, plan, [slotted]).to_dict() == merge(typed, plan, [serial]).to_dict()
+
+
+def test_an_abort_requested_before_the_shard_runs_no_trial_on_any_slot(typed: Manifest) -> None:
+    engine = ReferenceSlots(typed, PLAN.resolve_catalogue(), 4)
+    shard = plan_shards(typed, PLAN)[0]
+    result = run_shard(typed, PLAN, shard, target=engine, should_stop=lambda: True, concurrency=4)
+    assert (result.trials, result.stop_reason) == (0, "aborted")
+    assert engine.ran == []
+
+
+def test_a_slot_whose_trial_raises_fails_the_shard_like_the_serial_loop(typed: Manifest) -> None:
+    engine = ReferenceSlots(typed, PLAN.resolve_catalogue(), 3)
+    broken = engine.slot(1)
+    lock = threading.Lock()
+
+    def explode(*args: object) -> TrialRecord:
+        with lock:
+            raise RuntimeError("the slot's world is gone")
+
+    broken.run_trial = explode  # type: ignore[method-assign]
+    shard = plan_shards(typed, PLAN)[0]
+    with pytest.raises(RuntimeError, match="world is gone"):
+        run_shard(typed, PLAN, shard, target=engine, concurrency=3)
+
+
+def test_in_order_releases_results_only_without_a_gap() -> None:
+    order: InOrder[str] = InOrder(start=10)
+    order.put(12, "c")
+    order.put(11, "b")
+    assert order.ready() == []
+    assert order.pending() == 2
+    order.put(10, "a")
+    assert order.ready() == [(10, "a"), (11, "b"), (12, "c")]
+    with pytest.raises(ValueError):
+        order.put(11, "again")
+
+
+def test_slots_are_what_was_asked_but_never_more_than_the_world_offers() -> None:
+    assert slots_of(None, 8) == 1
+    assert slots_of(1, 8) == 1
+    assert slots_of(4, 8) == 4
+    assert slots_of(8, 3) == 3
+    assert slots_of(8, 0) == 1
