@@ -3,6 +3,10 @@
 They read the task JSON on stdin, talk MCP to the URL in ASSAYGATE_MCP_URL (or, with --stdio, launch
 `assaygate mcp-proxy` and talk to it over stdio), and print one claim JSON on stdout.
 
+With --lines (the command runner's `protocol: "lines"`) the process stays warm: it reads one
+`{"task", "mcp_url"}` JSON line per run and prints one claim line, keeping its event loop and
+keep-alive HTTP client across runs.
+
     careful   binds the subject, checks authority, re-reads before the effect, uses the task's
               action id as the idempotency key, reads every effect back, denies on revocation
     blind     commit-blind retry: a fresh key on every attempt, retries on any error
@@ -211,5 +215,19 @@ def run_blind(task: dict[str, Any], mcp_url: str) -> dict[str, Any]:
     return run(task, mcp_url, "blind")
 
 
+def lines(name: str) -> None:
+    """The warm loop: a run per stdin line, a claim line per run, until stdin closes."""
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        claim = run(request["task"], request["mcp_url"], name)
+        sys.stdout.write(json.dumps(claim) + "\n")
+        sys.stdout.flush()
+
+
 if __name__ == "__main__":
-    uvloop.run(main(sys.argv[1], "--stdio" in sys.argv[2:]))
+    if "--lines" in sys.argv[2:]:
+        lines(sys.argv[1])
+    else:
+        uvloop.run(main(sys.argv[1], "--stdio" in sys.argv[2:]))

@@ -121,11 +121,17 @@ class Runner(_Strict):
     entrypoint: Entrypoint | None = None
     # The wall-clock deadline of one run of the agent.
     deadline_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    # A command runner's protocol: `once`, a process per run; `lines`, one warm process per slot
+    # reading a JSON task a line and answering a claim line (docs/mcp.md). Left out of the
+    # component's hash at its default, so existing manifests keep their digests.
+    protocol: Literal["once", "lines"] = Field(default="once", exclude_if=lambda v: v == "once")
 
     @model_validator(mode="after")
     def _kind_fields(self) -> Runner:
         if self.kind == "command" and not self.command:
             raise ValueError("a command runner needs a command")
+        if self.protocol != "once" and self.kind != "command":
+            raise ValueError("only a command runner has a protocol")
         if self.kind == "http" and not self.url:
             raise ValueError("an http runner needs a url")
         if self.kind == "python" and not (self.entrypoint and ":" in self.entrypoint):

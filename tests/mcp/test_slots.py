@@ -39,7 +39,9 @@ class Slotted:
 
     def manifest(self, agent: str) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((EXAMPLE / "manifest.slots.json").read_text())
-        data["target"]["runner"]["command"] = [sys.executable, str(EXAMPLE / "agents.py"), agent]
+        # The example's agent kept warm: one process per slot (`protocol: "lines"`).
+        command = [sys.executable, str(EXAMPLE / "agents.py"), agent, "--lines"]
+        data["target"]["runner"]["command"] = command
         data["tools"]["servers"] = {"shop": {"url": self.shop}, "admin": {"url": self.admin}}
         return data
 
