@@ -7,11 +7,15 @@ run). A proxied trial is reset (which also answers the fresh world, so no first 
 the agent through the proxy (nine tool calls and one listing), probe, and the invariants; the
 proxy's sessions to the servers stay open for the whole run. `--upstream stdio` reaches the
 example's servers over stdio instead of Streamable HTTP (the agent still talks HTTP to the proxy).
+`--runner command` starts the agent as a command per run, `--runner lines` keeps one warm command
+process (`protocol: "lines"`); agent processes that ended are counted from the worker's reaped
+children.
 
 Prints trials per second and the CPU a trial costs in each process (read from /proc: the worker,
 i.e. engine and proxy; the sandbox servers; the agent's host); asserts nothing.
 
     .venv/bin/python bench/mcp_target.py [--trials 100] [--workers 2] [--upstream http|stdio]
+        [--runner python|command|lines]
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -70,12 +75,18 @@ def _cpu_by_role(root: int) -> dict[str, float]:
             p = parent[p]
         if p != root:
             continue
-        role = "servers" if "servers.py" in cmd else "agent" if "mcp.host" in cmd else "engine"
+        agent = "mcp.host" in cmd or "agents.py" in cmd
+        role = "servers" if "servers.py" in cmd else "agent" if agent else "engine"
         out[role] += cpu
+    # Agent processes that already ended (a command per run) were reaped by this process.
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out["agent"] += reaped.ru_utime + reaped.ru_stime
     return out
 
 
-def worker(index: int, trials: int, fault: str | None, upstream: str, out: mp.Queue) -> None:  # type: ignore[type-arg]
+def worker(  # type: ignore[type-arg]
+    index: int, trials: int, fault: str | None, upstream: str, runner: str, out: mp.Queue
+) -> None:
     sys.path.insert(0, str(EXAMPLE))
     sys.path.insert(0, str(ROOT))
     from service.core.contract_catalogue import catalogue_for
@@ -106,7 +117,14 @@ def worker(index: int, trials: int, fault: str | None, upstream: str, out: mp.Qu
             "admin": {"url": f"http://127.0.0.1:{admin}/mcp"},
         }
     try:
-        data["target"]["runner"] = {"kind": "python", "entrypoint": "agents:run_careful"}
+        careful = [sys.executable, str(EXAMPLE / "agents.py"), "careful"]
+        data["target"]["runner"] = (
+            {"kind": "python", "entrypoint": "agents:run_careful"}
+            if runner == "python"
+            else {"kind": "command", "command": careful}
+            if runner == "command"
+            else {"kind": "command", "command": [*careful, "--lines"], "protocol": "lines"}
+        )
         manifest = parse_manifest(data)
         cat = catalogue_for(manifest)
         spec = cat.by_id(fault) if fault else None
@@ -137,11 +155,12 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--fault", default=None, help="arm this fault (default: baseline trials)")
     p.add_argument("--upstream", choices=["http", "stdio"], default="http")
+    p.add_argument("--runner", choices=["python", "command", "lines"], default="python")
     a = p.parse_args()
     ctx = mp.get_context("spawn")
     q: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
     procs = [
-        ctx.Process(target=worker, args=(i, a.trials, a.fault, a.upstream, q))
+        ctx.Process(target=worker, args=(i, a.trials, a.fault, a.upstream, a.runner, q))
         for i in range(a.workers)
     ]
     for proc in procs:
@@ -153,7 +172,7 @@ def main() -> None:
     wall = max(r[1] for r in results)
     bad = sum(r[2] for r in results)
     cpu = {role: sum(r[3][role] for r in results) for role in ROLES}
-    label = f"{a.fault or 'baseline'}, upstream {a.upstream}"
+    label = f"{a.fault or 'baseline'}, upstream {a.upstream}, runner {a.runner}"
     print(f"mcp target: {total} proxied trials on {a.workers} workers in {wall:.2f} s")
     print(f"  {total / wall:.1f} proxied trials/s ({label}; {bad} not verified)")
     per = {role: 1000 * cpu[role] / total for role in ROLES}

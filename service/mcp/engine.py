@@ -135,6 +135,8 @@ class McpEngine:
             except EgressRefused as exc:
                 self.refused = f"TargetUnreachable: egress refused: {exc.message}"
         self._seq = itertools.count()
+        self.runs_done = 0  # trial arms finished (read by `activity`)
+        self._counting = threading.Lock()
         self._prefix = f"{int(time.time() * 1000) % 10**9:x}"
         self._slots: list[Slot] = []
         try:
@@ -173,6 +175,25 @@ class McpEngine:
             slot.close()
         self.evaluator.close()
 
+    def activity(self) -> dict[str, Any]:
+        """What the engine is doing now, for progress: runs done (a trial's arms: intervention,
+        baseline, counterfactual), its slots, how many are busy, and what the busy ones wait
+        for (`lock`, `reset`, `agent`, `probe`, `grade`), counted."""
+        waiting: dict[str, int] = {}
+        for slot in self._slots:
+            if slot.phase is not None:
+                waiting[slot.phase] = waiting.get(slot.phase, 0) + 1
+        return {
+            "runs_done": self.runs_done,
+            "slots": len(self._slots),
+            "slots_busy": sum(waiting.values()),
+            "waiting": dict(sorted(waiting.items())),
+        }
+
+    def ran(self) -> None:
+        with self._counting:  # slots finish runs from their own threads
+            self.runs_done += 1
+
     def trial_id(self, slot: int | None) -> str:
         n = next(self._seq)
         return f"{self._prefix}-{n}" if slot is None else f"{self._prefix}-s{slot}-{n}"
@@ -200,6 +221,8 @@ class Slot:
         self.contract = engine.contract if index is None else engine.contract.for_slot(index)
         self.world = world_key(self.contract, engine.tenant, index)
         self._runner = runner
+        # What the slot waits for while it runs a trial (None: idle); read by `activity`.
+        self.phase: str | None = None
         # The last fault run per workload (its matched baseline follows), and the last trial's
         # calls (the baseline's, to tell whether they reach the fault).
         self._matched: tuple[int, FaultSpec] | None = None
@@ -273,6 +296,7 @@ class Slot:
         budget = engine.deadline_s * (MAX_RESTARTS + 3) * 2 + 120
         if engine.refused is not None:
             return _target_error(engine.refused, workload_key)
+        self.phase = "lock"
         try:
             with sandbox_lock(
                 self.world, engine.holder, engine.lock_wait_s, lambda n: engine.on_wait(n)
@@ -280,6 +304,9 @@ class Slot:
                 return self._locked_trial(spec, workload_key, disabled, trial_id, budget)
         except SandboxBusy as exc:
             return _target_error(f"SandboxBusy: {exc}", workload_key)
+        finally:
+            self.phase = None
+            engine.ran()
 
     def _locked_trial(
         self,
@@ -329,6 +356,7 @@ class Slot:
         trial_id += "-naive" if naive else ""
         w = Workload(Stream(seed))
         inj = Injector(spec, self.engine.catalogue, self.engine.guard)
+        self.phase = "reset"
         try:
             task, before = await self._reset(spec, seed, trial_id, matched or spec)
         except (HookFailed, KeyError, TypeError) as exc:
@@ -337,11 +365,14 @@ class Slot:
         task["disabled_controls"] = sorted(disabled)
         state = self._state(spec, inj, task, before, seed, trial_id)
         self._last_calls = state.calls
+        self.phase = "agent"
         runs = await self._runs(spec, inj, state, task, naive)
+        self.phase = "probe"
         try:
             after = await self._probe()
         except (HookFailed, TypeError) as exc:
             after = {"effects": [], "records": {}, "error": str(exc)}
+        self.phase = "grade"
         return self._grade(spec, inj, state, task, before, after, runs, w)
 
     async def _reset(
