@@ -1,30 +1,66 @@
-"""A running shard's lease, renewed from a thread until the shard is stored."""
+"""A running shard's lease, renewed from a thread until the shard is stored, and its progress."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from service.db.lease import renew_lease
+from service.db.lease import record_progress, renew_lease
 from service.db.session import DATABASE_ERRORS, session_scope
 
 if TYPE_CHECKING:
     from worker.tasks import WorkerContext
 
 log = logging.getLogger("assaygate.worker")
+# How often a running shard's progress is written, at most (the lease's own beat may be slower).
+PROGRESS_S = 5.0
+
+
+class Watch:
+    """A shard's engine, as the heartbeat sees it: set once the shard's target is loaded; its
+    runs are counted from then (a worker keeps an engine for several shards)."""
+
+    def __init__(self) -> None:
+        self._target: Any = None
+        self._base = 0
+
+    def watch(self, target: Any) -> None:
+        activity = getattr(target, "activity", None)  # an mcp engine; others have none
+        if activity is not None:
+            self._base = int(activity().get("runs_done", 0))
+            self._target = target
+
+    def activity(self) -> dict[str, Any] | None:
+        target = self._target
+        if target is None:
+            return None
+        now: dict[str, Any] = target.activity()
+        return {**now, "runs_done": int(now.get("runs_done", 0)) - self._base}
 
 
 class Heartbeat:
     """Renews a running shard's lease every third of `shard_lease_s`, from a thread, until the
     shard is stored: a lease lapses only when its worker is gone or cut off. A database that
     does not answer skips a beat; the reconciler then may send the shard again, and whichever
-    run stores first is kept."""
+    run stores first is kept.
 
-    def __init__(self, ctx: WorkerContext, assay_id: uuid.UUID, index: int, attempt: int) -> None:
+    `activity`, when given, says what the shard's engine is doing (`Watch.activity`): each beat
+    writes it as the shard's progress."""
+
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        assay_id: uuid.UUID,
+        index: int,
+        attempt: int,
+        activity: Callable[[], dict[str, Any] | None] | None = None,
+    ) -> None:
         self._ctx, self._assay_id, self._index, self._attempt = ctx, assay_id, index, attempt
+        self._activity = activity
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
 
@@ -40,10 +76,37 @@ class Heartbeat:
     ) -> None:
         self._done.set()
         self._thread.join(timeout=10)
+        self._progress(final=True)
+
+    def _progress(self, final: bool = False) -> None:
+        """Write the engine's activity as the shard's progress (the final one: nothing busy)."""
+        if self._activity is None:
+            return
+        try:
+            now = self._activity()
+        except Exception:  # progress is for people; a failure to read it never fails a shard
+            return
+        if now is None:
+            return
+        progress = dict(now)
+        if final:
+            progress.update(slots_busy=0, waiting={})
+        try:
+            with session_scope(self._ctx.engine) as session:
+                record_progress(session, self._assay_id, self._index, self._attempt, progress)
+        except DATABASE_ERRORS:
+            pass  # the next beat writes it
 
     def _beat(self) -> None:
         lease_s = self._ctx.settings.shard_lease_s
-        while not self._done.wait(lease_s / 3):
+        every = min(lease_s / 3, PROGRESS_S) if self._activity is not None else lease_s / 3
+        renewed = 0.0
+        while not self._done.wait(every):
+            self._progress()
+            renewed += every
+            if renewed + 1e-9 < lease_s / 3:
+                continue
+            renewed = 0.0
             try:
                 with session_scope(self._ctx.engine) as session:
                     renew_lease(session, self._assay_id, self._index, self._attempt, lease_s)

@@ -53,7 +53,7 @@ from service.net.egress import EgressPolicy
 from service.settings import Settings
 from service.targets import close_target, load_target
 from worker.code import confinement_for, refusal
-from worker.heartbeat import Heartbeat
+from worker.heartbeat import Heartbeat, Watch
 
 log = logging.getLogger("assaygate.worker")
 
@@ -348,9 +348,11 @@ def run_and_store(
     """Run the started shard under its lease's heartbeat and store its result; an engine that
     fails fails the assay (a database that fails does not: the message goes back)."""
     assay_id = parsed.inputs.assay_id
-    with Heartbeat(ctx, assay_id, index, start.attempt):
+    watch = Watch()
+    with Heartbeat(ctx, assay_id, index, start.attempt, watch.activity):
         try:
-            result = run_guarded(ctx, parsed, ShardSpec.from_dict(start.spec), state, ids)
+            spec = ShardSpec.from_dict(start.spec)
+            result = run_guarded(ctx, parsed, spec, state, ids, watch)
         except TRANSIENT:
             raise
         except Exception as exc:
@@ -377,7 +379,12 @@ def run_and_store(
 
 
 def run_guarded(
-    ctx: WorkerContext, parsed: Parsed, spec: ShardSpec, state: InjectorState, ids: dict[str, Any]
+    ctx: WorkerContext,
+    parsed: Parsed,
+    spec: ShardSpec,
+    state: InjectorState,
+    ids: dict[str, Any],
+    watch: Watch | None = None,
 ) -> ShardResult:
     """Run a shard under the assay's injector credential and stop conditions.
 
@@ -403,6 +410,8 @@ def run_guarded(
         log.warning("injector credential refused", extra={**ids, "reason": str(exc)})
         return ShardResult(spec.index, {}, 0, True, reason)
     target = ctx.target(assay_id, parsed.manifest, parsed.inputs)
+    if watch is not None:
+        watch.watch(target)  # the heartbeat writes what it does as the shard's progress
     guard = injection_guard(scope, time.time)
     if isinstance(target, TrialEngine) and hasattr(target, "guard"):
         target.guard = guard  # an engine's injector checks this assay's credential too

@@ -17,12 +17,18 @@ from service.db import queries
 from service.db.models import Assay, AssayStatus, Dossier, Hold, as_utc, as_utc_or_none
 
 
-def progress(assay: Assay) -> Progress:
+def progress(assay: Assay, session: Session | None = None) -> Progress:
+    """The assay's counters; with a session, what its workers are doing too (while it runs,
+    and the runs it took once it is over)."""
+    live = queries.live_progress(session, assay.id) if session is not None else None
     return Progress(
         shard_count=assay.shard_count,
         shards_done=assay.shards_done,
         trials_planned=assay.trials_planned,
         trials_done=assay.trials_done,
+        runs_done=live.runs_done if live is not None else 0,
+        slots_busy=live.slots_busy if live is not None else 0,
+        waiting=(live.waiting or {}) if live is not None else {},
     )
 
 
@@ -69,7 +75,7 @@ def candidate_public(
         submitted_by=row.candidate.submitted_by,
         assay_id=row.assay.id,
         status=AssayStatus(row.assay.status),
-        progress=progress(row.assay),
+        progress=progress(row.assay, session),
         decision=row.assay.decision,
         reasons=reasons(row.assay),
         gate=gate_state(standing),

@@ -131,6 +131,54 @@ def wait_for_decision(
         time.sleep(interval)
 
 
+def activity_text(p: dict[str, Any]) -> str:
+    """What the busy slots wait for, shortly (`agent 2, reset 1`); empty when none is busy."""
+    waiting = p.get("waiting") or {}
+    return ", ".join(f"{k} {v}" for k, v in sorted(waiting.items()))
+
+
+def progress_text(p: dict[str, Any]) -> str:
+    """An assay's progress in a line: shards and trials, agent runs, and what busy slots wait
+    for (`3 slots busy: agent 2, reset 1`)."""
+    text = (
+        f"{p.get('shards_done', 0)}/{p.get('shard_count', '?')} shards, "
+        f"{p.get('trials_done', 0)}/{p.get('trials_planned', '?')} trials"
+    )
+    if p.get("runs_done"):
+        text += f", {p['runs_done']} runs"
+    busy = int(p.get("slots_busy") or 0)
+    if busy:
+        what = activity_text(p)
+        text += f", {busy} slot{'s' if busy != 1 else ''} busy" + (f": {what}" if what else "")
+    return text
+
+
+class ProgressLines:
+    """Without a terminal, `submit --wait` prints a progress line on stderr when the progress
+    moved, at most every `every_s` (and whenever a shard finished): a CI log shows where a slow
+    assay is. stdout keeps only the result."""
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        self.every_s = every_s
+        self._last_text = ""
+        self._last_at = -1e9
+        self._shards = -1
+
+    def __call__(self, candidate: dict[str, Any]) -> None:
+        p = candidate.get("progress") or {}
+        text = progress_text(p)
+        shards = int(p.get("shards_done") or 0)
+        now = time.monotonic()
+        if text == self._last_text or (
+            now - self._last_at < self.every_s and shards == self._shards
+        ):
+            return
+        self._last_text, self._last_at, self._shards = text, now, shards
+        print(
+            f"assaygate: assay {candidate.get('status', '')}: {text}", file=sys.stderr, flush=True
+        )
+
+
 def dashboard_url(base: str, candidate_id: str) -> str:
     return f"{base.rstrip('/')}/candidates/{candidate_id}"
 
@@ -170,7 +218,7 @@ class ShardProgress:
             self._overall,
             completed=p.get("shards_done", 0),
             total=p.get("shard_count") or None,
-            description=f"assay {candidate.get('status', '')}",
+            description=f"assay {candidate.get('status', '')} {activity_text(p)}".rstrip(),
         )
         if time.monotonic() - self._last < 1.0:
             return
@@ -250,7 +298,8 @@ def _submit(args: argparse.Namespace) -> int:
 def _wait(client: httpx.Client, candidate: dict[str, Any], deadline: float) -> dict[str, Any]:
     """Wait for the decision, with a progress bar when a person watches the terminal."""
     if not sys.stderr.isatty():
-        return wait_for_decision(client, candidate["id"], deadline)
+        lines = ProgressLines()
+        return wait_for_decision(client, candidate["id"], deadline, on_progress=lines)
     with ShardProgress(client, str(candidate["assay_id"])) as bar:
         return wait_for_decision(client, candidate["id"], deadline, interval=0.5, on_progress=bar)
 

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Session, col
@@ -76,6 +77,27 @@ def renew_lease(
             col(AssayShard.attempts) == attempt,
         )
         .values(lease_expires_at=lease_until(utcnow(), lease_s))
+    )
+    return bool(written.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def record_progress(
+    session: Session,
+    assay_id: uuid.UUID,
+    shard_index: int,
+    attempt: int,
+    progress: dict[str, Any],
+) -> bool:
+    """A running shard's activity, from its worker's heartbeat (and once more when it ends, so
+    its runs stay counted); an attempt that was taken over writes nothing."""
+    written = session.execute(
+        sa.update(AssayShard)
+        .where(
+            col(AssayShard.assay_id) == assay_id,
+            col(AssayShard.shard_index) == shard_index,
+            col(AssayShard.attempts) == attempt,
+        )
+        .values(progress=progress)
     )
     return bool(written.rowcount == 1)  # type: ignore[attr-defined]
 

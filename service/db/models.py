@@ -291,6 +291,11 @@ class AssayShard(SQLModel, table=True):
         default=None, sa_column=sa.Column(sa.JSON(none_as_null=True))
     )
     worker: str | None = Field(default=None, max_length=200)
+    # The running worker's engine activity, written with its heartbeat: runs done, slots busy,
+    # what each busy slot waits for (service.mcp.engine.McpEngine.activity).
+    progress: dict[str, Any] | None = Field(
+        default=None, sa_column=sa.Column(sa.JSON(none_as_null=True))
+    )
     started_at: datetime | None = Field(
         default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
     )

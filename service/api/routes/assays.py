@@ -73,7 +73,7 @@ def get_assay(
             status=AssayStatus(assay.status),
             catalogue=assay.catalogue,
             plan=assay.plan,
-            progress=progress(assay),
+            progress=progress(assay, session),
             created_at=as_utc(assay.created_at),
             started_at=as_utc_or_none(assay.started_at),
             finished_at=as_utc_or_none(assay.finished_at),
