@@ -85,6 +85,8 @@ class CandidateDetail:
     manifest: dict[str, Any]
     component_hashes: dict[str, str]
     progress: list[queries.FaultProgress]
+    # What the workers are doing: agent runs done, slots busy, what they wait for.
+    live: queries.LiveProgress
 
 
 def candidate_detail(
@@ -103,6 +105,7 @@ def candidate_detail(
         manifest=dict(manifest.document) if manifest else {},
         component_hashes=queries.component_hashes(session, row.candidate.manifest_digest),
         progress=queries.fault_progress(session, row.assay.id),
+        live=queries.live_progress(session, row.assay.id),
     )
 
 

@@ -247,6 +247,7 @@ def candidate_page(
             "running": running,
             "progress": present.progress_fraction(row),
             "faults_progress": detail.progress,
+            "live": detail.live,
             "view": view,
             "reasons": state.reasons,
             "severities": present.severities(state.reasons),

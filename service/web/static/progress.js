@@ -20,6 +20,11 @@
     document.getElementById("trials-done").textContent = p.trials_done;
     document.getElementById("trials-planned").textContent = p.trials_planned;
     document.getElementById("shards-done").textContent = p.shards_done;
+    document.getElementById("runs-done").textContent = p.runs_done || 0;
+    document.getElementById("slots-busy").textContent = p.slots_busy || 0;
+    var waiting = p.waiting || {};
+    var parts = Object.keys(waiting).sort().map(function (k) { return waiting[k] + " waiting for " + k; });
+    document.getElementById("slots-waiting").textContent = parts.length ? ": " + parts.join(", ") : "";
     document.getElementById("status").textContent = body.status;
     setBar(document.getElementById("overall-progress"), p.trials_done, p.trials_planned);
     (body.faults || []).forEach(function (f) {
