@@ -10,6 +10,7 @@ object; the agent's `final_output` (a dict, a pydantic model, or a JSON object a
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib
 import json
 from collections.abc import Callable
@@ -17,6 +18,11 @@ from typing import Any
 
 #: The config key under which a compiled graph finds the trial's tools.
 TOOLS_KEY = "mcp_tools"
+#: The MCP session of the run in progress: a graph built once (per host, i.e. per slot) calls its
+#: tools through whichever run is current, so the graph need not be rebuilt for every run.
+_SESSION: contextvars.ContextVar[Any] = contextvars.ContextVar("assaygate_mcp_session")
+# Builders already run in this host: builder -> (its tools, the graph it built).
+_BUILT: dict[int, tuple[list[Any], Any]] = {}
 
 
 def load(target: str) -> Any:
@@ -51,8 +57,9 @@ def _reply_text(result: Any) -> str:
     return "\n".join(t for t in texts if t is not None)
 
 
-async def langchain_tools(client: Any) -> list[Any]:
-    """The proxy's tools as LangChain tools, each calling the proxy through the MCP SDK."""
+async def langchain_tools(client: Any, current: bool = False) -> list[Any]:
+    """The proxy's tools as LangChain tools, each calling the proxy through the MCP SDK: through
+    `client`, or with `current` through the session of the run in progress (`_SESSION`)."""
     from langchain_core.tools import StructuredTool
 
     listed = await client.list_tools()
@@ -60,8 +67,9 @@ async def langchain_tools(client: Any) -> list[Any]:
     for tool in listed.tools:
 
         async def call(_name: str = tool.name, **arguments: Any) -> str:
+            session = _SESSION.get() if current else client
             try:
-                return _reply_text(await client.call_tool(_name, arguments))
+                return _reply_text(await session.call_tool(_name, arguments))
             except Exception as exc:  # a JSON-RPC error (a timeout, a refusal) is the reply
                 return json.dumps({"error": str(exc)})
 
@@ -77,23 +85,40 @@ async def langchain_tools(client: Any) -> list[Any]:
 
 
 async def _langgraph(target: Any, task: dict[str, Any], mcp_url: str) -> dict[str, Any]:
-    from langchain_core.messages import HumanMessage
     from mcp import Client
 
     async with Client(mcp_url, cache=None) as client:
-        tools = await langchain_tools(client)
-        # A compiled graph finds the tools in its config; a builder makes the graph with them.
-        graph = target if hasattr(target, "ainvoke") else target(tools)
-        state = await graph.ainvoke(
-            {"messages": [HumanMessage(json.dumps(task))]},
-            config={"configurable": {TOOLS_KEY: tools}, "recursion_limit": 200},
-        )
+        token = _SESSION.set(client)
+        try:
+            if hasattr(target, "ainvoke"):
+                # A compiled graph finds the tools in its config.
+                graph, tools = target, await langchain_tools(client)
+            else:
+                # A builder makes the graph with the tools once per host (one host per slot);
+                # the tools call whichever run is current.
+                built = _BUILT.get(id(target))
+                if built is None:
+                    tools = await langchain_tools(client, current=True)
+                    built = _BUILT[id(target)] = (tools, target(tools))
+                tools, graph = built
+            state = await _invoke(graph, task, tools)
+        finally:
+            _SESSION.reset(token)
     if isinstance(state, dict) and state.get("claim") is not None:
         return claim_of(state["claim"])
     messages = state.get("messages") if isinstance(state, dict) else None
     if not messages:
         raise ValueError("the graph ended without a claim or a message")
     return claim_of(messages[-1].content)
+
+
+async def _invoke(graph: Any, task: dict[str, Any], tools: list[Any]) -> Any:
+    from langchain_core.messages import HumanMessage
+
+    return await graph.ainvoke(
+        {"messages": [HumanMessage(json.dumps(task))]},
+        config={"configurable": {TOOLS_KEY: tools}, "recursion_limit": 200},
+    )
 
 
 async def _openai_agents(target: Any, task: dict[str, Any], mcp_url: str) -> dict[str, Any]:

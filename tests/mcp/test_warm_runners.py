@@ -3,15 +3,19 @@ process that crashes, hangs or is crashed by a fault costs only its own run."""
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from service.core.errors import ManifestInvalid
 from service.core.manifest import Runner
+from service.mcp.frameworks import runner_for
 from service.mcp.runners import CommandRunner, LinesRunner, make_runner
+from tests.mcp.conftest import Sandbox
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -132,3 +136,39 @@ def test_a_manifest_giving_an_http_runner_a_protocol_is_refused_naming_the_field
     with pytest.raises(ManifestInvalid) as caught:
         parse_manifest(data)
     assert caught.value.field is not None and caught.value.field.startswith("target.runner")
+
+
+BUILDS: list[int] = []
+
+
+def build_graph(tools: list[Any]) -> Any:
+    """A LangGraph builder (the `module:attribute` a manifest may name instead of a compiled
+    graph): one node that reads stock through the MCP tools it was built with."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    BUILDS.append(1)
+    by_name = {t.name: t for t in tools}
+
+    async def read(state: MessagesState) -> dict[str, Any]:
+        stock = json.loads(await by_name["get_stock"].ainvoke({"sku": "SKU-1"}))
+        return {"claim": {"status": "completed", "builds": len(BUILDS), "stock": stock}}
+
+    class State(MessagesState):
+        claim: dict[str, Any]
+
+    graph = StateGraph(State)
+    graph.add_node("read", read)
+    graph.add_edge(START, "read")
+    graph.add_edge("read", END)
+    return graph.compile()
+
+
+def test_a_langgraph_builder_is_built_once_per_host_and_serves_every_run(
+    sandbox: Sandbox,
+) -> None:
+    one_trial = runner_for("langgraph", "tests.mcp.test_warm_runners:build_graph")
+    # Two runs, each on a session of its own (as each run has its own proxy URL).
+    first = one_trial({"order_id": "x"}, sandbox.shop)
+    second = one_trial({"order_id": "y"}, sandbox.shop)
+    assert first["builds"] == second["builds"] == 1
+    assert second["stock"]["sku"] == "SKU-1"
