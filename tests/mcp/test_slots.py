@@ -130,7 +130,7 @@ def test_a_world_without_slots_runs_one_trial_at_a_time_with_a_notice(
         engine.close()
     path = tmp_path / "manifest.json"
     path.write_text(json.dumps(sandbox.manifest("careful")))
-    main(["assay", str(path), "--trials", "1", "--json", "--concurrency", "4"])
+    main(["assay", str(path), "--trials", "1", "--json", "--concurrency", "4", "--mode", FAULTS[0]])
     err = capsys.readouterr().err
     assert "the world offers no slots (tools.slots): trials run one at a time" in err
 
