@@ -15,7 +15,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -25,6 +25,7 @@ from sqlmodel import Session
 from service.app import reviews
 from service.app.dossiers import config_changed_reason, unmet
 from service.core.dossier import compare_triggers, trigger_hashes
+from service.core.gate import block_first
 from service.db import dossier as dossiers
 from service.db import queries
 from service.db.models import Candidate, Dossier, Hold, HoldStatus, System, as_utc, utcnow
@@ -118,7 +119,9 @@ def standings(
             base = _from_dossier(row, dossier, holds.get(cid, []), now)
         else:
             base = _before_dossier(session, row, own, allowed.get(row.system.id))
-        found[cid] = _with_open_changes(base, own, open_changes.get(row.system.id, []))
+        found[cid] = _block_first(
+            _with_open_changes(base, own, open_changes.get(row.system.id, []))
+        )
     return found
 
 
@@ -321,6 +324,12 @@ def _with_open_changes(
         base.assay_decision or (base.dossier.decision if base.dossier is not None else None),
         base.changes_at,
     )
+
+
+def _block_first(found: Standing) -> Standing:
+    """The standing with its reasons in the one order every reader shows (dossiers signed before
+    that order, and reasons laid over by reviews, are reordered on the way out)."""
+    return replace(found, reasons=block_first(found.reasons))
 
 
 def _reason(code: str, message: str) -> dict[str, Any]:

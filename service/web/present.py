@@ -10,6 +10,7 @@ from typing import Any
 
 from service.app import gate
 from service.core.figures import Diagnosis, InvariantResult, Signature, Transfer
+from service.core.gate import block_first
 from service.core.report import AssayReport, FaultResult
 from service.db import queries
 from service.db.models import as_utc
@@ -96,10 +97,7 @@ def severities(reasons: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 
 def worst_first(reasons: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Block reasons before hold reasons, otherwise in the order the gate gave them."""
-    order = sorted(
-        enumerate(reasons), key=lambda ir: (-SEVERITY.get(str(ir[1].get("severity")), 1), ir[0])
-    )
-    return [dict(r) for _, r in order]
+    return [dict(r) for r in block_first(reasons)]
 
 
 def progress_fraction(row: queries.CandidateRow) -> float:
