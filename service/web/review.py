@@ -206,15 +206,9 @@ def dossier_page(
             request, ws, "error.html", {"title": "Not found", "message": "no such candidate"}, 404
         )
     keys = {k.keyid: k for k in ring.published()}
-    versions, latest, latest_hashes = _verified_versions(session, row.candidate.id, keys)
-    allowed = dossiers.last_allowed(session, row.system.id)
-    against_allowed: list[dict[str, str | None]] = []
-    if allowed is not None and latest is not None and allowed.id != latest.id:
-        allowed_pred = dossiers.predicate_of(allowed)
-        against_allowed = _hash_diff(
-            dict((allowed_pred.get("manifest") or {}).get("component_hashes") or {}),
-            latest_hashes,
-        )
+    versions, _, _ = _verified_versions(session, row.candidate.id, keys)
+    # The comparison `GET /v1/gate` answers with: the last allowed *other* candidate.
+    since = gate.since_allowed(session, row)
     holds = [h for h in _holds_of(session, row.candidate.id)]
     return _render(
         request,
@@ -225,8 +219,7 @@ def dossier_page(
             "row": row,
             "gate": present.gate_view(gate.standing(session, row), row),
             "versions": list(reversed(versions)),
-            "allowed": allowed,
-            "against_allowed": against_allowed,
+            "since": since,
             "holds": holds,
             "keys": len(keys),
         },
