@@ -338,7 +338,6 @@ class ApiKeyPublic(BaseModel):
     minted_by: str | None = Field(
         description="the person whose key minted this one; null: an operator on the command line"
     )
-    prefix: str = Field(description="the key's first characters, to recognise it")
     created_at: datetime
     revoked_at: datetime | None
 

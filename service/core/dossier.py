@@ -305,7 +305,7 @@ class CandidateRef:
     system: str
     version: str
     source_revision: str | None = None
-    # The submitting key's id, and who acted through it: {"key_id", "key_prefix", "key_name",
+    # The submitting key's id, and who acted through it: {"key_id", "key_name",
     # "person", "kind", "minted_by"} (see docs/dossier.md).
     submitter: str | None = None
     submitted_by: Mapping[str, Any] | None = None

@@ -221,7 +221,8 @@ def describe(kind: str, data: Mapping[str, Any] | None, shard: int | None = None
             f"{_short(d.get('source_revision'), 12)}: {d.get('shards')} shards queued"
         )
     if kind == "candidate.rerun":
-        return f"re-run requested by key {_short(d.get('requested_by'))}: {d.get('shards')} shards"
+        who = d.get("person") or f"key {_short(d.get('requested_by'))}"
+        return f"re-run requested by {who}: {d.get('shards')} shards"
     if kind == "credential.minted":
         return (
             f"injector credential minted for {len(d.get('modes') or [])} fault modes, at most "
@@ -251,7 +252,8 @@ def describe(kind: str, data: Mapping[str, Any] | None, shard: int | None = None
         return f"triggers of {d.get('system')} set to {', '.join(d.get('triggers') or [])}"
     if kind == "audit":
         roles = ", ".join(d.get("roles") or [])
-        return f"{d.get('action')} on {d.get('target')} by key {_short(d.get('key_id'))} ({roles})"
+        who = d.get("person") or f"key {_short(d.get('key_id'))}"
+        return f"{d.get('action')} on {d.get('target')} by {who} ({roles})"
     if kind == "shard.started":
         return f"shard {shard} started (attempt {d.get('attempt')}) on {d.get('worker')}"
     if kind == "shard.stored":
