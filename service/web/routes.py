@@ -22,7 +22,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from service.app import gate, tenants
+from service.app import gate, keys, tenants
 from service.db import queries
 from service.http.deps import SessionDep, SettingsDep
 from service.web import present, review, submit
@@ -305,3 +305,19 @@ def static(name: str, request: Request) -> Response:
     if request.headers.get("if-none-match") == f'"{etag}"':
         return Response(status_code=304, headers=headers)
     return Response(data, media_type=kind, headers=headers)
+
+
+@router.get("/keys", response_class=HTMLResponse)
+def keys_page(request: Request, session: SessionDep, who: ViewerDep) -> HTMLResponse:
+    """The tenant's people and their keys (`GET /v1/api-keys`, for an admin): who holds each key,
+    its roles, who minted it, and whether it is revoked — never any part of a secret."""
+    rows = keys.of_tenant(session, who.principal)
+    people: dict[str, list[Any]] = {}
+    for row in rows:
+        people.setdefault(row.person.name, []).append(row)
+    return render(
+        request,
+        who.ws,
+        "keys.html",
+        {"title": "People and keys", "people": sorted(people.items()), "count": len(rows)},
+    )
