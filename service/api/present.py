@@ -13,6 +13,7 @@ from sqlmodel import Session
 from service.api.errors import CursorInvalid
 from service.api.schemas import CandidatePublic, DossierRef, GateState, HoldPublic, Progress
 from service.app import gate
+from service.core.gate import block_first
 from service.db import queries
 from service.db.models import Assay, AssayStatus, Dossier, Hold, as_utc, as_utc_or_none
 
@@ -33,7 +34,7 @@ def progress(assay: Assay, session: Session | None = None) -> Progress:
 
 
 def reasons(assay: Assay) -> list[dict[str, Any]]:
-    return [dict(r) for r in assay.reasons or []]
+    return [dict(r) for r in block_first(assay.reasons or [])]
 
 
 def gate_state(found: gate.Standing) -> GateState:
@@ -118,7 +119,7 @@ def dossier_ref(dossier: Dossier) -> DossierRef:
         digest=dossier.digest,
         previous=dossier.previous,
         decision=dossier.decision,
-        reasons=[dict(r) for r in dossier.reasons],
+        reasons=[dict(r) for r in block_first(dossier.reasons)],
         change=dossier.change,
         keyid=dossier.keyid,
         created_at=as_utc(dossier.created_at),
@@ -138,7 +139,7 @@ def hold_public(hold: Hold) -> HoldPublic:
         candidate_id=hold.candidate_id,
         dossier_id=hold.dossier_id,
         status=hold.status,
-        reasons=[dict(r) for r in hold.reasons],
+        reasons=[dict(r) for r in block_first(hold.reasons)],
         reviewer=hold.reviewer,
         reviewed_by=hold.reviewed_by,
         review_reason=hold.review_reason,

@@ -223,7 +223,11 @@ class GatePublic(BaseModel):
     reasons: list[dict[str, Any]]
     dossier: DossierRef | None = Field(description="the dossier the answer rests on")
     triggers: dict[str, Any] = Field(
-        description="trigger hashes, compared with the last allowed dossier's"
+        description=(
+            "trigger hashes, compared with the last allowed dossier of another candidate: "
+            "`changed` names the trigger components that differ, `components_changed` every "
+            "component (docs/dossier.md)"
+        )
     )
     hold_id: uuid.UUID | None = None
     basis: GateBasis = Field(description="what the answer rests on")
@@ -339,7 +343,6 @@ class ApiKeyPublic(BaseModel):
     minted_by: str | None = Field(
         description="the person whose key minted this one; null: an operator on the command line"
     )
-    prefix: str = Field(description="the key's first characters, to recognise it")
     created_at: datetime
     revoked_at: datetime | None
 

@@ -91,6 +91,7 @@ def rerun(
         catalogue=plan.resolve_catalogue().version,
         shards=shards,
         requested_by=principal.actor,
+        person=principal.person,
         lease_s=services.settings.shard_lease_s,
     )
     issue_for(

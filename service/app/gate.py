@@ -15,7 +15,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -25,6 +25,7 @@ from sqlmodel import Session
 from service.app import reviews
 from service.app.dossiers import config_changed_reason, unmet
 from service.core.dossier import compare_triggers, trigger_hashes
+from service.core.gate import block_first
 from service.db import dossier as dossiers
 from service.db import queries
 from service.db.models import Candidate, Dossier, Hold, HoldStatus, System, as_utc, utcnow
@@ -118,7 +119,9 @@ def standings(
             base = _from_dossier(row, dossier, holds.get(cid, []), now)
         else:
             base = _before_dossier(session, row, own, allowed.get(row.system.id))
-        found[cid] = _with_open_changes(base, own, open_changes.get(row.system.id, []))
+        found[cid] = _block_first(
+            _with_open_changes(base, own, open_changes.get(row.system.id, []))
+        )
     return found
 
 
@@ -134,16 +137,98 @@ def answer(
     hashes = trigger_hashes(
         queries.component_hashes(session, candidate.manifest_digest), components
     )
-    allowed = dossiers.allowed_view(
-        session, dossiers.last_allowed(session, system.id, excluding=candidate.id)
-    )
+    since = since_allowed(session, row)
+    allowed = dossiers.allowed_view(session, since.allowed)
     triggers = {
         "components": list(components),
         "hashes": hashes,
         "catalogue_version": row.assay.catalogue,
         **compare_triggers(hashes, row.assay.catalogue, allowed),
+        # Every component whose hash differs (the pages' "changed since last allow"), triggers
+        # or not: `changed` names only the trigger components.
+        "components_changed": since.components,
     }
     return Answer(system.name, candidate, found, triggers)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One manifest component whose hash differs from the last allowed candidate's."""
+
+    component: str
+    # One of the system's trigger components: a change to it reopens the gate.
+    trigger: bool
+    before: str | None
+    after: str | None
+
+
+@dataclass(frozen=True)
+class SinceAllowed:
+    """What changed since the last allow, the one answer the pages and `GET /v1/gate` give.
+
+    The candidate is compared with the last allowed dossier of *another* candidate of its system
+    (the newest dossier version that still allows — a waiver's version counts, it allows): the
+    question is what this candidate changes against the last one allowed to ship, so an allowed
+    candidate is never compared with itself. `allowed` is None when no other candidate was ever
+    allowed."""
+
+    allowed: Dossier | None
+    allowed_version: str | None
+    changes: tuple[Change, ...] = ()
+
+    @property
+    def components(self) -> list[str]:
+        return [c.component for c in self.changes]
+
+    @property
+    def triggers(self) -> list[str]:
+        return [c.component for c in self.changes if c.trigger]
+
+
+def since_allowed(session: Session, row: queries.CandidateRow) -> SinceAllowed:
+    return since_allowed_of(session, [row])[row.candidate.id]
+
+
+def since_allowed_of(
+    session: Session, rows: Sequence[queries.CandidateRow]
+) -> dict[uuid.UUID, SinceAllowed]:
+    """`SinceAllowed` for each candidate of a page: one query for each system's last allowed
+    dossier, one more only for a candidate that is itself that dossier's."""
+    if not rows:
+        return {}
+    newest = dossiers.last_allowed_per_system(session, sorted({r.system.id for r in rows}))
+    allowed: dict[uuid.UUID, Dossier | None] = {}
+    for row in rows:
+        last = newest.get(row.system.id)
+        if last is not None and last.candidate_id == row.candidate.id:
+            last = dossiers.last_allowed(session, row.system.id, excluding=row.candidate.id)
+        allowed[row.candidate.id] = last
+    digests = queries.manifest_digests(
+        session, [d.candidate_id for d in allowed.values() if d is not None]
+    )
+    versions = queries.candidate_versions(session, list(digests))
+    hashes = queries.component_hashes_of(
+        session, [*(r.candidate.manifest_digest for r in rows), *digests.values()]
+    )
+    found: dict[uuid.UUID, SinceAllowed] = {}
+    for row in rows:
+        last = allowed[row.candidate.id]
+        if last is None:
+            found[row.candidate.id] = SinceAllowed(None, None)
+            continue
+        now = hashes.get(row.candidate.manifest_digest, {})
+        then = hashes.get(digests.get(last.candidate_id, ""), {})
+        triggers = dossiers.system_triggers(row.system)
+        found[row.candidate.id] = SinceAllowed(
+            last,
+            versions.get(last.candidate_id),
+            tuple(
+                Change(c, c in triggers, then.get(c), now.get(c))
+                for c in sorted(set(now) | set(then))
+                if now.get(c) != then.get(c)
+            ),
+        )
+    return found
 
 
 class Epoched(Protocol):
@@ -321,6 +406,12 @@ def _with_open_changes(
         base.assay_decision or (base.dossier.decision if base.dossier is not None else None),
         base.changes_at,
     )
+
+
+def _block_first(found: Standing) -> Standing:
+    """The standing with its reasons in the one order every reader shows (dossiers signed before
+    that order, and reasons laid over by reviews, are reordered on the way out)."""
+    return replace(found, reasons=block_first(found.reasons))
 
 
 def _reason(code: str, message: str) -> dict[str, Any]:

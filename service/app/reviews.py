@@ -118,10 +118,11 @@ def lapse(hold: Hold) -> Lapse:
 
 
 def _who(key_id: str, actor: Mapping[str, Any] | None) -> str:
-    """A reviewer as messages name them: the person, and the key they acted through."""
+    """A reviewer as messages name them: the person (the signed `reviewed_by` records the key's
+    id and name; no message carries a part of a secret)."""
     if not actor:
-        return key_id
-    return f"{actor['person']} (key {actor['key_prefix']}…)"
+        return f"key {key_id[:8]}"
+    return str(actor["person"])
 
 
 def _outcome(hold: Hold, command: ReviewHold, who: str) -> tuple[str, list[dict[str, Any]]]:

@@ -16,6 +16,7 @@ from service.core.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.contract import MAX_SLOTS
 from service.core.contract_catalogue import catalogue_for
 from service.core.errors import ManifestInvalid, PlanInvalid
+from service.core.gate import block_first
 from service.core.manifest import Manifest, parse_manifest_json
 from service.core.plan import AssayPlan, parse_plan
 from service.core.report import FaultResult
@@ -400,7 +401,7 @@ def print_report(manifest: Manifest, plan: AssayPlan, report: AssayReport) -> No
         print(f"Stopped: {report.stopped}")
     print()
     print(f"Decision: {report.decision.value.upper()}")
-    for reason in report.reasons:
+    for reason in block_first(report.reasons):
         print(f"  - [{reason.severity.value}] {reason.message}")
     print(f"\nCoverage: {len(report.visited)} keys visited, {len(report.not_visited)} not visited")
     print(

@@ -143,7 +143,6 @@ def _key_view(row: Any) -> dict[str, Any]:
         "person": row.person.name,
         "kind": row.person.kind,
         "minted_by": row.minted_by.name if row.minted_by else None,
-        "prefix": key.prefix,
         "created_at": key.created_at.isoformat(),
         "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
     }

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from service.cli.errors import UsageError
+from service.core.gate import block_first
 from service.core.report import AssayReport
 
 # A reason as the reports read it: the typed report's `Reason.view()`, or the gate's answer (whose
@@ -104,7 +105,7 @@ def from_report(
 ) -> Outcome:
     """A local `assaygate assay` report (typed, or its `to_dict()`)."""
     r = report if isinstance(report, AssayReport) else AssayReport.from_dict(report)
-    reasons: list[Reasonish] = [x.view() for x in r.reasons]
+    reasons: list[Reasonish] = [x.view() for x in block_first(r.reasons)]
     return Outcome(
         system=system or "assaygate",
         version=version or "",
@@ -138,8 +139,8 @@ def from_dossier(
         system=str(cand.get("system", "")),
         version=str(cand.get("version", "")),
         decision=decision,
-        reasons=reasons,
-        faults=_run_rows(p.get("runs") or [], reasons),
+        reasons=block_first(reasons),
+        faults=_run_rows(p.get("runs") or [], block_first(reasons)),
         link=link,
         properties={
             "candidate": str(cand.get("id", "")),

@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from service.core.figures import JSONObject
+from service.core.gate import block_first
 from service.core.manifest import TRIGGER_DEFAULT, canonical
 from service.core.report import AssayReport, FaultResult
 
@@ -304,7 +305,7 @@ class CandidateRef:
     system: str
     version: str
     source_revision: str | None = None
-    # The submitting key's id, and who acted through it: {"key_id", "key_prefix", "key_name",
+    # The submitting key's id, and who acted through it: {"key_id", "key_name",
     # "person", "kind", "minted_by"} (see docs/dossier.md).
     submitter: str | None = None
     submitted_by: Mapping[str, Any] | None = None
@@ -409,7 +410,7 @@ def predicate_from_report(
         "holds": holds or [],
         "waivers": waivers or [],
         "decision": decision or r.decision.value,
-        "reasons": reasons if reasons is not None else [x.view() for x in r.reasons],
+        "reasons": block_first(reasons) if reasons is not None else [x.view() for x in r.reasons],
         "change_triggers": dict(triggers),
         "interpretation": dict(r.interpretation),
         **_mcp(r),
@@ -483,7 +484,7 @@ def successor(
         issued_at=issued_at,
         change=change,
         decision=decision,
-        reasons=reasons,
+        reasons=block_first(reasons),
     )
     if holds is not None:
         nxt["holds"] = holds

@@ -13,9 +13,10 @@ is never `allow`. Floors apply to each fault, so the worst fault class is never 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any, TypeVar
 
 from service.core.contract import WITNESS
 from service.core.manifest import Envelope
@@ -88,6 +89,26 @@ class Verdict:
 
 BLOCK, HOLD = Decision.BLOCK, Decision.HOLD
 
+# A reason as the core makes it, or as stored and served ({"code", "message", "severity", ...}).
+R = TypeVar("R", bound=Reason | Mapping[str, Any])
+# Lower ranks lead; a severity this build does not know ranks with hold, never above a block.
+_RANK = {Decision.BLOCK.value: 0, Decision.HOLD.value: 1, Decision.ALLOW.value: 2}
+
+
+def severity_of(reason: Reason | Mapping[str, Any]) -> str:
+    if isinstance(reason, Reason):
+        return reason.severity.value
+    return str(reason.get("severity", Decision.HOLD.value))
+
+
+def block_first(reasons: Iterable[R]) -> list[R]:
+    """The one order every reader lists reasons in (the decision, the dossier, the API, the CLI
+    and every page): block reasons, then hold reasons, then the rest, each group in the order the
+    evidence gave it. A block must never be headed by a hold-level reason, or a reader who sees
+    only the first line takes a block for a hold."""
+    return sorted(reasons, key=lambda r: _RANK.get(severity_of(r), 1))
+
+
 HARD = (
     ("unsafe_escape", "unsafe escape"),
     ("duplicate_effect", "duplicate effect"),
@@ -122,9 +143,9 @@ def decide(
     for f in faults:
         reasons += _fault_reasons(f, envelope)
     if any(r.severity is BLOCK for r in reasons):
-        return Verdict(Decision.BLOCK, tuple(reasons))
+        return Verdict(Decision.BLOCK, tuple(block_first(reasons)))
     if reasons:
-        return Verdict(Decision.HOLD, tuple(reasons))
+        return Verdict(Decision.HOLD, tuple(block_first(reasons)))
     return Verdict(Decision.ALLOW, ())
 
 

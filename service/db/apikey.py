@@ -275,7 +275,6 @@ def actor_view(session: Session, key_id: str | uuid.UUID | None) -> dict[str, An
         return None
     return {
         "key_id": str(found.key.id),
-        "key_prefix": found.key.prefix,
         "key_name": found.key.name,
         "person": found.person.name,
         "kind": found.person.kind,
@@ -310,16 +309,22 @@ def review_conflict(session: Session, reviewer: Principal, submitter_key: str | 
     if submitted.minted_by is not None and submitted.minted_by.id == reviewer.person_id:
         return (
             f"{reviewer.person} minted the key that submitted this candidate "
-            f"({submitted.key.prefix}…) and may not review it"
+            f"({key_label(submitted.key)}) and may not review it"
         )
     if reviewer.minted_by is not None:
         minter = _people_of_keys(session, [reviewer.minted_by]).get(reviewer.minted_by)
         if minter is not None and minter.id == submitted.person.id:
             return (
                 f"{submitted.person.name} submitted this candidate and minted this reviewer's "
-                f"key ({reviewer.prefix}…), which may not review it"
+                f"key, which may not review it"
             )
     return None
+
+
+def key_label(key: ApiKey) -> str:
+    """A key as a message names it: its name, else the start of its id — never the first
+    characters of its secret (`prefix`), which would leak into dossiers, logs and pages."""
+    return f"key {key.name}" if key.name else f"key {str(key.id)[:8]}"
 
 
 def get_key(session: Session, key_id: uuid.UUID, tenant_id: uuid.UUID | None) -> ApiKey | None:

@@ -159,6 +159,7 @@ def record_rerun(
     catalogue: str,
     shards: Sequence[ShardSpec],
     requested_by: str | None,
+    person: str | None = None,
     lease_s: float = DEFAULT_LEASE_S,
 ) -> Assay:
     """A new assay of an existing candidate: its evidence will be a new dossier version with its
@@ -169,7 +170,7 @@ def record_rerun(
             kind="candidate.rerun",
             candidate_id=candidate.id,
             assay_id=assay.id,
-            data={"requested_by": requested_by, "shards": len(shards)},
+            data={"requested_by": requested_by, "person": person, "shards": len(shards)},
         )
     )
     session.flush()

@@ -40,12 +40,17 @@ class InjectorState:
 
 def injector_modes(plan: AssayPlan) -> list[str]:
     """Every fault the assay may inject, with the steps of its ordered compositions."""
+    faults, steps = _faults_and_steps(plan)
+    return sorted({*faults, *steps})
+
+
+def _faults_and_steps(plan: AssayPlan) -> tuple[list[str], list[str]]:
+    """The faults the assay runs (what the catalogue counts), and the steps its ordered
+    compositions arm after them that are not faults of their own."""
     cat = plan.resolve_catalogue()
-    modes: list[str] = []
-    for f in plan.faults() if not plan.paper else cat.faults:
-        modes.append(f.id)
-        modes.extend(f.then)
-    return sorted(set(modes))
+    faults = [f.id for f in (plan.faults() if not plan.paper else cat.faults)]
+    steps = sorted({s for f in (plan.faults() if not plan.paper else cat.faults) for s in f.then})
+    return faults, [s for s in steps if s not in faults]
 
 
 def issue_credential(
@@ -84,6 +89,7 @@ def issue_credential(
         not_before=now - 5.0,  # tolerate clock skew between API and workers
         expires=now + expected + margin_s,
     )
+    faults, steps = _faults_and_steps(plan)
     assay.credential = mint(scope, signer)
     assay.limits = limits
     session.add(assay)
@@ -96,6 +102,10 @@ def issue_credential(
                 "tenant": tenant,
                 "keyid": signer.keyid,
                 "modes": list(scope.modes),
+                # The modes are the faults and their composition steps: the log counts them
+                # apart, as the catalogue does.
+                "faults": len(faults),
+                "steps": len(steps),
                 "namespace": namespace,
                 "max_effects": scope.max_effects,
                 "expires": scope.expires,

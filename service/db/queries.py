@@ -156,6 +156,20 @@ def manifest_digests(session: Session, candidate_ids: Sequence[uuid.UUID]) -> di
     return dict(rows)
 
 
+def candidate_versions(
+    session: Session, candidate_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, str]:
+    """Each candidate's version string, in one query."""
+    if not candidate_ids:
+        return {}
+    rows = session.exec(
+        select(Candidate.id, Candidate.version).where(
+            col(Candidate.id).in_(sorted(set(candidate_ids)))
+        )
+    ).all()
+    return dict(rows)
+
+
 def component_hashes(session: Session, manifest_digest: str) -> dict[str, str]:
     return component_hashes_of(session, [manifest_digest]).get(manifest_digest, {})
 

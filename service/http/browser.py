@@ -46,7 +46,6 @@ class Identity:
 
     name: str
     key_id: str = ""
-    key_prefix: str = ""
     roles: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
@@ -54,7 +53,6 @@ class Identity:
         return cls(
             name=principal.person,
             key_id=str(principal.key_id),
-            key_prefix=principal.prefix,
             roles=frozenset(r.value for r in principal.roles),
         )
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from service.app import gate
 from service.core.figures import Diagnosis, InvariantResult, Signature, Transfer
+from service.core.gate import block_first
 from service.core.report import AssayReport, FaultResult
 from service.db import queries
 from service.db.models import as_utc
@@ -96,10 +97,7 @@ def severities(reasons: Sequence[Mapping[str, Any]]) -> dict[str, int]:
 
 def worst_first(reasons: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Block reasons before hold reasons, otherwise in the order the gate gave them."""
-    order = sorted(
-        enumerate(reasons), key=lambda ir: (-SEVERITY.get(str(ir[1].get("severity")), 1), ir[0])
-    )
-    return [dict(r) for _, r in order]
+    return [dict(r) for r in block_first(reasons)]
 
 
 def progress_fraction(row: queries.CandidateRow) -> float:
@@ -126,6 +124,8 @@ class FaultView:
     coverage_key: str
     # mcp targets: per invariant, its severity and the graded trials it failed in.
     invariants: Mapping[str, InvariantResult] = field(default_factory=dict)
+    # The counterfactual as the page words it (`cf_shown`).
+    cf: str = "none"
 
 
 @dataclass(frozen=True)
@@ -165,10 +165,10 @@ def report_view(
         (by_fault.setdefault(str(fault), []) if fault else general).append(dict(reason))
     faults = [_fault_view(f, by_fault.get(f.id, [])) for f in r.faults]
     totals = {k: sum(f.counts.get(k, 0) for f in faults) for k in HARD}
-    cf_counts = dict.fromkeys((*CF_STATES, "other"), 0)
-    for f in r.faults:
-        status = f.counterfactual.status
-        cf_counts[status if status in CF_STATES else "other"] += 1
+    cf_counts = dict.fromkeys((*CF_STATES, "partly_untested", "other"), 0)
+    for f in faults:
+        status = f.cf
+        cf_counts[status if status in cf_counts else "other"] += 1
     return ReportView(
         faults=faults,
         totals=totals,
@@ -182,6 +182,15 @@ def report_view(
         stopped=r.stopped,
         negatives=[f for f in faults if f.diagnosis],
     )
+
+
+def cf_shown(status: str, reasons: Sequence[Mapping[str, Any]]) -> str:
+    """The counterfactual's state as a page words it: `valid` only when no nominated control of
+    the fault was left untested — a valid pair for one control beside a `counterfactual_untested`
+    reason for another is `partly_untested`, never `valid` above that reason."""
+    if status == "valid" and any(r.get("code") == "counterfactual_untested" for r in reasons):
+        return "partly_untested"
+    return status or "none"
 
 
 def _fault_view(f: FaultResult, own: list[dict[str, Any]]) -> FaultView:
@@ -202,6 +211,7 @@ def _fault_view(f: FaultResult, own: list[dict[str, Any]]) -> FaultView:
         reasons=own,
         coverage_key=f.coverage_key,
         invariants=f.invariants,
+        cf=cf_shown(f.counterfactual.status, own),
     )
 
 
@@ -214,6 +224,30 @@ def _short(value: Any, n: int = 8) -> str:
     return str(value)[:n]
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _faults(d: Mapping[str, Any]) -> str:
+    """The faults a credential allows, counted as the catalogue counts them: its composition
+    steps apart (an event from before they were recorded apart counts its modes)."""
+    if "faults" not in d:
+        return _plural(len(d.get("modes") or []), "fault mode")
+    steps = int(d.get("steps") or 0)
+    extra = f" (and {_plural(steps, 'composition step')})" if steps else ""
+    return _plural(int(d["faults"]), "fault") + extra
+
+
+def _epoch(value: Any) -> str:
+    """A time stored as seconds since the epoch, as every page shows times (UTC)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return when(datetime.fromtimestamp(value, UTC))
+        except (OverflowError, OSError, ValueError):
+            pass
+    return str(value)
+
+
 def describe(kind: str, data: Mapping[str, Any] | None, shard: int | None = None) -> str:
     """An event as a sentence: what happened, in the words of the pages."""
     d: Mapping[str, Any] = data or {}
@@ -223,11 +257,13 @@ def describe(kind: str, data: Mapping[str, Any] | None, shard: int | None = None
             f"{_short(d.get('source_revision'), 12)}: {d.get('shards')} shards queued"
         )
     if kind == "candidate.rerun":
-        return f"re-run requested by key {_short(d.get('requested_by'))}: {d.get('shards')} shards"
+        who = d.get("person") or f"key {_short(d.get('requested_by'))}"
+        return f"re-run requested by {who}: {d.get('shards')} shards"
     if kind == "credential.minted":
         return (
-            f"injector credential minted for {len(d.get('modes') or [])} fault modes, at most "
-            f"{d.get('max_effects')} effects in {d.get('namespace')}, until {d.get('expires')}"
+            f"injector credential minted for {_faults(d)}, at most "
+            f"{d.get('max_effects')} effects in {d.get('namespace')}, until "
+            f"{_epoch(d.get('expires'))}"
         )
     if kind == "assay.decided":
         n = len(d.get("reasons") or [])
@@ -253,7 +289,8 @@ def describe(kind: str, data: Mapping[str, Any] | None, shard: int | None = None
         return f"triggers of {d.get('system')} set to {', '.join(d.get('triggers') or [])}"
     if kind == "audit":
         roles = ", ".join(d.get("roles") or [])
-        return f"{d.get('action')} on {d.get('target')} by key {_short(d.get('key_id'))} ({roles})"
+        who = d.get("person") or f"key {_short(d.get('key_id'))}"
+        return f"{d.get('action')} on {d.get('target')} by {who} ({roles})"
     if kind == "shard.started":
         return f"shard {shard} started (attempt {d.get('attempt')}) on {d.get('worker')}"
     if kind == "shard.stored":

@@ -13,6 +13,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from markupsafe import Markup
 
+from service.core.gate import block_first
 from service.http.browser import COOKIE, WebSession, csrf_token, encode_session, secret_of
 from service.web import charts, present
 
@@ -43,6 +44,8 @@ def environment() -> jinja2.Environment:
         when=present.when,
         short=lambda s, n=12: str(s)[:n],
         words=lambda s: str(s).replace("_", " "),
+        # The `reason_list` macro orders every list it shows: one order on every page.
+        block_first=block_first,
     )
     env.globals.update(
         signature_bars=lambda sig: Markup(charts.signature_bars(sig)),

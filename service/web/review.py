@@ -206,15 +206,9 @@ def dossier_page(
             request, ws, "error.html", {"title": "Not found", "message": "no such candidate"}, 404
         )
     keys = {k.keyid: k for k in ring.published()}
-    versions, latest, latest_hashes = _verified_versions(session, row.candidate.id, keys)
-    allowed = dossiers.last_allowed(session, row.system.id)
-    against_allowed: list[dict[str, str | None]] = []
-    if allowed is not None and latest is not None and allowed.id != latest.id:
-        allowed_pred = dossiers.predicate_of(allowed)
-        against_allowed = _hash_diff(
-            dict((allowed_pred.get("manifest") or {}).get("component_hashes") or {}),
-            latest_hashes,
-        )
+    versions, _, _ = _verified_versions(session, row.candidate.id, keys)
+    # The comparison `GET /v1/gate` answers with: the last allowed *other* candidate.
+    since = gate.since_allowed(session, row)
     holds = [h for h in _holds_of(session, row.candidate.id)]
     return _render(
         request,
@@ -225,8 +219,7 @@ def dossier_page(
             "row": row,
             "gate": present.gate_view(gate.standing(session, row), row),
             "versions": list(reversed(versions)),
-            "allowed": allowed,
-            "against_allowed": against_allowed,
+            "since": since,
             "holds": holds,
             "keys": len(keys),
         },
@@ -255,17 +248,23 @@ def holds_page(
     status: Annotated[str, Query(max_length=16)] = "open",
 ) -> HTMLResponse:
     """The tenant's holds, newest first; the review forms only for a reviewer key."""
+    # `all` (or anything that is not a status) lists every hold; the page says which it shows.
     wanted = status if status in {s.value for s in HoldStatus} else None
+    status = wanted or "all"
     rows = reviews.holds(session, signer, who.tenant_id, status=wanted, limit=HOLDS_PAGE)
     found = web_queries.candidate_rows(session, [h.candidate_id for h in rows])
+    # What the gate says of each candidate: an open hold on a blocked candidate reads BLOCK.
+    standings = gate.standings(session, list(found.values()))
     items = []
     for h in rows:
         row = found.get(h.candidate_id)
         submitter = row.candidate.submitter if row else None
+        standing = standings.get(h.candidate_id)
         items.append(
             {
                 "hold": h,
                 "row": row,
+                "gate": present.gate_view(standing, row) if standing is not None else None,
                 "blocking": bool(reviews.hard_reasons(h)),
                 # Why this key may not review it (separation of duties), if it may not.
                 "own": review_conflict(session, who.principal, submitter),
@@ -280,6 +279,7 @@ def holds_page(
             "title": "Holds",
             "items": items,
             "status": status,
+            "statuses": [*(s.value for s in HoldStatus), "all"],
             "can_review": who.may("POST", "/holds/{hold_id}/waive"),
             "can_rerun": who.may("POST", "/candidates/{candidate_id}/rerun"),
             "default_expiry": default_expiry,

@@ -22,8 +22,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from service.app import gate, tenants
-from service.db import dossier as dossiers
+from service.app import gate, keys, tenants
 from service.db import queries
 from service.http.deps import SessionDep, SettingsDep
 from service.web import present, review, submit
@@ -80,14 +79,6 @@ def decode_cursor(cursor: str | None) -> tuple[datetime, uuid.UUID] | None:
 # --------------------------------------------------------------------------------- pages
 
 
-def _changed(
-    now: dict[str, str], then: dict[str, str], triggers: tuple[str, ...]
-) -> list[tuple[str, bool]]:
-    """The components whose hash differs between two manifests, each with whether a change to it
-    reopens the gate (it is one of the system's triggers)."""
-    return [(c, c in triggers) for c in sorted(set(now) | set(then)) if now.get(c) != then.get(c)]
-
-
 @router.get("/", response_class=HTMLResponse)
 def systems_page(
     request: Request,
@@ -105,23 +96,12 @@ def systems_page(
     )
     latest_rows = [r.latest for r in found.rows if r.latest is not None]
     standings = gate.standings(session, latest_rows)
-    allowed = dossiers.last_allowed_per_system(session, [r.system.id for r in found.rows])
-    allowed_digests = queries.manifest_digests(session, [d.candidate_id for d in allowed.values()])
-    hashes = queries.component_hashes_of(
-        session, [*(r.candidate.manifest_digest for r in latest_rows), *allowed_digests.values()]
-    )
+    # The same comparison `GET /v1/gate` answers with (`triggers.components_changed`).
+    since = gate.since_allowed_of(session, latest_rows)
     rows: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
     for r in found.rows:
-        changed: list[tuple[str, bool]] = []
-        last = allowed.get(r.system.id)
-        allowed_digest = allowed_digests.get(last.candidate_id) if last is not None else None
-        if r.latest is not None and allowed_digest is not None:
-            changed = _changed(
-                hashes.get(r.latest.candidate.manifest_digest, {}),
-                hashes.get(allowed_digest, {}),
-                dossiers.system_triggers(r.system),
-            )
+        changed = since.get(r.latest.candidate.id) if r.latest is not None else None
         standing = standings.get(r.latest.candidate.id) if r.latest is not None else None
         state = present.gate_view(standing, r.latest)
         counts[state.state] = counts.get(state.state, 0) + 1
@@ -133,8 +113,7 @@ def systems_page(
                 "gate": state,
                 "running": r.latest is not None and present.is_running(r.latest),
                 "progress": present.progress_fraction(r.latest) if r.latest else 0.0,
-                "changed": changed,
-                "ever_allowed": allowed_digest is not None,
+                "since": changed,
             }
         )
     return render(
@@ -327,3 +306,19 @@ def static(name: str, request: Request) -> Response:
     if request.headers.get("if-none-match") == f'"{etag}"':
         return Response(status_code=304, headers=headers)
     return Response(data, media_type=kind, headers=headers)
+
+
+@router.get("/keys", response_class=HTMLResponse)
+def keys_page(request: Request, session: SessionDep, who: ViewerDep) -> HTMLResponse:
+    """The tenant's people and their keys (`GET /v1/api-keys`, for an admin): who holds each key,
+    its roles, who minted it, and whether it is revoked — never any part of a secret."""
+    rows = keys.of_tenant(session, who.principal)
+    people: dict[str, list[Any]] = {}
+    for row in rows:
+        people.setdefault(row.person.name, []).append(row)
+    return render(
+        request,
+        who.ws,
+        "keys.html",
+        {"title": "People and keys", "people": sorted(people.items()), "count": len(rows)},
+    )

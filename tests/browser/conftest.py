@@ -118,6 +118,8 @@ def browser_keys(settings: Settings) -> Iterator[dict[str, Key]]:
             "rita": make_key(engine, "acme", [Role.REVIEWER], "rita", person="Rita Levi"),
             # Another team's reviewer: sees none of acme's systems.
             "gina": make_key(engine, "globex", [Role.REVIEWER], "gina"),
+            # acme's admin: the people and keys page.
+            "ada": make_key(engine, "acme", [Role.ADMIN], "ada", person="Ada Lovelace"),
         }
     finally:
         engine.dispose()

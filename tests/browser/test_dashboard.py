@@ -354,8 +354,23 @@ def test_no_page_overflows_or_overlaps_at_the_tested_width(
         page.goto(server_url + url)
         shot(page, artifacts, name)
         assert page.evaluate(LAYOUT_CHECK) == [], url
+    # A reviewer-only key is shown no Submit form; the blocked candidate's hold reads BLOCK.
+    page.goto(f"{server_url}/submit")
+    assert page.locator("form.submit").count() == 0
+    page.goto(f"{server_url}/holds")
+    hold = page.locator("article.hold", has=page.locator(f'a[href="/candidates/{candidate}"]'))
+    assert hold.locator(".gate-word .pill-block").count() == 1
+    assert hold.locator("li.sev-block").first.is_visible()
+    assert hold.locator("li").first.get_attribute("class") == "sev-block"
     page.goto(f"{server_url}/candidates/{candidate}")
     assert page.evaluate(ENVELOPE_CHECK) == []
     page.locator("section.card:has(svg.envelope)").screenshot(
         path=str(artifacts / "29-envelope-chart.png")
     )
+    # The admin's people and keys: names, never a part of a secret.
+    sign_in(page, server_url, browser_keys["ada"], "/keys")
+    shot(page, artifacts, "30-layout-keys")
+    assert page.evaluate(LAYOUT_CHECK) == []
+    text = page.locator("main").inner_text()
+    assert "Rita Levi" in text and "Ada Lovelace" in text
+    assert not any(k.secret[:7] in text for k in browser_keys.values())

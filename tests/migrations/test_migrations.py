@@ -127,19 +127,36 @@ def test_upgrading_to_0007_gives_every_existing_key_a_person_of_its_own_and_name
                 db, "hold", id=hold, candidate_id=candidate, dossier_id=dossier,
                 status="waived", reasons=[], reviewer=str(rita), created_at=now,
             )  # fmt: skip
+        migrate.upgrade(empty_database, "0007")
+        assert _people(engine) == (
+            ["ci-main ag_aaaaaaaa", "key ag_bbbbbbbb"],
+            "ci-main ag_aaaaaaaa",
+            "key ag_bbbbbbbb",
+        )
+        # 0011: a name never carries the first characters of a secret; the key's id replaces them.
         migrate.upgrade(empty_database)
-        with engine.connect() as db:
-            people = db.execute(
-                sa.text(
-                    "SELECT person.name FROM api_key"
-                    " JOIN person ON person.id = api_key.person_id ORDER BY person.name"
-                )
-            ).scalars()
-            names = list(people)
-            submitted_by = db.execute(sa.text("SELECT submitted_by FROM candidate")).scalar_one()
-            reviewed_by = db.execute(sa.text("SELECT reviewed_by FROM hold")).scalar_one()
+        names, submitted_by, reviewed_by = _people(engine)
+        assert names == sorted([f"ci-main {str(ci)[:8]}", f"key {str(rita)[:8]}"])
+        assert submitted_by == f"ci-main {str(ci)[:8]}" and reviewed_by == f"key {str(rita)[:8]}"
+        assert not any("ag_" in n for n in (*names, submitted_by, reviewed_by))
+        migrate.downgrade(empty_database, "0010")
+        assert _people(engine)[0] == ["ci-main ag_aaaaaaaa", "key ag_bbbbbbbb"]
     finally:
         engine.dispose()
-    assert names == ["ci-main ag_aaaaaaaa", "key ag_bbbbbbbb"]
-    assert submitted_by == "ci-main ag_aaaaaaaa" and reviewed_by == "key ag_bbbbbbbb"
+    migrate.upgrade(empty_database)
     migrate.check(empty_database)
+
+
+def _people(engine: sa.Engine) -> tuple[list[str], str, str]:
+    """The people behind the keys, the candidate's submitter and the hold's reviewer, by name."""
+    with engine.connect() as db:
+        people = db.execute(
+            sa.text(
+                "SELECT person.name FROM api_key"
+                " JOIN person ON person.id = api_key.person_id ORDER BY person.name"
+            )
+        ).scalars()
+        names = list(people)
+        submitted_by = db.execute(sa.text("SELECT submitted_by FROM candidate")).scalar_one()
+        reviewed_by = db.execute(sa.text("SELECT reviewed_by FROM hold")).scalar_one()
+    return names, submitted_by, reviewed_by

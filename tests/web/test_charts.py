@@ -181,3 +181,15 @@ def test_coverage_matrix_marks_visited_and_missed_cells_by_domain_and_phase() ->
     assert 'class="cov-visited"' in html and 'class="cov-missed"' in html
     assert "before commit" in html
     assert coverage_matrix([], []).startswith("<p")
+
+
+def test_marks_at_the_corners_sit_wholly_inside_the_frame_not_over_its_border() -> None:
+    faults = [{"id": name, "signature": sig} for name, sig in CORNERS.items()]
+    root = ET.fromstring(envelope_chart(faults))
+    frame = next(r for r in root.iter(f"{SVG}rect") if r.get("class") == "frame")
+    x0, y0 = float(frame.get("x", 0)), float(frame.get("y", 0))
+    x1, y1 = x0 + float(frame.get("width", 0)), y0 + float(frame.get("height", 0))
+    _, marks = boxes_of(envelope_chart(faults))
+    assert len(marks) == len(CORNERS)
+    for m in marks:
+        assert x0 < m.x0 and m.x1 < x1 and y0 < m.y0 and m.y1 < y1, m

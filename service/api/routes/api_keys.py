@@ -30,7 +30,6 @@ def key_public(row: KeyRow) -> ApiKeyPublic:
         person=row.person.name,
         kind="service" if row.person.kind == PersonKind.SERVICE.value else "person",
         minted_by=row.minted_by.name if row.minted_by else None,
-        prefix=key.prefix,
         created_at=as_utc(key.created_at),
         revoked_at=as_utc_or_none(key.revoked_at),
     )
