@@ -459,8 +459,9 @@ def test_a_waiver_needs_another_reviewer_a_reason_and_an_expiry_and_lapses(
     gate = client.get(f"/v1/gate/{system}").json()
     assert gate["decision"] == "hold" and gate["hold_id"]
     hold = gate["hold_id"]
-    soon = (datetime.now(UTC) + timedelta(seconds=3)).isoformat()
-    body = {"reason": "refusals are acceptable for the pilot", "expires_at": soon}
+    later = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    body = {"reason": "refusals are acceptable for the pilot", "expires_at": later}
+    started = time.monotonic()
     assert anonymous.post(f"/v1/holds/{hold}/waive", json=body).status_code == 401
     by_submitter = client.post(f"/v1/holds/{hold}/waive", json=body, headers=keys.headers("alice"))
     assert by_submitter.status_code == 403
@@ -479,16 +480,22 @@ def test_a_waiver_needs_another_reviewer_a_reason_and_an_expiry_and_lapses(
     assert lapsed_at_once.json()["error"]["field"] == "expires_at"
     assert client.get(f"/v1/holds/{hold}").json()["status"] == "open"
 
+    # The waiver must outlive the two calls that read it as in force, however slow the machine:
+    # its window is four times what the five calls above took, and at least 3 s.
+    window = max(3.0, 4 * (time.monotonic() - started))
+    expires = datetime.now(UTC) + timedelta(seconds=window)
+    body = {**body, "expires_at": expires.isoformat()}
     waived = client.post(f"/v1/holds/{hold}/waive", json=body, headers=keys.headers("bob"))
     assert waived.status_code == 200, waived.text
     assert waived.json()["dossier"]["decision"] == "allow"
     assert client.get(f"/v1/gate/{system}").json()["decision"] == "allow"
+    assert datetime.now(UTC) < expires, "the in-force reads were not inside the window"
     doc = dossier(client, held["id"])
     assert doc["version"] == 2
     waiver = predicate(doc)["waivers"][0]
     assert (waiver["reviewer"], waiver["action"]) == (str(keys.key("bob").id), "waived")
 
-    time.sleep(3.2)
+    time.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 0.2)
     # Read as lapsed at once; a worker's reconciler signs the version that records it.
     lapsed = client.get(f"/v1/gate/{system}").json()
     assert (lapsed["decision"], lapsed["basis"]) == ("hold", "expired")

@@ -129,7 +129,9 @@ def test_racing_merges_record_the_decision_exactly_once(
     assert decided == 1
     assert faults == len(expected.to_dict()["faults"])
     assert assay_row(engine, assay_id).status == AssayStatus.DONE
-    assert {d for d in decisions if d is not None} <= {expected.decision}
+    # At least one merge must have decided (a subset check would pass if none did), and every one
+    # that did agrees with the engine run in-process.
+    assert {d for d in decisions if d is not None} == {expected.decision}
 
 
 def test_an_engine_error_fails_the_assay_instead_of_leaving_it_running(
