@@ -9,7 +9,7 @@ from __future__ import annotations
 from service.core.catalogue import full_catalogue
 from service.targets import close_target, load_target
 from service.targets.python import PythonTarget
-from tests.adversarial.conftest import assay_target, entry, manifest, one_trial, plan
+from tests.adversarial.conftest import assay_target, codes, entry, manifest, one_trial, plan
 
 
 def test_a_target_that_crashes_on_every_fault_free_task_is_never_allowed() -> None:
@@ -19,8 +19,8 @@ def test_a_target_that_crashes_on_every_fault_free_task_is_never_allowed() -> No
     report = assay_target(m, plan(5, "timeout_before_send"))
     [f] = report["faults"]
     assert f["baseline_errors"] == 5
-    assert report["decision"] != "allow"
-    assert "target_errors" in {r["code"] for r in report["reasons"]}
+    assert report["decision"] == "hold"
+    assert codes(report) == {"target_errors"}
 
 
 def test_a_target_that_never_refunds_a_legitimate_order_is_never_allowed() -> None:
@@ -29,7 +29,15 @@ def test_a_target_that_never_refunds_a_legitimate_order_is_never_allowed() -> No
     for f in report["faults"]:
         assert f["baseline"]["useful_service"] == 0.0
         assert f["counterfactual"]["status"] == "valid"
-    assert report["decision"] != "allow"
+    assert report["decision"] == "hold"
+    # Refusing everything recovers nothing, proves nothing and serves nothing, in every fault's
+    # no-fault baseline: each floor holds it, and nothing else does.
+    assert codes(report) == {"floor:recovered", "floor:verified", "floor:useful_service"}
+    assert {(r["code"], r["fault"]) for r in report["reasons"]} == {
+        (code, fault)
+        for code in ("floor:recovered", "floor:verified", "floor:useful_service")
+        for fault in ("subject_swap", "revoked_capability")
+    }
 
 
 def test_a_python_target_that_raises_keeps_its_one_child_process() -> None:
