@@ -26,14 +26,17 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.asgi import create_app
+from service.db import migrate
+from service.db.session import make_engine
 from service.http.access import PUBLIC
 from service.settings import Settings
 from tests.support.keys import KeyBook
-from tests.support.service import ApiServer, example
+from tests.support.service import ApiServer, example, postgres_database
 
 pytestmark = pytest.mark.integration
 
@@ -43,12 +46,40 @@ EXAMPLES = 25
 
 
 @pytest.fixture(scope="module")
-def fuzz_url(settings: Settings) -> Iterator[str]:
-    """The API on the suite's database and broker, sending its work to a queue of its own."""
-    fuzzed = settings.model_copy(
-        update={"queue": f"{settings.queue}-fuzz", "max_shards_per_assay": 20}
-    )
-    with ApiServer(create_app(fuzzed)) as server:
+def fuzz_settings(
+    settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Settings]:
+    """A database of the fuzzer's own, and a queue where no worker listens. Its submissions stay
+    queued for ever: in the suite's database they kept every later test that waits for quiet (no
+    assay queued or running) waiting, so which files passed depended on their order."""
+    with postgres_database("fuzz") as url:
+        fuzzed = settings.model_copy(
+            update={
+                "database_url": url,
+                "queue": f"{settings.queue}-fuzz",
+                "max_shards_per_assay": 20,
+            }
+        )
+        migrate.upgrade(fuzzed)
+        yield fuzzed
+
+
+@pytest.fixture(scope="module")
+def fuzz_engine(fuzz_settings: Settings) -> Iterator[sa.Engine]:
+    engine = make_engine(fuzz_settings)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def fuzz_keys(fuzz_engine: sa.Engine) -> KeyBook:
+    return KeyBook(fuzz_engine)
+
+
+@pytest.fixture(scope="module")
+def fuzz_url(fuzz_settings: Settings) -> Iterator[str]:
+    """The API on the fuzzer's database, sending its work to a queue of its own."""
+    with ApiServer(create_app(fuzz_settings)) as server:
         yield server.url
 
 
@@ -72,9 +103,9 @@ checks.positive_data_acceptance.enabled = false
 
 @pytest.mark.timeout(600)
 def test_schemathesis_finds_nothing_with_every_check_in_every_phase(
-    fuzz_url: str, keys: KeyBook, tmp_path: Path
+    fuzz_url: str, fuzz_keys: KeyBook, tmp_path: Path
 ) -> None:
-    key = keys.key("fuzzer", tenant="fuzz").secret
+    key = fuzz_keys.key("fuzzer", tenant="fuzz").secret
     config = tmp_path / "schemathesis.toml"
     config.write_text(CONFIG)
     command = [
@@ -191,9 +222,9 @@ def mangled_submissions(draw: st.DrawFn) -> Any:
 
 
 @pytest.fixture(scope="module")
-def submitter(fuzz_url: str, keys: KeyBook) -> Any:
+def submitter(fuzz_url: str, fuzz_keys: KeyBook) -> Any:
     with httpx.Client(
-        base_url=fuzz_url, timeout=30.0, headers=keys.headers("fuzzer", tenant="fuzz")
+        base_url=fuzz_url, timeout=30.0, headers=fuzz_keys.headers("fuzzer", tenant="fuzz")
     ) as client:
         yield client
 
