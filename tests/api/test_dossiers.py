@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,56 +23,14 @@ from securesystemslib.signer import SSlibKey
 
 from service.core.dossier import PublicKey, Signer, seal, verify
 from service.settings import Settings
+from tests.support.api import SUBJECT_SWAP, decided, dossier, predicate, submit, system_name
 from tests.support.keys import KeyBook
 from tests.support.service import ROOT, example, wait_decided, wait_for
 
 pytestmark = pytest.mark.integration
 
-SUBJECT_SWAP = {"trials": 5, "seed": 4, "modes": ["subject_swap"]}
 # Refuse-all is held on the service floor: contained, but dead.
 REFUSED = {"trials": 5, "seed": 4, "modes": ["drop_effect_receipt"]}
-
-
-def submit(
-    client: httpx.Client,
-    manifest: dict[str, Any],
-    *,
-    system: str,
-    version: str,
-    plan: dict[str, Any] | None = None,
-    headers: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    body = {
-        "system": system,
-        "version": version,
-        "source_revision": "abc123",
-        "manifest": manifest,
-        "plan": plan or SUBJECT_SWAP,
-    }
-    response = client.post("/v1/candidates", json=body, headers=headers)
-    assert response.status_code == 202, response.text
-    result: dict[str, Any] = response.json()
-    return result
-
-
-def decided(client: httpx.Client, manifest: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    candidate = submit(client, manifest, **kw)
-    done = wait_decided(client, candidate["id"])
-    assert done["status"] in ("done", "stopped"), done
-    return done
-
-
-def dossier(client: httpx.Client, candidate_id: str) -> dict[str, Any]:
-    response = client.get(f"/v1/candidates/{candidate_id}/dossier")
-    assert response.status_code == 200, response.text
-    found: dict[str, Any] = response.json()
-    return found
-
-
-def predicate(doc: dict[str, Any]) -> dict[str, Any]:
-    stmt: dict[str, Any] = json.loads(base64.b64decode(doc["envelope"]["payload"]))
-    result: dict[str, Any] = stmt["predicate"]
-    return result
 
 
 def published(client: httpx.Client) -> dict[str, PublicKey]:
@@ -82,10 +39,6 @@ def published(client: httpx.Client) -> dict[str, PublicKey]:
         k["keyid"]: PublicKey(k["keyid"], k["keyval"]["public"], k["not_before"], k["not_after"])
         for k in keys
     }
-
-
-def system_name() -> str:
-    return f"sys-{uuid.uuid4().hex[:8]}"
 
 
 # The CLI acts with the `ci` key of the test client (set by the fixture below).
