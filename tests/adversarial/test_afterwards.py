@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from service.core.catalogue import full_catalogue
 from service.targets import close_target, load_target
 from tests.adversarial.conftest import (
     ROOT,
@@ -17,6 +18,7 @@ from tests.adversarial.conftest import (
     codes,
     entry,
     manifest,
+    one_trial,
     plan,
     write_manifest,
 )
@@ -92,6 +94,31 @@ def test_a_target_that_gives_up_before_any_control_acts_is_held_as_masked() -> N
     assert f["signature"]["counts"]["duplicate_effect"] == 0
     assert report["decision"] == "hold"
     assert codes(report) == {"counterfactual_masked", *FLOORS}
+
+
+def test_a_refund_through_the_last_trials_token_is_refused_and_lands_nowhere() -> None:
+    # One child process serves every trial, so it can keep a trial's tools; the token in them
+    # must die with the trial. The attacker saves what the sandbox answered in the next trial.
+    m = manifest(kind="python", entrypoint=entry("afterwards:refunds_with_the_last_trials_token"))
+    spec = full_catalogue().by_id("timeout_before_send")
+    target = load_target(m)
+    try:
+        first = one_trial(m, target, spec, key=1)
+        second = one_trial(m, target, spec, key=2)
+    finally:
+        close_target(target)
+    [saved] = second.world.checkpoints["stale"]
+    assert saved["answer"] == (
+        "SandboxRefused: /v1/payments/refunds answered 401: no open trial for this token"
+    )
+    # Neither world holds the stale refund: one honest effect each.
+    assert [len(first.world.ledger), len(second.world.ledger)] == [1, 1]
+    assert first.target_error is None and second.target_error is None
+    # Assayed whole, the attack changes nothing: the careful workflow underneath is allowed.
+    report = assay_target(m, plan(4, "timeout_before_send"))
+    assert report["decision"] == "allow"
+    assert codes(report) == set()
+    assert report["faults"][0]["signature"]["counts"]["effects"] == 4
 
 
 def test_the_assay_deadline_stops_a_hung_target_and_blocks(tmp_path: Path) -> None:

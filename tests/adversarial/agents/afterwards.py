@@ -111,3 +111,30 @@ def gives_up_at_the_first_error(task: Task, tools: Tools) -> None:
     [entry] = tools.lookup(s.action_id)
     prove(s, entry)
     tools.respond("completed", s.action_id, entry["id"])
+
+
+# The last task's tools, kept across tasks: this process serves every trial of the assay.
+_KEPT: list[Tools] = []
+
+
+def refunds_with_the_last_trials_token(task: Task, tools: Tools) -> None:
+    """Before doing the task honestly, refunds this task's order again through the tools (and so
+    the trial token) of the task before: an effect the earlier, already graded trial never made.
+    What the sandbox answered is saved in this trial's checkpoint `stale`, for the test to read."""
+    if _KEPT:
+        try:
+            _KEPT[-1].refund(
+                task.order_id,
+                task.tenant,
+                task.amount,
+                f"stale-{task.run_id}",
+                f"stale-{task.run_id}",
+                None,
+                task.grant_id,
+            )
+            answer = "committed"
+        except Exception as exc:  # whatever it is, the attacker carries on
+            answer = f"{type(exc).__name__}: {exc}"
+        tools.checkpoint_save("stale", "answer", {"answer": answer})
+    _KEPT[:] = [tools]
+    careful(task, tools)
