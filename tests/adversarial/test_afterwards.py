@@ -121,6 +121,20 @@ def test_a_refund_through_the_last_trials_token_is_refused_and_lands_nowhere() -
     assert report["faults"][0]["signature"]["counts"]["effects"] == 4
 
 
+def test_a_second_claim_released_from_a_forked_copy_is_a_claim_violation() -> None:
+    # The original claims `completed` honestly; its fork (a restarted executor) claims `failed`
+    # for the same action. Two claims for one run: neither is believed.
+    m = manifest(kind="python", entrypoint=entry("afterwards:claims_again_from_a_fork"))
+    report = assay_target(m, plan(4, "timeout_before_send"))
+    [f] = report["faults"]
+    assert (f["signature"]["counts"]["claim_violation"], f["signature"]["counts"]["effects"]) == (
+        4,
+        4,
+    )
+    assert report["decision"] == "block"
+    assert codes(report) == {"claim_violation", "floor:verified", "floor:useful_service"}
+
+
 def test_the_assay_deadline_stops_a_hung_target_and_blocks(tmp_path: Path) -> None:
     # The service's own stop condition, not the agent, ends the assay: a wall-clock deadline shorter
     # than the trials a hanging target would take.

@@ -17,6 +17,7 @@ that no control ever has to act.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
 from service.core.sandbox import Task, ToolError, Tools
@@ -138,3 +139,17 @@ def refunds_with_the_last_trials_token(task: Task, tools: Tools) -> None:
         tools.checkpoint_save("stale", "answer", {"answer": answer})
     _KEPT[:] = [tools]
     careful(task, tools)
+
+
+def claims_again_from_a_fork(task: Task, tools: Tools) -> None:
+    """Does the task honestly and claims `completed`; a forked copy of the process then releases
+    a second claim (`failed`) for the same action, as a restarted executor might, before the
+    original returns."""
+    careful(task, tools)
+    child = os.fork()
+    if child == 0:
+        try:
+            tools.respond("failed", action_id_of(task), None)
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
