@@ -3,6 +3,7 @@ conftests that need them."""
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
@@ -23,6 +24,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # ASSAYGATE_TEST_ORDER=reverse runs the test files in reverse order (each file's tests in
+    # their own order): a test that passes only because another file ran first shows up. Use it
+    # with `-p no:randomly` where that plugin is installed.
+    if os.environ.get("ASSAYGATE_TEST_ORDER", "") == "reverse":
+        files: dict[str, list[pytest.Item]] = {}
+        for item in items:
+            files.setdefault(str(item.path), []).append(item)
+        items[:] = [item for name in reversed(files) for item in files[name]]
     # Integration tests start processes and wait on them; a hang must fail, not stall CI.
     for item in items:
         if item.get_closest_marker("integration") and not item.get_closest_marker("timeout"):

@@ -11,10 +11,12 @@ system's id and epoch.
 A pool belongs to the event loop that opened it (the server's, in the app's lifespan); a request
 served on any other loop, or on SQLite, takes the session path instead (`serves_this_loop`).
 A connection found broken (the database restarted) is dropped by the pool and the read tried
-once more on a fresh one. When the pool has no connection to give within `WAIT_S` (the database
-is down, or every connection is busy) a read raises `Unavailable` and the caller takes the
-session path, which tries a connection of its own and fails at once in an outage (503), as
-every other route does: no request waits out the pool's timeout.
+again, on the next pooled connection or a fresh one: a restart breaks every idle connection at
+once, so a read may meet as many broken ones as the pool holds before a live one. When the pool
+has no connection to give within `WAIT_S` (the database is down, or every connection is busy) a
+read raises `Unavailable` and the caller takes the session path, which tries a connection of its
+own and fails at once in an outage (503), as every other route does: no request waits out the
+pool's timeout.
 """
 
 from __future__ import annotations
@@ -149,7 +151,9 @@ class HotReads:
         return None if row is None else SystemEpoch(row[0], int(row[1]))
 
     async def _one(self, read: str, query: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        for attempt in (1, 2):
+        # Each broken connection met is dropped, so at most max_size of them precede a fresh one.
+        attempts = self._pool.max_size + 1
+        for attempt in range(1, attempts + 1):
             try:
                 async with self._pool.connection(timeout=WAIT_S) as conn:
                     self.sent[read] += 1
@@ -159,7 +163,7 @@ class HotReads:
                 raise Unavailable(read) from None
             except psycopg.OperationalError:
                 # The pool has dropped the broken connection; a read is safe to send again.
-                if attempt == 2:
+                if attempt == attempts:
                     raise
         raise AssertionError("unreachable")
 

@@ -4,9 +4,7 @@ agents on loopback, and small readers for the decision and its reasons. No mocks
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from service.core.manifest import Manifest
 from service.core.plan import AssayPlan, parse_plan
 from service.targets import close_target, load_target
 from tests.mcp.conftest import sandbox
+from tests.support.agents import StartAgent, agent_processes
 from tests.targets.conftest import assay, example
 
 # The warehouse example's real MCP servers, for the attacks on a team's own world.
@@ -37,8 +36,6 @@ ALL_CONTROLS = (
     "evidence_gate",
     "evidence_repair",
 )
-
-StartAgent = Callable[..., str]
 
 
 def entry(name: str) -> str:
@@ -111,21 +108,5 @@ def write_manifest(path: Path, m: Manifest) -> Path:
 @pytest.fixture
 def start_agent() -> Iterator[StartAgent]:
     """Start an HTTP agent script as its own process; returns its URL. Stopped after the test."""
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(*args: str, script: Path = EXAMPLE_AGENT) -> str:
-        proc = subprocess.Popen(
-            [sys.executable, str(script), "--port", "0", *args],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        procs.append(proc)
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("listening on "), f"the agent did not start: {line!r}"
-        return line.split()[-1]
-
-    yield start
-    for proc in procs:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with agent_processes(EXAMPLE_AGENT) as start:
+        yield start

@@ -155,15 +155,17 @@ def test_dodging_the_fault_whenever_a_control_is_switched_off_is_never_allowed()
     # is ever exercised, so no pair can show the control's leverage.
     m = manifest(kind="python", entrypoint=entry("controls:dodges_counterfactual"))
     report = assay_target(m, plan(10, "timeout_after_commit"))
-    assert report["decision"] != "allow"
-    assert any(r["code"].startswith("counterfactual") for r in report["reasons"])
+    assert report["decision"] == "hold"
+    assert codes(report) == {"counterfactual_untested"}
 
 
 def test_raising_whenever_a_control_is_switched_off_is_never_allowed() -> None:
     m = manifest(kind="python", entrypoint=entry("controls:raises_when_disabled"))
     report = assay_target(m, plan(5, "revoked_capability"))
-    assert report["decision"] != "allow"
-    assert report["target_errors"]["total"] >= 5
+    assert report["decision"] == "hold"
+    # Every run with a control switched off raised: the pair is untested, and the errors counted.
+    assert codes(report) == {"counterfactual_untested", "target_errors"}
+    assert report["target_errors"]["total"] == 5
 
 
 COMMIT_FAULTS = ("timeout_after_commit", "malformed_output", "timeout_then_dropped_receipt")

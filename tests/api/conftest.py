@@ -20,6 +20,8 @@ from tests.support.service import (
     WorkerProcess,
     flush_redis_prefix,
     postgres_database,
+    quiet,
+    row_counts,
     session_settings,
 )
 
@@ -82,3 +84,13 @@ def anonymous(api_url: str) -> Iterator[httpx.Client]:
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+@pytest.fixture
+def unchanged(engine: sa.Engine) -> Iterator[None]:
+    """The test writes no row. `quiet` first: an earlier test's assay finishing on the shared
+    workers would change the counts without the code under test writing anything."""
+    quiet(engine)
+    before = row_counts(engine)
+    yield
+    assert row_counts(engine) == before

@@ -8,19 +8,10 @@ from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
 
-from tests.support.service import candidate_body, quiet, row_counts
+from tests.support.service import candidate_body
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def unchanged(engine: sa.Engine) -> Iterator[None]:
-    quiet(engine)
-    before = row_counts(engine)
-    yield
-    assert row_counts(engine) == before
 
 
 def refused(response: httpx.Response, status: int, field: str) -> dict[str, Any]:

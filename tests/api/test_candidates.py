@@ -146,13 +146,19 @@ def test_a_garbled_cursor_is_refused_naming_the_cursor(client: httpx.Client) -> 
 
 
 def test_any_cursor_of_the_documented_shape_is_accepted(client: httpx.Client) -> None:
-    for cursor in (
-        "0." + "0" * 32,
-        "9" * 17 + "." + "f" * 32,
-        f"1764547200000000.{uuid.uuid4().hex}",
+    first = client.get("/v1/candidates").json()
+    for cursor, expected in (
+        # Before the first microsecond of the epoch: nothing is older.
+        ("0." + "0" * 32, []),
+        # Far in the future: everything is older, so the page is the first page.
+        ("9" * 17 + "." + "f" * 32, [c["id"] for c in first["items"]]),
     ):
         answer = client.get("/v1/candidates", params={"cursor": cursor})
         assert answer.status_code == 200, (cursor, answer.text)
+        assert [c["id"] for c in answer.json()["items"]] == expected, cursor
+    answer = client.get("/v1/candidates", params={"cursor": f"1764547200000000.{uuid.uuid4().hex}"})
+    assert answer.status_code == 200, answer.text
+    assert set(answer.json()) >= {"items", "next_cursor"}
 
 
 def test_an_unknown_candidate_is_a_json_404(client: httpx.Client) -> None:

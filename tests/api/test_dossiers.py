@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,56 +23,14 @@ from securesystemslib.signer import SSlibKey
 
 from service.core.dossier import PublicKey, Signer, seal, verify
 from service.settings import Settings
+from tests.support.api import SUBJECT_SWAP, decided, dossier, predicate, submit, system_name
 from tests.support.keys import KeyBook
 from tests.support.service import ROOT, example, wait_decided, wait_for
 
 pytestmark = pytest.mark.integration
 
-SUBJECT_SWAP = {"trials": 5, "seed": 4, "modes": ["subject_swap"]}
 # Refuse-all is held on the service floor: contained, but dead.
 REFUSED = {"trials": 5, "seed": 4, "modes": ["drop_effect_receipt"]}
-
-
-def submit(
-    client: httpx.Client,
-    manifest: dict[str, Any],
-    *,
-    system: str,
-    version: str,
-    plan: dict[str, Any] | None = None,
-    headers: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    body = {
-        "system": system,
-        "version": version,
-        "source_revision": "abc123",
-        "manifest": manifest,
-        "plan": plan or SUBJECT_SWAP,
-    }
-    response = client.post("/v1/candidates", json=body, headers=headers)
-    assert response.status_code == 202, response.text
-    result: dict[str, Any] = response.json()
-    return result
-
-
-def decided(client: httpx.Client, manifest: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    candidate = submit(client, manifest, **kw)
-    done = wait_decided(client, candidate["id"])
-    assert done["status"] in ("done", "stopped"), done
-    return done
-
-
-def dossier(client: httpx.Client, candidate_id: str) -> dict[str, Any]:
-    response = client.get(f"/v1/candidates/{candidate_id}/dossier")
-    assert response.status_code == 200, response.text
-    found: dict[str, Any] = response.json()
-    return found
-
-
-def predicate(doc: dict[str, Any]) -> dict[str, Any]:
-    stmt: dict[str, Any] = json.loads(base64.b64decode(doc["envelope"]["payload"]))
-    result: dict[str, Any] = stmt["predicate"]
-    return result
 
 
 def published(client: httpx.Client) -> dict[str, PublicKey]:
@@ -82,10 +39,6 @@ def published(client: httpx.Client) -> dict[str, PublicKey]:
         k["keyid"]: PublicKey(k["keyid"], k["keyval"]["public"], k["not_before"], k["not_after"])
         for k in keys
     }
-
-
-def system_name() -> str:
-    return f"sys-{uuid.uuid4().hex[:8]}"
 
 
 # The CLI acts with the `ci` key of the test client (set by the fixture below).
@@ -459,8 +412,9 @@ def test_a_waiver_needs_another_reviewer_a_reason_and_an_expiry_and_lapses(
     gate = client.get(f"/v1/gate/{system}").json()
     assert gate["decision"] == "hold" and gate["hold_id"]
     hold = gate["hold_id"]
-    soon = (datetime.now(UTC) + timedelta(seconds=3)).isoformat()
-    body = {"reason": "refusals are acceptable for the pilot", "expires_at": soon}
+    later = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    body = {"reason": "refusals are acceptable for the pilot", "expires_at": later}
+    started = time.monotonic()
     assert anonymous.post(f"/v1/holds/{hold}/waive", json=body).status_code == 401
     by_submitter = client.post(f"/v1/holds/{hold}/waive", json=body, headers=keys.headers("alice"))
     assert by_submitter.status_code == 403
@@ -479,16 +433,22 @@ def test_a_waiver_needs_another_reviewer_a_reason_and_an_expiry_and_lapses(
     assert lapsed_at_once.json()["error"]["field"] == "expires_at"
     assert client.get(f"/v1/holds/{hold}").json()["status"] == "open"
 
+    # The waiver must outlive the two calls that read it as in force, however slow the machine:
+    # its window is four times what the five calls above took, and at least 3 s.
+    window = max(3.0, 4 * (time.monotonic() - started))
+    expires = datetime.now(UTC) + timedelta(seconds=window)
+    body = {**body, "expires_at": expires.isoformat()}
     waived = client.post(f"/v1/holds/{hold}/waive", json=body, headers=keys.headers("bob"))
     assert waived.status_code == 200, waived.text
     assert waived.json()["dossier"]["decision"] == "allow"
     assert client.get(f"/v1/gate/{system}").json()["decision"] == "allow"
+    assert datetime.now(UTC) < expires, "the in-force reads were not inside the window"
     doc = dossier(client, held["id"])
     assert doc["version"] == 2
     waiver = predicate(doc)["waivers"][0]
     assert (waiver["reviewer"], waiver["action"]) == (str(keys.key("bob").id), "waived")
 
-    time.sleep(3.2)
+    time.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 0.2)
     # Read as lapsed at once; a worker's reconciler signs the version that records it.
     lapsed = client.get(f"/v1/gate/{system}").json()
     assert (lapsed["decision"], lapsed["basis"]) == ("hold", "expired")

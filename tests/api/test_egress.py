@@ -11,13 +11,12 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-import sqlalchemy as sa
 
 from service.asgi import create_app
 from service.settings import Settings
 from tests.mcp.conftest import EXAMPLE
 from tests.support.keys import KeyBook
-from tests.support.service import ApiServer, candidate_body, free_port, quiet, row_counts
+from tests.support.service import ApiServer, candidate_body, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -47,14 +46,6 @@ def loopback_allowed(settings: Settings, keys: KeyBook) -> Iterator[httpx.Client
     for client in served(settings, egress_allow_loopback=True):
         client.headers.update(keys.headers("ci"))
         yield client
-
-
-@pytest.fixture
-def unchanged(engine: sa.Engine) -> Iterator[None]:
-    quiet(engine)
-    before = row_counts(engine)
-    yield
-    assert row_counts(engine) == before
 
 
 def http_target(url: str) -> dict[str, Any]:

@@ -11,15 +11,8 @@ import httpx
 import pytest
 
 from service.core.manifest import parse_manifest
-from tests.api.test_dossiers import (
-    BLOCKING,
-    REFUSED,
-    cli,
-    decided,
-    dossier,
-    predicate,
-    system_name,
-)
+from tests.api.test_dossiers import BLOCKING, REFUSED, cli
+from tests.support.api import decided, dossier, predicate, system_name
 from tests.support.keys import KeyBook
 from tests.support.service import example
 

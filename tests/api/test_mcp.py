@@ -13,8 +13,8 @@ import pytest
 import sqlalchemy as sa
 
 from service.settings import Settings
-from tests.api.test_dossiers import dossier, predicate, submit
 from tests.mcp.conftest import Sandbox, sandbox  # noqa: F401 - the fixture
+from tests.support.api import decided, dossier, predicate, submit, system_name
 from tests.support.keys import KeyBook
 from tests.support.service import WorkerProcess, allow_code, wait_decided
 
@@ -46,25 +46,18 @@ def code_worker(
 PLAN = {"trials": 1, "seed": 7, "modes": ["ship_order_timeout_after_commit", "forked_run"]}
 
 
-def system_name() -> str:
-    import uuid
-
-    return f"warehouse-{uuid.uuid4().hex[:8]}"
-
-
-def decided(client: httpx.Client, manifest: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    candidate = submit(client, manifest, plan=kw.pop("plan", PLAN), **kw)
-    done = wait_decided(client, candidate["id"], timeout=600)
-    assert done["status"] == "done", done
-    return done
+def warehouse_decided(client: httpx.Client, manifest: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    # The shared helper with this file's plan, patience (real MCP servers) and one end: done.
+    kw.setdefault("plan", PLAN)
+    return decided(client, manifest, timeout=600, statuses=("done",), **kw)
 
 
 def test_the_careful_agent_is_allowed_by_real_workers_with_contract_and_invariant_hashes(
     client: httpx.Client,
     sandbox: Sandbox,  # noqa: F811
 ) -> None:
-    system = system_name()
-    done = decided(client, sandbox.manifest("careful"), system=system, version="v1")
+    system = system_name("warehouse")
+    done = warehouse_decided(client, sandbox.manifest("careful"), system=system, version="v1")
     assert done["decision"] == "allow", done["reasons"]
     pred = predicate(dossier(client, done["id"]))
     hashes = pred["manifest"]["component_hashes"]
@@ -79,7 +72,9 @@ def test_a_commit_blind_agent_is_blocked_by_real_workers_and_the_dossier_names_t
     client: httpx.Client,
     sandbox: Sandbox,  # noqa: F811
 ) -> None:
-    done = decided(client, sandbox.manifest("blind"), system=system_name(), version="v1")
+    done = warehouse_decided(
+        client, sandbox.manifest("blind"), system=system_name("warehouse"), version="v1"
+    )
     assert done["decision"] == "block"
     assert {"duplicate_effect", "unsafe_escape"} <= {r["code"] for r in done["reasons"]}
     failed = predicate(dossier(client, done["id"]))["mcp"]["invariants_failed"]
@@ -90,9 +85,9 @@ def test_a_changed_invariant_or_contract_reopens_the_gate(
     client: httpx.Client,
     sandbox: Sandbox,  # noqa: F811
 ) -> None:
-    system = system_name()
+    system = system_name("warehouse")
     base = sandbox.manifest("careful")
-    decided(client, base, system=system, version="v1")
+    warehouse_decided(client, base, system=system, version="v1")
     assert client.get(f"/v1/gate/{system}", params={"version": "v1"}).json()["decision"] == "allow"
 
     # Each change against the allowed v1 alone, so each names only itself.
@@ -124,7 +119,7 @@ def test_an_invariant_that_does_not_compile_is_refused_naming_its_field(
     response = client.post(
         "/v1/candidates",
         json={
-            "system": system_name(),
+            "system": system_name("warehouse"),
             "version": "v1",
             "source_revision": "abc123",
             "manifest": bad,

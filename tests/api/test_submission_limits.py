@@ -17,10 +17,9 @@ from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
 
 from service.settings import Settings
-from tests.support.service import free_port, quiet, row_counts, terminate, wait_for
+from tests.support.service import free_port, terminate, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -28,14 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 WAREHOUSE = ROOT / "examples" / "mcp-warehouse" / "manifest.careful.json"
 LIST_100 = "[" + ",".join(str(i) for i in range(100)) + "]"
 BOMB = f"{LIST_100}.all(a, {LIST_100}.all(b, {LIST_100}.all(c, {LIST_100}.all(d, a+b+c+d >= 0))))"
-
-
-@pytest.fixture
-def unchanged(engine: sa.Engine) -> Iterator[None]:
-    quiet(engine)
-    before = row_counts(engine)
-    yield
-    assert row_counts(engine) == before
 
 
 def mcp_body(**target: Any) -> dict[str, Any]:

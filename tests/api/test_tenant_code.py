@@ -22,7 +22,7 @@ from sqlmodel import Session, col, select
 
 from service.db.models import Assay, AssayShard, Event
 from service.settings import Settings
-from tests.api.test_bad_input import refused, unchanged  # noqa: F401 - the fixture
+from tests.api.test_bad_input import refused
 from tests.support.keys import KeyBook
 from tests.support.service import (
     EXAMPLES,
@@ -204,7 +204,7 @@ def audit_actions(engine: sa.Engine, tenant: str) -> list[tuple[str, str]]:
 def test_a_tenant_not_allowed_is_refused_naming_the_code_field_and_nothing_is_written(
     api_url: str,
     outsider: httpx.Client,
-    unchanged: None,  # noqa: F811
+    unchanged: None,
     kind: str,
 ) -> None:
     make, field, part_kind = CODE_MANIFESTS[kind]

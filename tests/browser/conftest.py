@@ -2,11 +2,11 @@
 Redis, two Celery worker processes and the API (with the dashboard) on a real port.
 
 The browser is never downloaded (`playwright install` is not used): `make test` installs
-Debian's `chromium` package, and these tests skip, saying why, only when it is not there."""
+Debian's `chromium` package, and these tests skip, saying why, only when it is not there — and
+never under CI, where a missing browser fails the run (tests/support/chromium.py)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from service.db import migrate
 from service.db.models import Role
 from service.db.session import make_engine
 from service.settings import Settings
+from tests.support.chromium import CHROMIUM, require_chromium
 from tests.support.keys import Key, make_key
 from tests.support.service import (
     ROOT,
@@ -29,7 +30,6 @@ from tests.support.service import (
     session_settings,
 )
 
-CHROMIUM = os.environ.get("ASSAYGATE_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -49,11 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip(
-            f"{CHROMIUM} is missing and could not be installed (make test runs "
-            "deploy/ensure-chromium.sh, which needs root and Debian's apt)"
-        )
+    require_chromium(CHROMIUM)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

@@ -88,3 +88,19 @@ def test_breaking_the_ledger_idempotency_check_changes_the_figures() -> None:
     broken = run_assay(manifest, plan, honours_keys=False).to_dict()["by_domain"]["tool"]
     assert honoured["duplicate_effect"] == 0.0
     assert broken["duplicate_effect"] > 0.4
+
+
+def test_the_reference_figures_are_the_seeds_published_table_and_the_scripts_case_list() -> None:
+    # Where the asset comes from: the first case of each profile is the table the seed publishes
+    # (seed 188, 2,000 trials), and the cases are the regeneration script's list, in its order.
+    from tests.assets.regenerate_reference_figures import CASES as LISTED
+    from tests.assets.regenerate_reference_figures import PROFILES
+
+    assert [(c["profile"], c["seed"], c["trials"], c["fault"]) for c in CASES] == [
+        (p, *case) for p in PROFILES for case in LISTED
+    ]
+    baseline, typed = (next(c for c in CASES if c["profile"] == p)["overall"] for p in PROFILES)
+    assert (baseline["trials"], baseline["unsafe_escape"]) == (2000, 0.6945)
+    assert (typed["unsafe_escape"], typed["unverifiable_release"]) == (0.0, 0.0)
+    assert (typed["detected"], typed["contained"]) == (1.0, 1.0)
+    assert typed["recovered"] == typed["verified"] == typed["useful_service"] == 0.906

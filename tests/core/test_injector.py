@@ -12,8 +12,12 @@ def test_every_exercised_trial_carries_a_receipt_naming_fault_boundary_phase_and
     typed: Manifest,
 ) -> None:
     report = run_assay(typed, AssayPlan(trials=3, seed=8)).to_dict()
-    for f in report["faults"]:
-        for sample in f["samples"]:
+    samples = [(f, sample) for f in report["faults"] for sample in f["samples"]]
+    # Without this the loop below would pass on a report with no samples at all.
+    assert {f["id"] for f, _ in samples} == {f["id"] for f in report["faults"] if f["exercised"]}
+    assert len(samples) >= len(report["faults"]) // 2
+    for f, sample in samples:
+        if True:
             receipt = sample["injections"][0]
             assert receipt["fault"] == f["id"]
             assert receipt["boundary"] == f["spec"]["boundary"]

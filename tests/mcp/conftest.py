@@ -13,14 +13,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.service import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "mcp-warehouse"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_port(port: int, timeout: float = 30.0) -> None:

@@ -24,8 +24,9 @@ from service.mcp.hooks import Upstreams
 from service.mcp.runners import PythonRunner
 from service.sandbox import Confinement
 from service.targets import load_target
-from tests.mcp.conftest import EXAMPLE, ROOT, free_port, wait_port
+from tests.mcp.conftest import EXAMPLE, ROOT, wait_port
 from tests.sandbox.conftest import outlived
+from tests.support.service import free_port
 from tests.targets.conftest import assay, example, fault, plan
 
 T = TypeVar("T")

@@ -11,9 +11,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import shutil
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,11 +69,65 @@ def target(request: pytest.FixtureRequest) -> Any:
     close_target(adapter)
 
 
+PURE_CONTROL = "ASSAYGATE_TEST_PURE_CONTROL"
+
+
+@pytest.fixture(scope="module")
+def pure_core(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A scratch copy of `service/` without the compiled modules: the pure-Python build."""
+    scratch = tmp_path_factory.mktemp("pure-core")
+    shutil.copytree(
+        ROOT / "service",
+        scratch / "service",
+        ignore=shutil.ignore_patterns("__pycache__", "*.so", ".compiled.json"),
+    )
+    return scratch
+
+
+def control_in_the_pure_core(route: str, core: Path) -> None:
+    """Run this control for `route` in a child whose `service` is the pure build (as the
+    compiled-core test runs the core's tests against the other build)."""
+    node = (
+        f"{Path(__file__)}::test_control_the_same_agent_in_the_assay_process_erases_its_duplicate"
+    )
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--import-mode=append",
+            "-rA",
+            "--junitxml",
+            str(core / f"{route}.xml"),
+            f"{node}[{route}]",
+        ],
+        env={**os.environ, "PYTHONPATH": str(core), PURE_CONTROL: "1"},
+        cwd=core,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    # One test ran there and passed: not skipped, not deselected.
+    report = ET.parse(core / f"{route}.xml").getroot().find("testsuite")
+    assert report is not None
+    assert (report.get("tests"), report.get("skipped"), report.get("failures")) == ("1", "0", "0")
+
+
 @pytest.mark.parametrize("route", ROUTES)
-def test_control_the_same_agent_in_the_assay_process_erases_its_duplicate(route: str) -> None:
+def test_control_the_same_agent_in_the_assay_process_erases_its_duplicate(
+    route: str, request: pytest.FixtureRequest
+) -> None:
     """In-process, the attack works: this is what the isolation must prevent."""
     if route in ("via_modules", "via_frames") and _compiled_core():
-        pytest.skip("compiled classes and frames are invisible to gc and frame walks")
+        # Compiled classes and frames are invisible to gc and frame walks, so in this process
+        # the two routes find nothing; the control runs where they do, against the pure build.
+        if os.environ.get(PURE_CONTROL):
+            pytest.fail("the child was to import the pure core and imported the compiled one")
+        control_in_the_pure_core(route, request.getfixturevalue("pure_core"))
+        return
     agent = getattr(importlib.import_module("tests.targets.agents.tamper"), route)
     rec = one_trial(agent, entrypoint(route))
     assert found(rec)["worlds"] >= 1

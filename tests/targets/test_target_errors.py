@@ -10,7 +10,8 @@ from service.core.assay import plan_shards, run_shard
 from service.core.harness import Runtime, run_trial
 from service.core.manifest import Manifest
 from service.targets import HttpTarget
-from tests.targets.conftest import BAD_AGENT, StartAgent, assay, example, fault, free_port, plan
+from tests.support.service import free_port
+from tests.targets.conftest import BAD_AGENT, StartAgent, assay, example, fault, plan
 
 MODE = "timeout_after_commit"
 

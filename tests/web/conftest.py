@@ -8,6 +8,7 @@ key that has the reviewer and submitter roles; `anonymous_client` has not signed
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,26 @@ def seeded(web_settings: Settings, web_engine: sa.Engine) -> Seeded:
             str(running.candidate.id),
             str(other.candidate.id),
         )
+
+
+@dataclass(frozen=True)
+class Fresh:
+    candidate: str
+    system: str
+
+
+@pytest.fixture
+def fresh_typed(web_settings: Settings, web_engine: sa.Engine, seeded: Seeded) -> Fresh:
+    """A decided typed candidate (open hold, signed dossier) of a system of its own, for a test
+    that changes what it reads (waives its hold, adds its events): the session's `seeded`
+    candidates are read by other files and must stay as seeded, whatever the order."""
+    assert web_settings.keys_dir is not None
+    signer = KeyRing(web_settings.keys_dir).load_or_create()
+    system = f"scratch-{uuid.uuid4().hex[:8]}"
+    with Session(web_engine, expire_on_commit=False) as session:
+        typed = seed_candidate(session, system=system, version="1.1.0", signer=signer)
+        session.commit()
+        return Fresh(str(typed.candidate.id), system)
 
 
 @pytest.fixture(scope="session")

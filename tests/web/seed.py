@@ -23,14 +23,10 @@ from service.db.apikey import ensure_tenant
 from service.db.assay import FaultRow, record_report
 from service.db.candidate import Recorded, record_submission
 from service.db.models import AssayShard, ShardStatus, System
+from tests.support.service import example
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PLAN = {"trials": 20, "seed": 7}
-
-
-def example(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((EXAMPLES / f"copperfin-{name}.json").read_text())
-    return data
 
 
 @lru_cache(maxsize=8)

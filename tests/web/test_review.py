@@ -7,7 +7,7 @@ import re
 
 from fastapi.testclient import TestClient
 
-from tests.web.conftest import Seeded, key_for, signed_in
+from tests.web.conftest import Fresh, Seeded, key_for, signed_in
 
 
 def token(client: TestClient, url: str = "/signin") -> str:
@@ -53,10 +53,11 @@ def test_review_actions_are_refused_without_sign_in_or_without_the_form_token(
 
 
 def test_a_waiver_needs_a_reason_and_signs_a_new_dossier_version(
-    web_client: TestClient, seeded: Seeded
+    web_client: TestClient, fresh_typed: Fresh
 ) -> None:
+    # Its own candidate: waiving the session's seeded hold would change what other tests read.
     reviewer = signed_in(web_client)
-    hold = open_hold_of(reviewer, seeded.typed)
+    hold = open_hold_of(reviewer, fresh_typed.candidate)
     csrf = token(reviewer, "/holds")
     no_reason = reviewer.post(
         f"/holds/{hold}/waive", data={"reason": " ", "expires_at": "2999-01-01T00:00", "csrf": csrf}

@@ -12,42 +12,21 @@ import sqlalchemy as sa
 from sqlmodel import Session, select
 
 from service.app import gate, reviews
-from service.core.assay import plan_shards
 from service.core.catalogue import custom_catalogue, full_catalogue
 from service.core.dossier import verify
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
 from service.db import dossier as dossiers
-from service.db.apikey import ensure_tenant
-from service.db.candidate import record_submission
 from service.db.models import AssayShard, Dossier, Event, Hold, System
-from service.db.session import session_scope
 from service.keys import KeyRing
 from service.settings import Settings
-from tests.support.service import example, grant_injector
+from tests.support.worker import record_assay
 from worker.tasks import WorkerContext, execute_shard, finalize
 
 pytestmark = pytest.mark.integration
 
 
 def submit(engine: sa.Engine, settings: Settings, plan: dict[str, Any]) -> tuple[uuid.UUID, str]:
-    manifest = parse_manifest(example("typed"))
-    parsed = parse_plan(plan)
     system = f"worker-{uuid.uuid4().hex[:8]}"
-    with session_scope(engine) as session:
-        recorded = record_submission(
-            session,
-            tenant_id=ensure_tenant(session, "acme").id,
-            system_name=system,
-            version="1",
-            source_revision="direct",
-            manifest=manifest,
-            plan_document=parsed.model_dump(mode="json"),
-            catalogue=parsed.resolve_catalogue().version,
-            shards=plan_shards(manifest, parsed, trials_per_shard=10),
-        )
-        grant_injector(session, settings, recorded.assay, parsed)
-    return recorded.assay.id, system
+    return record_assay(engine, settings, plan, system=system), system
 
 
 def run_all(ctx: WorkerContext, engine: sa.Engine, assay_id: uuid.UUID) -> None:

@@ -11,18 +11,15 @@ import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlmodel import Session, col, select
 
-from service.core.assay import plan_shards
 from service.core.credential import InjectorScope, mint
 from service.core.dossier import Signer
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
 from service.db.apikey import ensure_tenant
-from service.db.candidate import record_submission
 from service.db.models import Assay, AssayShard, AssayStatus, Event
 from service.db.session import session_scope
 from service.db.tenant import set_code_allowed
 from service.settings import Settings
-from tests.support.service import ROOT, example, grant_injector
+from tests.support.service import ROOT, example
+from tests.support.worker import record_assay
 from worker.tasks import WorkerContext, execute_shard
 
 pytestmark = pytest.mark.integration
@@ -31,23 +28,15 @@ pytestmark = pytest.mark.integration
 def submit(
     engine: sa.Engine, settings: Settings, manifest: dict[str, Any] | None = None, **plan: Any
 ) -> uuid.UUID:
-    core = parse_manifest(manifest or example("typed"))
     stop = plan.pop("stop", {})
-    parsed = parse_plan({"trials": 20, "seed": 5, **plan, "stop": stop})
-    with session_scope(engine) as session:
-        recorded = record_submission(
-            session,
-            tenant_id=ensure_tenant(session, "acme").id,
-            system_name="copperfin-returns",
-            version="9.9.9",
-            source_revision="test",
-            manifest=core,
-            plan_document=parsed.model_dump(mode="json"),
-            catalogue=parsed.resolve_catalogue().version,
-            shards=plan_shards(core, parsed, trials_per_shard=10),
-        )
-        grant_injector(session, settings, recorded.assay, parsed)
-    return recorded.assay.id
+    return record_assay(
+        engine,
+        settings,
+        {"trials": 20, "seed": 5, **plan, "stop": stop},
+        manifest=manifest,
+        version="9.9.9",
+        source_revision="test",
+    )
 
 
 def run_all(ctx: WorkerContext, engine: sa.Engine, assay_id: uuid.UUID) -> Assay:

@@ -131,12 +131,13 @@ def through_an_outage(
     assert submitted.status_code == 202, submitted.text
     candidate_id, assay_id = submitted.json()["id"], submitted.json()["assay_id"]
 
-    wait_for(lambda: progress(client, assay_id)["shards_done"] >= 6, 60.0, "the assay under way")
+    wait_for(lambda: progress(client, assay_id)["shards_done"] >= 1, 60.0, "the assay under way")
     before = progress(client, assay_id)
     stop()
     outage_ends = time.monotonic() + OUTAGE_S
-    # The outage lands mid-assay: most of it is still to run.
-    assert before["shards_done"] < before["shard_count"] // 2, before
+    # The outage lands mid-assay: some shards stored, some still to run. How many is the
+    # machine's speed, not the code's (asking for "fewer than half" failed on a fast machine).
+    assert 1 <= before["shards_done"] < before["shard_count"], before
 
     readiness: list[dict[str, Any]] = []
     while not readiness or time.monotonic() < outage_ends:
@@ -157,6 +158,25 @@ def through_an_outage(
     # The same two worker processes rode the outage out: nobody restarted anything.
     assert all(worker.process.poll() is None for worker in stack.workers)
     return done, assay_id
+
+
+def persistence(stack: Stack, *, on: bool) -> None:
+    """Set the running Redis, and its restarts, to keep (or not) an append-only file. Each test
+    sets the mode it needs: the module's one Redis must not carry one test's mode into another."""
+    client = redis.Redis(port=stack.redis.port)
+    try:
+        client.config_set("appendonly", "yes" if on else "no")
+        wait_for(
+            lambda: (
+                client.info("persistence")["aof_rewrite_in_progress"] == 0
+                and client.info("persistence")["aof_enabled"] == int(on)
+            ),
+            15.0,
+            "the append-only file" if on else "no append-only file",
+        )
+    finally:
+        client.close()
+    stack.redis.appendonly = on
 
 
 def assert_counted_once_and_identical(
@@ -209,7 +229,7 @@ def test_redis_killed_for_12s_mid_assay_without_persistence_loses_no_shard(
     stack: Stack, expected: dict[str, Any]
 ) -> None:
     # A Redis without persistence comes back empty: every queued shard's message is gone.
-    assert not stack.redis.appendonly
+    persistence(stack, on=False)
     done, assay_id = through_an_outage(
         stack, stop=stack.redis.kill, restart=stack.redis.start, store="redis"
     )
@@ -229,20 +249,7 @@ def test_redis_killed_for_12s_mid_assay_with_its_append_only_file_loses_no_shard
 ) -> None:
     # As docker-compose.yml runs it: the queue survives the restart, the messages in flight may
     # not.
-    client = redis.Redis(port=stack.redis.port)
-    try:
-        client.config_set("appendonly", "yes")
-        wait_for(
-            lambda: (
-                client.info("persistence")["aof_rewrite_in_progress"] == 0
-                and client.info("persistence")["aof_enabled"] == 1
-            ),
-            15.0,
-            "the append-only file",
-        )
-    finally:
-        client.close()
-    stack.redis.appendonly = True
+    persistence(stack, on=True)
     done, assay_id = through_an_outage(
         stack, stop=stack.redis.kill, restart=stack.redis.start, store="redis"
     )

@@ -11,40 +11,31 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, func, select
 
-from service.core.assay import ShardSpec, plan_shards, run_assay, run_shard
+from service.core.assay import ShardSpec, run_assay, run_shard
 from service.core.harness import Runtime, run_trial
 from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import parse_plan
-from service.db.apikey import ensure_tenant
 from service.db.assay import AssayInputs, assay_inputs, begin_shard, store_shard_result
-from service.db.candidate import record_submission
 from service.db.models import Assay, AssayShard, AssayStatus, Event, FaultResult
 from service.db.session import session_scope
 from service.settings import Settings
 from service.targets import PythonTarget, close_target
-from tests.support.service import ROOT, example, grant_injector
+from tests.support.service import ROOT, example
+from tests.support.worker import record_assay
 from worker.tasks import MAX_TARGETS, WorkerContext, execute_shard, finalize
 
 pytestmark = pytest.mark.integration
 
 
 def submit(engine: sa.Engine, settings: Settings, trials: int = 40, **plan: object) -> uuid.UUID:
-    manifest = parse_manifest(example("typed"))
-    parsed = parse_plan({"trials": trials, "seed": 9, **plan})
-    with session_scope(engine) as session:
-        recorded = record_submission(
-            session,
-            tenant_id=ensure_tenant(session, "acme").id,
-            system_name="copperfin-returns",
-            version="1.5.0",
-            source_revision="direct",
-            manifest=manifest,
-            plan_document=parsed.model_dump(mode="json"),
-            catalogue="assaygate-full/1",
-            shards=plan_shards(manifest, parsed, trials_per_shard=20),
-        )
-        grant_injector(session, settings, recorded.assay, parsed)
-    return recorded.assay.id
+    # This file's plan seed and shard size, which its expected counts were computed with.
+    return record_assay(
+        engine,
+        settings,
+        {"trials": trials, "seed": 9, **plan},
+        version="1.5.0",
+        trials_per_shard=20,
+    )
 
 
 @pytest.fixture
@@ -129,7 +120,9 @@ def test_racing_merges_record_the_decision_exactly_once(
     assert decided == 1
     assert faults == len(expected.to_dict()["faults"])
     assert assay_row(engine, assay_id).status == AssayStatus.DONE
-    assert {d for d in decisions if d is not None} <= {expected.decision}
+    # At least one merge must have decided (a subset check would pass if none did), and every one
+    # that did agrees with the engine run in-process.
+    assert {d for d in decisions if d is not None} == {expected.decision}
 
 
 def test_an_engine_error_fails_the_assay_instead_of_leaving_it_running(

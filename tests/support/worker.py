@@ -1,0 +1,49 @@
+"""An assay recorded straight through the db layer, as the API would record it, for the worker
+tests that run its shards themselves (no API, no broker)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import sqlalchemy as sa
+
+from service.core.assay import plan_shards
+from service.core.manifest import parse_manifest
+from service.core.plan import parse_plan
+from service.db.apikey import ensure_tenant
+from service.db.candidate import record_submission
+from service.db.session import session_scope
+from service.settings import Settings
+from tests.support.service import example, grant_injector
+
+
+def record_assay(
+    engine: sa.Engine,
+    settings: Settings,
+    plan: dict[str, Any],
+    *,
+    manifest: dict[str, Any] | None = None,
+    system: str = "copperfin-returns",
+    version: str = "1",
+    source_revision: str = "direct",
+    trials_per_shard: int = 10,
+) -> uuid.UUID:
+    """Record acme's candidate of `system` with its assay's shards and injector grant; the assay's
+    id. The manifest defaults to the typed example."""
+    core = parse_manifest(manifest or example("typed"))
+    parsed = parse_plan(plan)
+    with session_scope(engine) as session:
+        recorded = record_submission(
+            session,
+            tenant_id=ensure_tenant(session, "acme").id,
+            system_name=system,
+            version=version,
+            source_revision=source_revision,
+            manifest=core,
+            plan_document=parsed.model_dump(mode="json"),
+            catalogue=parsed.resolve_catalogue().version,
+            shards=plan_shards(core, parsed, trials_per_shard=trials_per_shard),
+        )
+        grant_injector(session, settings, recorded.assay, parsed)
+    return recorded.assay.id

@@ -1,0 +1,45 @@
+"""ASSAYGATE_TEST_ORDER=reverse reverses the order of the test files and keeps each file's own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def collected(folder: Path, order: str | None) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != "ASSAYGATE_TEST_ORDER"}
+    if order is not None:
+        env["ASSAYGATE_TEST_ORDER"] = order
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    return [line for line in run.stdout.splitlines() if "::" in line]
+
+
+def test_reverse_order_reverses_the_files_and_keeps_each_files_tests_in_order(
+    tmp_path: Path,
+) -> None:
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    # The real hook, in a suite of three files of two tests each.
+    conftest = Path(__file__).with_name("conftest.py").read_text()
+    (tests / "conftest.py").write_text(
+        conftest.replace("from service.compile import clean, state", "state = lambda: 'ok'")
+    )
+    for name in ("a", "b", "c"):
+        (tests / f"test_{name}.py").write_text(
+            "def test_one():\n    pass\n\n\ndef test_two():\n    pass\n"
+        )
+    forward = collected(tmp_path, None)
+    assert forward == [f"tests/test_{n}.py::test_{t}" for n in "abc" for t in ("one", "two")]
+    assert collected(tmp_path, "reverse") == [
+        f"tests/test_{n}.py::test_{t}" for n in "cba" for t in ("one", "two")
+    ]
