@@ -14,7 +14,7 @@ from service.cli.errors import DECISION_EXIT, EXIT_ERROR
 from service.core.assay import AssayReport, Limits, replay_trial, run_assay
 from service.core.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.contract_catalogue import catalogue_for
-from service.core.errors import ManifestInvalid, PlanInvalid
+from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
 from service.core.manifest import Manifest, parse_manifest_json
 from service.core.plan import AssayPlan, parse_plan
 from service.core.report import FaultResult
@@ -127,7 +127,13 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="trials per fault (full catalogue) or in total (paper); default 200 / 2000",
     )
-    p.add_argument("--seed", type=int, default=188)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=188,
+        help="the seed of the sandbox worlds and faults: the same seed, the same trials "
+        "(default 188)",
+    )
     p.add_argument(
         "--fault",
         action="append",
@@ -227,9 +233,15 @@ def cmd_assay(args: argparse.Namespace) -> int:
     from service.cli import reports
 
     reports.check_paths(args.junit, args.summary, args.report_out)
-    manifest = load_manifest(args.manifest)
-    plan = build_plan(args, manifest)
-    limits = _limits(args)
+    try:
+        manifest = load_manifest(args.manifest)
+        plan = build_plan(args, manifest)
+        limits = _limits(args)
+    except AssaygateError as exc:
+        # Exit 3 writes its reports too: the CI step that uploads them finds the error.
+        outcome = reports.error_outcome(Path(args.manifest).stem, "", str(exc))
+        reports.write_reports(outcome, args.junit, args.summary)
+        raise
     # The user's own machine: loopback and private addresses are theirs; metadata never.
     target = load_target(manifest, http_timeout_s=args.trial_timeout, egress=EgressPolicy.local())
     try:
