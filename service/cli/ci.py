@@ -49,6 +49,7 @@ def register(sub: Any) -> None:
         "--version",
         dest="candidate_version",
         default=None,
+        metavar="VERSION",
         help="the candidate's version, e.g. the commit (default: the manifest's `version`)",
     )
     submit.add_argument("--source-revision", default=None, help="default: $GITHUB_SHA or 'local'")
@@ -100,6 +101,7 @@ def register(sub: Any) -> None:
         "--version",
         dest="candidate_version",
         default=None,
+        metavar="VERSION",
         help="the candidate's version (default: the system's last submitted candidate)",
     )
     gate.add_argument("--json", action="store_true", help="print the whole answer as JSON")

@@ -137,22 +137,25 @@ def _demo(args: argparse.Namespace) -> int:
                 server.kill()
                 server.wait()
         if args.keep or args.data_dir is not None:
-            print(browse_instructions(data_dir, keys.reviewer))
+            print(browse_instructions(data_dir, keys))
         else:
             print("\nThe demo's data was deleted; `assaygate demo --keep` keeps it to browse.")
         return code
 
 
-def browse_instructions(data_dir: Path, key: str) -> str:
-    """How to look at what the demo left behind, in the dashboard and through the API."""
+def browse_instructions(data_dir: Path, keys: DemoKeys) -> str:
+    """How to look at what the demo left behind, in the dashboard and through the API; and a
+    submitter key, since a reviewer's key is refused (403) by `submit`."""
     serve = f"{assaygate_command()} serve --data-dir {shlex.quote(str(data_dir))}"
     return framed(
         [
             "Browse the result:",
             f"  {serve}",
             "  then open http://127.0.0.1:8000/ and sign in with this reviewer key:",
-            f"  {key}",
-            f"(the CLI and curl: export ASSAYGATE_API_KEY={key})",
+            f"  {keys.reviewer}",
+            f"(the CLI and curl: export ASSAYGATE_API_KEY={keys.reviewer})",
+            "Submit a candidate of your own (`assaygate submit FILE --wait`) with the submitter key:",
+            f"  {keys.submitter}",
         ]
     )
 

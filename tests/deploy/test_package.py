@@ -63,7 +63,7 @@ def test_the_sdist_carries_what_the_wheel_is_built_from(built: Built) -> None:
     with tarfile.open(built.sdist) as archive:
         names = {n.split("/", 1)[1] for n in archive.getnames() if "/" in n}
     assert {"LICENSE", "README.md", "alembic.ini", "setup.py", "migrations/env.py"} <= names
-    assert not any(n.startswith(("tests/", ".venv/")) for n in names)
+    assert not any(n.startswith(("tests/", "docs/", ".venv/")) for n in names)
 
 
 def test_the_installed_wheel_serves_assays_and_gates_from_an_empty_folder(
