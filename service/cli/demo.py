@@ -154,7 +154,7 @@ def browse_instructions(data_dir: Path, keys: DemoKeys) -> str:
             "  then open http://127.0.0.1:8000/ and sign in with this reviewer key:",
             f"  {keys.reviewer}",
             f"(the CLI and curl: export ASSAYGATE_API_KEY={keys.reviewer})",
-            "Submit a candidate of your own (`assaygate submit FILE --wait`) with the submitter key:",
+            "To submit your own candidates (`assaygate submit FILE`), the submitter key:",
             f"  {keys.submitter}",
         ]
     )
