@@ -40,7 +40,9 @@ def register(sub: Any) -> None:
     demo.add_argument("--port", type=int, default=0, help="default: any free port")
     demo.add_argument("--workers", type=int, default=None, help="worker processes")
     demo.add_argument("--trials", type=int, default=None, help="trials per fault")
-    demo.add_argument("--seed", type=int, default=None)
+    demo.add_argument(
+        "--seed", type=int, default=None, help="the assays' seed (default: the service's plan)"
+    )
     demo.add_argument("--timeout", type=float, default=600.0, help="seconds to wait in total")
     demo.add_argument(
         "--keep",

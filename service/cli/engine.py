@@ -237,19 +237,21 @@ def cmd_assay(args: argparse.Namespace) -> int:
         manifest = load_manifest(args.manifest)
         plan = build_plan(args, manifest)
         limits = _limits(args)
+        # The user's own machine: loopback and private addresses are theirs; metadata never.
+        target = load_target(
+            manifest, http_timeout_s=args.trial_timeout, egress=EgressPolicy.local()
+        )
+        try:
+            report = _run(
+                manifest, plan, target, limits, progress_bar=not args.json and sys.stdout.isatty()
+            )
+        finally:
+            close_target(target)
     except AssaygateError as exc:
         # Exit 3 writes its reports too: the CI step that uploads them finds the error.
         outcome = reports.error_outcome(Path(args.manifest).stem, "", str(exc))
         reports.write_reports(outcome, args.junit, args.summary)
         raise
-    # The user's own machine: loopback and private addresses are theirs; metadata never.
-    target = load_target(manifest, http_timeout_s=args.trial_timeout, egress=EgressPolicy.local())
-    try:
-        report = _run(
-            manifest, plan, target, limits, progress_bar=not args.json and sys.stdout.isatty()
-        )
-    finally:
-        close_target(target)
     data = report.to_dict()
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))
