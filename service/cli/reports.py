@@ -260,8 +260,9 @@ def summary_markdown(outcome: Outcome) -> str:
 
 
 def _relative(link: str) -> str:
-    """A dashboard URL as it is; a file as a path relative to the working directory (the CI
-    job's workspace, where the artifact step finds it), never the runner's absolute path."""
+    """A dashboard URL as it is; a file inside the working directory (the CI job's workspace,
+    where the artifact step finds it) by its path relative to it, not the runner's absolute
+    path; a file elsewhere as given (its name alone could be any file)."""
     if "://" in link:
         return link
     path = Path(link)
@@ -270,7 +271,7 @@ def _relative(link: str) -> str:
     try:
         return path.relative_to(Path.cwd()).as_posix()
     except ValueError:
-        return path.name
+        return link
 
 
 def check_paths(*paths: Path | None) -> None:

@@ -196,5 +196,8 @@ def test_a_summary_links_a_report_file_by_a_relative_path_never_the_runner_path(
     outcome = Outcome("s", "1", "allow", [], [], link=str(tmp_path / "out" / "report.json"))
     outcome.link_label = "report"
     assert "**Report:** [out/report.json](out/report.json)" in summary_markdown(outcome)
+    elsewhere = Outcome("s", "1", "allow", [], [], link="/srv/reports/report.json")
+    elsewhere.link_label = "report"
+    assert "(/srv/reports/report.json)" in summary_markdown(elsewhere), "not a bare name"
     url = Outcome("s", "1", "allow", [], [], link="http://gate/candidates/1")
     assert "(http://gate/candidates/1)" in summary_markdown(url)
