@@ -275,8 +275,8 @@ def test_demo_keep_leaves_a_service_to_browse_and_says_how(
         assert {c["gate"]["decision"] for c in items} <= {"allow", "hold", "block"}
         assert httpx.get(f"{url}/signin").status_code == 200
         # The submitter key the demo printed submits against the demo's data (a reviewer's: 403).
-        body = {"manifest": json.loads((EXAMPLES / "copperfin-typed-repair.json").read_text())}
-        body["plan"] = {"trials": 5}
+        manifest = json.loads((EXAMPLES / "copperfin-typed-repair.json").read_text())
+        body = {"manifest": manifest, "source_revision": "mine", "plan": {"trials": 5}}
         for printed, status in ((submitter, 202), (key, 403)):
             posted = httpx.post(
                 f"{url}/v1/candidates",
