@@ -4,13 +4,18 @@ VENV ?= .venv
 
 .PHONY: venv lint typecheck imports services browser sandbox test test-fast demo serve bench-service bench-dashboard
 
+# Each step says what it does first: the first run takes minutes and must not look hung.
 venv:
-	@test -x $(PY) || python3 -m venv $(VENV)
+	@test -x $(PY) || { echo "venv: creating $(VENV)"; python3 -m venv $(VENV); }
+	@echo "venv: updating pip"
 	@$(PY) -m pip install -q --upgrade pip
+	@echo "venv: installing Assaygate and its dependencies into $(VENV) (minutes the first time)"
 	@$(PY) -m pip install -q -e '.[dev,langgraph,openai-agents]'
 	@# The fast core by default: compiled with mypyc when a C compiler is present (pure Python
 	@# otherwise, with a notice); rebuilt whenever a hot module's source changed.
+	@echo "venv: compiling the core with mypyc if its source changed (a minute when it did)"
 	@$(PY) -m service.compile --ensure
+	@echo "venv: ready ($(VENV)/bin/assaygate)"
 
 lint:
 	$(VENV)/bin/ruff check service worker tests bench
@@ -42,6 +47,7 @@ test: venv services browser sandbox lint typecheck imports
 
 # Keeps its data in a new folder and ends by saying how to browse it (serve + a reviewer key).
 demo: venv
+	@echo "demo: starting the embedded service and submitting the examples (about a minute)"
 	$(VENV)/bin/assaygate demo --keep
 
 serve: venv

@@ -208,9 +208,15 @@ class Settings(BaseSettings):
         return self.tenant_queue(self.worker_tenant) if self.worker_tenant else self.queue
 
     def resolved_migrations_dir(self) -> Path:
+        """ASSAYGATE_MIGRATIONS_DIR; else the migrations a wheel ships inside the package
+        (`service/migrations`, copied there by setup.py); else the checkout's `migrations/`."""
         if self.migrations_dir is not None:
             return self.migrations_dir
-        return Path(__file__).resolve().parent.parent / "migrations"
+        here = Path(__file__).resolve().parent
+        shipped = here / "migrations"
+        if (shipped / "env.py").is_file():
+            return shipped
+        return here.parent / "migrations"
 
     def celery_config(self) -> dict[str, Any]:
         """Broker and routing configuration shared by the API (which only sends) and workers."""

@@ -5,10 +5,19 @@ tool (check_release), two effect tools (ship_order, issue_credit; both honour an
 and an evidence tool (log_event). `admin` is the sandbox's own server for Assaygate's world hooks:
 reset (seed, trial id -> the task), probe (the world as JSON) and mutate (cancel the task's order).
 
-    python servers.py http --db /tmp/wh.db --shop-port 8765 --admin-port 8766
-    python servers.py http --slots 4 ...               # 4 isolated worlds at /s/<i>/mcp
-    python servers.py shop-stdio --db /tmp/wh.db      # the shop over stdio
-    python servers.py admin-stdio --db /tmp/wh.db     # the admin server over stdio
+Run it with the Python that has Assaygate installed (`.venv/bin/python` in a checkout: the
+servers need the `mcp` SDK and uvloop):
+
+    .venv/bin/python examples/mcp-warehouse/servers.py http --db /tmp/wh.db   # ports 8765, 8766
+    .venv/bin/python examples/mcp-warehouse/servers.py http --slots 4 ...   # 4 isolated worlds at /s/<i>/mcp
+    .venv/bin/python examples/mcp-warehouse/servers.py shop-stdio --db /tmp/wh.db   # over stdio
+    .venv/bin/python examples/mcp-warehouse/servers.py admin-stdio --db /tmp/wh.db  # over stdio
+    .venv/bin/python examples/mcp-warehouse/servers.py manifest careful > careful.json
+
+The ports come from `--shop-port` and `--admin-port`, else WAREHOUSE_SHOP_PORT and
+WAREHOUSE_ADMIN_PORT, else 8765 and 8766; `manifest NAME` prints the example manifest NAME
+(careful, blind, claimer) with those ports and this Python in the agent's command. `http` prints a
+line starting `warehouse: ready` once both servers accept connections.
 """
 
 from __future__ import annotations
@@ -16,14 +25,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import random
 import sqlite3
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
-import uvloop
-from mcp.server import MCPServer
+try:
+    import uvloop
+    from mcp.server import MCPServer
+except ImportError as missing:  # the system's python, not the one Assaygate is installed in
+    print(
+        f"servers.py: cannot import {missing.name!r}: run it with the Python that has Assaygate "
+        "installed, e.g. .venv/bin/python examples/mcp-warehouse/servers.py (make venv makes it)",
+        file=sys.stderr,
+    )
+    sys.exit(2)
+
+HERE = Path(__file__).resolve().parent
+MANIFESTS = ("careful", "blind", "claimer")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS orders (order_id TEXT PRIMARY KEY, customer TEXT, sku TEXT,
@@ -277,7 +300,45 @@ async def serve_http(db: str, shop_port: int, admin_port: int, slots: int = 0) -
             asgi, host="127.0.0.1", port=port, log_level="warning", access_log=False
         )
         servers.append(uvicorn.Server(config))
-    await asyncio.gather(*(s.serve() for s in servers))
+
+    path = f"/s/{{slot}}/mcp ({slots} worlds)" if slots else "/mcp"
+
+    async def announce() -> None:
+        # One line once both listen, so a person (or a script) knows when to start the assay.
+        while not all(s.started for s in servers):
+            if any(s.should_exit for s in servers):
+                return
+            await asyncio.sleep(0.05)
+        print(
+            f"warehouse: ready: shop http://127.0.0.1:{shop_port}{path}, "
+            f"admin http://127.0.0.1:{admin_port}{path} (db {db})",
+            flush=True,
+        )
+
+    await asyncio.gather(*(s.serve() for s in servers), announce())
+
+
+def manifest(name: str, shop_port: int, admin_port: int) -> dict[str, Any]:
+    """The example manifest NAME, its servers on these ports and its agent run by this Python
+    (the one that has Assaygate and the `mcp` SDK)."""
+    data: dict[str, Any] = json.loads((HERE / f"manifest.{name}.json").read_text())
+    servers = data["tools"]["servers"]
+    servers["shop"] = {"url": f"http://127.0.0.1:{shop_port}/mcp"}
+    servers["admin"] = {"url": f"http://127.0.0.1:{admin_port}/mcp"}
+    command = data["target"]["runner"]["command"]
+    if command and command[0] == "python":
+        data["target"]["runner"]["command"] = [sys.executable, *command[1:]]
+    return data
+
+
+def _port(variable: str, default: int) -> int:
+    value = os.environ.get(variable, "")
+    if not value:
+        return default
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        print(f"servers.py: {variable} must be a port number, not {value!r}", file=sys.stderr)
+        sys.exit(2)
+    return int(value)
 
 
 def _slotted(worlds: list[MCPServer]) -> Any:
@@ -300,13 +361,31 @@ def _slotted(worlds: list[MCPServer]) -> Any:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["http", "shop-stdio", "admin-stdio"])
-    p.add_argument("--db", required=True)
-    p.add_argument("--shop-port", type=int, default=8765)
-    p.add_argument("--admin-port", type=int, default=8766)
+    p = argparse.ArgumentParser(description="The warehouse sandbox's MCP servers.")
+    p.add_argument("mode", choices=["http", "shop-stdio", "admin-stdio", "manifest"])
+    p.add_argument("name", nargs="?", choices=MANIFESTS, help="manifest: which example")
+    p.add_argument("--db", help="the SQLite file of the world (http and stdio modes)")
+    p.add_argument(
+        "--shop-port",
+        type=int,
+        default=_port("WAREHOUSE_SHOP_PORT", 8765),
+        help="default: $WAREHOUSE_SHOP_PORT, else 8765",
+    )
+    p.add_argument(
+        "--admin-port",
+        type=int,
+        default=_port("WAREHOUSE_ADMIN_PORT", 8766),
+        help="default: $WAREHOUSE_ADMIN_PORT, else 8766",
+    )
     p.add_argument("--slots", type=int, default=0, help="serve this many isolated worlds (http)")
     a = p.parse_args()
+    if a.mode == "manifest":
+        if a.name is None:
+            p.error(f"manifest needs a name: one of {', '.join(MANIFESTS)}")
+        print(json.dumps(manifest(a.name, a.shop_port, a.admin_port), indent=2))
+        return
+    if a.db is None:
+        p.error(f"{a.mode} needs --db FILE")
     # A stdio server learns its slot (the world's copy it serves) from the environment.
     slot = os.environ.get("ASSAYGATE_SLOT")
     if slot is not None:

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from service.app.errors import AppError
-from service.cli.errors import CI_COMMANDS, EXIT_ERROR, UsageError
+from service.cli.errors import CI_COMMANDS, EXIT_ERROR, UsageError, exit_codes_text
 from service.core.errors import AssaygateError
 
 # The command-line spelling of a use case's field, where the two differ.
@@ -30,12 +30,39 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from service.cli import ci, database, demo, engine, evidence, keys, secrets, serve, tenants
 
-    parser = _Parser(prog="assaygate", description="Typed failure injection as release evidence.")
+    parser = _Parser(
+        prog="assaygate",
+        description="Typed failure injection as release evidence.",
+        epilog="Each command's --help ends with what its exit codes mean.",
+    )
+    parser.add_argument("--version", action="version", version=f"assaygate {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     engine.register(sub)
     for commands in (evidence, serve, demo, ci, keys, secrets, tenants, database):
         commands.register(sub)
+    _with_exit_codes(parser)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("assaygate")
+    except PackageNotFoundError:  # a checkout on PYTHONPATH, never installed
+        return "unknown (not installed)"
+
+
+def _with_exit_codes(parser: argparse.ArgumentParser, path: str = "") -> None:
+    """End every command's `--help` with its exit codes, from the one table in errors.py."""
+    if path:
+        parser.epilog = "\n\n".join(filter(None, (parser.epilog, exit_codes_text(path))))
+        # Keep the table's line breaks; the help above it is still wrapped.
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                _with_exit_codes(child, f"{path} {name}".strip())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,6 +98,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error_code(argv)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        message = _database_error(exc)
+        if message is None:
+            raise
+        print(f"assaygate: error: {message}", file=sys.stderr)
+        return _error_code(argv)
+
+
+def _database_error(exc: Exception) -> str | None:
+    """A database that cannot be opened or used, as one line (the driver's first line), not the
+    30-line traceback of SQLAlchemy; None for any other error, which stays a traceback (a bug)."""
+    from alembic.util.exc import CommandError
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    if isinstance(exc, CommandError):
+        return f"migrations: {exc}"
+    if not isinstance(exc, SQLAlchemyError):
+        return None
+    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    return (
+        f"database: {first} (is this the service's folder? pass --data-dir, or set "
+        "ASSAYGATE_DATA_DIR or ASSAYGATE_DATABASE_URL)"
+    )
 
 
 def _error_code(argv: Sequence[str] | None) -> int:

@@ -1,7 +1,8 @@
 """What CI runs: `submit` (and `--wait`) and `gate`.
 
-They print JSON and exit 0 allow, 1 block, 2 hold or reopened, 3 error (unreachable service,
-refused input, a failed assay, a timeout).
+`submit` prints JSON, `gate` one line (`--json`: the whole answer); both exit 0 allow, 1 block,
+2 hold or reopened, 3 error (unreachable service, refused input, a failed assay, a timeout), and
+write their reports on every exit code.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from service.app.errors import AppError
 from service.cli import reports
 from service.cli.common import (
     auth_headers,
@@ -28,7 +31,8 @@ from service.cli.common import (
     service_client,
 )
 from service.cli.engine import report_args
-from service.cli.errors import DECISION_EXIT, EXIT_ERROR
+from service.cli.errors import DECISION_EXIT, EXIT_ERROR, UsageError
+from service.core.errors import AssaygateError
 
 
 def register(sub: Any) -> None:
@@ -38,13 +42,33 @@ def register(sub: Any) -> None:
     submit.add_argument(
         "--url", default=None, help="default: $ASSAYGATE_URL, else http://127.0.0.1:8000"
     )
-    submit.add_argument("--system", default=None)
-    submit.add_argument("--version", dest="candidate_version", default=None)
+    submit.add_argument(
+        "--system", default=None, help="the system's name (default: the manifest's `system`)"
+    )
+    submit.add_argument(
+        "--version",
+        dest="candidate_version",
+        default=None,
+        metavar="VERSION",
+        help="the candidate's version, e.g. the commit (default: the manifest's `version`)",
+    )
     submit.add_argument("--source-revision", default=None, help="default: $GITHUB_SHA or 'local'")
     submit.add_argument("--catalogue", choices=("paper", "full"), default=None)
-    submit.add_argument("--trials", type=int, default=None)
-    submit.add_argument("--seed", type=int, default=None)
-    submit.add_argument("--idempotency-key", default=None)
+    submit.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help="trials per fault (full catalogue) or in total (paper); default: the service's plan",
+    )
+    submit.add_argument(
+        "--seed", type=int, default=None, help="the assay's seed (default: the service's plan)"
+    )
+    submit.add_argument(
+        "--idempotency-key",
+        default=None,
+        help="resubmitting with the same key returns the first candidate instead of a second "
+        "(default: a new random key each run; pass e.g. the commit to make a retried job safe)",
+    )
     submit.add_argument("--wait", action="store_true", help="wait for the decision")
     submit.add_argument(
         "--timeout", type=float, default=3600.0, help="seconds to wait (default 3600); then exit 3"
@@ -58,10 +82,29 @@ def register(sub: Any) -> None:
 
     gate = sub.add_parser(
         "gate",
-        help="may this version ship? exit 0 allow, 1 block, 2 hold or reopened, 3 error",
+        help="may this version ship? one line (--json: the whole answer); exit 0 allow, 1 block, "
+        "2 hold or reopened, 3 error",
+        description="Ask the service whether a version may ship. Prints one line, the decision "
+        "and its leading reasons; --json prints the whole answer. Without --version the answer "
+        "is for the system's last submitted candidate.",
     )
-    gate.add_argument("system")
-    gate.add_argument("--version", dest="candidate_version", default=None)
+    which = gate.add_mutually_exclusive_group(required=True)
+    which.add_argument("system", nargs="?", default=None, help="the system's name")
+    which.add_argument(
+        "--manifest",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="or take the system's name from this manifest (the file `submit` sent)",
+    )
+    gate.add_argument(
+        "--version",
+        dest="candidate_version",
+        default=None,
+        metavar="VERSION",
+        help="the candidate's version (default: the system's last submitted candidate)",
+    )
+    gate.add_argument("--json", action="store_true", help="print the whole answer as JSON")
     gate.add_argument(
         "--url", default=None, help="default: $ASSAYGATE_URL, else http://127.0.0.1:8000"
     )
@@ -238,21 +281,63 @@ class ShardProgress:
             )
 
 
+def _reports_on_every_exit(run: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
+    """The JUnit and summary files appear on every exit code: on 3 (refused, unreachable, a
+    failed assay, a timeout) they say what went wrong, so a CI step that uploads them `if:
+    always()` finds them and the test report shows the error instead of nothing."""
+
+    def command(args: argparse.Namespace) -> int:
+        reports.check_paths(args.junit, args.summary, args.dossier_out)
+        args.reported, args.error = False, None
+        try:
+            code = run(args)
+        except (UsageError, AssaygateError, AppError) as exc:
+            _error_reports(args, getattr(exc, "message", None) or str(exc))
+            raise
+        if code == EXIT_ERROR and not args.reported:
+            _error_reports(args, args.error or "see the job's log")
+        return code
+
+    return command
+
+
+def _error_reports(args: argparse.Namespace, message: str) -> None:
+    if args.junit is None and args.summary is None:
+        return
+    system = getattr(args, "system", None) or getattr(args, "system_name", None) or "assaygate"
+    outcome = reports.error_outcome(str(system), args.candidate_version or "", message)
+    reports.write_reports(outcome, args.junit, args.summary)
+    args.reported = True
+
+
+def _refused(args: argparse.Namespace, response: httpx.Response) -> int:
+    try:
+        error = response.json().get("error") or {}
+        field = f"{error['field']}: " if error.get("field") else ""
+        args.error = f"HTTP {response.status_code}: {field}{error.get('message', '')}"
+    except (ValueError, AttributeError):
+        args.error = f"HTTP {response.status_code}: {response.text[:200]}"
+    return refused(response)
+
+
+@_reports_on_every_exit
 def _submit(args: argparse.Namespace) -> int:
-    reports.check_paths(args.junit, args.summary, args.dossier_out)
+    document = load_json(args.manifest)
     body = candidate_body(
-        load_json(args.manifest),
+        document,
         system=args.system,
         version=args.candidate_version,
         source_revision=args.source_revision,
         plan=plan_overrides(args),
     )
+    args.system_name = body.get("system")
+    args.candidate_version = args.candidate_version or body.get("version")
     headers = {"Idempotency-Key": args.idempotency_key or str(uuid.uuid4()), **auth_headers(args)}
     deadline = time.monotonic() + args.timeout
     with service_client(args, headers) as client:
         response = client.post("/v1/candidates", json=body)
         if response.status_code >= 400:
-            return refused(response)
+            return _refused(args, response)
         candidate = response.json()
         url = dashboard_url(str(client.base_url), candidate["id"])
         print(
@@ -267,16 +352,21 @@ def _submit(args: argparse.Namespace) -> int:
         try:
             candidate = _wait(client, candidate, deadline)
         except Undecided as exc:
+            args.error = f"{exc}; follow it at {url}"
             return _timed_out(exc, candidate, url)
         candidate["dashboard_url"] = url
         dossier = None
         if candidate.get("status") != "failed":
             found = client.get(f"/v1/candidates/{candidate['id']}/dossier")
             if found.status_code != 200:
-                return refused(found)
+                return _refused(args, found)
             dossier = found.json()
     if dossier is None:
         print(json.dumps(candidate, indent=2))
+        args.error = (
+            f"the assay of candidate {candidate['id']} failed: "
+            f"{candidate.get('error') or 'no reason given'}; see {url}"
+        )
         return EXIT_ERROR
     candidate["dossier"] = {k: v for k, v in dossier.items() if k != "envelope"}
     print(json.dumps(candidate, indent=2))
@@ -317,20 +407,54 @@ def _timed_out(exc: Undecided, candidate: dict[str, Any], url: str) -> int:
     return EXIT_ERROR
 
 
+def gate_system(args: argparse.Namespace) -> str:
+    """The system `gate` asks about: named, or the `system` of the manifest `--manifest` names
+    (a manifest, or a candidate body holding one, as `submit` reads it)."""
+    if args.system is not None:
+        return str(args.system)
+    document = load_json(args.manifest)
+    system = candidate_body(document).get("system")
+    if not isinstance(system, str) or not system:
+        raise UsageError(f"--manifest: {args.manifest} names no system (its `system` field)")
+    return system
+
+
+#: How many reasons the one line of `gate` names; `--json` has them all.
+LEADING_REASONS = 2
+
+
+def gate_line(answer: dict[str, Any]) -> str:
+    """The gate's answer in one line: the decision, what it is about, and its leading reasons
+    in the order the answer holds them (the gate puts the ones that decide first)."""
+    head = f"{answer.get('decision')}: {answer.get('system')} {answer.get('version')}".rstrip()
+    reasons = list(answer.get("reasons") or [])
+    if not reasons:
+        return head
+    shown = []
+    for reason in reasons[:LEADING_REASONS]:
+        fault = f" ({reason['fault']})" if reason.get("fault") else ""
+        shown.append(f"{reason.get('code')}{fault}")
+    more = len(reasons) - LEADING_REASONS
+    tail = f" and {more} more (--json)" if more > 0 else ""
+    return f"{head} — {'; '.join(shown)}{tail}"
+
+
+@_reports_on_every_exit
 def _gate(args: argparse.Namespace) -> int:
-    reports.check_paths(args.junit, args.summary, args.dossier_out)
+    system = gate_system(args)
+    args.system_name = system
     params = {"version": args.candidate_version} if args.candidate_version else {}
     wants_dossier = any(p is not None for p in (args.dossier_out, args.junit, args.summary))
     with service_client(args, auth_headers(args)) as client:
-        response = client.get(f"/v1/gate/{args.system}", params=params)
+        response = client.get(f"/v1/gate/{system}", params=params)
         if response.status_code != 200:
-            return refused(response)
+            return _refused(args, response)
         answer = response.json()
-        print(json.dumps(answer, indent=2))
+        print(json.dumps(answer, indent=2) if args.json else gate_line(answer))
         if wants_dossier and answer.get("dossier"):
             found = client.get(f"/v1/dossiers/{answer['dossier']['id']}")
             if found.status_code != 200:
-                return refused(found)
+                return _refused(args, found)
             save_envelope(args.dossier_out, found.json())
             url = dashboard_url(str(client.base_url), str(answer["candidate_id"]))
             _write_reports(
@@ -343,13 +467,14 @@ def _gate(args: argparse.Namespace) -> int:
         elif args.junit is not None or args.summary is not None:
             # No dossier yet (pending): the reports say what the gate says, without faults.
             outcome = reports.Outcome(
-                system=str(answer.get("system", args.system)),
+                system=str(answer.get("system", system)),
                 version=str(answer.get("version", "")),
                 decision=str(answer.get("decision")),
                 reasons=list(answer.get("reasons") or []),
                 faults=[],
             )
             reports.write_reports(outcome, args.junit, args.summary)
+            args.reported = True
     return DECISION_EXIT.get(str(answer.get("decision")), EXIT_ERROR)
 
 
@@ -362,6 +487,7 @@ def _write_reports(
 ) -> None:
     if args.junit is None and args.summary is None:
         return
+    args.reported = True
     outcome = reports.from_dossier(
         dossier["envelope"], decision=decision, reasons=reasons, link=link
     )

@@ -37,6 +37,17 @@ def server_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None, help="worker processes (embedded)")
 
 
+def data_dir_option(parser: argparse.ArgumentParser) -> None:
+    """`--data-dir` on the commands that open the service's database or keys directly."""
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="the service's folder, as `serve --data-dir` was given (default: "
+        "$ASSAYGATE_DATA_DIR, else ./var)",
+    )
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
     overrides: dict[str, Any] = {}
     for name in ("host", "port", "data_dir"):

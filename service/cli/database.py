@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from service.settings import get_settings
+from service.cli.common import data_dir_option, settings_from
 
 
 def register(sub: Any) -> None:
@@ -21,12 +21,14 @@ def register(sub: Any) -> None:
     down.set_defaults(func=_db_downgrade)
     check = db_sub.add_parser("check", help="fail if the models need a migration")
     check.set_defaults(func=_db_check)
+    for command in (up, down, check):
+        data_dir_option(command)
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
     from service.db import migrate
 
-    settings = get_settings()
+    settings = settings_from(args)
     if settings.database_is_sqlite:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrate.upgrade(settings, args.revision)
@@ -36,17 +38,17 @@ def _db_upgrade(args: argparse.Namespace) -> int:
 def _db_downgrade(args: argparse.Namespace) -> int:
     from service.db import migrate
 
-    migrate.downgrade(get_settings(), args.revision)
+    migrate.downgrade(settings_from(args), args.revision)
     return 0
 
 
-def _db_check(_args: argparse.Namespace) -> int:
+def _db_check(args: argparse.Namespace) -> int:
     from alembic.util.exc import CommandError
 
     from service.db import migrate
 
     try:
-        migrate.check(get_settings())
+        migrate.check(settings_from(args))
     except CommandError as exc:
         print(f"assaygate: {exc}", file=sys.stderr)
         return 1

@@ -40,7 +40,9 @@ def register(sub: Any) -> None:
     demo.add_argument("--port", type=int, default=0, help="default: any free port")
     demo.add_argument("--workers", type=int, default=None, help="worker processes")
     demo.add_argument("--trials", type=int, default=None, help="trials per fault")
-    demo.add_argument("--seed", type=int, default=None)
+    demo.add_argument(
+        "--seed", type=int, default=None, help="the assays' seed (default: the service's plan)"
+    )
     demo.add_argument("--timeout", type=float, default=600.0, help="seconds to wait in total")
     demo.add_argument(
         "--keep",
@@ -137,22 +139,25 @@ def _demo(args: argparse.Namespace) -> int:
                 server.kill()
                 server.wait()
         if args.keep or args.data_dir is not None:
-            print(browse_instructions(data_dir, keys.reviewer))
+            print(browse_instructions(data_dir, keys))
         else:
             print("\nThe demo's data was deleted; `assaygate demo --keep` keeps it to browse.")
         return code
 
 
-def browse_instructions(data_dir: Path, key: str) -> str:
-    """How to look at what the demo left behind, in the dashboard and through the API."""
+def browse_instructions(data_dir: Path, keys: DemoKeys) -> str:
+    """How to look at what the demo left behind, in the dashboard and through the API; and a
+    submitter key, since a reviewer's key is refused (403) by `submit`."""
     serve = f"{assaygate_command()} serve --data-dir {shlex.quote(str(data_dir))}"
     return framed(
         [
             "Browse the result:",
             f"  {serve}",
             "  then open http://127.0.0.1:8000/ and sign in with this reviewer key:",
-            f"  {key}",
-            f"(the CLI and curl: export ASSAYGATE_API_KEY={key})",
+            f"  {keys.reviewer}",
+            f"(the CLI and curl: export ASSAYGATE_API_KEY={keys.reviewer})",
+            "To submit your own candidates (`assaygate submit FILE`), the submitter key:",
+            f"  {keys.submitter}",
         ]
     )
 

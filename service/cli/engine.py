@@ -15,7 +15,7 @@ from service.core.assay import AssayReport, Limits, replay_trial, run_assay
 from service.core.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.contract import MAX_SLOTS
 from service.core.contract_catalogue import catalogue_for
-from service.core.errors import ManifestInvalid, PlanInvalid
+from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
 from service.core.gate import block_first
 from service.core.manifest import Manifest, parse_manifest_json
 from service.core.plan import AssayPlan, parse_plan
@@ -138,7 +138,13 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="trials per fault (full catalogue) or in total (paper); default 200 / 2000",
     )
-    p.add_argument("--seed", type=int, default=188)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=188,
+        help="the seed of the sandbox worlds and faults: the same seed, the same trials "
+        "(default 188)",
+    )
     p.add_argument(
         "--fault",
         action="append",
@@ -238,32 +244,38 @@ def cmd_assay(args: argparse.Namespace) -> int:
     from service.cli import reports
 
     reports.check_paths(args.junit, args.summary, args.report_out)
-    manifest = load_manifest(args.manifest)
-    plan = build_plan(args, manifest)
-    limits = _limits(args)
-    if not 1 <= args.concurrency <= MAX_SLOTS:
-        raise PlanInvalid(f"must be from 1 to {MAX_SLOTS}", field="--concurrency")
-    # The user's own machine: loopback and private addresses are theirs; metadata never.
-    target = load_target(
-        manifest,
-        http_timeout_s=args.trial_timeout,
-        egress=EgressPolicy.local(),
-        slots=args.concurrency,
-    )
-    notice = getattr(target, "notice", None)  # an mcp world with fewer slots than asked for
-    if notice:
-        print(notice, file=sys.stderr, flush=True)
     try:
-        report = _run(
+        manifest = load_manifest(args.manifest)
+        plan = build_plan(args, manifest)
+        limits = _limits(args)
+        if not 1 <= args.concurrency <= MAX_SLOTS:
+            raise PlanInvalid(f"must be from 1 to {MAX_SLOTS}", field="--concurrency")
+        # The user's own machine: loopback and private addresses are theirs; metadata never.
+        target = load_target(
             manifest,
-            plan,
-            target,
-            limits,
-            progress_bar=not args.json and sys.stdout.isatty(),
-            concurrency=args.concurrency,
+            http_timeout_s=args.trial_timeout,
+            egress=EgressPolicy.local(),
+            slots=args.concurrency,
         )
-    finally:
-        close_target(target)
+        notice = getattr(target, "notice", None)  # an mcp world with fewer slots than asked for
+        if notice:
+            print(notice, file=sys.stderr, flush=True)
+        try:
+            report = _run(
+                manifest,
+                plan,
+                target,
+                limits,
+                progress_bar=not args.json and sys.stdout.isatty(),
+                concurrency=args.concurrency,
+            )
+        finally:
+            close_target(target)
+    except AssaygateError as exc:
+        # Exit 3 writes its reports too: the CI step that uploads them finds the error.
+        outcome = reports.error_outcome(Path(args.manifest).stem, "", str(exc))
+        reports.write_reports(outcome, args.junit, args.summary)
+        raise
     data = report.to_dict()
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))

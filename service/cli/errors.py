@@ -1,4 +1,8 @@
-"""Exit codes and the one error the commands raise for bad input (one line, exit code 2)."""
+"""Exit codes and the one error the commands raise for bad input (one line, exit code 2).
+
+`EXIT_CODES` is the one table of what each command's exit code means; `build_parser` prints it at
+the end of every command's `--help`, so the help and the code cannot disagree.
+"""
 
 from __future__ import annotations
 
@@ -11,3 +15,39 @@ DECISION_EXIT = {"allow": 0, "block": 1, "hold": 2, "reopened": 2}
 EXIT_ERROR = 3
 #: Commands whose exit code a pipeline reads as a decision: any error there is 3, never 2.
 CI_COMMANDS = ("assay", "submit", "gate")
+
+_DECISION = (
+    (0, "allow"),
+    (1, "block"),
+    (2, "hold or reopened"),
+    (3, "error: bad input, an unreachable service, a refused request, a failed assay or a timeout"),
+)
+_DONE = (
+    (0, "done"),
+    (2, "error: bad input, or the database or service could not be used (one line on stderr)"),
+)
+
+#: What each command's exit code means, by command path ("keys create"); the longest path that
+#: names a command wins, and a command not listed exits as `_DONE` says.
+EXIT_CODES: dict[str, tuple[tuple[int, str], ...]] = {
+    **{command: _DECISION for command in CI_COMMANDS},
+    "verify": ((0, "verified"), (1, "not verified (the failed check is printed)"), _DONE[1]),
+    "db check": ((0, "the models match the migrations"), (1, "a migration is missing"), _DONE[1]),
+    "demo": ((0, "every candidate decided"), (1, "a candidate undecided in time"), _DONE[1]),
+    "serve": ((0, "stopped (Ctrl-C or SIGTERM)"), _DONE[1]),
+}
+
+
+def exit_codes(command: str) -> tuple[tuple[int, str], ...]:
+    words = command.split()
+    while words:
+        found = EXIT_CODES.get(" ".join(words))
+        if found is not None:
+            return found
+        words.pop()
+    return _DONE
+
+
+def exit_codes_text(command: str) -> str:
+    """The `--help` epilogue: one line per exit code."""
+    return "exit codes:\n" + "\n".join(f"  {code}  {text}" for code, text in exit_codes(command))

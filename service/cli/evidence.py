@@ -20,8 +20,19 @@ def register(sub: Any) -> None:
     v.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("plan", help="trials needed to establish a maximum violation rate")
-    p.add_argument("--max-violation-rate", type=float, required=True, metavar="RATE")
-    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument(
+        "--max-violation-rate",
+        type=float,
+        required=True,
+        metavar="RATE",
+        help="the violation rate to rule out, as a fraction: 0.005 is 0.5 %%",
+    )
+    p.add_argument(
+        "--confidence",
+        type=float,
+        default=0.95,
+        help="as a fraction, in [0.5, 1) (default 0.95)",
+    )
     p.add_argument(
         "--faults", type=int, default=None, help="number of faults (default: the full catalogue)"
     )

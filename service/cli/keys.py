@@ -8,8 +8,10 @@ import json
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from service.cli.common import data_dir_option, settings_from
 from service.cli.errors import UsageError
 from service.settings import Settings, get_settings
 
@@ -56,22 +58,24 @@ def register(sub: Any) -> None:
     list_api = keys_sub.add_parser("list-api", help="list API keys (never the keys themselves)")
     list_api.add_argument("--tenant", default=None)
     list_api.set_defaults(func=_keys_list_api)
+    for command in (rotate, listing, create, revoke, list_api):
+        data_dir_option(command)
 
 
-def _keys_rotate(_args: argparse.Namespace) -> int:
+def _keys_rotate(args: argparse.Namespace) -> int:
     from service.keys import KeyRing
 
-    settings = get_settings()
+    settings = settings_from(args)
     assert settings.keys_dir is not None
     signer = KeyRing(settings.keys_dir).rotate()
     print(json.dumps({"active": signer.keyid, "keys_dir": str(settings.keys_dir)}, indent=2))
     return 0
 
 
-def _keys_list(_args: argparse.Namespace) -> int:
+def _keys_list(args: argparse.Namespace) -> int:
     from service.keys import KeyRing
 
-    settings = get_settings()
+    settings = settings_from(args)
     assert settings.keys_dir is not None
     published = KeyRing(settings.keys_dir).published()
     print(json.dumps({"keys": [k.view() for k in published]}, indent=2))
@@ -89,7 +93,7 @@ def _keys_create(args: argparse.Namespace) -> int:
         person=args.person or args.service_account,
         kind=PersonKind.SERVICE if args.service_account else PersonKind.PERSON,
     )
-    with operator_session() as session:
+    with operator_session(settings_from(args)) as session:
         minted = keys.mint_as_operator(session, command)
     print(json.dumps({**_key_view(minted.row), "key": minted.secret}, indent=2))
     print("Keep the key now: it is stored only as a hash and never shown again.", file=sys.stderr)
@@ -103,7 +107,7 @@ def _keys_revoke(args: argparse.Namespace) -> int:
         key_id = uuid.UUID(args.key_id)
     except ValueError as exc:
         raise UsageError(f"not a key id: {args.key_id}") from exc
-    with operator_session() as session:
+    with operator_session(settings_from(args)) as session:
         row = keys.revoke_as_operator(session, key_id)
     print(json.dumps(_key_view(row), indent=2))
     return 0
@@ -112,7 +116,7 @@ def _keys_revoke(args: argparse.Namespace) -> int:
 def _keys_list_api(args: argparse.Namespace) -> int:
     from service.app import keys
 
-    with operator_session() as session:
+    with operator_session(settings_from(args)) as session:
         items = [_key_view(row) for row in keys.listing(session, args.tenant)]
     print(json.dumps({"items": items}, indent=2))
     return 0
@@ -121,11 +125,22 @@ def _keys_list_api(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def operator_session(settings: Settings | None = None) -> Iterator[Session]:
     """A session on the configured database (or `settings`'), its engine disposed after."""
+    from sqlalchemy.engine import make_url
     from sqlmodel import Session
 
     from service.db.session import make_engine
 
-    engine = make_engine(settings or get_settings())
+    settings = settings or get_settings()
+    if settings.database_is_sqlite:
+        # SQLite would create an empty file (or fail on a missing folder) and the command would
+        # then fail on a missing table: say where it looked instead.
+        path = make_url(settings.database_url).database
+        if path and path != ":memory:" and not Path(path).is_file():
+            raise UsageError(
+                f"no database at {path}: run this where `assaygate serve` keeps its data, "
+                "or pass --data-dir (or set ASSAYGATE_DATA_DIR or ASSAYGATE_DATABASE_URL)"
+            )
+    engine = make_engine(settings)
     try:
         with Session(engine) as session:
             yield session

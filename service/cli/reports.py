@@ -39,7 +39,7 @@ SIGNATURE = (
     ("duplicate", "duplicate_effect"),
     ("unproved", "unverifiable_release"),
 )
-SEVERITY_ORDER = {"block": 0, "reopened": 1, "hold": 2, "allow": 3}
+SEVERITY_ORDER = {"error": 0, "block": 0, "reopened": 1, "hold": 2, "allow": 3}
 GATE_CASE = "gate"
 
 
@@ -115,6 +115,17 @@ def from_report(
         link=link,
         link_label="report",
         properties={"manifest_digest": r.manifest_digest},
+    )
+
+
+def error_outcome(system: str, version: str, message: str) -> Outcome:
+    """No decision (exit code 3): the reports say what went wrong, as one failed test case."""
+    return Outcome(
+        system=system,
+        version=version,
+        decision="error",
+        reasons=[{"severity": "error", "code": "error", "message": message}],
+        faults=[],
     )
 
 
@@ -227,7 +238,8 @@ def summary_markdown(outcome: Outcome) -> str:
     lines.append(f"**Decision:** `{outcome.decision}`")
     if outcome.link:
         label = "Dossier" if outcome.link_label == "dossier" else "Report"
-        lines.append(f"**{label}:** [{_cell(outcome.link)}]({outcome.link})")
+        link = _relative(outcome.link)
+        lines.append(f"**{label}:** [{_cell(link)}]({link})")
     lines.append("")
     if outcome.reasons:
         lines.append("### Reasons")
@@ -246,6 +258,21 @@ def summary_markdown(outcome: Outcome) -> str:
         counts = " | ".join(str(int(f.counts.get(k, 0))) for _, k in SIGNATURE)
         lines.append(f"| `{f.id}` | {f.trials} | {counts} | {codes} |")
     return "\n".join(lines) + "\n"
+
+
+def _relative(link: str) -> str:
+    """A dashboard URL as it is; a file inside the working directory (the CI job's workspace,
+    where the artifact step finds it) by its path relative to it, not the runner's absolute
+    path; a file elsewhere as given (its name alone could be any file)."""
+    if "://" in link:
+        return link
+    path = Path(link)
+    if not path.is_absolute():
+        return path.as_posix()
+    try:
+        return path.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return link
 
 
 def check_paths(*paths: Path | None) -> None:

@@ -8,9 +8,9 @@ import getpass
 import json
 from typing import TYPE_CHECKING, Any
 
+from service.cli.common import data_dir_option, settings_from
 from service.cli.errors import UsageError
 from service.cli.keys import operator_session
-from service.settings import get_settings
 
 if TYPE_CHECKING:
     from service.app.tenants import TenantView
@@ -29,6 +29,7 @@ def register(sub: Any) -> None:
     listing = tenants_sub.add_parser("list", help="every tenant: may it run code, since when")
     listing.add_argument("--json", action="store_true", help="one JSON document")
     listing.set_defaults(func=_list)
+    data_dir_option(listing)
     for name, allowed, text in (
         ("allow-code", True, "let a tenant's manifests name code (run on its own workers)"),
         ("revoke-code", False, "refuse a tenant's code again (its queued code shards fail)"),
@@ -39,6 +40,7 @@ def register(sub: Any) -> None:
             "--by", default=None, help="the operator recorded in the audit (default: $USER)"
         )
         command.set_defaults(func=_set_code, allowed=allowed)
+        data_dir_option(command)
 
 
 def _row(view: TenantView) -> dict[str, Any]:
@@ -53,7 +55,7 @@ def _row(view: TenantView) -> dict[str, Any]:
 def _list(args: argparse.Namespace) -> int:
     from service.app import tenants
 
-    settings = get_settings()
+    settings = settings_from(args)
     with operator_session(settings) as session:
         rows = [_row(view) for view in tenants.listing(session, settings)]
     if args.json:
@@ -71,7 +73,7 @@ def _set_code(args: argparse.Namespace) -> int:
     from service.app import tenants
     from service.app.errors import NotFound
 
-    settings = get_settings()
+    settings = settings_from(args)
     command = tenants.SetCode(
         tenant=args.tenant, allowed=args.allowed, operator=args.by or _operator()
     )

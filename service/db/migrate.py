@@ -10,7 +10,11 @@ from service.settings import Settings
 
 def alembic_config(settings: Settings, *, url: str | None = None) -> Config:
     migrations = settings.resolved_migrations_dir()
-    config = Config(str(migrations.parent / "alembic.ini"))
+    # A checkout has alembic.ini beside migrations/; an installed wheel has none, and needs none:
+    # everything it would say is set here.
+    ini = migrations.parent / "alembic.ini"
+    config = Config(str(ini)) if ini.is_file() else Config()
+    config.set_main_option("path_separator", "os")
     config.set_main_option("script_location", str(migrations))
     config.attributes["url"] = url or settings.database_url
     return config

@@ -319,7 +319,7 @@ def test_the_gate_blocks_and_the_cli_exits_1(
     assert code in {r["code"] for r in printed["dossier"]["reasons"]}
     assert verify(json.loads(out.read_text()), published(client)).ok
 
-    gated = cli("gate", system, "--version", "9", "--url", api_url)
+    gated = cli("gate", system, "--version", "9", "--url", api_url, "--json")
     assert gated.returncode == 1, gated.stdout
     answer = json.loads(gated.stdout)
     assert answer["decision"] == "block"

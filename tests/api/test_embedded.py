@@ -246,7 +246,8 @@ def test_demo_keep_leaves_a_service_to_browse_and_says_how(
     assert demo.returncode == 0, demo.stderr
     told = re.search(r"serve --data-dir (\S+)", demo.stdout)
     key = re.search(r"sign in with this reviewer key:[\s│]*(ag_\S+)", demo.stdout)
-    assert told and key, demo.stdout
+    submitter = re.search(r"the submitter key:[\s│]*(ag_\S+)", demo.stdout)
+    assert told and key and submitter, demo.stdout
     folder = Path(told.group(1))
     assert folder.parent == tmp_path and (folder / "assaygate.sqlite3").is_file()
     # Browse it as told: serve the kept folder and read the decisions with the printed key.
@@ -275,6 +276,19 @@ def test_demo_keep_leaves_a_service_to_browse_and_says_how(
         assert len(items) == len(list(EXAMPLES.glob("*.json")))
         assert {c["gate"]["decision"] for c in items} <= {"allow", "hold", "block"}
         assert httpx.get(f"{url}/signin").status_code == 200
+        # The submitter key the demo printed submits against the demo's data (a reviewer's: 403).
+        manifest = json.loads((EXAMPLES / "copperfin-typed-repair.json").read_text())
+        body = {"manifest": manifest, "source_revision": "mine", "plan": {"trials": 5}}
+        for printed, status in ((submitter, 202), (key, 403)):
+            posted = httpx.post(
+                f"{url}/v1/candidates",
+                json=body,
+                headers={
+                    "Authorization": f"Bearer {printed.group(1)}",
+                    "Idempotency-Key": str(status),
+                },
+            )
+            assert posted.status_code == status, posted.text
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)

@@ -56,7 +56,7 @@ def assaygate_calls(path: Path) -> list[list[str]]:
 @pytest.mark.parametrize("name", ["github-actions.yml", "gitlab-ci.yml"])
 def test_the_ci_example_is_valid_yaml_calling_only_the_documented_cli(name: str) -> None:
     calls = assaygate_calls(CI / name)
-    assert {c[0] for c in calls} == {"submit", "gate"}
+    assert {c[0] for c in calls} == {"assay", "submit", "gate"}
     parser = build_parser()
     for words in calls:
         args = parser.parse_args(words)  # raises on an unknown command or flag
@@ -74,7 +74,27 @@ def test_the_github_workflow_keeps_the_dossier_and_gates_the_deploy() -> None:
     assert uploads and uploads[0]["with"]["path"].split() == ["dossier.json", "assaygate-junit.xml"]
     assert uploads[0]["if"] == "always()"
     runs = " ".join(str(s.get("run", "")) for s in jobs["deploy"]["steps"])
-    assert "assaygate gate" in runs
+    assert 'assaygate gate --manifest "$ASSAYGATE_MANIFEST"' in runs, "no hard-coded system"
+    for job in jobs.values():
+        uploads = [s for s in job["steps"] if "upload-artifact" in str(s.get("uses"))]
+        assert uploads and all(u["if"] == "always()" for u in uploads), "reports on every exit"
+
+
+@pytest.mark.parametrize("name", ["github-actions.yml", "gitlab-ci.yml"])
+def test_the_ci_example_has_a_local_assay_job_and_installs_the_extras_asked_for(name: str) -> None:
+    text = (CI / name).read_text()
+    assert "${ASSAYGATE_EXTRAS:+[$ASSAYGATE_EXTRAS]}" in text
+    local = [c for c in assaygate_calls(CI / name) if c[0] == "assay"]
+    assert local and "--junit" in local[0]
+    assert "Running tenant code" in text, "says how a team's code reaches the workers"
+
+
+def test_the_composite_action_sets_up_python_and_takes_extras_by_input() -> None:
+    action = yaml.safe_load((CI / "action" / "action.yml").read_text())
+    steps = action["runs"]["steps"]
+    assert str(steps[0].get("uses", "")).startswith("actions/setup-python")
+    assert {"extras", "python-version"} <= set(action["inputs"])
+    assert steps[-1]["if"] == "always()"
 
 
 def test_the_argo_template_reads_the_gate_endpoint() -> None:

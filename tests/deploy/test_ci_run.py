@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -20,6 +19,7 @@ import pytest
 import xmlschema
 import yaml
 
+from tests.deploy.conftest import fresh_checkout
 from tests.support.embedded import Embedded, embedded_service
 from tests.support.service import ROOT
 
@@ -29,22 +29,6 @@ CI = ROOT / "deploy" / "ci"
 SHA = "4f1c2e9a7b"
 JUNIT_XSD = xmlschema.XMLSchema(ROOT / "tests" / "assets" / "junit-10.xsd")
 EXPRESSION = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
-
-
-def fresh_checkout(dest: Path) -> Path:
-    """The working tree as a clone would hold it: tracked and new files, nothing ignored."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.split(b"\0")
-    for name in filter(None, (n.decode() for n in listed)):
-        source = ROOT / name
-        if source.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / name)
-    return dest
 
 
 @dataclass
@@ -190,7 +174,14 @@ def test_the_composite_action_installs_from_its_checkout_and_reports_the_decisio
     runner: Runner,
 ) -> None:
     action = yaml.safe_load((CI / "action" / "action.yml").read_text())
-    assert set(action["inputs"]) == {"manifest", "url", "api-key", "version"}
+    assert set(action["inputs"]) == {
+        "manifest",
+        "url",
+        "api-key",
+        "version",
+        "extras",
+        "python-version",
+    }
     output = runner.temp / "output.txt"
     output.touch()
     env = github_env(runner, {}, GITHUB_OUTPUT=str(output))
@@ -200,6 +191,7 @@ def test_the_composite_action_installs_from_its_checkout_and_reports_the_decisio
             "inputs.url": runner.service.url,
             "inputs.api-key": runner.service.key,
             "inputs.version": "action-1",
+            "inputs.extras": "",
             "github.action_path": str(runner.checkout / "deploy" / "ci" / "action"),
         }
     )
@@ -227,11 +219,42 @@ def test_the_gitlab_pipeline_from_a_fresh_checkout_assays_and_deploys_an_allowed
         "ASSAYGATE_API_KEY": runner.service.key,
         "CI_COMMIT_SHA": "gitlab-" + SHA,
     }
-    for job in ("assaygate", "deploy"):
+    for job in ("assaygate-local", "assaygate", "deploy"):
         script = "\n".join(gitlab_lines(pipeline[job]["script"]))
         assert runner.shell(script, env) == 0, job
+        for path in pipeline[job]["artifacts"]["paths"]:
+            assert (runner.checkout / path).is_file(), (job, path)
     assert pipeline["assaygate"]["artifacts"]["reports"]["junit"] == "assaygate-junit.xml"
-    for path in pipeline["assaygate"]["artifacts"]["paths"]:
-        assert (runner.checkout / path).is_file()
     assert_junit(runner.checkout / "assaygate-junit.xml")
     assert (runner.checkout / "deployed.txt").read_text().strip() == f"deploying gitlab-{SHA}"
+
+
+def test_the_github_local_assay_job_assays_in_the_job_and_keeps_its_reports(
+    runner: Runner,
+) -> None:
+    workflow = yaml.safe_load((CI / "github-actions.yml").read_text())
+    env = github_env(runner, workflow)
+    assert runner.github_job(workflow["jobs"]["local-assay"]["steps"], env, runner.context({})) == 0
+    assert {p.name for p in runner.uploaded} == {
+        "assaygate-report.json",
+        "assaygate-local-junit.xml",
+    }
+    assert all(p.is_file() for p in runner.uploaded)
+    summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    assert "## Assaygate: ALLOW" in summary
+    assert "**Report:** [assaygate-report.json](assaygate-report.json)" in summary, "relative"
+
+
+def test_the_github_deploy_job_reports_a_gate_error_and_still_uploads_the_junit(
+    runner: Runner,
+) -> None:
+    workflow = yaml.safe_load((CI / "github-actions.yml").read_text())
+    env = github_env(runner, workflow)
+    ctx = runner.context({"github.sha": "never-submitted"})
+    assert runner.github_job(workflow["jobs"]["deploy"]["steps"], env, ctx) == 3
+    (junit,) = runner.uploaded
+    failure = assert_junit(junit).find(".//testcase[@name='gate']/failure")
+    assert failure is not None and failure.get("type") == "error"
+    assert "never-submitted" in (failure.text or "")
+    assert "## Assaygate: ERROR" in Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    assert not (runner.checkout / "deployed.txt").exists()
