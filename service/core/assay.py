@@ -23,6 +23,7 @@ from service.core.pairs import Removal, removal
 from service.core.plan import AssayPlan
 from service.core.report import AssayReport
 from service.core.rng import LCG, derive, stream_key
+from service.core.stopping import Stop, Watch, rule_for
 from service.core.tally import SAMPLES, ShardResult, Tally, violating
 from service.core.target import Target
 
@@ -153,9 +154,11 @@ def run_shard(
     guard: Callable[[FaultSpec], str | None] | None = None,
     namespace: str | None = None,
     honours_keys: bool = True,
+    watch: Watch | None = None,
 ) -> ShardResult:
     """Run a shard's trials into tallies. `honours_keys=False` runs a sandbox whose ledger
-    ignores idempotency keys (a broken world, to show figures come from execution).
+    ignores idempotency keys (a broken world, to show figures come from execution). `watch`: a
+    sequential plan's rule for the shard's one fault, read after every trial.
 
     Over 60 lines on purpose: the per-trial loop is the compiled hot path, kept in one frame."""
     cat = plan.resolve_catalogue()
@@ -202,6 +205,8 @@ def run_shard(
             if tally is None:
                 tally = tallies[spec.id] = Tally()
             extra = threshold is None or derive(sample_key, base + k) < threshold
+            if watch is not None:
+                extra = extra and watch.needs_pairs(tally)
             e, u, te = _one(rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id], extra)
             effects += e
             unsafe += u
@@ -211,6 +216,8 @@ def run_shard(
                 reason = limits.tripped(effects, unsafe, target_errors)
                 if reason is not None:
                     break
+            if watch is not None and watch.done(tally, done):
+                break
     finally:
         gc.set_threshold(*thresholds)
     if reason is not None and reason.startswith("target errors"):
@@ -328,7 +335,10 @@ def run_assay(
 ) -> AssayReport:
     """Run every shard in turn; a tripped stop condition ends the assay (and blocks it).
     `honours_keys`: as for `run_shard`. `fault_done(fault_id, tally, trials_done, total)` is
-    called once each fault's last shard is in (not in paper mode, whose shards mix faults)."""
+    called once each fault's last shard is in (not in paper mode, whose shards mix faults).
+    A sequential plan (`AssayPlan.rule_for`) runs each fault until its rule stops it."""
+    if plan.rule_for(manifest.target.kind) == "sequential":
+        return _run_sequential(manifest, plan, target, progress, limits, honours_keys, fault_done)
     shards = plan_shards(manifest, plan, trials_per_shard)
     total = sum(s.stop - s.start for s in shards)
     last_of = {s.fault_id: s.index for s in shards if s.fault_id is not None}
@@ -365,6 +375,60 @@ def run_assay(
                 used_target_errors=limits.used_target_errors + errors,
             )
     return merge(manifest, plan, [folded], stopped)
+
+
+def _run_sequential(
+    manifest: Manifest,
+    plan: AssayPlan,
+    target: Target | None,
+    progress: Callable[[int, int], None] | None,
+    limits: Limits | None,
+    honours_keys: bool,
+    fault_done: Callable[[str, Tally, int, int], None] | None,
+) -> AssayReport:
+    """Each fault in one shard of at most `plan.trials` trials, ended by its rule: the trials a
+    fault did not need are never run. Progress counts against the fixed plan's total."""
+    faults = plan.faults()
+    total = plan.trials * len(faults)
+    folded = ShardResult(-1, {}, 0)
+    stops: dict[str, Stop] = {}
+    stopped: str | None = None
+    done = 0
+    for i, spec in enumerate(faults):
+        watch = Watch(rule_for(manifest, plan, spec))
+        shard = ShardSpec(i, spec.id, 0, plan.trials)
+        result = run_shard(
+            manifest,
+            plan,
+            shard,
+            target=target,
+            limits=limits,
+            honours_keys=honours_keys,
+            watch=watch,
+        )
+        folded.trials += result.trials
+        tally = result.tallies.get(spec.id) or Tally()
+        folded.tallies[spec.id] = tally
+        if watch.stop is not None:
+            stops[spec.id] = watch.stop
+        elif result.stop_reason is not None:
+            stops[spec.id] = Stop("stopped", result.stop_reason, result.trials)
+        done += plan.trials
+        if progress is not None:
+            progress(done, total)
+        if fault_done is not None:
+            fault_done(spec.id, tally, done, total)
+        if result.stop_reason is not None:
+            stopped = result.stop_reason
+            break
+        if limits is not None:
+            limits = replace(
+                limits,
+                used_effects=limits.used_effects + result.effects,
+                used_unsafe=limits.used_unsafe + result.unsafe,
+                used_target_errors=limits.used_target_errors + tally.all_errors,
+            )
+    return merge(manifest, plan, [folded], stopped, {f: s.view() for f, s in stops.items()})
 
 
 def replay_trial(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from service.core.catalogue import Catalogue, FaultSpec
 from service.core.disturbance import Disturbance
@@ -378,8 +379,14 @@ def _error_causes(tallies: Iterable[Tally]) -> dict[str, tuple[str, ...]]:
 
 
 def merge(
-    manifest: Manifest, plan: AssayPlan, results: Iterable[ShardResult], stopped: str | None = None
+    manifest: Manifest,
+    plan: AssayPlan,
+    results: Iterable[ShardResult],
+    stopped: str | None = None,
+    stops: Mapping[str, JSONObject] | None = None,
 ) -> AssayReport:
+    """`stops`: a sequential plan's per-fault reason for stopping (service/core/stopping.py)."""
+    rule = plan.rule_for(manifest.target.kind)
     cat = plan.resolve_catalogue()
     faults = plan.faults()
     folded, executed, stopped = _fold(results, stopped)
@@ -400,16 +407,27 @@ def merge(
         rm = removal(manifest, spec)
         cf = sensitivity(spec, t, counterfactual(spec, t, rm, plan, manifest), manifest)
         inv = invariants_view(t, severities) if severities else {}
-        results_.append(_fault(spec, t, cf, plan, inv))
+        stop = None if stops is None else stops.get(spec.id)
+        results_.append(replace(_fault(spec, t, cf, plan, inv), stop=stop))
         team_failed = tuple(
             (name, v.severity, v.failed, v.trials)
             for name, v in inv.items()
             if name in predicates and v.failed
         )
         evidence.append(_evidence(spec, t, cf, rm, reported, team_failed))
-    verdict = decide(evidence, manifest.envelope, stopped)
+    # A sequential plan reads its bounds after every trial: the gate's too must be anytime-valid.
+    anytime = float(plan.error) if rule == "sequential" else None
+    verdict = decide(evidence, manifest.envelope, stopped, anytime=anytime)
     visited = {spec.coverage_key() for spec in faults if tallies[spec.id].exercised}
     plan_dump = plan.model_dump(mode="json")
+    # Plan keys added with sequential plans and budgets are written only when set, so a plan that
+    # sets none signs the same bytes as before they existed (the golden dossier).
+    for key, default in (("rule", None), ("error", 0.05), ("max_violation_rate", None)):
+        if plan_dump.get(key) == default:
+            del plan_dump[key]
+    for key in ("max_runs", "max_seconds", "max_tokens", "max_cost"):
+        if plan_dump["stop"].get(key) is None:
+            del plan_dump["stop"][key]
     if isinstance(plan.catalogue, Catalogue):
         plan_dump["catalogue"] = {"version": cat.version}
     return AssayReport(
@@ -436,4 +454,5 @@ def merge(
         target_error_causes=_error_causes(tallies.values()),
         stopped=stopped,
         interpretation=INTERPRETATION,
+        rule=rule,
     )

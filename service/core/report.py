@@ -66,6 +66,8 @@ class FaultResult:
     # Engine targets: whether the matched baselines reach the fault (`not_applicable` when the
     # workload cannot: never a hold), with the evidence.
     applicability: JSONObject | None = None
+    # A sequential plan: why this fault's trials stopped ({"code", "message", "trials"}).
+    stop: JSONObject | None = None
 
     def to_dict(self) -> JSONObject:
         out: JSONObject = {
@@ -100,6 +102,8 @@ class FaultResult:
             out["error_causes"] = {k: list(v) for k, v in self.error_causes.items()}
         if self.applicability is not None:
             out["applicability"] = self.applicability
+        if self.stop is not None:
+            out["stop"] = dict(self.stop)
         return out
 
     @classmethod
@@ -135,6 +139,7 @@ class FaultResult:
             },
             error_causes=causes(d.get("error_causes") or {}),
             applicability=None if d.get("applicability") is None else dict(obj(d["applicability"])),
+            stop=None if d.get("stop") is None else dict(obj(d["stop"])),
         )
 
 
@@ -161,9 +166,12 @@ class AssayReport:
     stopped: str | None
     interpretation: Mapping[str, str]
     target_error_causes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The plan's rule ("fixed" or "sequential"); written only for a sequential plan, so a fixed
+    # plan's report (and the golden dossier) reads as it always did.
+    rule: str = "fixed"
 
     def to_dict(self) -> JSONObject:
-        return {
+        out: JSONObject = {
             "decision": self.decision.value,
             "reasons": [r.view() for r in self.reasons],
             "by_domain": {d: s.to_dict() for d, s in self.by_domain.items()},
@@ -188,6 +196,9 @@ class AssayReport:
             "stopped": self.stopped,
             "interpretation": dict(self.interpretation),
         }
+        if self.rule != "fixed":
+            out["rule"] = self.rule
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> AssayReport:
@@ -215,4 +226,5 @@ class AssayReport:
             target_error_causes=causes(errors.get("causes") or {}),
             stopped=None if stopped is None else str(stopped),
             interpretation={str(k): str(v) for k, v in obj(d.get("interpretation") or {}).items()},
+            rule=str(d.get("rule", "fixed")),
         )
