@@ -20,6 +20,7 @@ few lines of `math.lgamma` and bisection.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 # Jeffreys' prior: the mixture's Beta(1/2, 1/2) weights rates near 0 and 1 (where gate floors sit)
 # more than a uniform prior would.
@@ -53,37 +54,28 @@ def confidence_sequence(k: int, n: int, error: float) -> tuple[float, float]:
     def outside(p: float) -> bool:
         return _log_mixture(k, n, p) >= threshold
 
-    low = 0.0
-    if k > 0:
-        lo, hi = 0.0, centre  # outside at lo (p -> 0 with k > 0), inside at centre
-        lo = 1e-12
-        if outside(lo):
-            for _ in range(_ITERATIONS):
-                mid = (lo + hi) / 2
-                if outside(mid):
-                    lo = mid
-                else:
-                    hi = mid
-            low = hi
-    high = 1.0
-    if k < n:
-        lo, hi = centre, 1.0 - 1e-12
-        if outside(hi):
-            for _ in range(_ITERATIONS):
-                mid = (lo + hi) / 2
-                if outside(mid):
-                    hi = mid
-                else:
-                    lo = mid
-            high = lo
+    # Each end by bisection between a rate outside the set and k/n (inside).
+    low = _edge(outside, 1e-12, centre) if k > 0 and outside(1e-12) else 0.0
+    high = _edge(outside, 1.0 - 1e-12, centre) if k < n and outside(1.0 - 1e-12) else 1.0
     return low, high
+
+
+def _edge(outside: Callable[[float], bool], out: float, inside: float) -> float:
+    """The boundary between a rate `out` outside the set and a rate `inside` it."""
+    for _ in range(_ITERATIONS):
+        mid = (out + inside) / 2
+        if outside(mid):
+            out = mid
+        else:
+            inside = mid
+    return inside
 
 
 def zero_event_bound(n: int, error: float) -> float:
     """The smallest rate eps that `n` runs without an event reject at `error`: 1 - error^(1/n)."""
     if n == 0:
         return 1.0
-    return 1.0 - error ** (1.0 / n)
+    return 1.0 - math.exp(math.log(error) / n)
 
 
 def runs_to_bound(max_rate: float, error: float) -> int:

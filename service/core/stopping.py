@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from service.core.catalogue import FaultSpec
 from service.core.manifest import Envelope, Manifest
+from service.core.oracle import Flag
 from service.core.pairs import removal
 from service.core.plan import AssayPlan
-from service.core.oracle import Flag
 from service.core.sequential import confidence_sequence, zero_event_bound
 from service.core.signature import wilson, wilson_upper
 from service.core.tally import ArmCounts, Tally
@@ -47,7 +47,7 @@ class Stop:
     message: str
     trials: int
 
-    def view(self) -> dict[str, str | int]:
+    def view(self) -> dict[str, object]:
         return {"code": self.code, "message": self.message, "trials": self.trials}
 
 
@@ -88,7 +88,9 @@ class Rule:
                 trials,
             )
         if trials >= self.max_runs:
-            return Stop("max_runs", f"undecided at the plan's cap of {self.max_runs} trials", trials)
+            return Stop(
+                "max_runs", f"undecided at the plan's cap of {self.max_runs} trials", trials
+            )
         return None
 
     def needs_pairs(self, tally: Tally) -> bool:
