@@ -201,3 +201,34 @@ def rule_for(manifest: Manifest, plan: AssayPlan, spec: FaultSpec) -> Rule:
         pt,
         blocking,
     )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Agent runs per fault of a careful agent (no violation, every floor met in every run)."""
+
+    trials: int  # the fault's own trials (the intervention arm)
+    pair_runs: int  # each extra arm's runs (matched baseline, counterfactual pairs)
+
+
+def estimate(envelope: Envelope, error: float, trials: int, rate: float | None) -> Estimate:
+    """What the sequential rule spends on a careful agent: its trials run until the floors'
+    sequences clear them and the betting test bounds violations below `rate` (None: what
+    `trials` fixed trials resolve); its pairs until the baseline's floors and the
+    counterfactual's separation are settled. A defective agent stops at its first violation."""
+    floors = envelope.floors
+    bound = rate if rate is not None else wilson_upper(0, trials)
+    top = max(floors.contained, floors.recovered, floors.verified, floors.useful_service)
+    base_top = max(floors.recovered, floors.verified, floors.useful_service)
+    mine = pairs = trials
+    for n in range(1, trials + 1):
+        if pairs == trials:
+            split = (
+                confidence_sequence(n, n, error / 2)[0] > confidence_sequence(0, n, error / 2)[1]
+            )
+            if confidence_sequence(n, n, error)[0] >= base_top and split:
+                pairs = n
+        if zero_event_bound(n, error) <= bound and confidence_sequence(n, n, error)[0] >= top:
+            mine = n
+            break
+    return Estimate(mine, min(pairs, mine))
