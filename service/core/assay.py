@@ -23,6 +23,7 @@ from service.core.pairs import Removal, removal
 from service.core.plan import AssayPlan
 from service.core.report import AssayReport
 from service.core.rng import LCG, derive, stream_key
+from service.core.spend import Meter
 from service.core.stopping import Stop, Watch, rule_for
 from service.core.tally import SAMPLES, ShardResult, Tally, violating
 from service.core.target import Target
@@ -155,10 +156,12 @@ def run_shard(
     namespace: str | None = None,
     honours_keys: bool = True,
     watch: Watch | None = None,
+    meter: Meter | None = None,
 ) -> ShardResult:
     """Run a shard's trials into tallies. `honours_keys=False` runs a sandbox whose ledger
     ignores idempotency keys (a broken world, to show figures come from execution). `watch`: a
-    sequential plan's rule for the shard's one fault, read after every trial.
+    sequential plan's rule for the shard's one fault, read after every trial. `meter`: what
+    the trials spend, checked against the plan's budgets after every trial.
 
     Over 60 lines on purpose: the per-trial loop is the compiled hot path, kept in one frame."""
     cat = plan.resolve_catalogue()
@@ -207,13 +210,21 @@ def run_shard(
             extra = threshold is None or derive(sample_key, base + k) < threshold
             if watch is not None:
                 extra = extra and watch.needs_pairs(tally)
-            e, u, te = _one(rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id], extra)
+            if meter is not None:
+                meter.mark()
+            e, u, te = _one(
+                rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id], extra, meter
+            )
             effects += e
             unsafe += u
             target_errors += te
             done += 1
             if limits is not None:
                 reason = limits.tripped(effects, unsafe, target_errors)
+                if reason is not None:
+                    break
+            if meter is not None:
+                reason = meter.exceeded(plan.stop)
                 if reason is not None:
                     break
             if watch is not None and watch.done(tally, done):
@@ -237,6 +248,7 @@ def _one(
     skey: int,
     rm: Removal,
     extra: bool = True,
+    meter: Meter | None = None,
 ) -> tuple[int, int, int]:
     """Run one trial's arms into the tally; return effects, unsafe escapes and target errors.
 
@@ -250,6 +262,10 @@ def _one(
     """
     tally.planned += 1
     rec = run_trial(rt, spec, wkey, skey)
+    if meter is not None:
+        meter.add(spec.id, "intervention", 1, rec.usage)
+        if rec.sensitivity is not None:
+            meter.add(spec.id, "sensitivity", 1, (0, 0.0))
     tally.sandbox_refusals += len(rec.world.refusals)
     tally.injector_refusals += len(rec.refusals)
     effects = rec.outcome.effects
@@ -274,6 +290,8 @@ def _one(
             tally.storm.add(rec.storm)
     if extra and plan.matched_baseline:
         base = run_trial(rt, None, wkey, skey)
+        if meter is not None:
+            meter.add(spec.id, "baseline", 1, base.usage)
         effects += base.outcome.effects
         if base.target_error is not None:
             tally.baseline_errors += 1
@@ -287,6 +305,8 @@ def _one(
     if extra and plan.counterfactuals and rec.exercised and graded:
         for arm, removed in rm.pairs():
             cf = run_trial(rt, spec, wkey, skey, removed)
+            if meter is not None:
+                meter.add(spec.id, arm, 1, cf.usage)
             effects += cf.outcome.effects
             tally.counterfactual_runs += 1
             if cf.target_error is not None:
@@ -332,13 +352,18 @@ def run_assay(
     limits: Limits | None = None,
     honours_keys: bool = True,
     fault_done: Callable[[str, Tally, int, int], None] | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> AssayReport:
     """Run every shard in turn; a tripped stop condition ends the assay (and blocks it).
     `honours_keys`: as for `run_shard`. `fault_done(fault_id, tally, trials_done, total)` is
     called once each fault's last shard is in (not in paper mode, whose shards mix faults).
-    A sequential plan (`AssayPlan.rule_for`) runs each fault until its rule stops it."""
+    A sequential plan (`AssayPlan.rule_for`) runs each fault until its rule stops it. `clock`
+    (seconds; else the limits') times the runs for the report's spend and `max_seconds`."""
+    meter = Meter(clock if clock is not None or limits is None else limits.clock)
     if plan.rule_for(manifest.target.kind) == "sequential":
-        return _run_sequential(manifest, plan, target, progress, limits, honours_keys, fault_done)
+        return _run_sequential(
+            manifest, plan, target, progress, limits, honours_keys, fault_done, meter
+        )
     shards = plan_shards(manifest, plan, trials_per_shard)
     total = sum(s.stop - s.start for s in shards)
     last_of = {s.fault_id: s.index for s in shards if s.fault_id is not None}
@@ -348,7 +373,13 @@ def run_assay(
     stopped: str | None = None
     for shard in shards:
         result = run_shard(
-            manifest, plan, shard, target=target, limits=limits, honours_keys=honours_keys
+            manifest,
+            plan,
+            shard,
+            target=target,
+            limits=limits,
+            honours_keys=honours_keys,
+            meter=meter,
         )
         folded.trials += result.trials
         for fid, tally in result.tallies.items():
@@ -374,7 +405,7 @@ def run_assay(
                 used_unsafe=limits.used_unsafe + result.unsafe,
                 used_target_errors=limits.used_target_errors + errors,
             )
-    return merge(manifest, plan, [folded], stopped)
+    return merge(manifest, plan, [folded], stopped, spend=meter.view("fixed"))
 
 
 def _run_sequential(
@@ -385,6 +416,7 @@ def _run_sequential(
     limits: Limits | None,
     honours_keys: bool,
     fault_done: Callable[[str, Tally, int, int], None] | None,
+    meter: Meter,
 ) -> AssayReport:
     """Each fault in one shard of at most `plan.trials` trials, ended by its rule: the trials a
     fault did not need are never run. Progress counts against the fixed plan's total."""
@@ -405,6 +437,7 @@ def _run_sequential(
             limits=limits,
             honours_keys=honours_keys,
             watch=watch,
+            meter=meter,
         )
         folded.trials += result.trials
         tally = result.tallies.get(spec.id) or Tally()
@@ -428,7 +461,8 @@ def _run_sequential(
                 used_unsafe=limits.used_unsafe + result.unsafe,
                 used_target_errors=limits.used_target_errors + tally.all_errors,
             )
-    return merge(manifest, plan, [folded], stopped, {f: s.view() for f, s in stops.items()})
+    stop_views = {f: s.view() for f, s in stops.items()}
+    return merge(manifest, plan, [folded], stopped, stop_views, meter.view("sequential"))
 
 
 def replay_trial(

@@ -120,7 +120,10 @@ def decide(
     """Every reason the evidence gives, then the worst severity among them (`allow`: none).
     `anytime`: the error of a sequential plan, whose violation bound is the betting test's."""
     reasons: list[Reason] = []
-    if stopped:
+    if stopped and stopped.startswith("budget:"):
+        # The team's own budget ran out: the evidence is unfinished, which holds (never allows).
+        reasons.append(Reason("budget", f"the assay stopped: {stopped}", None, HOLD))
+    elif stopped:
         reasons.append(Reason("stopped", f"the assay stopped: {stopped}", None, BLOCK))
     if not faults:
         reasons.append(Reason("no_evidence", "no fault was assayed", None, HOLD))

@@ -384,8 +384,10 @@ def merge(
     results: Iterable[ShardResult],
     stopped: str | None = None,
     stops: Mapping[str, JSONObject] | None = None,
+    spend: JSONObject | None = None,
 ) -> AssayReport:
-    """`stops`: a sequential plan's per-fault reason for stopping (service/core/stopping.py)."""
+    """`stops`: a sequential plan's per-fault reason for stopping (service/core/stopping.py);
+    `spend`: what the runs cost (service/core/spend.py `Meter.view`)."""
     rule = plan.rule_for(manifest.target.kind)
     cat = plan.resolve_catalogue()
     faults = plan.faults()
@@ -408,7 +410,8 @@ def merge(
         cf = sensitivity(spec, t, counterfactual(spec, t, rm, plan, manifest), manifest)
         inv = invariants_view(t, severities) if severities else {}
         stop = None if stops is None else stops.get(spec.id)
-        results_.append(replace(_fault(spec, t, cf, plan, inv), stop=stop))
+        spent = _fault_spend(spend, spec.id)
+        results_.append(replace(_fault(spec, t, cf, plan, inv), stop=stop, spend=spent))
         team_failed = tuple(
             (name, v.severity, v.failed, v.trials)
             for name, v in inv.items()
@@ -455,4 +458,15 @@ def merge(
         stopped=stopped,
         interpretation=INTERPRETATION,
         rule=rule,
+        spend=None if spend is None else {k: v for k, v in spend.items() if k != "faults"},
     )
+
+
+def _fault_spend(spend: JSONObject | None, fault: str) -> JSONObject | None:
+    if spend is None:
+        return None
+    faults = spend.get("faults")
+    if not isinstance(faults, Mapping):
+        return None
+    mine = faults.get(fault)
+    return dict(mine) if isinstance(mine, Mapping) else None

@@ -68,6 +68,8 @@ class FaultResult:
     applicability: JSONObject | None = None
     # A sequential plan: why this fault's trials stopped ({"code", "message", "trials"}).
     stop: JSONObject | None = None
+    # Agent runs, seconds, tokens and cost per arm of this fault (service/core/spend.py).
+    spend: JSONObject | None = None
 
     def to_dict(self) -> JSONObject:
         out: JSONObject = {
@@ -104,6 +106,8 @@ class FaultResult:
             out["applicability"] = self.applicability
         if self.stop is not None:
             out["stop"] = dict(self.stop)
+        if self.spend is not None:
+            out["spend"] = dict(self.spend)
         return out
 
     @classmethod
@@ -140,6 +144,7 @@ class FaultResult:
             error_causes=causes(d.get("error_causes") or {}),
             applicability=None if d.get("applicability") is None else dict(obj(d["applicability"])),
             stop=None if d.get("stop") is None else dict(obj(d["stop"])),
+            spend=None if d.get("spend") is None else dict(obj(d["spend"])),
         )
 
 
@@ -169,6 +174,8 @@ class AssayReport:
     # The plan's rule ("fixed" or "sequential"); written only for a sequential plan, so a fixed
     # plan's report (and the golden dossier) reads as it always did.
     rule: str = "fixed"
+    # The rule and what each arm spent: {"rule", "total", "arms"} (service/core/spend.py).
+    spend: JSONObject | None = None
 
     def to_dict(self) -> JSONObject:
         out: JSONObject = {
@@ -198,6 +205,8 @@ class AssayReport:
         }
         if self.rule != "fixed":
             out["rule"] = self.rule
+        if self.spend is not None:
+            out["spend"] = dict(self.spend)
         return out
 
     @classmethod
@@ -227,4 +236,5 @@ class AssayReport:
             stopped=None if stopped is None else str(stopped),
             interpretation={str(k): str(v) for k, v in obj(d.get("interpretation") or {}).items()},
             rule=str(d.get("rule", "fixed")),
+            spend=None if d.get("spend") is None else dict(obj(d["spend"])),
         )
