@@ -405,7 +405,19 @@ def run_assay(
                 used_unsafe=limits.used_unsafe + result.unsafe,
                 used_target_errors=limits.used_target_errors + errors,
             )
-    return merge(manifest, plan, [folded], stopped, spend=meter.view("fixed"))
+    # Spend is timing, not a figure: reported when the runs were timed or budgeted, so an untimed
+    # assay still equals the merge of its shards key for key.
+    budgeted = any(
+        v is not None
+        for v in (
+            plan.stop.max_runs,
+            plan.stop.max_seconds,
+            plan.stop.max_tokens,
+            plan.stop.max_cost,
+        )
+    )
+    spend = meter.view("fixed") if meter.clock is not None or budgeted else None
+    return merge(manifest, plan, [folded], stopped, spend=spend)
 
 
 def _run_sequential(

@@ -32,6 +32,7 @@ from service.core.injector import Injector
 from service.core.manifest import Manifest
 from service.core.oracle import Outcome
 from service.core.rng import Stream
+from service.core.spend import usage_of
 from service.core.world import Workload, World
 from service.mcp import grading
 from service.mcp.cel import Compiled, Evaluator, compile_invariants
@@ -420,6 +421,7 @@ class McpEngine:
         storm = grading.storm_observation(spec, state) if exercised else None
         rec = TrialRecord(outcome, exercised, inj.receipts, tally.error, storm, None, w, World(w))
         rec.refusals = inj.refusals
+        rec.usage = usage_of(claims)
         rec.invariants = tuple(sorted(name for name, ok in results.items() if not ok))
         rec.sample = {
             "task": task,
