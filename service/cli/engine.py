@@ -16,7 +16,7 @@ from service.core.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.contract_catalogue import catalogue_for
 from service.core.errors import ManifestInvalid, PlanInvalid
 from service.core.manifest import Manifest, parse_manifest_json
-from service.core.plan import AssayPlan, parse_plan
+from service.core.plan import AssayPlan, parse_plan, validate_plan
 from service.core.report import FaultResult
 from service.core.tally import Tally
 from service.net.egress import EgressPolicy
@@ -229,7 +229,7 @@ def build_plan(args: argparse.Namespace, manifest: Manifest | None = None) -> As
     if budgets:
         data["stop"] = budgets
     if isinstance(catalogue, Catalogue):
-        plan = AssayPlan.model_validate({**data, "catalogue": catalogue})
+        plan = validate_plan({**data, "catalogue": catalogue})
         plan.faults()
         plan.rule_for("reference")
         return plan

@@ -139,14 +139,19 @@ def parse_plan(data: object) -> AssayPlan:
         return AssayPlan()
     if not isinstance(data, dict):
         raise PlanInvalid("must be a JSON object", field="plan")
+    plan = validate_plan(data)
+    plan.faults()  # unknown families and modes fail here, before anything is stored
+    plan.rule_for("reference")  # and a sequential paper plan
+    return plan
+
+
+def validate_plan(data: dict[str, object]) -> AssayPlan:
+    """`data` as a plan, or PlanInvalid naming the first bad field and its rule."""
     try:
-        plan = AssayPlan.model_validate(data)
+        return AssayPlan.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "plan"
         if err["type"] == "extra_forbidden":
             raise PlanInvalid("unknown key in plan", field=field) from None
         raise PlanInvalid(err["msg"], field=field) from None
-    plan.faults()  # unknown families and modes fail here, before anything is stored
-    plan.rule_for("reference")  # and a sequential paper plan
-    return plan
