@@ -101,8 +101,10 @@ class ShardSpec:
 def plan_shards(
     manifest: Manifest, plan: AssayPlan, trials_per_shard: int = 250
 ) -> list[ShardSpec]:
-    del manifest  # shards depend on the plan alone; the signature keeps callers uniform
     size = max(1, trials_per_shard)
+    if plan.rule_for(manifest.target.kind) == "sequential":
+        # A sequential fault stops on its own tally: it is one shard, whatever the shard size.
+        size = plan.trials
     shards: list[ShardSpec] = []
     if plan.paper:
         plan.faults()

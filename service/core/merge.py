@@ -33,6 +33,8 @@ from service.core.pairs import (
 from service.core.plan import AssayPlan
 from service.core.report import AssayReport, FaultResult
 from service.core.signature import newcombe, wilson
+from service.core.spend import from_views
+from service.core.stopping import Stop, rule_for
 from service.core.tally import ArmCounts, ShardResult, StormTally, Tally, add_cause
 
 INTERPRETATION = {
@@ -391,7 +393,13 @@ def merge(
     rule = plan.rule_for(manifest.target.kind)
     cat = plan.resolve_catalogue()
     faults = plan.faults()
+    results = list(results)
     folded, executed, stopped = _fold(results, stopped)
+    if spend is None and any(r.spend for r in results):
+        # A worker's shards: their stored spend, summed.
+        spend = from_views(r.spend for r in results).view(rule)
+    if stops is None and rule == "sequential":
+        stops = _stops(manifest, plan, folded, stopped)
     tallies = {f.id: folded.get(f.id) or Tally() for f in faults}
     tallies.update({fid: t for fid, t in folded.items() if fid not in tallies})
     severities, predicates = _severities(manifest)
@@ -460,6 +468,24 @@ def merge(
         rule=rule,
         spend=None if spend is None else {k: v for k, v in spend.items() if k != "faults"},
     )
+
+
+def _stops(
+    manifest: Manifest, plan: AssayPlan, tallies: Mapping[str, Tally], stopped: str | None
+) -> dict[str, JSONObject]:
+    """Why each fault of a sequential plan stopped, read again from its tally: the rule is a
+    function of the tally, so a worker's shard need not carry it (a shard cut short by a stop
+    condition or a budget says so instead)."""
+    out: dict[str, JSONObject] = {}
+    for spec in plan.faults():
+        t = tallies.get(spec.id)
+        if t is None:
+            continue
+        stop = rule_for(manifest, plan, spec).step(t, t.planned)
+        if stop is None:
+            stop = Stop("stopped", stopped or "the fault's shard did not finish", t.planned)
+        out[spec.id] = stop.view()
+    return out
 
 
 def _fault_spend(spend: JSONObject | None, fault: str) -> JSONObject | None:

@@ -64,6 +64,8 @@ class Meter:
 
     clock: Callable[[], float] | None = None
     faults: dict[str, dict[str, ArmSpend]] = field(default_factory=dict)
+    # What earlier shards of the assay spent (a worker's shard counts against the whole budget).
+    used: ArmSpend = field(default_factory=ArmSpend)
     _last: float = 0.0
 
     def mark(self) -> None:
@@ -92,6 +94,7 @@ class Meter:
     def exceeded(self, stop: StopConditions) -> str | None:
         """The first budget the spend is over, as a `budget: ...` stop reason, or None."""
         t = self.total()
+        t.add(self.used)
         for limit, used, what in (
             (stop.max_runs, t.runs, "agent runs"),
             (stop.max_seconds, t.seconds, "seconds"),
@@ -117,3 +120,35 @@ class Meter:
                 for fault, by_arm in self.faults.items()
             },
         }
+
+
+def from_views(views: Iterable[Mapping[str, object] | None]) -> Meter:
+    """Shards' stored spend (`Meter.view(...)["faults"]`) summed into one meter."""
+    meter = Meter()
+    for view in views:
+        if not view:
+            continue
+        for fault, arms in view.items():
+            if not isinstance(arms, Mapping):
+                continue
+            for arm, s in arms.items():
+                if not isinstance(s, Mapping):
+                    continue
+                spent = meter.faults.setdefault(fault, {}).setdefault(arm, ArmSpend())
+                spent.add(
+                    ArmSpend(
+                        _int(s.get("runs")),
+                        _float(s.get("seconds")),
+                        _int(s.get("tokens")),
+                        _float(s.get("cost")),
+                    )
+                )
+    return meter
+
+
+def _int(x: object) -> int:
+    return int(x) if isinstance(x, (int, float)) else 0
+
+
+def _float(x: object) -> float:
+    return float(x) if isinstance(x, (int, float)) else 0.0
