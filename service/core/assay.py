@@ -212,6 +212,7 @@ def run_shard(
             extra = threshold is None or derive(sample_key, base + k) < threshold
             if watch is not None:
                 extra = extra and watch.needs_pairs(tally)
+                watch.steer(rt.engine, tally)
             if meter is not None:
                 meter.mark()
             e, u, te = _one(

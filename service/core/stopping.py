@@ -155,6 +155,12 @@ class Rule:
         iv_high = confidence_sequence(iv.count(self.predicted), iv.n, self.error / 2)[1]
         return off_low > iv_high
 
+    def sensitivity_settled(self, tally: Tally) -> bool:
+        """The naive agent has shown the predicted violation (or the fault predicts none)."""
+        naive = tally.arms.get("sensitivity")
+        predicted = self.predicted_transfer
+        return predicted is None or (naive is not None and naive.count(predicted) > 0)
+
     def _sensitivity(self, tally: Tally) -> bool:
         """The naive agent's pair (engine targets) is valid once it has shown the violation."""
         naive = tally.arms.get("sensitivity")
@@ -179,6 +185,12 @@ class Watch:
 
     def needs_pairs(self, tally: Tally) -> bool:
         return self.rule.needs_pairs(tally)
+
+    def steer(self, target: object, tally: Tally) -> None:
+        """Tell an engine target (`sensitivity` attribute) whether the next trial still needs
+        the sensitivity pair's naive run."""
+        if hasattr(target, "sensitivity"):
+            target.sensitivity = not self.rule.sensitivity_settled(tally)
 
 
 def rule_for(manifest: Manifest, plan: AssayPlan, spec: FaultSpec) -> Rule:

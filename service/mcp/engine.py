@@ -121,6 +121,10 @@ class McpEngine:
         # The last fault run per workload (its matched baseline follows), and the last trial's
         # calls (the baseline's, to tell whether they reach the fault).
         self._matched: tuple[int, FaultSpec] | None = None
+        # Whether an intervention also runs the naive agent of the sensitivity pair. A sequential
+        # plan turns it off once the pair has shown its violation (service/core/stopping.py):
+        # one sighting is all the pair's verdict reads.
+        self.sensitivity = True
         self._last_calls: list[dict[str, Any]] = []
         self._prefix = f"{int(time.time() * 1000) % 10**9:x}"
         self._loop = Loop()
@@ -218,6 +222,7 @@ class McpEngine:
             and spec.predicted_transfer is not None
             and not disabled
             and rec.exercised
+            and self.sensitivity
         ):
             naive = self._loop.run(self._trial(spec, workload_key, disabled, n, naive=True), budget)
             rec.sensitivity = naive.outcome
