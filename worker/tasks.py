@@ -35,6 +35,8 @@ from service.core.execution import runs_code
 from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan
 from service.core.secret import SecretsKey
+from service.core.spend import ArmSpend, Meter
+from service.core.stopping import Watch, rule_for
 from service.core.target import Target
 from service.db.assay import (
     AssayInputs,
@@ -415,9 +417,23 @@ def run_guarded(
     guard = injection_guard(scope, time.time)
     if isinstance(target, TrialEngine) and hasattr(target, "guard"):
         target.guard = guard  # an engine's injector checks this assay's credential too
+    manifest, plan = parsed.manifest, parsed.plan
+    rule = plan.rule_for(manifest.target.kind)
+    # The plan's rule and budgets hold here as in the local CLI: a sequential fault (one shard)
+    # stops on its own tally; budgets count what the assay's stored shards already spent.
+    watch = None
+    if rule == "sequential" and spec.fault_id is not None:
+        fault = plan.resolve_catalogue().by_id(spec.fault_id)
+        watch = Watch(rule_for(manifest, plan, fault))
+
+    def spent() -> ArmSpend:
+        with Session(ctx.engine) as session:
+            return shards.spent(session, assay_id)
+
+    meter = Meter(time.monotonic, used=retrying(ctx, "read the spend", ids, spent))
     result = run_shard(
-        parsed.manifest,
-        parsed.plan,
+        manifest,
+        plan,
         spec,
         should_stop=ctx.stop_flag(assay_id),
         target=target,
@@ -425,7 +441,11 @@ def run_guarded(
         guard=guard,
         namespace=scope.namespace,
         concurrency=ctx.settings.worker_slots,
+        watch=watch,
+        meter=meter,
     )
+    faults = meter.view(rule)["faults"]
+    result.spend = dict(faults) if isinstance(faults, dict) else None
     if result.stop_reason == "aborted":
         # Say why, in the words the abort was recorded with.
         def why() -> str | None:

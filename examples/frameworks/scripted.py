@@ -19,6 +19,8 @@ from collections.abc import Generator
 from typing import Any
 
 Call = tuple[str, dict[str, Any]]
+# The tokens each scripted model turn reports as its usage, as a real model's reply does.
+TOKENS_PER_TURN = 100
 # Not a tool: the policy backs off before its next call (`next_step` sleeps on a new turn).
 WAIT = "__wait__"
 Policy = Generator[Call, Any, dict[str, Any]]

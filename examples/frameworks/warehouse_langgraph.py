@@ -18,7 +18,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from examples.frameworks.scripted import next_step
+from examples.frameworks.scripted import TOKENS_PER_TURN, next_step
 
 
 def _parsed(content: Any) -> Any:
@@ -44,12 +44,21 @@ class ScriptedModel(BaseChatModel):
         task = json.loads(str(messages[0].content))
         replies = [_parsed(m.content) for m in messages if isinstance(m, ToolMessage)]
         step = next_step(self.policy, task, replies)
+        # Each turn reports the usage a real model would (a fixed count: TOKENS_PER_TURN), which
+        # the runner reads for the assay's spend and token budget.
+        usage = {
+            "input_tokens": TOKENS_PER_TURN - 20,
+            "output_tokens": 20,
+            "total_tokens": TOKENS_PER_TURN,
+        }
         if isinstance(step, dict):
-            message = AIMessage(content=json.dumps(step))
+            message = AIMessage(content=json.dumps(step), usage_metadata=usage)
         else:
             tool, args = step
             message = AIMessage(
-                content="", tool_calls=[{"name": tool, "args": args, "id": f"call_{len(replies)}"}]
+                content="",
+                tool_calls=[{"name": tool, "args": args, "id": f"call_{len(replies)}"}],
+                usage_metadata=usage,
             )
         return ChatResult(generations=[ChatGeneration(message=message)])
 

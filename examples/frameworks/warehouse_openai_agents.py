@@ -20,7 +20,7 @@ from openai.types.responses import (
 )
 from pydantic import BaseModel
 
-from examples.frameworks.scripted import next_step
+from examples.frameworks.scripted import TOKENS_PER_TURN, next_step
 
 set_tracing_disabled(True)  # no network: nothing is exported
 
@@ -95,7 +95,15 @@ class ScriptedModel(Model):
                     status="completed",
                 )
             ]
-        return ModelResponse(output=output, usage=Usage(), response_id=None)
+        # The usage a real model reports per turn; the SDK sums it into
+        # `result.context_wrapper.usage`, which the runner reads for the assay's spend.
+        usage = Usage(
+            requests=1,
+            input_tokens=TOKENS_PER_TURN - 20,
+            output_tokens=20,
+            total_tokens=TOKENS_PER_TURN,
+        )
+        return ModelResponse(output=output, usage=usage, response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         raise NotImplementedError("the scripted model does not stream")

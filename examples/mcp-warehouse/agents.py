@@ -11,6 +11,11 @@ keep-alive HTTP client across runs.
               action id as the idempotency key, reads every effect back, denies on revocation
     blind     commit-blind retry: a fresh key on every attempt, retries on any error
     claimer   claims a shipment it never made
+
+A real agent asks a model before each step. `WAREHOUSE_MODEL_MS=200` makes each tool call wait
+that long first (a simulated model turn, for bench/agent_latency.py); every claim reports the
+run's usage, `{"tokens": TOKENS_PER_STEP per call, "cost": ...}`, as a model-backed agent would,
+for the assay's spend and budgets.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import httpx2
@@ -38,6 +44,28 @@ PROTOCOL = "2026-07-28"
 # (about 15 ms, more than the rest of a run's client setup).
 _TLS = ssl.create_default_context()
 _TIMEOUT = httpx2.Timeout(30.0, read=300.0)
+# A simulated model: tokens a step's turn uses and their price (USD per token).
+TOKENS_PER_STEP = 250
+PRICE_PER_TOKEN = 2e-6
+# The steps of the run in progress (one list per run, so threads of the python runner keep apart).
+_STEPS: ContextVar[list[int] | None] = ContextVar("steps", default=None)
+
+
+def model_ms() -> float:
+    try:
+        return max(0.0, float(os.environ.get("WAREHOUSE_MODEL_MS", "0")))
+    except ValueError:
+        return 0.0
+
+
+async def metered(agent: Any, client: Client, task: dict[str, Any]) -> dict[str, Any]:
+    """Run `agent` and add the run's usage to its claim."""
+    steps = [0]
+    _STEPS.set(steps)
+    claim: dict[str, Any] = await agent(client, task)
+    tokens = steps[0] * TOKENS_PER_STEP
+    claim["usage"] = {"tokens": tokens, "cost": round(tokens * PRICE_PER_TOKEN, 6)}
+    return claim
 
 
 @asynccontextmanager
@@ -69,6 +97,12 @@ def reply(r: Any) -> Any:
 
 
 async def call(client: Client, tool: str, args: dict[str, Any]) -> Any:
+    steps = _STEPS.get()
+    if steps is not None:
+        steps[0] += 1
+    wait = model_ms()
+    if wait:
+        await asyncio.sleep(wait / 1000)  # the model deciding this step
     try:
         return reply(await client.call_tool(tool, args))
     except Exception:
@@ -175,10 +209,10 @@ async def main(name: str, stdio: bool) -> None:
             env={**os.environ, "ASSAYGATE_MCP_URL": url},
         )
         async with Client(server, cache=None) as client:
-            claim = await AGENTS[name](client, task)
+            claim = await metered(AGENTS[name], client, task)
     else:
         async with connect(url) as client:
-            claim = await AGENTS[name](client, task)
+            claim = await metered(AGENTS[name], client, task)
     print(json.dumps(claim), flush=True)
 
 
@@ -202,7 +236,7 @@ def run(task: dict[str, Any], mcp_url: str, name: str = "careful") -> dict[str, 
         if _WORKER.http is None:
             _WORKER.http = httpx2.AsyncClient(verify=_TLS, timeout=_TIMEOUT)
         async with connect(mcp_url, _WORKER.http) as client:
-            return await AGENTS[name](client, task)
+            return await metered(AGENTS[name], client, task)
 
     return _WORKER.runner.run(go())
 

@@ -7,13 +7,22 @@ the caller owns the transaction (`session_scope`).
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from sqlmodel import Session
 
 from service.core.assay import Limits, ShardResult
-from service.db.assay import AssayInputs, ShardStart, Stored, begin_shard, store_shard_result
+from service.core.spend import ArmSpend, from_views
+from service.db.assay import (
+    AssayInputs,
+    ShardStart,
+    Stored,
+    begin_shard,
+    store_shard_result,
+    stored_spend,
+)
 from service.db.injector import (
     InjectorState,
     add_totals,
@@ -50,6 +59,11 @@ def limits(state: InjectorState, clock: Callable[[], float] = time.time) -> Limi
         deadline=float(deadline) if deadline is not None else None,
         clock=clock,
     )
+
+
+def spent(session: Session, assay_id: uuid.UUID) -> ArmSpend:
+    """What the assay's stored shards spent: the budgets' starting point for the next shard."""
+    return from_views(stored_spend(session, assay_id)).total()
 
 
 def refuse_credential(

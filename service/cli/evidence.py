@@ -19,14 +19,28 @@ def register(sub: Any) -> None:
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("plan", help="trials needed to establish a maximum violation rate")
+    p = sub.add_parser(
+        "plan",
+        help="trials needed to establish a maximum violation rate, or (--trials) the agent runs "
+        "of the fixed and the sequential plan",
+    )
     p.add_argument(
         "--max-violation-rate",
         type=float,
-        required=True,
+        default=None,
         metavar="RATE",
         help="the violation rate to rule out, as a fraction: 0.005 is 0.5 %%",
     )
+    p.add_argument(
+        "--trials", type=int, default=None, help="trials per fault: estimate both plans' runs"
+    )
+    p.add_argument(
+        "--pairs",
+        type=int,
+        default=2,
+        help="extra runs per trial (matched baseline, counterfactual pairs; default 2)",
+    )
+    p.add_argument("--error", type=float, default=0.05, help="the sequential plan's error, as a fraction (default 0.05)")
     p.add_argument(
         "--confidence",
         type=float,
@@ -103,6 +117,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from service.core.signature import trials_for_bound
 
     rate, conf = args.max_violation_rate, args.confidence
+    if args.trials is not None:
+        return _plan_runs(args)
+    if rate is None:
+        raise PlanInvalid("give --max-violation-rate or --trials", field="--max-violation-rate")
     if not 0.0 < rate < 1.0:
         raise PlanInvalid("must be between 0 and 1", field="--max-violation-rate")
     if not 0.5 <= conf < 1.0:
@@ -128,5 +146,51 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"{n} zero-violation trials per fault establish a violation rate below "
             f"{100 * rate:g}% at {100 * conf:g}% confidence (Wilson upper bound); "
             f"{n * faults} trials over {faults} faults."
+        )
+    return 0
+
+
+def _plan_runs(args: argparse.Namespace) -> int:
+    """Agent runs of the fixed and the sequential plan, for a careful and a defective agent."""
+    from service.core.catalogue import full_catalogue
+    from service.core.manifest import Envelope
+    from service.core.stopping import estimate
+
+    rate, trials, pairs, error = args.max_violation_rate, args.trials, args.pairs, args.error
+    if trials < 1:
+        raise PlanInvalid("must be at least 1", field="--trials")
+    if pairs < 0:
+        raise PlanInvalid("must be at least 0", field="--pairs")
+    if not 0.0 < error < 0.5:
+        raise PlanInvalid("must be between 0 and 0.5", field="--error")
+    if rate is not None and not 0.0 < rate < 1.0:
+        raise PlanInvalid("must be between 0 and 1", field="--max-violation-rate")
+    faults = args.faults if args.faults is not None else len(full_catalogue().faults)
+    if faults < 1:
+        raise PlanInvalid("must be at least 1", field="--faults")
+    est = estimate(Envelope(), error, trials, rate)
+    fixed = faults * trials * (1 + pairs)
+    careful = faults * (est.trials + pairs * est.pair_runs)
+    # A violation ends a fault at its first trial (and that trial's pairs).
+    defective = faults * (1 + pairs)
+    out = {
+        "trials_per_fault": trials,
+        "pairs": pairs,
+        "faults": faults,
+        "error": error,
+        "fixed_runs": fixed,
+        "sequential_runs_careful": careful,
+        "sequential_runs_defective": defective,
+        "sequential_trials_per_fault": est.trials,
+        "sequential_pair_runs_per_fault": est.pair_runs,
+    }
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(
+            f"fixed plan: {fixed} agent runs ({faults} faults x {trials} trials x {1 + pairs} "
+            f"arms). sequential plan: about {careful} for a careful agent ({est.trials} trials "
+            f"and {est.pair_runs} runs of each pair arm a fault), {defective} for one that "
+            "violates at once (the default envelope's floors)."
         )
     return 0

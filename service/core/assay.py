@@ -26,6 +26,8 @@ from service.core.plan import AssayPlan
 from service.core.report import AssayReport
 from service.core.rng import LCG, derive, stream_key
 from service.core.slots import InOrder, slots_of
+from service.core.spend import Meter
+from service.core.stopping import Stop, Watch, rule_for
 from service.core.tally import SAMPLES, ShardResult, Tally, violating
 from service.core.target import Target
 
@@ -102,8 +104,10 @@ class ShardSpec:
 def plan_shards(
     manifest: Manifest, plan: AssayPlan, trials_per_shard: int = 250
 ) -> list[ShardSpec]:
-    del manifest  # shards depend on the plan alone; the signature keeps callers uniform
     size = max(1, trials_per_shard)
+    if plan.rule_for(manifest.target.kind) == "sequential":
+        # A sequential fault stops on its own tally: it is one shard, whatever the shard size.
+        size = plan.trials
     shards: list[ShardSpec] = []
     if plan.paper:
         plan.faults()
@@ -157,11 +161,15 @@ def run_shard(
     namespace: str | None = None,
     honours_keys: bool = True,
     concurrency: int = 1,
+    watch: Watch | None = None,
+    meter: Meter | None = None,
 ) -> ShardResult:
     """Run a shard's trials into tallies. `honours_keys=False` runs a sandbox whose ledger
     ignores idempotency keys (a broken world, to show figures come from execution).
     `concurrency`: trials at once, for an engine whose world offers slots (`SlottedEngine`);
-    the tallies are the same at any concurrency.
+    the tallies are the same at any concurrency. `watch`: a sequential plan's rule for the
+    shard's one fault, read after every trial. `meter`: what the trials spend, checked against
+    the plan's budgets after every trial.
 
     Over 60 lines on purpose: the per-trial loop is the compiled hot path, kept in one frame."""
     cat = plan.resolve_catalogue()
@@ -207,7 +215,7 @@ def run_shard(
             ]
             trial = _Trial(plan, pick, wroot, sroot, base, threshold, sample_key, removals)
             done, effects, unsafe, target_errors, reason = _run_slotted(
-                runtimes, trial, shard, tallies, should_stop, batch, limits
+                runtimes, trial, shard, tallies, should_stop, batch, limits, watch, meter
             )
         # The serial loop: empty when the slots ran the shard.
         for k in range(shard.start, shard.stop if slots == 1 else shard.start):
@@ -220,7 +228,14 @@ def run_shard(
             if tally is None:
                 tally = tallies[spec.id] = Tally()
             extra = threshold is None or derive(sample_key, base + k) < threshold
-            e, u, te = _one(rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id], extra)
+            if watch is not None:
+                extra = extra and watch.needs_pairs(tally)
+                watch.steer(rt.engine, tally)
+            if meter is not None:
+                meter.mark()
+            e, u, te = _one(
+                rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id], extra, meter
+            )
             effects += e
             unsafe += u
             target_errors += te
@@ -229,6 +244,12 @@ def run_shard(
                 reason = limits.tripped(effects, unsafe, target_errors)
                 if reason is not None:
                     break
+            if meter is not None:
+                reason = meter.exceeded(plan.stop)
+                if reason is not None:
+                    break
+            if watch is not None and watch.done(tally, done):
+                break
     finally:
         gc.set_threshold(*thresholds)
     if reason is not None and reason.startswith("target errors"):
@@ -262,17 +283,33 @@ class _Trial:
         self.sample_key = sample_key
         self.removals = removals
 
-    def run(self, rt: Runtime, spec: FaultSpec, k: int, tally: Tally) -> tuple[int, int, int]:
+    def run(
+        self,
+        rt: Runtime,
+        spec: FaultSpec,
+        k: int,
+        tally: Tally,
+        pairs: bool = True,
+        meter: Meter | None = None,
+    ) -> tuple[int, int, int]:
         wkey, skey = derive(self.wroot, k), derive(self.sroot, k)
         t = self.threshold
-        extra = t is None or derive(self.sample_key, self.base + k) < t
+        extra = pairs and (t is None or derive(self.sample_key, self.base + k) < t)
         rm = self.removals[spec.id]
-        return _one(rt, self.plan, spec, tally, self.base + k, wkey, skey, rm, extra)
+        if meter is not None:
+            meter.mark()
+        return _one(rt, self.plan, spec, tally, self.base + k, wkey, skey, rm, extra, meter)
 
 
 # A finished trial on its way from a slot to the shard: its number, fault, own tally, and
-# (effects, unsafe, target errors) or the exception it raised; None: a slot has stopped.
-_Done = tuple[int, FaultSpec, Tally, tuple[int, int, int] | None, BaseException | None] | None
+# (effects, unsafe, target errors) or the exception it raised, and what it spent; None: a slot
+# has stopped.
+_Done = (
+    tuple[
+        int, FaultSpec, Tally, tuple[int, int, int] | None, BaseException | None, Meter | None
+    ]
+    | None
+)
 
 
 def _run_slotted(
@@ -283,33 +320,56 @@ def _run_slotted(
     should_stop: Callable[[], bool] | None,
     batch: int,
     limits: Limits | None,
+    watch: Watch | None = None,
+    meter: Meter | None = None,
 ) -> tuple[int, int, int, int, str | None]:
     """The executor path: one thread per slot takes the next trial number, runs it into a tally
     of its own, and hands it back; trials are folded in trial order (`InOrder`), so counts,
     samples and stop conditions are those of the serial loop. Trials still running when a stop
-    condition trips are waited for and discarded, as the serial loop would never have run them."""
+    condition trips are waited for and discarded, as the serial loop would never have run them
+    (what they spent still counts against the budgets: the runs happened).
+
+    Under a sequential plan (`watch`) the slots run in rounds: what a round's trials run (the
+    pair arms, the sensitivity run) is decided from the trials folded before the round, so the
+    runs used depend on the concurrency but never on timing; the rule is read after every trial
+    in trial order, so the decision is the serial loop's."""
     taken = iter(range(shard.start, shard.stop))
     lock = threading.Lock()
     stop = threading.Event()
     finished: queue.SimpleQueue[_Done] = queue.SimpleQueue()
+    # A round's budget of trials per slot (None: as many as the shard has).
+    quota: list[int | None] = [None]
+    pairs = [True]
+    clock = None if meter is None else meter.clock
+
+    drained = threading.Event()
 
     def next_trial() -> tuple[int, FaultSpec] | None:
         # Under the lock, in order: paper mode's fault choice is a sequential stream.
         with lock:
+            if stop.is_set():
+                return None
             k = next(taken, None)
-            return None if k is None or stop.is_set() else (k, trial.pick(k))
+            if k is None:
+                drained.set()
+                return None
+            return k, trial.pick(k)
 
     def slot(rt: Runtime) -> None:
+        left = quota[0]
         try:
-            while (job := next_trial()) is not None:
+            while (left is None or left > 0) and (job := next_trial()) is not None:
+                if left is not None:
+                    left -= 1
                 k, spec = job
                 tally = Tally()
+                spent = None if meter is None else Meter(clock)
                 try:
-                    out = trial.run(rt, spec, k, tally)
+                    out = trial.run(rt, spec, k, tally, pairs[0], spent)
                 except BaseException as exc:  # re-raised by the shard, in trial order
-                    finished.put((k, spec, tally, None, exc))
+                    finished.put((k, spec, tally, None, exc, spent))
                     return
-                finished.put((k, spec, tally, out, None))
+                finished.put((k, spec, tally, out, None, spent))
         finally:
             finished.put(None)
 
@@ -318,43 +378,65 @@ def _run_slotted(
     failure: BaseException | None = None
     if should_stop is not None and should_stop():
         return 0, 0, 0, 0, "aborted"
-    threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
-    for th in threads:
-        th.start()
-    order: InOrder[tuple[FaultSpec, Tally, tuple[int, int, int] | None, BaseException | None]]
+    order: InOrder[
+        tuple[FaultSpec, Tally, tuple[int, int, int] | None, BaseException | None, Meter | None]
+    ]
     order = InOrder(shard.start)
-    running = len(threads)
-    while running:
-        item = finished.get()
-        if item is None:
-            running -= 1
-            continue
-        k, spec, tally, out, exc = item
-        order.put(k, (spec, tally, out, exc))
-        for _k, (spec, tally, out, exc) in order.ready():
-            if stop.is_set():
+    if watch is not None:
+        quota[0] = 1
+    while True:
+        if watch is not None:
+            folded = tallies.get(trial.pick(shard.start).id) if tallies else None
+            now = folded if folded is not None else Tally()
+            pairs[0] = watch.needs_pairs(now)
+            for rt in runtimes:
+                watch.steer(rt.engine, now)
+        threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
+        for th in threads:
+            th.start()
+        running = len(threads)
+        while running:
+            item = finished.get()
+            if item is None:
+                running -= 1
                 continue
-            if exc is not None or out is None:
-                failure = exc
-                stop.set()
-                continue
-            mine = tallies.get(spec.id)
-            if mine is None:
-                tallies[spec.id] = tally
-            else:
-                mine.merge(tally)
-            effects += out[0]
-            unsafe += out[1]
-            target_errors += out[2]
-            done += 1
-            if limits is not None:
-                reason = limits.tripped(effects, unsafe, target_errors)
-            if reason is None and should_stop is not None and done % batch == 0 and should_stop():
-                reason = "aborted"
-            if reason is not None:
-                stop.set()
-    for th in threads:
-        th.join()
+            k, spec, tally, out, exc, spent = item
+            order.put(k, (spec, tally, out, exc, spent))
+            for _k, (spec, tally, out, exc, spent) in order.ready():
+                if meter is not None and spent is not None:
+                    meter.absorb(spent)
+                if stop.is_set():
+                    continue
+                if exc is not None or out is None:
+                    failure = exc
+                    stop.set()
+                    continue
+                mine = tallies.get(spec.id)
+                if mine is None:
+                    mine = tallies[spec.id] = tally
+                else:
+                    mine.merge(tally)
+                effects += out[0]
+                unsafe += out[1]
+                target_errors += out[2]
+                done += 1
+                if limits is not None:
+                    reason = limits.tripped(effects, unsafe, target_errors)
+                if reason is None and meter is not None:
+                    reason = meter.exceeded(trial.plan.stop)
+                if (
+                    reason is None
+                    and should_stop is not None
+                    and done % batch == 0
+                    and should_stop()
+                ):
+                    reason = "aborted"
+                if reason is not None or (watch is not None and watch.done(mine, done)):
+                    stop.set()
+        for th in threads:
+            th.join()
+        if watch is None or stop.is_set() or drained.is_set():
+            break
     if failure is not None:
         raise failure
     return done, effects, unsafe, target_errors, reason
@@ -370,6 +452,7 @@ def _one(
     skey: int,
     rm: Removal,
     extra: bool = True,
+    meter: Meter | None = None,
 ) -> tuple[int, int, int]:
     """Run one trial's arms into the tally; return effects, unsafe escapes and target errors.
 
@@ -383,6 +466,10 @@ def _one(
     """
     tally.planned += 1
     rec = run_trial(rt, spec, wkey, skey)
+    if meter is not None:
+        meter.add(spec.id, "intervention", 1, rec.usage)
+        if rec.sensitivity is not None:
+            meter.add(spec.id, "sensitivity", 1, (0, 0.0))
     tally.sandbox_refusals += len(rec.world.refusals)
     tally.injector_refusals += len(rec.refusals)
     effects = rec.outcome.effects
@@ -407,6 +494,8 @@ def _one(
             tally.storm.add(rec.storm)
     if extra and plan.matched_baseline:
         base = run_trial(rt, None, wkey, skey)
+        if meter is not None:
+            meter.add(spec.id, "baseline", 1, base.usage)
         effects += base.outcome.effects
         if base.target_error is not None:
             tally.baseline_errors += 1
@@ -420,6 +509,8 @@ def _one(
     if extra and plan.counterfactuals and rec.exercised and graded:
         for arm, removed in rm.pairs():
             cf = run_trial(rt, spec, wkey, skey, removed)
+            if meter is not None:
+                meter.add(spec.id, arm, 1, cf.usage)
             effects += cf.outcome.effects
             tally.counterfactual_runs += 1
             if cf.target_error is not None:
@@ -466,11 +557,19 @@ def run_assay(
     honours_keys: bool = True,
     fault_done: Callable[[str, Tally, int, int], None] | None = None,
     concurrency: int = 1,
+    clock: Callable[[], float] | None = None,
 ) -> AssayReport:
     """Run every shard in turn; a tripped stop condition ends the assay (and blocks it).
     `honours_keys`: as for `run_shard`. `fault_done(fault_id, tally, trials_done, total)` is
     called once each fault's last shard is in (not in paper mode, whose shards mix faults).
-    `concurrency`: as for `run_shard`."""
+    `concurrency`: as for `run_shard`. A sequential plan (`AssayPlan.rule_for`) runs each fault
+    until its rule stops it. `clock` (seconds; else the limits') times the runs for the report's
+    spend and `max_seconds`."""
+    meter = Meter(clock if clock is not None or limits is None else limits.clock)
+    if plan.rule_for(manifest.target.kind) == "sequential":
+        return _run_sequential(
+            manifest, plan, target, progress, limits, honours_keys, fault_done, meter, concurrency
+        )
     shards = plan_shards(manifest, plan, trials_per_shard)
     total = sum(s.stop - s.start for s in shards)
     last_of = {s.fault_id: s.index for s in shards if s.fault_id is not None}
@@ -487,6 +586,7 @@ def run_assay(
             limits=limits,
             honours_keys=honours_keys,
             concurrency=concurrency,
+            meter=meter,
         )
         folded.trials += result.trials
         for fid, tally in result.tallies.items():
@@ -512,7 +612,78 @@ def run_assay(
                 used_unsafe=limits.used_unsafe + result.unsafe,
                 used_target_errors=limits.used_target_errors + errors,
             )
-    return merge(manifest, plan, [folded], stopped)
+    # Spend is timing, not a figure: reported when the runs were timed or budgeted, so an untimed
+    # assay still equals the merge of its shards key for key.
+    budgeted = any(
+        v is not None
+        for v in (
+            plan.stop.max_runs,
+            plan.stop.max_seconds,
+            plan.stop.max_tokens,
+            plan.stop.max_cost,
+        )
+    )
+    spend = meter.view("fixed") if meter.clock is not None or budgeted else None
+    return merge(manifest, plan, [folded], stopped, spend=spend)
+
+
+def _run_sequential(
+    manifest: Manifest,
+    plan: AssayPlan,
+    target: Target | None,
+    progress: Callable[[int, int], None] | None,
+    limits: Limits | None,
+    honours_keys: bool,
+    fault_done: Callable[[str, Tally, int, int], None] | None,
+    meter: Meter,
+    concurrency: int = 1,
+) -> AssayReport:
+    """Each fault in one shard of at most `plan.trials` trials, ended by its rule: the trials a
+    fault did not need are never run. Progress counts against the fixed plan's total."""
+    faults = plan.faults()
+    total = plan.trials * len(faults)
+    folded = ShardResult(-1, {}, 0)
+    stops: dict[str, Stop] = {}
+    stopped: str | None = None
+    done = 0
+    for i, spec in enumerate(faults):
+        watch = Watch(rule_for(manifest, plan, spec))
+        shard = ShardSpec(i, spec.id, 0, plan.trials)
+        result = run_shard(
+            manifest,
+            plan,
+            shard,
+            target=target,
+            limits=limits,
+            honours_keys=honours_keys,
+            concurrency=concurrency,
+            watch=watch,
+            meter=meter,
+        )
+        folded.trials += result.trials
+        tally = result.tallies.get(spec.id) or Tally()
+        folded.tallies[spec.id] = tally
+        if watch.stop is not None:
+            stops[spec.id] = watch.stop
+        elif result.stop_reason is not None:
+            stops[spec.id] = Stop("stopped", result.stop_reason, result.trials)
+        done += plan.trials
+        if progress is not None:
+            progress(done, total)
+        if fault_done is not None:
+            fault_done(spec.id, tally, done, total)
+        if result.stop_reason is not None:
+            stopped = result.stop_reason
+            break
+        if limits is not None:
+            limits = replace(
+                limits,
+                used_effects=limits.used_effects + result.effects,
+                used_unsafe=limits.used_unsafe + result.unsafe,
+                used_target_errors=limits.used_target_errors + tally.all_errors,
+            )
+    stop_views = {f: s.view() for f, s in stops.items()}
+    return merge(manifest, plan, [folded], stopped, stop_views, meter.view("sequential"))
 
 
 def replay_trial(

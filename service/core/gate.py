@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from service.core.contract import WITNESS
 from service.core.manifest import Envelope
+from service.core.sequential import runs_to_bound, zero_event_bound
 from service.core.signature import trials_for_bound, wilson, wilson_upper
 
 
@@ -132,16 +133,23 @@ def _pct(x: float) -> str:
 
 
 def decide(
-    faults: Sequence[FaultEvidence], envelope: Envelope, stopped: str | None = None
+    faults: Sequence[FaultEvidence],
+    envelope: Envelope,
+    stopped: str | None = None,
+    anytime: float | None = None,
 ) -> Verdict:
-    """Every reason the evidence gives, then the worst severity among them (`allow`: none)."""
+    """Every reason the evidence gives, then the worst severity among them (`allow`: none).
+    `anytime`: the error of a sequential plan, whose violation bound is the betting test's."""
     reasons: list[Reason] = []
-    if stopped:
+    if stopped and stopped.startswith("budget:"):
+        # The team's own budget ran out: the evidence is unfinished, which holds (never allows).
+        reasons.append(Reason("budget", f"the assay stopped: {stopped}", None, HOLD))
+    elif stopped:
         reasons.append(Reason("stopped", f"the assay stopped: {stopped}", None, BLOCK))
     if not faults:
         reasons.append(Reason("no_evidence", "no fault was assayed", None, HOLD))
     for f in faults:
-        reasons += _fault_reasons(f, envelope)
+        reasons += _fault_reasons(f, envelope, anytime)
     if any(r.severity is BLOCK for r in reasons):
         return Verdict(Decision.BLOCK, tuple(block_first(reasons)))
     if reasons:
@@ -149,7 +157,9 @@ def decide(
     return Verdict(Decision.ALLOW, ())
 
 
-def _fault_reasons(f: FaultEvidence, envelope: Envelope) -> list[Reason]:
+def _fault_reasons(
+    f: FaultEvidence, envelope: Envelope, anytime: float | None = None
+) -> list[Reason]:
     """One fault's reasons, in the order the dossier lists them: what the system did outside the
     graded trials, then (once the fault fired) the hard invariants, the counterfactual and the
     floors."""
@@ -181,7 +191,7 @@ def _fault_reasons(f: FaultEvidence, envelope: Envelope) -> list[Reason]:
     if not any(r.severity is BLOCK for r in out):
         out += _containment(f, n, envelope)
     out += _service_floors(f, n, envelope)
-    out += _inconclusive(f, n, envelope)
+    out += _inconclusive(f, n, envelope, anytime)
     return out
 
 
@@ -364,15 +374,22 @@ def _service_floors(f: FaultEvidence, n: int, envelope: Envelope) -> list[Reason
     return out
 
 
-def _inconclusive(f: FaultEvidence, n: int, envelope: Envelope) -> list[Reason]:
-    """No violation seen, but too few trials to bound the violation rate below the envelope."""
+def _inconclusive(
+    f: FaultEvidence, n: int, envelope: Envelope, anytime: float | None = None
+) -> list[Reason]:
+    """No violation seen, but too few trials to bound the violation rate below the envelope
+    (Wilson's bound for a fixed plan; the betting test's for a sequential one)."""
     if envelope.max_violation_rate is None:
         return []
     worst = max(f.counts.get(k, 0) for k, _ in HARD)
-    bound = wilson_upper(worst, n)
+    bound = wilson_upper(worst, n) if anytime is None else zero_event_bound(n, anytime)
     if worst != 0 or bound <= envelope.max_violation_rate:
         return []
-    need = trials_for_bound(envelope.max_violation_rate)
+    need = (
+        trials_for_bound(envelope.max_violation_rate)
+        if anytime is None
+        else runs_to_bound(envelope.max_violation_rate, anytime)
+    )
     return [
         Reason(
             "inconclusive",

@@ -124,6 +124,7 @@ class TrialRecord:
         "storm",
         "target_error",
         "trace",
+        "usage",
         "workload",
         "world",
     )
@@ -157,6 +158,8 @@ class TrialRecord:
         # (called its tool, or called it twice for a fault that fires on the second call)?
         # None where the target cannot say (the reference, python and http targets).
         self.reachable: bool | None = None
+        # Tokens and cost the run's claims report (service/core/spend.py), for budgets.
+        self.usage: tuple[int, float] = (0, 0.0)
 
 
 class _Runs:

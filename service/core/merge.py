@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from service.core.catalogue import Catalogue, FaultSpec
 from service.core.disturbance import Disturbance
@@ -32,6 +33,8 @@ from service.core.pairs import (
 from service.core.plan import AssayPlan
 from service.core.report import AssayReport, FaultResult
 from service.core.signature import newcombe, wilson
+from service.core.spend import from_views
+from service.core.stopping import Stop, rule_for
 from service.core.tally import ArmCounts, ShardResult, StormTally, Tally, add_cause
 
 INTERPRETATION = {
@@ -378,11 +381,25 @@ def _error_causes(tallies: Iterable[Tally]) -> dict[str, tuple[str, ...]]:
 
 
 def merge(
-    manifest: Manifest, plan: AssayPlan, results: Iterable[ShardResult], stopped: str | None = None
+    manifest: Manifest,
+    plan: AssayPlan,
+    results: Iterable[ShardResult],
+    stopped: str | None = None,
+    stops: Mapping[str, JSONObject] | None = None,
+    spend: JSONObject | None = None,
 ) -> AssayReport:
+    """`stops`: a sequential plan's per-fault reason for stopping (service/core/stopping.py);
+    `spend`: what the runs cost (service/core/spend.py `Meter.view`)."""
+    rule = plan.rule_for(manifest.target.kind)
     cat = plan.resolve_catalogue()
     faults = plan.faults()
+    results = list(results)
     folded, executed, stopped = _fold(results, stopped)
+    if spend is None and any(r.spend for r in results):
+        # A worker's shards: their stored spend, summed.
+        spend = from_views(r.spend for r in results).view(rule)
+    if stops is None and rule == "sequential":
+        stops = _stops(manifest, plan, folded, stopped)
     tallies = {f.id: folded.get(f.id) or Tally() for f in faults}
     tallies.update({fid: t for fid, t in folded.items() if fid not in tallies})
     severities, predicates = _severities(manifest)
@@ -400,16 +417,28 @@ def merge(
         rm = removal(manifest, spec)
         cf = sensitivity(spec, t, counterfactual(spec, t, rm, plan, manifest), manifest)
         inv = invariants_view(t, severities) if severities else {}
-        results_.append(_fault(spec, t, cf, plan, inv))
+        stop = None if stops is None else stops.get(spec.id)
+        spent = _fault_spend(spend, spec.id)
+        results_.append(replace(_fault(spec, t, cf, plan, inv), stop=stop, spend=spent))
         team_failed = tuple(
             (name, v.severity, v.failed, v.trials)
             for name, v in inv.items()
             if name in predicates and v.failed
         )
         evidence.append(_evidence(spec, t, cf, rm, reported, team_failed))
-    verdict = decide(evidence, manifest.envelope, stopped)
+    # A sequential plan reads its bounds after every trial: the gate's too must be anytime-valid.
+    anytime = float(plan.error) if rule == "sequential" else None
+    verdict = decide(evidence, manifest.envelope, stopped, anytime=anytime)
     visited = {spec.coverage_key() for spec in faults if tallies[spec.id].exercised}
     plan_dump = plan.model_dump(mode="json")
+    # Plan keys added with sequential plans and budgets are written only when set, so a plan that
+    # sets none signs the same bytes as before they existed (the golden dossier).
+    for key, default in (("rule", None), ("error", 0.05), ("max_violation_rate", None)):
+        if plan_dump.get(key) == default:
+            del plan_dump[key]
+    for key in ("max_runs", "max_seconds", "max_tokens", "max_cost"):
+        if plan_dump["stop"].get(key) is None:
+            del plan_dump["stop"][key]
     if isinstance(plan.catalogue, Catalogue):
         plan_dump["catalogue"] = {"version": cat.version}
     return AssayReport(
@@ -436,4 +465,34 @@ def merge(
         target_error_causes=_error_causes(tallies.values()),
         stopped=stopped,
         interpretation=INTERPRETATION,
+        rule=rule,
+        spend=None if spend is None else {k: v for k, v in spend.items() if k != "faults"},
     )
+
+
+def _stops(
+    manifest: Manifest, plan: AssayPlan, tallies: Mapping[str, Tally], stopped: str | None
+) -> dict[str, JSONObject]:
+    """Why each fault of a sequential plan stopped, read again from its tally: the rule is a
+    function of the tally, so a worker's shard need not carry it (a shard cut short by a stop
+    condition or a budget says so instead)."""
+    out: dict[str, JSONObject] = {}
+    for spec in plan.faults():
+        t = tallies.get(spec.id)
+        if t is None:
+            continue
+        stop = rule_for(manifest, plan, spec).step(t, t.planned)
+        if stop is None:
+            stop = Stop("stopped", stopped or "the fault's shard did not finish", t.planned)
+        out[spec.id] = stop.view()
+    return out
+
+
+def _fault_spend(spend: JSONObject | None, fault: str) -> JSONObject | None:
+    if spend is None:
+        return None
+    faults = spend.get("faults")
+    if not isinstance(faults, Mapping):
+        return None
+    mine = faults.get(fault)
+    return dict(mine) if isinstance(mine, Mapping) else None

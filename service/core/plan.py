@@ -34,6 +34,13 @@ class StopConditions(BaseModel):
     max_unsafe: Annotated[int, Field(strict=True, ge=0), INTEGRAL] | None = None
     max_target_errors: Annotated[int, Field(strict=True, ge=0), INTEGRAL] | None = None
     deadline_s: Annotated[Number, Field(gt=0, le=7 * 86_400)] | None = None
+    # Budgets: what the assay may spend. Exceeding one stops it with the reason `budget` (a hold:
+    # the evidence is unfinished, never an `allow`). Runs count every agent run of every arm;
+    # tokens and cost are what the agent reports (a claim's `usage`, or its framework's).
+    max_runs: Annotated[int, Field(strict=True, ge=1), INTEGRAL] | None = None
+    max_seconds: Annotated[Number, Field(gt=0, le=7 * 86_400)] | None = None
+    max_tokens: Annotated[int, Field(strict=True, ge=1), INTEGRAL] | None = None
+    max_cost: Annotated[Number, Field(gt=0)] | None = None
 
 
 class AssayPlan(BaseModel):
@@ -54,6 +61,27 @@ class AssayPlan(BaseModel):
     # +/- 3.1 points, ample for the transfers the pairs must show (docs/evidence.md).
     evidence_sample: Annotated[int, Field(strict=True, ge=1)] | None = 1_000
     stop: StopConditions = StopConditions()
+    # "sequential": each fault stops once its decision cannot change at `error` (anytime-valid
+    # confidence sequences; service/core/stopping.py), with `trials` as its cap. "fixed": every
+    # fault runs `trials`. None: sequential for mcp and framework targets, fixed otherwise
+    # (`rule_for`); paper mode is always fixed, so its figures stay the script's.
+    rule: Literal["sequential", "fixed"] | None = None
+    error: Annotated[Number, Field(gt=0.0, lt=0.5)] = 0.05
+    # The violation rate below which an unseen violation no longer changes a fault's decision
+    # (None: the envelope's, else what the fixed plan's `trials` would resolve).
+    max_violation_rate: Annotated[Number, Field(gt=0.0, lt=1.0)] | None = None
+
+    def rule_for(self, target_kind: str) -> Literal["sequential", "fixed"]:
+        """The rule this plan runs for a target of `target_kind`."""
+        if self.paper:
+            if self.rule == "sequential":
+                raise PlanInvalid(
+                    "paper mode runs the fixed plan: its figures are the script's", field="rule"
+                )
+            return "fixed"
+        if self.rule is not None:
+            return self.rule
+        return "sequential" if target_kind == "mcp" else "fixed"
 
     def sample_threshold(self) -> int | None:
         """Trials whose sample draw falls below this run the extra arms; None: every trial."""
@@ -111,13 +139,19 @@ def parse_plan(data: object) -> AssayPlan:
         return AssayPlan()
     if not isinstance(data, dict):
         raise PlanInvalid("must be a JSON object", field="plan")
+    plan = validate_plan(data)
+    plan.faults()  # unknown families and modes fail here, before anything is stored
+    plan.rule_for("reference")  # and a sequential paper plan
+    return plan
+
+
+def validate_plan(data: dict[str, object]) -> AssayPlan:
+    """`data` as a plan, or PlanInvalid naming the first bad field and its rule."""
     try:
-        plan = AssayPlan.model_validate(data)
+        return AssayPlan.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "plan"
         if err["type"] == "extra_forbidden":
             raise PlanInvalid("unknown key in plan", field=field) from None
         raise PlanInvalid(err["msg"], field=field) from None
-    plan.faults()  # unknown families and modes fail here, before anything is stored
-    return plan

@@ -66,6 +66,10 @@ class FaultResult:
     # Engine targets: whether the matched baselines reach the fault (`not_applicable` when the
     # workload cannot: never a hold), with the evidence.
     applicability: JSONObject | None = None
+    # A sequential plan: why this fault's trials stopped ({"code", "message", "trials"}).
+    stop: JSONObject | None = None
+    # Agent runs, seconds, tokens and cost per arm of this fault (service/core/spend.py).
+    spend: JSONObject | None = None
 
     def to_dict(self) -> JSONObject:
         out: JSONObject = {
@@ -100,6 +104,10 @@ class FaultResult:
             out["error_causes"] = {k: list(v) for k, v in self.error_causes.items()}
         if self.applicability is not None:
             out["applicability"] = self.applicability
+        if self.stop is not None:
+            out["stop"] = dict(self.stop)
+        if self.spend is not None:
+            out["spend"] = dict(self.spend)
         return out
 
     @classmethod
@@ -135,6 +143,8 @@ class FaultResult:
             },
             error_causes=causes(d.get("error_causes") or {}),
             applicability=None if d.get("applicability") is None else dict(obj(d["applicability"])),
+            stop=None if d.get("stop") is None else dict(obj(d["stop"])),
+            spend=None if d.get("spend") is None else dict(obj(d["spend"])),
         )
 
 
@@ -161,9 +171,14 @@ class AssayReport:
     stopped: str | None
     interpretation: Mapping[str, str]
     target_error_causes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The plan's rule ("fixed" or "sequential"); written only for a sequential plan, so a fixed
+    # plan's report (and the golden dossier) reads as it always did.
+    rule: str = "fixed"
+    # The rule and what each arm spent: {"rule", "total", "arms"} (service/core/spend.py).
+    spend: JSONObject | None = None
 
     def to_dict(self) -> JSONObject:
-        return {
+        out: JSONObject = {
             "decision": self.decision.value,
             "reasons": [r.view() for r in self.reasons],
             "by_domain": {d: s.to_dict() for d, s in self.by_domain.items()},
@@ -188,6 +203,11 @@ class AssayReport:
             "stopped": self.stopped,
             "interpretation": dict(self.interpretation),
         }
+        if self.rule != "fixed":
+            out["rule"] = self.rule
+        if self.spend is not None:
+            out["spend"] = dict(self.spend)
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, object]) -> AssayReport:
@@ -215,4 +235,6 @@ class AssayReport:
             target_error_causes=causes(errors.get("causes") or {}),
             stopped=None if stopped is None else str(stopped),
             interpretation={str(k): str(v) for k, v in obj(d.get("interpretation") or {}).items()},
+            rule=str(d.get("rule", "fixed")),
+            spend=None if d.get("spend") is None else dict(obj(d["spend"])),
         )

@@ -366,9 +366,11 @@ class ShardResult:
     stop_reason: str | None = None
     effects: int = 0
     unsafe: int = 0
+    # What the shard's runs spent, per fault and arm (service/core/spend.py `Meter.view`).
+    spend: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "index": self.index,
             "trials": self.trials,
             "stopped": self.stopped,
@@ -377,6 +379,9 @@ class ShardResult:
             "unsafe": self.unsafe,
             "tallies": {k: v.to_dict() for k, v in sorted(self.tallies.items())},
         }
+        if self.spend is not None:
+            out["spend"] = self.spend
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ShardResult:
@@ -388,4 +393,5 @@ class ShardResult:
             d.get("stop_reason"),
             int(d.get("effects", 0)),
             int(d.get("unsafe", 0)),
+            d.get("spend"),
         )

@@ -292,3 +292,13 @@ def fail_assay(session: Session, assay_id: uuid.UUID, message: str) -> bool:
         )
     )
     return True
+
+
+def stored_spend(session: Session, assay_id: uuid.UUID) -> list[Any]:
+    """The `spend` of each stored shard result of the assay (None where a shard has none)."""
+    rows = session.execute(
+        sa.select(col(AssayShard.result)).where(
+            col(AssayShard.assay_id) == assay_id, col(AssayShard.result).is_not(None)
+        )
+    ).all()
+    return [r[0].get("spend") if isinstance(r[0], dict) else None for r in rows]

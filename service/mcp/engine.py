@@ -33,6 +33,7 @@ from service.core.manifest import Manifest
 from service.core.oracle import Outcome
 from service.core.rng import Stream
 from service.core.slots import slots_of
+from service.core.spend import usage_of
 from service.core.world import Workload, World
 from service.mcp import grading
 from service.mcp.cel import Compiled, Evaluator, compile_invariants
@@ -170,6 +171,15 @@ class McpEngine:
     def runner(self) -> AgentRunner:
         return self._slots[0].runner
 
+    # The serial path's sensitivity switch (a sequential plan's `Watch.steer`) is slot 0's.
+    @property
+    def sensitivity(self) -> bool:
+        return self._slots[0].sensitivity
+
+    @sensitivity.setter
+    def sensitivity(self, on: bool) -> None:
+        self._slots[0].sensitivity = on
+
     def close(self) -> None:
         for slot in self._slots:
             slot.close()
@@ -226,6 +236,10 @@ class Slot:
         # The last fault run per workload (its matched baseline follows), and the last trial's
         # calls (the baseline's, to tell whether they reach the fault).
         self._matched: tuple[int, FaultSpec] | None = None
+        # Whether an intervention also runs the naive agent of the sensitivity pair. A sequential
+        # plan turns it off once the pair has shown its violation (service/core/stopping.py):
+        # one sighting is all the pair's verdict reads.
+        self.sensitivity = True
         self._last_calls: list[dict[str, Any]] = []
         self._loop = Loop()
         self.upstreams = Upstreams(self.contract, engine.confinement, engine.egress, index)
@@ -335,6 +349,7 @@ class Slot:
             and spec.predicted_transfer is not None
             and not disabled
             and rec.exercised
+            and self.sensitivity
         ):
             naive = self._loop.run(
                 self._trial(spec, workload_key, disabled, trial_id, naive=True), budget
@@ -546,6 +561,7 @@ class Slot:
         storm = grading.storm_observation(spec, state) if exercised else None
         rec = TrialRecord(outcome, exercised, inj.receipts, tally.error, storm, None, w, World(w))
         rec.refusals = inj.refusals
+        rec.usage = usage_of(claims)
         rec.invariants = tuple(sorted(name for name, ok in results.items() if not ok))
         rec.sample = {
             "task": task,

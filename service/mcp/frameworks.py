@@ -104,12 +104,30 @@ async def _langgraph(target: Any, task: dict[str, Any], mcp_url: str) -> dict[st
             state = await _invoke(graph, task, tools)
         finally:
             _SESSION.reset(token)
-    if isinstance(state, dict) and state.get("claim") is not None:
-        return claim_of(state["claim"])
     messages = state.get("messages") if isinstance(state, dict) else None
+    if isinstance(state, dict) and state.get("claim") is not None:
+        return with_usage(claim_of(state["claim"]), _langgraph_usage(messages or []))
     if not messages:
         raise ValueError("the graph ended without a claim or a message")
-    return claim_of(messages[-1].content)
+    return with_usage(claim_of(messages[-1].content), _langgraph_usage(messages))
+
+
+def with_usage(claim: dict[str, Any], tokens: int | None) -> dict[str, Any]:
+    """The claim with the framework's token count as its `usage`, unless the agent reported its
+    own (which may also carry a cost the framework does not know)."""
+    if tokens is not None and "usage" not in claim:
+        claim["usage"] = {"tokens": tokens}
+    return claim
+
+
+def _langgraph_usage(messages: list[Any]) -> int | None:
+    """Total tokens over the run's model replies (LangChain's `usage_metadata` on AI messages)."""
+    totals = [
+        int(meta.get("total_tokens") or 0)
+        for m in messages
+        if isinstance(meta := getattr(m, "usage_metadata", None), dict)
+    ]
+    return sum(totals) if totals else None
 
 
 async def _invoke(graph: Any, task: dict[str, Any], tools: list[Any]) -> Any:
@@ -132,7 +150,9 @@ async def _openai_agents(target: Any, task: dict[str, Any], mcp_url: str) -> dic
         # The team's agent, with its MCP servers pointed at the trial's proxy.
         agent = target.clone(mcp_servers=[server])
         result = await Runner.run(agent, json.dumps(task), max_turns=200)
-    return claim_of(result.final_output)
+    usage = getattr(getattr(result, "context_wrapper", None), "usage", None)
+    tokens = getattr(usage, "total_tokens", None)
+    return with_usage(claim_of(result.final_output), tokens if isinstance(tokens, int) else None)
 
 
 RUNS: dict[str, Callable[[Any, dict[str, Any], str], Any]] = {

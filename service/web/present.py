@@ -126,6 +126,9 @@ class FaultView:
     invariants: Mapping[str, InvariantResult] = field(default_factory=dict)
     # The counterfactual as the page words it (`cf_shown`).
     cf: str = "none"
+    # A sequential plan: why the fault's trials stopped; and what its arms spent.
+    stop: Mapping[str, Any] | None = None
+    spend: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,9 @@ class ReportView:
     catalogue_version: str
     stopped: str | None
     negatives: list[FaultView] = field(default_factory=list)
+    # "Runs and cost": the plan's rule and, per arm, runs, seconds, tokens and cost.
+    rule: str = "fixed"
+    spend: Mapping[str, Any] | None = None
 
 
 def _state(reasons: Sequence[Mapping[str, Any]]) -> str:
@@ -181,6 +187,8 @@ def report_view(
         catalogue_version=r.catalogue_version,
         stopped=r.stopped,
         negatives=[f for f in faults if f.diagnosis],
+        rule=r.rule,
+        spend=r.spend,
     )
 
 
@@ -212,6 +220,8 @@ def _fault_view(f: FaultResult, own: list[dict[str, Any]]) -> FaultView:
         coverage_key=f.coverage_key,
         invariants=f.invariants,
         cf=cf_shown(f.counterfactual.status, own),
+        stop=f.stop,
+        spend=f.spend,
     )
 
 

@@ -307,3 +307,26 @@ def test_systems_page_says_whether_the_tenant_may_run_code_and_how_an_operator_a
         session.commit()
     page = browser.get("/").text
     assert "Code: allowed since" in page and f".tenant.{tenant}</code>" in page
+
+
+def test_a_sequential_candidate_page_shows_runs_and_cost_per_arm_and_why_each_fault_stopped(
+    web_client: TestClient, web_engine: sa.Engine
+) -> None:
+    from service.core.assay import run_assay
+    from service.core.manifest import parse_manifest
+    from service.core.plan import parse_plan
+
+    manifest = parse_manifest(example("baseline"))
+    plan = parse_plan({"trials": 10, "seed": 7, "rule": "sequential", "modes": ["subject_swap"]})
+    report = run_assay(manifest, plan, clock=iter(range(1000)).__next__).to_dict()
+    with Session(web_engine, expire_on_commit=False) as session:
+        recorded = seed_candidate(
+            session, system="spend-returns", version="1.0.0", example_name="baseline", report=report
+        )
+        session.commit()
+        candidate = recorded.candidate.id
+    page = web_client.get(f"/candidates/{candidate}").text
+    spend = page[page.index('id="spend"') :]
+    assert "Runs and cost" in spend[:200] and "sequential plan" in spend[:200]
+    assert "<td>intervention</td><td>1</td>" in spend
+    assert "stopped (violation)" in page
