@@ -20,7 +20,7 @@ log = logging.getLogger("assaygate.worker")
 PROGRESS_S = 5.0
 
 
-class Watch:
+class EngineWatch:
     """A shard's engine, as the heartbeat sees it: set once the shard's target is loaded; its
     runs are counted from then (a worker keeps an engine for several shards)."""
 
@@ -48,7 +48,7 @@ class Heartbeat:
     does not answer skips a beat; the reconciler then may send the shard again, and whichever
     run stores first is kept.
 
-    `activity`, when given, says what the shard's engine is doing (`Watch.activity`): each beat
+    `activity`, when given, says what the shard's engine is doing (`EngineWatch.activity`): each beat
     writes it as the shard's progress."""
 
     def __init__(

@@ -55,7 +55,7 @@ from service.net.egress import EgressPolicy
 from service.settings import Settings
 from service.targets import close_target, load_target
 from worker.code import confinement_for, refusal
-from worker.heartbeat import Heartbeat, Watch
+from worker.heartbeat import EngineWatch, Heartbeat
 
 log = logging.getLogger("assaygate.worker")
 
@@ -350,11 +350,11 @@ def run_and_store(
     """Run the started shard under its lease's heartbeat and store its result; an engine that
     fails fails the assay (a database that fails does not: the message goes back)."""
     assay_id = parsed.inputs.assay_id
-    watch = Watch()
-    with Heartbeat(ctx, assay_id, index, start.attempt, watch.activity):
+    engine = EngineWatch()
+    with Heartbeat(ctx, assay_id, index, start.attempt, engine.activity):
         try:
             spec = ShardSpec.from_dict(start.spec)
-            result = run_guarded(ctx, parsed, spec, state, ids, watch)
+            result = run_guarded(ctx, parsed, spec, state, ids, engine)
         except TRANSIENT:
             raise
         except Exception as exc:
@@ -386,7 +386,7 @@ def run_guarded(
     spec: ShardSpec,
     state: InjectorState,
     ids: dict[str, Any],
-    watch: Watch | None = None,
+    engine: EngineWatch | None = None,
 ) -> ShardResult:
     """Run a shard under the assay's injector credential and stop conditions.
 
@@ -412,8 +412,8 @@ def run_guarded(
         log.warning("injector credential refused", extra={**ids, "reason": str(exc)})
         return ShardResult(spec.index, {}, 0, True, reason)
     target = ctx.target(assay_id, parsed.manifest, parsed.inputs)
-    if watch is not None:
-        watch.watch(target)  # the heartbeat writes what it does as the shard's progress
+    if engine is not None:
+        engine.watch(target)  # the heartbeat writes what it does as the shard's progress
     guard = injection_guard(scope, time.time)
     if isinstance(target, TrialEngine) and hasattr(target, "guard"):
         target.guard = guard  # an engine's injector checks this assay's credential too

@@ -40,7 +40,12 @@ def register(sub: Any) -> None:
         default=2,
         help="extra runs per trial (matched baseline, counterfactual pairs; default 2)",
     )
-    p.add_argument("--error", type=float, default=0.05, help="the sequential plan's error, as a fraction (default 0.05)")
+    p.add_argument(
+        "--error",
+        type=float,
+        default=0.05,
+        help="the sequential plan's error, as a fraction (default 0.05)",
+    )
     p.add_argument(
         "--confidence",
         type=float,

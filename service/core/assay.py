@@ -305,9 +305,7 @@ class _Trial:
 # (effects, unsafe, target errors) or the exception it raised, and what it spent; None: a slot
 # has stopped.
 _Done = (
-    tuple[
-        int, FaultSpec, Tally, tuple[int, int, int] | None, BaseException | None, Meter | None
-    ]
+    tuple[int, FaultSpec, Tally, tuple[int, int, int] | None, BaseException | None, Meter | None]
     | None
 )
 
@@ -630,7 +628,7 @@ def run_assay(
 def _run_sequential(
     manifest: Manifest,
     plan: AssayPlan,
-    target: Target | None,
+    target: Target | TrialEngine | None,
     progress: Callable[[int, int], None] | None,
     limits: Limits | None,
     honours_keys: bool,

@@ -11,7 +11,7 @@ from sqlmodel import Session, col
 from service.db.models import Assay, AssayShard, ShardStatus
 from service.settings import Settings
 from tests.web.seed import seed_candidate
-from worker.heartbeat import Heartbeat, Watch
+from worker.heartbeat import EngineWatch, Heartbeat
 from worker.tasks import WorkerContext
 
 
@@ -45,7 +45,7 @@ def test_the_heartbeat_records_runs_since_the_shard_began_and_what_slots_wait_fo
         )
         session.commit()
     ctx = WorkerContext(settings.model_copy(update={"shard_lease_s": 0.3}))
-    busy, watch = Busy(), Watch()
+    busy, watch = Busy(), EngineWatch()
     # The engine ran five runs for earlier shards: this shard's count starts from there.
     watch.watch(busy)
     try:
@@ -67,6 +67,6 @@ def test_the_heartbeat_records_runs_since_the_shard_began_and_what_slots_wait_fo
 
 
 def test_a_target_without_activity_writes_no_progress() -> None:
-    watch = Watch()
+    watch = EngineWatch()
     watch.watch(None)  # the reference target
     assert watch.activity() is None
