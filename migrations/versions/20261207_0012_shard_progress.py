@@ -1,7 +1,7 @@
 """shard progress: what a running shard's worker is doing, written with its heartbeat
 
-Revision ID: shard_progress
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-06 09:00:00
 
 A running shard's worker writes its engine's activity beside the lease at every heartbeat: runs
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "shard_progress"
-down_revision: str | None = "0010"
+revision: str = "0012"
+down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
