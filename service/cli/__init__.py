@@ -6,6 +6,7 @@ import argparse
 import os
 import signal
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from service.app.errors import AppError
@@ -57,8 +58,11 @@ def _with_exit_codes(parser: argparse.ArgumentParser, path: str = "") -> None:
     """End every command's `--help` with its exit codes, from the one table in errors.py."""
     if path:
         parser.epilog = "\n\n".join(filter(None, (parser.epilog, exit_codes_text(path))))
-        # Keep the table's line breaks; the help above it is still wrapped.
+        # Keep the table's line breaks; the raw formatter no longer wraps the description, so
+        # wrap it here as argparse would.
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        if parser.description:
+            parser.description = textwrap.fill(" ".join(parser.description.split()), width=78)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, child in action.choices.items():
