@@ -26,6 +26,7 @@ from service.cli.common import (
     plan_overrides,
 )
 from service.cli.errors import UsageError
+from service.core.gate import block_first
 from service.settings import Settings
 
 
@@ -203,6 +204,7 @@ def _run_demo(
             # What the gate says about the candidate, as `assaygate gate` would.
             decision = (done.get("gate") or {}).get("decision") or done["status"]
             reasons = (done.get("gate") or {}).get("reasons") or done.get("reasons") or []
-            first = reasons[0]["message"] if reasons else ""
+            # The line shows one reason: a block's must be a block reason.
+            first = block_first(reasons)[0]["message"] if reasons else ""
             print(f"{path.name:<{width}}  {decision:<8} {seconds:6.1f}s  {first}")
     return 0

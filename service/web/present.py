@@ -20,8 +20,19 @@ SEVERITY = {"allow": 0, "hold": 1, "block": 2}
 CF_STATES = ("valid", "invalid", "masked")
 
 
-def when(value: datetime | None) -> str:
-    return as_utc(value).strftime("%Y-%m-%d %H:%M:%S UTC") if value is not None else ""
+def when(value: datetime | str | None) -> str:
+    """An instant as every page shows it, in UTC with the zone named; an ISO text (as a signed
+    dossier stores it) is read first, and shown as stored if it is not one."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        try:
+            instant = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    else:
+        instant = value
+    return as_utc(instant).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def pct(value: Any, digits: int = 1) -> str:

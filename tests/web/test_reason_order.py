@@ -31,7 +31,7 @@ def _hold_first(reasons: list[dict[str, object]]) -> list[dict[str, object]]:
 
 
 def first_severity(html: str) -> str:
-    found = re.search(r'<li class="sev-(\w+)">', html)
+    found = re.search(r'<li class="sev-(\w+)"', html)
     assert found is not None, html[:400]
     return found.group(1)
 
