@@ -48,8 +48,8 @@ class Heartbeat:
     does not answer skips a beat; the reconciler then may send the shard again, and whichever
     run stores first is kept.
 
-    `activity`, when given, says what the shard's engine is doing (`EngineWatch.activity`): each beat
-    writes it as the shard's progress."""
+    `activity`, when given, says what the shard's engine is doing (`EngineWatch.activity`):
+    each beat writes it as the shard's progress."""
 
     def __init__(
         self,
