@@ -38,10 +38,10 @@ EXAMPLE = ROOT / "examples" / "mcp-warehouse"
 
 from bench.mcp_target import _port, _wait  # noqa: E402
 from service.core.assay import run_assay  # noqa: E402
-from service.core.manifest import parse_manifest  # noqa: E402
 from service.core.contract_catalogue import catalogue_for  # noqa: E402
-from service.net.egress import EgressPolicy  # noqa: E402
+from service.core.manifest import parse_manifest  # noqa: E402
 from service.core.plan import validate_plan  # noqa: E402
+from service.net.egress import EgressPolicy  # noqa: E402
 from service.targets import close_target, load_target  # noqa: E402
 
 
@@ -88,8 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         shop, admin = _port(), _port()
         servers = subprocess.Popen(
-            [sys.executable, str(EXAMPLE / "servers.py"), "http", "--db", f"{tmp}/world.db"]
-            + ["--shop-port", str(shop), "--admin-port", str(admin)],
+            [
+                *(sys.executable, str(EXAMPLE / "servers.py"), "http", "--db", f"{tmp}/world.db"),
+                *("--shop-port", str(shop), "--admin-port", str(admin)),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
