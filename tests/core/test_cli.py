@@ -140,6 +140,27 @@ def test_plan_computes_the_trials_a_violation_bound_needs(
     assert out["trials_per_fault"] == 765 and out["total_trials"] == 1530
 
 
+def test_plan_estimates_the_agent_runs_of_the_fixed_and_the_sequential_plan(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--trials", "200", "--pairs", "2", "--faults", "10", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["fixed_runs"] == 10 * 200 * 3
+    # The careful agent's own trials run to the cap; its pair arms settle after ~25 runs.
+    assert out["sequential_trials_per_fault"] == 200
+    assert 0 < out["sequential_pair_runs_per_fault"] <= 30
+    assert out["sequential_runs_careful"] < out["fixed_runs"] / 2
+    assert out["sequential_runs_defective"] == 10 * 3
+
+
+def test_plan_without_a_rate_or_trials_is_one_error_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan"]) == 2  # a usage error, like a missing argument
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--max-violation-rate" in err[0]
+
+
 def test_a_long_run_on_a_terminal_shows_a_progress_bar_and_json_never_does() -> None:
     import os
     import pty
