@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from service.cli.errors import DECISION_EXIT, EXIT_ERROR
+from service.cli.plans import rule_args, rule_overrides
 from service.core.assay import AssayReport, Limits, replay_trial, run_assay
 from service.core.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.contract_catalogue import catalogue_for
@@ -62,23 +63,7 @@ def register(sub: Any) -> None:
 
 def _assay_args(p: argparse.ArgumentParser) -> None:
     _plan_args(p)
-    p.add_argument(
-        "--rule",
-        choices=("sequential", "fixed"),
-        default=None,
-        help="sequential: a fault stops once its decision cannot change at --error (default "
-        "for mcp and framework targets); fixed: every fault runs --trials",
-    )
-    p.add_argument("--error", type=float, default=None, help="the sequential plan's error (0.05)")
-    p.add_argument(
-        "--max-violation-rate",
-        type=float,
-        default=None,
-        metavar="RATE",
-        help="a sequential fault stops once violations are bounded below RATE",
-    )
-    for flag, kind, text in _BUDGETS:
-        p.add_argument(flag, type=kind, default=None, help=text)
+    rule_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-baseline", action="store_true", help="skip the matched baseline runs")
     p.add_argument(
@@ -134,15 +119,6 @@ def report_args(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="append a Markdown summary (e.g. $GITHUB_STEP_SUMMARY): decision, reasons, faults",
     )
-
-
-# Budgets: exceeding one stops the assay with the reason `budget` (a hold, never `allow`).
-_BUDGETS: tuple[tuple[str, type, str], ...] = (
-    ("--max-runs", int, "stop after this many agent runs (every arm)"),
-    ("--max-seconds", float, "stop after this many seconds of agent runs"),
-    ("--max-tokens", int, "stop once the agent reports this many tokens"),
-    ("--max-cost", float, "stop once the agent reports this much cost"),
-)
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
@@ -218,16 +194,7 @@ def build_plan(args: argparse.Namespace, manifest: Manifest | None = None) -> As
         data["matched_baseline"] = False
     if getattr(args, "no_counterfactual", False):
         data["counterfactuals"] = False
-    for key in ("rule", "error", "max_violation_rate"):
-        if getattr(args, key, None) is not None:
-            data[key] = getattr(args, key)
-    budgets = {
-        key: getattr(args, key)
-        for key in ("max_runs", "max_seconds", "max_tokens", "max_cost")
-        if getattr(args, key, None) is not None
-    }
-    if budgets:
-        data["stop"] = budgets
+    data.update(rule_overrides(args))
     if isinstance(catalogue, Catalogue):
         plan = validate_plan({**data, "catalogue": catalogue})
         plan.faults()

@@ -161,9 +161,8 @@ def run_shard(
     meter: Meter | None = None,
 ) -> ShardResult:
     """Run a shard's trials into tallies. `honours_keys=False` runs a sandbox whose ledger
-    ignores idempotency keys (a broken world, to show figures come from execution). `watch`: a
-    sequential plan's rule for the shard's one fault, read after every trial. `meter`: what
-    the trials spend, checked against the plan's budgets after every trial.
+    ignores idempotency keys (a broken world, to show figures come from execution). After every
+    trial, `watch` (a sequential rule) may end the fault and `meter` checks the budgets.
 
     Over 60 lines on purpose: the per-trial loop is the compiled hot path, kept in one frame."""
     cat = plan.resolve_catalogue()
@@ -213,8 +212,6 @@ def run_shard(
             if watch is not None:
                 extra = extra and watch.needs_pairs(tally)
                 watch.steer(rt.engine, tally)
-            if meter is not None:
-                meter.mark()
             e, u, te = _one(
                 rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id], extra, meter
             )
@@ -226,10 +223,8 @@ def run_shard(
                 reason = limits.tripped(effects, unsafe, target_errors)
                 if reason is not None:
                     break
-            if meter is not None:
-                reason = meter.exceeded(plan.stop)
-                if reason is not None:
-                    break
+            if meter is not None and (reason := meter.exceeded(plan.stop)) is not None:
+                break
             if watch is not None and watch.done(tally, done):
                 break
     finally:
@@ -264,6 +259,8 @@ def _one(
     pass back and forth.
     """
     tally.planned += 1
+    if meter is not None:
+        meter.mark()
     rec = run_trial(rt, spec, wkey, skey)
     if meter is not None:
         meter.add(spec.id, "intervention", 1, rec.usage)
@@ -408,8 +405,7 @@ def run_assay(
                 used_unsafe=limits.used_unsafe + result.unsafe,
                 used_target_errors=limits.used_target_errors + errors,
             )
-    # Spend is timing, not a figure: reported when the runs were timed or budgeted, so an untimed
-    # assay still equals the merge of its shards key for key.
+    # Spend is timing, not a figure: an untimed, unbudgeted assay equals its shards' merge.
     budgeted = any(
         v is not None
         for v in (
@@ -433,8 +429,8 @@ def _run_sequential(
     fault_done: Callable[[str, Tally, int, int], None] | None,
     meter: Meter,
 ) -> AssayReport:
-    """Each fault in one shard of at most `plan.trials` trials, ended by its rule: the trials a
-    fault did not need are never run. Progress counts against the fixed plan's total."""
+    """Each fault in one shard of at most `plan.trials` trials, ended by its rule (progress
+    counts against the fixed plan's total)."""
     faults = plan.faults()
     total = plan.trials * len(faults)
     folded = ShardResult(-1, {}, 0)
@@ -448,7 +444,8 @@ def _run_sequential(
             manifest,
             plan,
             shard,
-            target=target,
+            None,
+            target,
             limits=limits,
             honours_keys=honours_keys,
             watch=watch,
