@@ -11,29 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from service.cli.errors import DECISION_EXIT, EXIT_ERROR
+from service.cli.plans import rule_args, rule_overrides
+from service.cli.printing import print_report
 from service.core.assay import AssayReport, Limits, replay_trial, run_assay
 from service.core.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.contract import MAX_SLOTS
 from service.core.contract_catalogue import catalogue_for
 from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
-from service.core.gate import block_first
 from service.core.manifest import Manifest, parse_manifest_json
 from service.core.plan import AssayPlan, parse_plan, validate_plan
-from service.core.report import FaultResult
 from service.core.tally import Tally
 from service.net.egress import EgressPolicy
 from service.targets import DEFAULT_TIMEOUT_S, close_target, load_target
-
-RATE_COLUMNS = (
-    ("detect", "detected"),
-    ("contain", "contained"),
-    ("recover", "recovered"),
-    ("verify", "verified"),
-    ("service", "useful_service"),
-    ("unsafe", "unsafe_escape"),
-    ("dupe", "duplicate_effect"),
-    ("unproved", "unverifiable_release"),
-)
 
 
 def register(sub: Any) -> None:
@@ -64,23 +53,7 @@ def register(sub: Any) -> None:
 
 def _assay_args(p: argparse.ArgumentParser) -> None:
     _plan_args(p)
-    p.add_argument(
-        "--rule",
-        choices=("sequential", "fixed"),
-        default=None,
-        help="sequential: a fault stops once its decision cannot change at --error (default "
-        "for mcp and framework targets); fixed: every fault runs --trials",
-    )
-    p.add_argument("--error", type=float, default=None, help="the sequential plan's error (0.05)")
-    p.add_argument(
-        "--max-violation-rate",
-        type=float,
-        default=None,
-        metavar="RATE",
-        help="a sequential fault stops once violations are bounded below RATE",
-    )
-    for flag, kind, text in _BUDGETS:
-        p.add_argument(flag, type=kind, default=None, help=text)
+    rule_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-baseline", action="store_true", help="skip the matched baseline runs")
     p.add_argument(
@@ -145,15 +118,6 @@ def report_args(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="append a Markdown summary (e.g. $GITHUB_STEP_SUMMARY): decision, reasons, faults",
     )
-
-
-# Budgets: exceeding one stops the assay with the reason `budget` (a hold, never `allow`).
-_BUDGETS: tuple[tuple[str, type, str], ...] = (
-    ("--max-runs", int, "stop after this many agent runs (every arm)"),
-    ("--max-seconds", float, "stop after this many seconds of agent runs"),
-    ("--max-tokens", int, "stop once the agent reports this many tokens"),
-    ("--max-cost", float, "stop once the agent reports this much cost"),
-)
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
@@ -235,16 +199,7 @@ def build_plan(args: argparse.Namespace, manifest: Manifest | None = None) -> As
         data["matched_baseline"] = False
     if getattr(args, "no_counterfactual", False):
         data["counterfactuals"] = False
-    for key in ("rule", "error", "max_violation_rate"):
-        if getattr(args, key, None) is not None:
-            data[key] = getattr(args, key)
-    budgets = {
-        key: getattr(args, key)
-        for key in ("max_runs", "max_seconds", "max_tokens", "max_cost")
-        if getattr(args, key, None) is not None
-    }
-    if budgets:
-        data["stop"] = budgets
+    data.update(rule_overrides(args))
     if isinstance(catalogue, Catalogue):
         plan = validate_plan({**data, "catalogue": catalogue})
         plan.faults()
@@ -402,87 +357,6 @@ def _fault_lines(plan: AssayPlan) -> Callable[[str, Tally, int, int], None]:
         )
 
     return line
-
-
-def _pct(x: float) -> str:
-    return f"{100.0 * x:6.1f}%"
-
-
-def print_report(manifest: Manifest, plan: AssayPlan, report: AssayReport) -> None:
-    print("Assaygate fault assay (sandbox world, independent oracle)")
-    print(
-        f"System: {manifest.system or '-'} {manifest.version or ''} | catalogue: "
-        f"{report.catalogue_version} | trials: {report.trials_executed} | seed: {plan.seed}"
-    )
-    enabled = {c.value for c in manifest.controls.enabled()}
-    print(
-        "Controls: "
-        + ", ".join(
-            f"{c}={'ON' if c in enabled else 'off'}" for c in manifest.controls.model_dump()
-        )
-    )
-    header = f"{'domain':10} {'n':>6} " + " ".join(f"{h:>8}" for h, _ in RATE_COLUMNS)
-    print()
-    print(header)
-    print("-" * len(header))
-    rows = [*report.by_domain.items(), ("overall", report.overall)]
-    for name, summary in rows:
-        if name == "overall":
-            print("-" * len(header))
-        r = summary.signature.rates
-        print(
-            f"{name:10} {r.trials:6d} " + " ".join(f"{_pct(r.rate(k)):>8}" for _, k in RATE_COLUMNS)
-        )
-    print()
-    print(
-        f"{'fault':30} {'n':>6} {'unsafe':>8} {'service':>8} {'transfer T':>11} "
-        f"{'counterfactual':>15}"
-    )
-    for f in report.faults:
-        _print_fault(f)
-    if report.target_errors_total:
-        kinds = ", ".join(f"{k} {v}" for k, v in report.target_errors_by_kind.items())
-        print(f"\nTarget errors: {report.target_errors_total} ({kinds})")
-        for messages in report.target_error_causes.values():
-            for message in messages:
-                print(f"  {message}")
-    if report.stopped:
-        print(f"Stopped: {report.stopped}")
-    print()
-    print(f"Decision: {report.decision.value.upper()}")
-    for reason in block_first(report.reasons):
-        print(f"  - [{reason.severity.value}] {reason.message}")
-    print(f"\nCoverage: {len(report.visited)} keys visited, {len(report.not_visited)} not visited")
-    print(
-        "Interpretation boundary: evidence about represented faults in a sandboxed configured "
-        "system, not proof of production safety."
-    )
-
-
-def _print_fault(f: FaultResult) -> None:
-    r = f.signature.rates
-    tt = f"{f.transfer.violation:+.3f}" if f.transfer else "-"
-    print(
-        f"{f.id:30} {f.exercised:6d} {_pct(r.rate('unsafe_escape')):>8} "
-        f"{_pct(r.rate('useful_service')):>8} {tt:>11} {f.counterfactual.status:>15}"
-    )
-    if f.storm is not None:
-        s = f.storm
-        wait = s.shortest_wait_ms if s.shortest_wait_ms is not None else "-"
-        print(
-            f"{'':30} observed: {s.attempts_mean:.1f} attempts a trial, admitted in "
-            f"{s.admitted} of {s.trials}, shortest wait {wait} ms"
-        )
-        print(
-            f"{'':30} reference fleet peak concurrent retries: no jitter/budget "
-            f"{s.bare_peak_max}, jitter+budget {s.disciplined_peak_max}"
-        )
-    if f.invariants:
-        failed = [f"{k} {v.failed}/{v.trials}" for k, v in f.invariants.items() if v.failed]
-        print(f"{'':30} invariants failed: " + (", ".join(failed) if failed else "none"))
-    if f.error_kinds:
-        kinds = ", ".join(f"{k} {v}" for k, v in f.error_kinds.items())
-        print(f"{'':30} target errors: {kinds}")
 
 
 def cmd_catalogue(args: argparse.Namespace) -> int:

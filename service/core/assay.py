@@ -8,8 +8,6 @@ order on any number of workers, merges to exactly the figures of one sequential 
 from __future__ import annotations
 
 import gc
-import queue
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,9 +23,10 @@ from service.core.pairs import Removal, removal
 from service.core.plan import AssayPlan
 from service.core.report import AssayReport
 from service.core.rng import LCG, derive, stream_key
-from service.core.slots import InOrder, slots_of
+from service.core.slots import slots_of
+from service.core.slotted import SlotTrial, run_slotted
 from service.core.spend import Meter
-from service.core.stopping import Stop, Watch, rule_for
+from service.core.stopping import Watch
 from service.core.tally import SAMPLES, ShardResult, Tally, violating
 from service.core.target import Target
 
@@ -213,8 +212,8 @@ def run_shard(
                 Runtime(manifest, cat, target.slot(i), guard, namespace, honours_keys)
                 for i in range(slots)
             ]
-            trial = _Trial(plan, pick, wroot, sroot, base, threshold, sample_key, removals)
-            done, effects, unsafe, target_errors, reason = _run_slotted(
+            trial = SlotTrial(plan, pick, wroot, sroot, base, threshold, sample_key, removals, _one)
+            done, effects, unsafe, target_errors, reason = run_slotted(
                 runtimes, trial, shard, tallies, should_stop, batch, limits, watch, meter
             )
         # The serial loop: empty when the slots ran the shard.
@@ -231,8 +230,6 @@ def run_shard(
             if watch is not None:
                 extra = extra and watch.needs_pairs(tally)
                 watch.steer(rt.engine, tally)
-            if meter is not None:
-                meter.mark()
             e, u, te = _one(
                 rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id], extra, meter
             )
@@ -244,10 +241,8 @@ def run_shard(
                 reason = limits.tripped(effects, unsafe, target_errors)
                 if reason is not None:
                     break
-            if meter is not None:
-                reason = meter.exceeded(plan.stop)
-                if reason is not None:
-                    break
+            if meter is not None and (reason := meter.exceeded(plan.stop)) is not None:
+                break
             if watch is not None and watch.done(tally, done):
                 break
     finally:
@@ -257,187 +252,6 @@ def run_shard(
         if cause is not None:
             reason = f"{reason}; first: {cause}"
     return ShardResult(shard.index, tallies, done, reason is not None, reason, effects, unsafe)
-
-
-class _Trial:
-    """What a slot needs to run trial `k` of a shard (the slotted path's share of run_shard's
-    locals)."""
-
-    def __init__(
-        self,
-        plan: AssayPlan,
-        pick: Callable[[int], FaultSpec],
-        wroot: int,
-        sroot: int,
-        base: int,
-        threshold: int | None,
-        sample_key: int,
-        removals: dict[str, Removal],
-    ) -> None:
-        self.plan = plan
-        self.pick = pick
-        self.wroot = wroot
-        self.sroot = sroot
-        self.base = base
-        self.threshold = threshold
-        self.sample_key = sample_key
-        self.removals = removals
-
-    def run(
-        self,
-        rt: Runtime,
-        spec: FaultSpec,
-        k: int,
-        tally: Tally,
-        pairs: bool = True,
-        meter: Meter | None = None,
-    ) -> tuple[int, int, int]:
-        wkey, skey = derive(self.wroot, k), derive(self.sroot, k)
-        t = self.threshold
-        extra = pairs and (t is None or derive(self.sample_key, self.base + k) < t)
-        rm = self.removals[spec.id]
-        if meter is not None:
-            meter.mark()
-        return _one(rt, self.plan, spec, tally, self.base + k, wkey, skey, rm, extra, meter)
-
-
-# A finished trial on its way from a slot to the shard: its number, fault, own tally, and
-# (effects, unsafe, target errors) or the exception it raised, and what it spent; None: a slot
-# has stopped.
-_Done = (
-    tuple[int, FaultSpec, Tally, tuple[int, int, int] | None, BaseException | None, Meter | None]
-    | None
-)
-
-
-def _run_slotted(
-    runtimes: list[Runtime],
-    trial: _Trial,
-    shard: ShardSpec,
-    tallies: dict[str, Tally],
-    should_stop: Callable[[], bool] | None,
-    batch: int,
-    limits: Limits | None,
-    watch: Watch | None = None,
-    meter: Meter | None = None,
-) -> tuple[int, int, int, int, str | None]:
-    """The executor path: one thread per slot takes the next trial number, runs it into a tally
-    of its own, and hands it back; trials are folded in trial order (`InOrder`), so counts,
-    samples and stop conditions are those of the serial loop. Trials still running when a stop
-    condition trips are waited for and discarded, as the serial loop would never have run them
-    (what they spent still counts against the budgets: the runs happened).
-
-    Under a sequential plan (`watch`) the slots run in rounds: what a round's trials run (the
-    pair arms, the sensitivity run) is decided from the trials folded before the round, so the
-    runs used depend on the concurrency but never on timing; the rule is read after every trial
-    in trial order, so the decision is the serial loop's."""
-    taken = iter(range(shard.start, shard.stop))
-    lock = threading.Lock()
-    stop = threading.Event()
-    finished: queue.SimpleQueue[_Done] = queue.SimpleQueue()
-    # A round's budget of trials per slot (None: as many as the shard has).
-    quota: list[int | None] = [None]
-    pairs = [True]
-    clock = None if meter is None else meter.clock
-
-    drained = threading.Event()
-
-    def next_trial() -> tuple[int, FaultSpec] | None:
-        # Under the lock, in order: paper mode's fault choice is a sequential stream.
-        with lock:
-            if stop.is_set():
-                return None
-            k = next(taken, None)
-            if k is None:
-                drained.set()
-                return None
-            return k, trial.pick(k)
-
-    def slot(rt: Runtime) -> None:
-        left = quota[0]
-        try:
-            while (left is None or left > 0) and (job := next_trial()) is not None:
-                if left is not None:
-                    left -= 1
-                k, spec = job
-                tally = Tally()
-                spent = None if meter is None else Meter(clock)
-                try:
-                    out = trial.run(rt, spec, k, tally, pairs[0], spent)
-                except BaseException as exc:  # re-raised by the shard, in trial order
-                    finished.put((k, spec, tally, None, exc, spent))
-                    return
-                finished.put((k, spec, tally, out, None, spent))
-        finally:
-            finished.put(None)
-
-    done = effects = unsafe = target_errors = 0
-    reason: str | None = None
-    failure: BaseException | None = None
-    if should_stop is not None and should_stop():
-        return 0, 0, 0, 0, "aborted"
-    order: InOrder[
-        tuple[FaultSpec, Tally, tuple[int, int, int] | None, BaseException | None, Meter | None]
-    ]
-    order = InOrder(shard.start)
-    if watch is not None:
-        quota[0] = 1
-    while True:
-        if watch is not None:
-            folded = tallies.get(trial.pick(shard.start).id) if tallies else None
-            now = folded if folded is not None else Tally()
-            pairs[0] = watch.needs_pairs(now)
-            for rt in runtimes:
-                watch.steer(rt.engine, now)
-        threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
-        for th in threads:
-            th.start()
-        running = len(threads)
-        while running:
-            item = finished.get()
-            if item is None:
-                running -= 1
-                continue
-            k, spec, tally, out, exc, spent = item
-            order.put(k, (spec, tally, out, exc, spent))
-            for _k, (spec, tally, out, exc, spent) in order.ready():
-                if meter is not None and spent is not None:
-                    meter.absorb(spent)
-                if stop.is_set():
-                    continue
-                if exc is not None or out is None:
-                    failure = exc
-                    stop.set()
-                    continue
-                mine = tallies.get(spec.id)
-                if mine is None:
-                    mine = tallies[spec.id] = tally
-                else:
-                    mine.merge(tally)
-                effects += out[0]
-                unsafe += out[1]
-                target_errors += out[2]
-                done += 1
-                if limits is not None:
-                    reason = limits.tripped(effects, unsafe, target_errors)
-                if reason is None and meter is not None:
-                    reason = meter.exceeded(trial.plan.stop)
-                if (
-                    reason is None
-                    and should_stop is not None
-                    and done % batch == 0
-                    and should_stop()
-                ):
-                    reason = "aborted"
-                if reason is not None or (watch is not None and watch.done(mine, done)):
-                    stop.set()
-        for th in threads:
-            th.join()
-        if watch is None or stop.is_set() or drained.is_set():
-            break
-    if failure is not None:
-        raise failure
-    return done, effects, unsafe, target_errors, reason
 
 
 def _one(
@@ -463,6 +277,8 @@ def _one(
     pass back and forth.
     """
     tally.planned += 1
+    if meter is not None:
+        meter.mark()
     rec = run_trial(rt, spec, wkey, skey)
     if meter is not None:
         meter.add(spec.id, "intervention", 1, rec.usage)
@@ -565,7 +381,10 @@ def run_assay(
     spend and `max_seconds`."""
     meter = Meter(clock if clock is not None or limits is None else limits.clock)
     if plan.rule_for(manifest.target.kind) == "sequential":
-        return _run_sequential(
+        # Imported here: the sequential loop runs shards through this module.
+        from service.core.sequential_assay import run_sequential
+
+        return run_sequential(
             manifest, plan, target, progress, limits, honours_keys, fault_done, meter, concurrency
         )
     shards = plan_shards(manifest, plan, trials_per_shard)
@@ -610,8 +429,7 @@ def run_assay(
                 used_unsafe=limits.used_unsafe + result.unsafe,
                 used_target_errors=limits.used_target_errors + errors,
             )
-    # Spend is timing, not a figure: reported when the runs were timed or budgeted, so an untimed
-    # assay still equals the merge of its shards key for key.
+    # Spend is timing, not a figure: an untimed, unbudgeted assay equals its shards' merge.
     budgeted = any(
         v is not None
         for v in (
@@ -623,65 +441,6 @@ def run_assay(
     )
     spend = meter.view("fixed") if meter.clock is not None or budgeted else None
     return merge(manifest, plan, [folded], stopped, spend=spend)
-
-
-def _run_sequential(
-    manifest: Manifest,
-    plan: AssayPlan,
-    target: Target | TrialEngine | None,
-    progress: Callable[[int, int], None] | None,
-    limits: Limits | None,
-    honours_keys: bool,
-    fault_done: Callable[[str, Tally, int, int], None] | None,
-    meter: Meter,
-    concurrency: int = 1,
-) -> AssayReport:
-    """Each fault in one shard of at most `plan.trials` trials, ended by its rule: the trials a
-    fault did not need are never run. Progress counts against the fixed plan's total."""
-    faults = plan.faults()
-    total = plan.trials * len(faults)
-    folded = ShardResult(-1, {}, 0)
-    stops: dict[str, Stop] = {}
-    stopped: str | None = None
-    done = 0
-    for i, spec in enumerate(faults):
-        watch = Watch(rule_for(manifest, plan, spec))
-        shard = ShardSpec(i, spec.id, 0, plan.trials)
-        result = run_shard(
-            manifest,
-            plan,
-            shard,
-            target=target,
-            limits=limits,
-            honours_keys=honours_keys,
-            concurrency=concurrency,
-            watch=watch,
-            meter=meter,
-        )
-        folded.trials += result.trials
-        tally = result.tallies.get(spec.id) or Tally()
-        folded.tallies[spec.id] = tally
-        if watch.stop is not None:
-            stops[spec.id] = watch.stop
-        elif result.stop_reason is not None:
-            stops[spec.id] = Stop("stopped", result.stop_reason, result.trials)
-        done += plan.trials
-        if progress is not None:
-            progress(done, total)
-        if fault_done is not None:
-            fault_done(spec.id, tally, done, total)
-        if result.stop_reason is not None:
-            stopped = result.stop_reason
-            break
-        if limits is not None:
-            limits = replace(
-                limits,
-                used_effects=limits.used_effects + result.effects,
-                used_unsafe=limits.used_unsafe + result.unsafe,
-                used_target_errors=limits.used_target_errors + tally.all_errors,
-            )
-    stop_views = {f: s.view() for f, s in stops.items()}
-    return merge(manifest, plan, [folded], stopped, stop_views, meter.view("sequential"))
 
 
 def replay_trial(

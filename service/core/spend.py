@@ -21,6 +21,12 @@ from service.core.plan import StopConditions
 BUDGET = "budget"
 
 
+def budgeted(stop: StopConditions) -> bool:
+    return any(
+        x is not None for x in (stop.max_runs, stop.max_seconds, stop.max_tokens, stop.max_cost)
+    )
+
+
 def usage_of(claims: Iterable[Mapping[str, object]]) -> tuple[int, float]:
     """Tokens and cost a run's claims report; malformed or negative figures count as none."""
     tokens, cost = 0, 0.0
