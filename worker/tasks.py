@@ -36,7 +36,7 @@ from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan
 from service.core.secret import SecretsKey
 from service.core.spend import ArmSpend, Meter
-from service.core.stopping import Watch, rule_for
+from service.core.stopping import watch_for
 from service.core.target import Target
 from service.db.assay import (
     AssayInputs,
@@ -418,13 +418,9 @@ def run_guarded(
     if isinstance(target, TrialEngine) and hasattr(target, "guard"):
         target.guard = guard  # an engine's injector checks this assay's credential too
     manifest, plan = parsed.manifest, parsed.plan
-    rule = plan.rule_for(manifest.target.kind)
-    # The plan's rule and budgets hold here as in the local CLI: a sequential fault (one shard)
-    # stops on its own tally; budgets count what the assay's stored shards already spent.
-    watch = None
-    if rule == "sequential" and spec.fault_id is not None:
-        fault = plan.resolve_catalogue().by_id(spec.fault_id)
-        watch = Watch(rule_for(manifest, plan, fault))
+    # As in the local CLI: a sequential fault (one shard) stops on its own tally; budgets count
+    # what the assay's stored shards already spent.
+    watch = watch_for(manifest, plan, spec.fault_id)
 
     def spent() -> ArmSpend:
         with Session(ctx.engine) as session:
@@ -444,7 +440,7 @@ def run_guarded(
         watch=watch,
         meter=meter,
     )
-    faults = meter.view(rule)["faults"]
+    faults = meter.view(plan.rule_for(manifest.target.kind))["faults"]
     result.spend = dict(faults) if isinstance(faults, dict) else None
     if result.stop_reason == "aborted":
         # Say why, in the words the abort was recorded with.

@@ -7,19 +7,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from service.core.assay import Limits, ShardSpec, run_shard
 from service.core.engine import TrialEngine
 from service.core.manifest import Manifest
 from service.core.merge import merge
 from service.core.plan import AssayPlan
 from service.core.report import AssayReport
+from service.core.shard import Limits, ShardSpec
 from service.core.spend import Meter
 from service.core.stopping import Stop, Watch, rule_for
 from service.core.tally import ShardResult, Tally
 from service.core.target import Target
 
+#: `service.core.assay.run_shard`, handed in (the assay module imports this one).
+RunShard = Callable[..., ShardResult]
+
 
 def run_sequential(
+    run_shard: RunShard,
     manifest: Manifest,
     plan: AssayPlan,
     target: Target | TrialEngine | None,

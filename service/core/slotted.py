@@ -21,7 +21,7 @@ from service.core.stopping import Watch
 from service.core.tally import Tally
 
 if TYPE_CHECKING:
-    from service.core.assay import Limits, ShardSpec
+    from service.core.shard import Limits, ShardSpec
 
 #: `service.core.assay._one`: run one trial's arms into a tally (handed in: the assay module
 #: imports this one).

@@ -244,3 +244,10 @@ def estimate(envelope: Envelope, error: float, trials: int, rate: float | None) 
             mine = n
             break
     return Estimate(mine, min(pairs, mine))
+
+
+def watch_for(manifest: Manifest, plan: AssayPlan, fault_id: str | None) -> Watch | None:
+    """The sequential rule's watch over a shard of one fault, or None under the fixed plan."""
+    if fault_id is None or plan.rule_for(manifest.target.kind) != "sequential":
+        return None
+    return Watch(rule_for(manifest, plan, plan.resolve_catalogue().by_id(fault_id)))

@@ -20,16 +20,13 @@ reached through an inbound relay. Without one (the local CLI) they run as the us
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import queue
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -38,7 +35,6 @@ from urllib.parse import urlsplit
 import httpx
 
 from service.core.errors import ManifestInvalid
-from service.core.manifest import Runner
 from service.net.egress import EgressPolicy, EgressRefused, EgressTransport
 from service.sandbox import Confinement
 from service.sandbox.bwrap import Sandbox
@@ -203,136 +199,6 @@ class CommandRunner:
 
     def close(self) -> None:
         return None
-
-
-class LinesRunner:
-    """A command agent kept warm: one process per slot for the whole assay, one run a line.
-
-    Each run writes `{"task": …, "mcp_url": …}` as one JSON line to the process's stdin and reads
-    one line back from its stdout: a claim object, or `{"claims": [...]}`. The interpreter start
-    and imports (about a second with the MCP SDK) are paid once per slot instead of once per run.
-    A process that exits during a run makes that run a target error (its last stderr line says
-    why), one that passes the run's deadline or is crashed by a fault is killed; either way the
-    next run starts a fresh process, so no run inherits a broken agent's state."""
-
-    def __init__(
-        self,
-        command: tuple[str, ...],
-        confinement: Confinement | None = None,
-        slot: int | None = None,
-    ) -> None:
-        self.command = list(command)
-        self.confinement = confinement
-        self.slot = slot
-        self.started = 0  # processes started so far: the first, and one per restart
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._sandbox: Sandbox | None = None
-        self._lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._stderr: deque[bytes] = deque(maxlen=20)
-
-    def _start(self, url: str) -> subprocess.Popen[bytes]:
-        pipe = subprocess.PIPE
-        if self.confinement is None:
-            proc = subprocess.Popen(
-                self.command, stdin=pipe, stdout=pipe, stderr=pipe, env=child_env(url, self.slot)
-            )
-        else:
-            # The proxy's port is the slot's for the assay: reachable for every later run.
-            self._sandbox = Sandbox(
-                self.confinement,
-                self.command,
-                env={URL_ENV: url, **slot_env(self.slot)},
-                reach=[address_of(url)],
-            )
-            proc = self._sandbox.popen(stdin=pipe, stdout=pipe, stderr=pipe)
-        self.started += 1
-        lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        said: deque[bytes] = deque(maxlen=20)
-        threading.Thread(target=_pump_lines, args=(proc, lines), daemon=True).start()
-        threading.Thread(target=_pump_stderr, args=(proc, said), daemon=True).start()
-        self._proc, self._lines, self._stderr = proc, lines, said
-        return proc
-
-    def _stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(5)
-        if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
-
-    def run(
-        self, task: dict[str, Any], url: str, deadline_s: float, crashed: threading.Event
-    ) -> RunResult:
-        proc = self._proc
-        try:
-            if proc is None or proc.poll() is not None:
-                self._stop()
-                proc = self._start(url)
-            assert proc.stdin is not None
-            proc.stdin.write(json.dumps({"task": task, "mcp_url": url}).encode() + b"\n")
-            proc.stdin.flush()
-        except OSError as exc:
-            if proc is not None and self._proc is proc:
-                return self._died(proc)
-            return RunResult(error=f"TargetUnreachable: {exc}")
-        end = time.monotonic() + deadline_s
-        while True:
-            try:
-                line = self._lines.get(timeout=0.005)
-                break
-            except queue.Empty:
-                if crashed.is_set():
-                    self._stop()
-                    return RunResult(crashed=True)
-                if time.monotonic() > end:
-                    self._stop()
-                    return RunResult(
-                        error="TargetTimeout: the run passed its deadline", timed_out=True
-                    )
-        if line is None:
-            return self._died(proc)
-        claims, problem = parse_claims(line.decode("utf-8", "replace"))
-        if len(claims) == 1 and isinstance(claims[0].get("claims"), list):
-            claims = [c for c in claims[0]["claims"] if isinstance(c, dict)]
-        return RunResult(claims=claims, error=f"TargetFailed: {problem}" if problem else None)
-
-    def _died(self, proc: subprocess.Popen[bytes]) -> RunResult:
-        """The warm process ended during a run: the run is a target error, the next run starts
-        a fresh process."""
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(5)
-        code = proc.returncode
-        self._stop()
-        why = last_line(b"\n".join(self._stderr), self.confinement)
-        status = _exit_text(code) if code is not None else "closed its output"
-        return RunResult(
-            error=f"TargetFailed: the agent process ended during the run ({status})"
-            + (f": {why}" if why else "")
-        )
-
-    def close(self) -> None:
-        self._stop()
-
-
-def _pump_lines(proc: subprocess.Popen[bytes], lines: queue.SimpleQueue[bytes | None]) -> None:
-    """A warm process's stdout, a line at a time; None once it closes."""
-    assert proc.stdout is not None
-    with contextlib.suppress(OSError, ValueError):
-        for line in proc.stdout:
-            if line.strip():
-                lines.put(line)
-    lines.put(None)
-
-
-def _pump_stderr(proc: subprocess.Popen[bytes], said: deque[bytes]) -> None:
-    """Drained so the process never blocks on a full pipe; the last lines say why it failed."""
-    assert proc.stderr is not None
-    with contextlib.suppress(OSError, ValueError):
-        for line in proc.stderr:
-            said.append(line)
 
 
 def redacted(text: str, confinement: Confinement | None) -> str:
@@ -515,29 +381,3 @@ class PythonRunner(HttpRunner):
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-
-
-def make_runner(
-    spec: Runner,
-    confinement: Confinement | None = None,
-    mcp_url: str | None = None,
-    egress: EgressPolicy | None = None,
-    slot: int | None = None,
-) -> AgentRunner:
-    """The runner for `spec`; with `confinement`, its processes run in the sandbox, and a python
-    host may reach `mcp_url`'s address (the engine's proxy; each run's URL is on that port).
-    `egress`: the policy an http runner's URL is checked against at every connection. `slot`:
-    the world's copy this runner's runs are in (one runner per slot, so a framework's graph or
-    agent is built once per slot and a warm command process serves one slot)."""
-    if spec.kind == "command":
-        assert spec.command is not None
-        if spec.protocol == "lines":
-            return LinesRunner(spec.command, confinement, slot)
-        return CommandRunner(spec.command, confinement, slot)
-    if spec.kind == "http":
-        assert spec.url is not None
-        return HttpRunner(spec.url, egress)
-    assert spec.entrypoint is not None
-    reach = [address_of(mcp_url)] if mcp_url else []
-    framework = spec.kind if spec.kind in ("langgraph", "openai-agents") else None
-    return PythonRunner(spec.entrypoint, framework, confinement, reach)

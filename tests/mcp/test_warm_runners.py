@@ -14,7 +14,9 @@ import pytest
 from service.core.errors import ManifestInvalid
 from service.core.manifest import Runner
 from service.mcp.frameworks import runner_for
-from service.mcp.runners import CommandRunner, LinesRunner, make_runner
+from service.mcp.launch import make_runner
+from service.mcp.lines import LinesRunner
+from service.mcp.runners import CommandRunner
 from tests.mcp.conftest import Sandbox
 
 pytestmark = pytest.mark.timeout(120)
