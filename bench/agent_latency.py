@@ -5,8 +5,8 @@ each tool call (WAREHOUSE_MODEL_MS: a model deciding the step) and report their 
 assayed with the fixed plan and with the sequential plan at the same error and cap (`--trials`
 trials per fault), and prints one JSON object:
 
-- `speedup_concurrency_8`: wall time to the decision at concurrency 1 over concurrency 8, when
-  `run_assay` takes a `concurrency` parameter (slots, issue 27 item 1); else null ("needs slots");
+- `speedup_concurrency_8`: wall time to the decision at concurrency 1 over concurrency 8 (the
+  example's servers offer 8 isolated worlds, `--slots 8`; the agents are warm, `--lines`);
 - `runs_ratio_sequential`: agent runs (every arm: intervention, matched baseline, sensitivity
   pair) of the sequential plan over the fixed plan's, for the careful agent;
 - `decision_same`: both plans decide alike for the careful and the blind agent;
@@ -22,7 +22,6 @@ Benchmarks print figures; they assert nothing.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import subprocess
@@ -44,25 +43,33 @@ from service.core.plan import validate_plan  # noqa: E402
 from service.net.egress import EgressPolicy  # noqa: E402
 from service.targets import close_target, load_target  # noqa: E402
 
+SLOTS = 8
+
 
 def _manifest(agent: str, shop: int, admin: int) -> Any:
     data = json.loads((EXAMPLE / "manifest.careful.json").read_text())
     data["version"] = f"1.0.0-{agent}"
-    data["target"]["runner"]["command"] = [sys.executable, str(EXAMPLE / "agents.py"), agent]
+    # Warm agents (a process per slot): a real agent loads its SDK and model client once.
+    data["target"]["runner"]["command"] = [
+        *(sys.executable, str(EXAMPLE / "agents.py"), agent, "--lines")
+    ]
+    data["target"]["runner"]["protocol"] = "lines"
+    data["tools"]["slots"] = SLOTS
     data["tools"]["servers"] = {
-        "shop": {"url": f"http://127.0.0.1:{shop}/mcp"},
-        "admin": {"url": f"http://127.0.0.1:{admin}/mcp"},
+        "shop": {"url": f"http://127.0.0.1:{shop}/s/{{slot}}/mcp"},
+        "admin": {"url": f"http://127.0.0.1:{admin}/s/{{slot}}/mcp"},
     }
     return parse_manifest(data)
 
 
-def _assay(manifest: Any, plan: dict[str, Any], concurrency: int | None = None) -> dict[str, Any]:
+def _assay(manifest: Any, plan: dict[str, Any], concurrency: int = 1) -> dict[str, Any]:
     parsed = validate_plan({**plan, "catalogue": catalogue_for(manifest)})
-    target = load_target(manifest, egress=EgressPolicy.local())
-    extra: dict[str, Any] = {} if concurrency is None else {"concurrency": concurrency}
+    target = load_target(manifest, egress=EgressPolicy.local(), slots=concurrency)
     start = time.monotonic()
     try:
-        report = run_assay(manifest, parsed, target=target, clock=time.monotonic, **extra)
+        report = run_assay(
+            manifest, parsed, target=target, clock=time.monotonic, concurrency=concurrency
+        )
     finally:
         close_target(target)
     data = report.to_dict()
@@ -90,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         servers = subprocess.Popen(
             [
                 *(sys.executable, str(EXAMPLE / "servers.py"), "http", "--db", f"{tmp}/world.db"),
-                *("--shop-port", str(shop), "--admin-port", str(admin)),
+                *("--shop-port", str(shop), "--admin-port", str(admin), "--slots", str(SLOTS)),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -113,13 +120,11 @@ def _measure(args: argparse.Namespace, modes: list[str], shop: int, admin: int) 
     for name, manifest in (("careful", careful), ("blind", blind)):
         for rule in ("fixed", "sequential"):
             runs[f"{name}_{rule}"] = _assay(manifest, {**base, "rule": rule})
-    speedup: float | None = None
-    note = "needs slots: run_assay takes no concurrency parameter"
-    if "concurrency" in inspect.signature(run_assay).parameters:
-        one = _assay(careful, {**base, "rule": "fixed"}, concurrency=1)
-        eight = _assay(careful, {**base, "rule": "fixed"}, concurrency=8)
-        speedup = round(one["seconds"] / eight["seconds"], 2)
-        note = f"{one['seconds']} s at concurrency 1, {eight['seconds']} s at 8"
+    one = _assay(careful, {**base, "rule": "fixed"}, concurrency=1)
+    eight = _assay(careful, {**base, "rule": "fixed"}, concurrency=SLOTS)
+    speedup = round(one["seconds"] / eight["seconds"], 2)
+    note = f"{one['seconds']} s at concurrency 1, {eight['seconds']} s at {SLOTS}"
+    runs["careful_fixed_concurrency_8"] = eight
     fixed, seq = runs["careful_fixed"], runs["careful_sequential"]
     return {
         "speedup_concurrency_8": speedup,
