@@ -424,7 +424,7 @@ def run_guarded(
 
     def spent() -> ArmSpend:
         with Session(ctx.engine) as session:
-            return shards.spent(session, assay_id)
+            return shards.spent(session, assay_id, plan.stop)
 
     meter = Meter(time.monotonic, used=retrying(ctx, "read the spend", ids, spent))
     result = run_shard(

@@ -14,7 +14,8 @@ from typing import Any
 from sqlmodel import Session
 
 from service.core.assay import Limits, ShardResult
-from service.core.spend import ArmSpend, from_views
+from service.core.plan import StopConditions
+from service.core.spend import ArmSpend, budgeted, from_views
 from service.db.assay import (
     AssayInputs,
     ShardStart,
@@ -61,8 +62,12 @@ def limits(state: InjectorState, clock: Callable[[], float] = time.time) -> Limi
     )
 
 
-def spent(session: Session, assay_id: uuid.UUID) -> ArmSpend:
-    """What the assay's stored shards spent: the budgets' starting point for the next shard."""
+def spent(session: Session, assay_id: uuid.UUID, stop: StopConditions) -> ArmSpend:
+    """What the assay's stored shards spent: the budgets' starting point for the next shard.
+    Read only under a budget: it sums every stored shard, which for a plan of many shards would
+    make each shard's start cost grow with the shards before it."""
+    if not budgeted(stop):
+        return ArmSpend()
     return from_views(stored_spend(session, assay_id)).total()
 
 
