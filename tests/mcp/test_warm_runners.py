@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -169,8 +170,10 @@ def test_a_langgraph_builder_is_built_once_per_host_and_serves_every_run(
     sandbox: Sandbox,
 ) -> None:
     one_trial = runner_for("langgraph", "tests.mcp.test_warm_runners:build_graph")
-    # Two runs, each on a session of its own (as each run has its own proxy URL).
-    first = one_trial({"order_id": "x"}, sandbox.shop)
-    second = one_trial({"order_id": "y"}, sandbox.shop)
+    # Two runs, each on a session of its own (as each run has its own proxy URL), on a thread of
+    # their own as in the host process: this test process may hold another test's running loop.
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(one_trial, {"order_id": "x"}, sandbox.shop).result()
+        second = pool.submit(one_trial, {"order_id": "y"}, sandbox.shop).result()
     assert first["builds"] == second["builds"] == 1
     assert second["stock"]["sku"] == "SKU-1"
