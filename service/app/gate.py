@@ -310,6 +310,10 @@ def _from_dossier(
         reviewed = [h for h in holds if h.status == status.value]
         if reviewed and reviews.lapsed(reviewed[-1], now):
             return _lapsed(row, dossier, reviewed[-1])
+        if not reviewed and open_hold is not None:
+            # The review this version records is no longer in force: its hold is open again (a
+            # read outside one snapshot can meet the reopened hold before the lapse's version).
+            return _lapsed(row, dossier, open_hold, status.value)
         until = reviewed[-1].expires_at if reviewed else None
     assay_decision = row.assay.decision if row.assay.decision != dossier.decision else None
     return Standing(
@@ -325,10 +329,12 @@ def _from_dossier(
     )
 
 
-def _lapsed(row: queries.CandidateRow, dossier: Dossier, hold: Hold) -> Standing:
+def _lapsed(
+    row: queries.CandidateRow, dossier: Dossier, hold: Hold, status: str | None = None
+) -> Standing:
     """A lapsed review reads as the version the reconciler will sign for it: the hold is open
     again, on the reviewed version until that one exists."""
-    found = reviews.lapse(hold)
+    found = reviews.lapse(hold, status)
     return Standing(
         row.candidate.id,
         Word(found.decision),

@@ -95,8 +95,10 @@ def lapsed(hold: Hold, now: datetime) -> bool:
     )
 
 
-def lapse(hold: Hold) -> Lapse:
-    what = "waiver" if hold.status == HoldStatus.WAIVED.value else "rejection"
+def lapse(hold: Hold, status: str | None = None) -> Lapse:
+    """What a lapsed review reads as; `status` names the review when the hold has already been
+    reopened (read as of the lapse's own version)."""
+    what = "waiver" if (status or hold.status) == HoldStatus.WAIVED.value else "rejection"
     by = hold.reviewed_by or hold.reviewer
     expires = hold.expires_at
     message = (

@@ -74,3 +74,16 @@ def session_scope(engine: Engine) -> Iterator[Session]:
 def ping(engine: Engine) -> None:
     with engine.connect() as connection:
         connection.execute(sa.text("SELECT 1"))
+
+
+@contextmanager
+def snapshot(engine: Engine) -> Iterator[Session]:
+    """A session whose every statement reads one snapshot of the database, for a read model that
+    answers from several statements: on PostgreSQL a REPEATABLE READ, read-only transaction (under
+    READ COMMITTED a review committed between two of them would pair a waiver's dossier with its
+    hold already reopened); SQLite's transactions read one snapshot already. Writes nothing."""
+    with Session(engine, expire_on_commit=False) as session:
+        if engine.dialect.name == "postgresql":
+            options = {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
+            session.connection(execution_options=options)
+        yield session

@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, select
 
+from service.app import reviews
 from service.app.gate import AnswerCache, Basis, Standing, Word
 from service.asgi import create_app
 from service.db import apikey
@@ -40,6 +41,8 @@ class Counted:
     hot: HotReads
     metrics: Metrics
     answers: AnswerCache
+    #: The API's own engine (the suite's `engine` fixture is another one, over the same database).
+    engine: sa.Engine
 
     def sent(self) -> list[str]:
         """What the API sent since the last `clear`: its sessions' statements, then one
@@ -73,7 +76,9 @@ def counted(settings: Settings, keys: KeyBook) -> Iterator[Counted]:
         ApiServer(app) as server,
         httpx.Client(base_url=server.url, timeout=30.0, headers=keys.headers("ci")) as client,
     ):
-        yield Counted(client, seen, app.state.hot_reads, app.state.metrics, app.state.gate_answers)
+        yield Counted(
+            client, seen, app.state.hot_reads, app.state.metrics, app.state.gate_answers, engine
+        )
     engine.dispose()
 
 
@@ -208,6 +213,41 @@ def test_a_waiver_served_from_the_cache_lapses_on_time(
     time.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 0.1)
     # No write happened since: the clock alone ends the waiver, as it does uncached.
     assert read(counted, held.system)[0]["decision"] == "hold"
+
+
+def test_a_read_that_meets_a_lapse_signed_meanwhile_answers_from_one_snapshot(
+    counted: Counted, engine: sa.Engine, settings: Settings
+) -> None:
+    # A reconciler (any worker's) signs the lapse while the API is between two statements of
+    # its answer: the waiver's dossier was read, the hold is read next. Read apart, they pair
+    # the waiver's `allow` with a hold already reopened and no expiry to end it.
+    held = held_system(engine, settings)
+    expires = datetime.now(UTC) + timedelta(seconds=1)
+    waive(counted, held, expires)
+    time.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 0.05)
+    assert settings.keys_dir is not None
+    signer = KeyRing(settings.keys_dir).load_or_create()
+    signed: list[int] = []
+
+    def lapse_meanwhile(*args: Any) -> None:
+        if signed or " dossier" not in str(args[2]):
+            return
+        with Session(engine) as session:
+            signed.append(reviews.expire_lapsed(session, signer))
+            session.commit()
+
+    sa.event.listen(counted.engine, "after_cursor_execute", lapse_meanwhile)
+    try:
+        answer, _ = read(counted, held.system)
+    finally:
+        sa.event.remove(counted.engine, "after_cursor_execute", lapse_meanwhile)
+    assert signed == [1], "the lapse was signed between two statements of the answer"
+    codes = [r["code"] for r in answer["reasons"]]
+    assert (answer["decision"], answer["basis"]) == ("hold", "expired")
+    assert "waiver_expired" in codes
+    again, _ = read(counted, held.system)
+    assert (again["decision"], again["basis"]) == ("hold", "expired")
+    assert again["dossier"]["version"] == answer["dossier"]["version"] + 1
 
 
 def test_a_cached_answer_reaches_no_other_tenant_and_no_revoked_key(

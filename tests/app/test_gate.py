@@ -108,6 +108,23 @@ def test_a_lapsed_rejection_reads_hold_like_the_version_the_reconciler_signs(
     assert before.reasons == after.reasons and before.hold_id == after.hold_id
 
 
+def test_a_waiver_version_whose_hold_is_open_again_never_reads_allow(
+    session: Session, signer: Signer
+) -> None:
+    # What a read outside one snapshot can meet: the hold reopened by a lapse whose version is
+    # not yet visible. The waiver's `allow` no longer stands on anything.
+    now = datetime.now(UTC)
+    candidate = held(session, signer, "waive", now + timedelta(hours=1))
+    hold = session.exec(select(Hold).where(Hold.candidate_id == candidate.id)).one()
+    hold.status = HoldStatus.OPEN.value
+    session.add(hold)
+    session.flush()
+    found = answer(session, candidate, now).standing
+    assert (found.decision, found.basis) == (gate.Word.HOLD, gate.Basis.EXPIRED)
+    assert "waiver_expired" in {r["code"] for r in found.reasons}
+    assert found.hold_id == hold.id and found.changes_at is None
+
+
 def test_the_reconciler_signs_exactly_one_expiry_version_however_often_it_runs(
     session: Session, signer: Signer
 ) -> None:

@@ -19,7 +19,6 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
 
 from service.api.errors import ERROR_RESPONSES, NotFound
 from service.api.present import dossier_ref
@@ -35,6 +34,7 @@ from service.db import dossier as dossiers
 from service.db import hotreads
 from service.db.apikey import Principal
 from service.db.models import System, as_utc_or_none, utcnow
+from service.db.session import snapshot
 from service.http.access import system_looked_up
 from service.http.deps import (
     GateReadDep,
@@ -92,7 +92,8 @@ def _read_gate(
     system: str,
     version: str | None,
 ) -> Response:
-    with metrics.gate_check_seconds.time(), Session(engine, expire_on_commit=False) as session:
+    # One snapshot for the whole answer: its epoch, the dossier and the holds it rests on agree.
+    with metrics.gate_check_seconds.time(), snapshot(engine) as session:
         # First, and alone: the epoch the answer is cached under is read before the answer.
         row = changes.system_of(session, principal, system)
         now = utcnow()
