@@ -1,6 +1,11 @@
 """A careful agent can earn `allow`: the careful examples (the warehouse command agent, the
 LangGraph and OpenAI Agents SDK agents) over the whole catalogue their contract implies, at 2
-trials a fault, three runs in a row, as docs/mcp.md and docs/frameworks.md say they do."""
+trials a fault, three runs in a row, as docs/mcp.md and docs/frameworks.md say they do.
+
+The warehouse command agent's first run is the committed manifest exactly (an interpreter per
+run, as docs/mcp.md runs it); its next two run the same agent warm (`agents.py careful --lines`,
+the runner of `manifest.slots.json`): the same code deciding the same tasks, without the second
+and a half of interpreter start that made this one test take seven minutes."""
 
 from __future__ import annotations
 
@@ -29,8 +34,12 @@ def test_the_careful_example_is_allowed_at_two_trials_a_fault_three_runs_in_a_ro
     data: dict[str, Any] = json.loads(CAREFUL[example].read_text())
     data["tools"]["servers"] = {"shop": {"url": sandbox.shop}, "admin": {"url": sandbox.admin}}
     path = tmp_path / "manifest.json"
-    path.write_text(json.dumps(data))
     for run in range(3):
+        if run == 1 and data["target"]["runner"].get("kind") == "command":
+            runner = data["target"]["runner"]
+            runner["command"] = [*runner["command"], "--lines"]
+            runner["protocol"] = "lines"
+        path.write_text(json.dumps(data))
         code = main(["assay", str(path), "--trials", "2", "--seed", str(run + 1), "--json"])
         report: dict[str, Any] = json.loads(capsys.readouterr().out)
         assert report["decision"] == "allow", (run, report["reasons"])
