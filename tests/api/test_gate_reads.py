@@ -215,16 +215,21 @@ def test_a_waiver_served_from_the_cache_lapses_on_time(
     assert read(counted, held.system)[0]["decision"] == "hold"
 
 
-def test_a_read_that_meets_a_lapse_signed_meanwhile_answers_from_one_snapshot(
+def test_a_read_that_meets_a_review_reopened_meanwhile_answers_from_one_snapshot(
     counted: Counted, engine: sa.Engine, settings: Settings
 ) -> None:
-    # A reconciler (any worker's) signs the lapse while the API is between two statements of
-    # its answer: the waiver's dossier was read, the hold is read next. Read apart, they pair
-    # the waiver's `allow` with a hold already reopened and no expiry to end it.
+    # A reconciler signs a lapse while the API is between two statements of its answer: the
+    # waiver's dossier was read, the hold is read next. Read apart, they pair the waiver's
+    # `allow` with a hold already reopened, and the answer is cached with no expiry to end it.
+    # The waiver runs for an hour, so no other reconciler on this database lapses it: this one
+    # is told the hour has passed.
     held = held_system(engine, settings)
-    expires = datetime.now(UTC) + timedelta(seconds=1)
+    expires = datetime.now(UTC) + timedelta(hours=1)
     waive(counted, held, expires)
-    time.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 0.05)
+    with Session(engine) as session:
+        system = session.get(System, held.system_id)
+        assert system is not None
+        epoch = SystemEpoch(system.id, system.gate_epoch)
     assert settings.keys_dir is not None
     signer = KeyRing(settings.keys_dir).load_or_create()
     signed: list[int] = []
@@ -233,7 +238,7 @@ def test_a_read_that_meets_a_lapse_signed_meanwhile_answers_from_one_snapshot(
         if signed or " dossier" not in str(args[2]):
             return
         with Session(engine) as session:
-            signed.append(reviews.expire_lapsed(session, signer))
+            signed.append(reviews.expire_lapsed(session, signer, now=expires))
             session.commit()
 
     sa.event.listen(counted.engine, "after_cursor_execute", lapse_meanwhile)
@@ -242,11 +247,14 @@ def test_a_read_that_meets_a_lapse_signed_meanwhile_answers_from_one_snapshot(
     finally:
         sa.event.remove(counted.engine, "after_cursor_execute", lapse_meanwhile)
     assert signed == [1], "the lapse was signed between two statements of the answer"
-    codes = [r["code"] for r in answer["reasons"]]
-    assert (answer["decision"], answer["basis"]) == ("hold", "expired")
-    assert "waiver_expired" in codes
+    # The answer is the one snapshot's: the waiver in force until its expiry, and cached so.
+    assert (answer["decision"], answer["basis"]) == ("allow", "waived")
+    assert counted.answers.get(epoch, None, expires - timedelta(seconds=1)) is not None
+    assert counted.answers.get(epoch, None, expires) is None, "cached past the waiver's expiry"
+    # The next read is of the lapse's version.
     again, _ = read(counted, held.system)
     assert (again["decision"], again["basis"]) == ("hold", "expired")
+    assert "waiver_expired" in {r["code"] for r in again["reasons"]}
     assert again["dossier"]["version"] == answer["dossier"]["version"] + 1
 
 
