@@ -302,19 +302,22 @@ def _ready(url: str) -> bool:
         return False
 
 
+@pytest.mark.timeout(420)
 def test_a_killed_embedded_worker_is_restarted_and_its_shards_run_again(
     embedded: Embedded,
 ) -> None:
     # 96 shards: long enough, even on a loaded machine, to be seen under way and killed mid-run.
     body = candidate_body("typed", trials=12000, seed=5, modes=MODES)
-    with httpx.Client(base_url=embedded.url, timeout=30.0, headers=embedded.headers) as client:
+    # A loaded machine answers a poll slowly (the worker holds SQLite's write lock): the client
+    # waits long, and the kill is aimed anywhere before the last sixteen shards, not a narrow band.
+    with httpx.Client(base_url=embedded.url, timeout=90.0, headers=embedded.headers) as client:
         submitted = client.post("/v1/candidates", json=body).json()
 
         def under_way() -> bool:
             progress = client.get(f"/v1/candidates/{submitted['id']}").json()["progress"]
-            return 2 <= progress["shards_done"] < progress["shard_count"] // 2
+            return 2 <= progress["shards_done"] <= progress["shard_count"] - 16
 
-        wait_for(under_way, 60.0, "the assay to be under way")
+        wait_for(under_way, 180.0, "the assay to be under way")
         os.kill(worker_pid(embedded.server.pid), signal.SIGKILL)
         done = wait_decided(client, submitted["id"], timeout=120.0)
         report = client.get(f"/v1/assays/{done['assay_id']}").json()["report"]
