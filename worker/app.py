@@ -12,7 +12,7 @@ left to do:
   one restarted with its append-only file still loses the messages in flight) is found by the
   reconciler in every worker through each shard's lease, and sent again (worker.reconciler).
 - Running a shard twice is safe because its result is written only while unset, and a copy of a
-  message finds the shard stored or leased by a live worker and does nothing (service.db.assay).
+  message finds the shard stored or leased by a live worker and does nothing (service.app.shards).
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from celery import Celery
 from celery.signals import setup_logging, worker_ready, worker_shutdown
 
 from service.settings import Settings, configure_logging
+from worker.context import WorkerContext
 from worker.reconciler import Reconciler
-from worker.tasks import WorkerContext, register
+from worker.tasks import register
 
 
 def make_celery(settings: Settings) -> Celery:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from service.app.records import AssayInputs
 from service.core.execution import code_parts
 from service.core.manifest import Manifest
 from service.core.secret import code_env
-from service.db.assay import AssayInputs
 from service.sandbox import Confinement, Limits
 from service.settings import Settings
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import uuid
@@ -9,11 +10,11 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from service.db.lease import record_progress, renew_lease
-from service.db.session import DATABASE_ERRORS, session_scope
+from service.app import shards
+from service.app.records import DATABASE_ERRORS
 
 if TYPE_CHECKING:
-    from worker.tasks import WorkerContext
+    from worker.context import WorkerContext
 
 log = logging.getLogger("assaygate.worker")
 # How often a running shard's progress is written, at most (the lease's own beat may be slower).
@@ -91,11 +92,8 @@ class Heartbeat:
         progress = dict(now)
         if final:
             progress.update(slots_busy=0, waiting={})
-        try:
-            with session_scope(self._ctx.engine) as session:
-                record_progress(session, self._assay_id, self._index, self._attempt, progress)
-        except DATABASE_ERRORS:
-            pass  # the next beat writes it
+        with contextlib.suppress(*DATABASE_ERRORS):  # the next beat writes it
+            shards.progress(self._ctx.engine, self._assay_id, self._index, self._attempt, progress)
 
     def _beat(self) -> None:
         lease_s = self._ctx.settings.shard_lease_s
@@ -108,8 +106,7 @@ class Heartbeat:
                 continue
             renewed = 0.0
             try:
-                with session_scope(self._ctx.engine) as session:
-                    renew_lease(session, self._assay_id, self._index, self._attempt, lease_s)
+                shards.renew(self._ctx.engine, self._assay_id, self._index, self._attempt, lease_s)
             except DATABASE_ERRORS:
                 log.warning(
                     "lease not renewed: the database did not answer",

@@ -1,6 +1,6 @@
 """The reconciler: a thread in every worker process that finds lost shards and sends them again.
 
-Messages are hints; the database says what is left to do (service.db.lease). Every
+Messages are hints; the database says what is left to do (service.app.reconcile). Every
 `reconcile_interval_s` (with jitter, so workers spread out) each worker's reconciler:
 
 1. fails an assay one of whose shards lapsed after `shard_max_attempts` starts or sends, with a
@@ -28,7 +28,6 @@ import os
 import random
 import threading
 import uuid
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -37,22 +36,14 @@ from celery import Celery
 from kombu import Connection
 from kombu.exceptions import KombuError
 from kombu.exceptions import OperationalError as KombuOperationalError
-from sqlmodel import Session
 
-from service.app import reviews
+from service.app import reconcile
+from service.app.reconcile import Lapsed
+from service.app.records import DATABASE_ERRORS, ShardStatus, utcnow
 from service.app.tenants import queue_for
-from service.db.assay import fail_assay
-from service.db.lease import (
-    Lapsed,
-    lapsed_shards,
-    mark_dispatched,
-    settle_stopped,
-    undecided_assays,
-)
-from service.db.models import ShardStatus, utcnow
-from service.db.session import DATABASE_ERRORS, session_scope
 from service.settings import Settings
-from worker.tasks import RUN_SHARD, WorkerContext, dossier_signer, finalize
+from worker.context import WorkerContext
+from worker.tasks import RUN_SHARD, dossier_signer, finalize
 
 log = logging.getLogger("assaygate.reconciler")
 
@@ -134,25 +125,21 @@ class Reconciler:
 
     def run_once(self) -> Round:
         done = Round()
-        engine = self.ctx.engine
-        max_attempts = self.settings.shard_max_attempts
-        stopping: dict[uuid.UUID, str] = {}
-        with session_scope(engine) as session:
-            for shard in lapsed_shards(session, utcnow()):
-                if shard.stop_reason is not None:
-                    stopping[shard.assay_id] = shard.stop_reason
-                elif shard.tries >= max_attempts and fail_assay(
-                    session, shard.assay_id, shard.exhausted(max_attempts)
-                ):
-                    done.failed.append(str(shard.assay_id))
-                    log.error(
-                        "assay failed: %s",
-                        shard.exhausted(max_attempts),
-                        extra={"assay_id": str(shard.assay_id), "shard": shard.shard_index},
-                    )
-            for assay_id, reason in stopping.items():
-                settled = settle_stopped(session, assay_id, reason, by=f"reconciler:{self.name}")
-                done.settled += len(settled)
+        lapsed = reconcile.settle_lapsed(
+            self.ctx.engine,
+            utcnow(),
+            self.settings.shard_max_attempts,
+            by=f"reconciler:{self.name}",
+        )
+        for shard, reason in lapsed.failed:
+            done.failed.append(str(shard.assay_id))
+            log.error(
+                "assay failed: %s",
+                reason,
+                extra={"assay_id": str(shard.assay_id), "shard": shard.shard_index},
+            )
+        done.settled = lapsed.settled
+        stopping = lapsed.stopping
         self._reachable("database")
         # A stopping assay whose last shards were just settled is decided now, not next round.
         done.decided = sum(self._decide(assay_id) for assay_id in stopping)
@@ -166,46 +153,43 @@ class Reconciler:
 
     def expire_reviews(self) -> int:
         """Sign the version that records each lapsed waiver or rejection."""
-        signer = dossier_signer(self.ctx)
-        with session_scope(self.ctx.engine) as session:
-            return reviews.expire_lapsed(session, signer)
+        return reconcile.expire_reviews(self.ctx.engine, dossier_signer(self.ctx))
 
     def _resend(self, depths: dict[str, int]) -> int:
         """Send again the lapsed shards that were lost, each to the queue it belongs to (its
         tenant's code queue when its manifest runs code, else the shared queue); rolled back if
         the broker refuses. `depths`: the queues measured so far, grown with each queue seen."""
-        now = utcnow()
-        lease_s = self.settings.shard_lease_s
-        lost: dict[str, dict[uuid.UUID, list[int]]] = defaultdict(lambda: defaultdict(list))
+
+        def queue_of(shard: Lapsed) -> str | None:
+            """The queue a lost shard goes back to; None when it is not lost."""
+            queue = self._queue_of(shard.assay_id)
+            if queue is None:
+                return None
+            if queue not in depths:
+                depth = self.queue_depth(queue)
+                if depth is None:
+                    return None
+                depths[queue] = depth
+            return queue if self._lost(shard, depths[queue]) else None
+
+        def publish(queue: str, by_assay: dict[uuid.UUID, list[int]]) -> None:
+            self.publish(by_assay, queue)
+
         try:
-            with session_scope(self.ctx.engine) as session:
-                for shard in lapsed_shards(session, now):
-                    queue = self._queue_of(session, shard.assay_id)
-                    if queue is None:
-                        continue
-                    if queue not in depths:
-                        depth = self.queue_depth(queue)
-                        if depth is None:
-                            continue
-                        depths[queue] = depth
-                    if self._lost(shard, depths[queue]):
-                        lost[queue][shard.assay_id].append(shard.shard_index)
-                if not lost:
-                    return 0
-                for by_assay in lost.values():
-                    for assay_id, indices in by_assay.items():
-                        mark_dispatched(session, assay_id, indices, now, lease_s)
-                for queue, by_assay in lost.items():
-                    self.publish(by_assay, queue)
+            lost = reconcile.resend_lost(
+                self.ctx.engine, utcnow(), self.settings.shard_lease_s, queue_of, publish
+            )
         except BROKER_ERRORS as exc:
             self._unreachable("broker", exc)  # nothing counted: the transaction rolled back
+            return 0
+        if not lost:
             return 0
         count = sum(len(v) for by_assay in lost.values() for v in by_assay.values())
         log.warning("resent %d lost shards to %s", count, ", ".join(sorted(lost)))
         return count
 
-    def _queue_of(self, session: Session, assay_id: uuid.UUID) -> str | None:
-        parsed = self.ctx.assay(session, assay_id)
+    def _queue_of(self, assay_id: uuid.UUID) -> str | None:
+        parsed = self.ctx.assay(assay_id)
         if parsed is None:
             return None
         return queue_for(self.settings, parsed.inputs.tenant, parsed.manifest)
@@ -217,14 +201,12 @@ class Reconciler:
 
     def _decide_leftovers(self) -> int:
         grace = max(self.settings.reconcile_interval_s, 1.0)
-        with Session(self.ctx.engine) as session:
-            undecided = undecided_assays(session, utcnow() - timedelta(seconds=grace))
+        undecided = reconcile.undecided(self.ctx.engine, utcnow() - timedelta(seconds=grace))
         return sum(self._decide(assay_id) for assay_id in undecided)
 
     def _decide(self, assay_id: uuid.UUID) -> int:
         """1 if the assay is now decided (by this call or a racing one), else 0."""
-        with Session(self.ctx.engine) as session:
-            parsed = self.ctx.assay(session, assay_id)
+        parsed = self.ctx.assay(assay_id)
         return int(parsed is not None and finalize(self.ctx, parsed) is not None)
 
     # ---------------------------------------------------------------------------------- broker

@@ -13,56 +13,31 @@ import logging
 import os
 import time
 import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from celery import Celery, Task
 from celery.exceptions import Reject
-from sqlalchemy.engine import Engine
-from sqlmodel import Session
 
 from service.app import shards
-from service.app.dossiers import decide
-from service.app.secrets import secrets_for
+from service.app.records import DATABASE_ERRORS
+from service.app.shards import InjectorState, ShardStart, Stored
 from service.core.assay import ShardResult, ShardSpec, run_shard
 from service.core.credential import InjectorScope, injection_guard, verify_credential
-from service.core.dossier import PublicKey, Signer
+from service.core.dossier import Signer
 from service.core.engine import TrialEngine
 from service.core.errors import CredentialInvalid
 from service.core.execution import runs_code
-from service.core.manifest import Manifest, parse_manifest
-from service.core.plan import AssayPlan, parse_plan
-from service.core.secret import SecretsKey
 from service.core.spend import ArmSpend, Meter
 from service.core.stopping import watch_for
-from service.core.target import Target
-from service.db.assay import (
-    AssayInputs,
-    ShardStart,
-    Stored,
-    assay_inputs,
-    fail_assay,
-    ready_to_merge,
-    record_waiting,
-)
-from service.db.injector import InjectorState, stop_reason
-from service.db.session import DATABASE_ERRORS, make_engine, session_scope
-from service.db.tenant import code_allowed
-from service.keys import ActiveKey, KeyRing, load_secrets_key
-from service.net.egress import EgressPolicy
-from service.settings import Settings
-from service.targets import close_target, load_target
-from worker.code import confinement_for, refusal
+from service.keys import ActiveKey, KeyRing
+from worker.code import refusal
+from worker.context import Parsed, WorkerContext
 from worker.heartbeat import EngineWatch, Heartbeat
 
 log = logging.getLogger("assaygate.worker")
 
 RUN_SHARD = "assay.run_shard"
-# Target adapters kept per process: a python target holds a child process, an http target a tool
-# server, so the least recently used beyond this many are closed.
-MAX_TARGETS = 4
 
 T = TypeVar("T")
 
@@ -96,162 +71,6 @@ def retrying(ctx: WorkerContext, what: str, ids: dict[str, Any], step: Callable[
             )
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
-
-
-@dataclass(frozen=True)
-class Parsed:
-    """An assay's inputs, parsed once per process and reused by each of its shards."""
-
-    inputs: AssayInputs
-    manifest: Manifest
-    plan: AssayPlan
-
-
-class WorkerContext:
-    """Per-process resources, created on first use so a prefork child never shares its parent's
-    database connections."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._engine: Engine | None = None
-        self._pid = 0
-        self._assays: OrderedDict[uuid.UUID, Parsed] = OrderedDict()
-        self._keys: dict[str, PublicKey] = {}
-        self._targets: OrderedDict[str, Target | TrialEngine | None] = OrderedDict()
-        self._egress: EgressPolicy | None = None
-        self._secrets_key: SecretsKey | None = None
-
-    @property
-    def engine(self) -> Engine:
-        if self._engine is None or self._pid != os.getpid():
-            self.forget_engine()
-            self._engine = make_engine(self.settings)
-            self._pid = os.getpid()
-            self._assays.clear()
-        return self._engine
-
-    def forget_engine(self) -> None:
-        """In a forked child: drop the parent's pooled connections without closing them (they
-        are the parent's sockets), as SQLAlchemy advises for multiprocessing."""
-        if self._engine is not None:
-            self._engine.dispose(close=False)
-            self._engine = None
-
-    def public_keys(self) -> dict[str, PublicKey]:
-        """The service's published keys (public halves only: no private key reaches a worker)."""
-        if not self._keys:
-            self.refresh_keys()
-        return self._keys
-
-    def refresh_keys(self) -> None:
-        # Only the public index of the injector ring: no credential-minting key reaches a worker.
-        assert self.settings.injector_public_dir is not None
-        self._keys = {k.keyid: k for k in KeyRing(self.settings.injector_public_dir).published()}
-
-    def target(
-        self, assay_id: uuid.UUID, manifest: Manifest, inputs: AssayInputs
-    ) -> Target | TrialEngine | None:
-        """The adapter for a python, http or mcp target, one per tenant and manifest per
-        process. Its connections to the manifest's URLs are checked against the egress policy;
-        an mcp target's world lock is the tenant's and names this assay while a trial holds it;
-        a manifest naming the tenant's code gets its confinement (the OS sandbox, the tenant's
-        named secrets, the egress check) and never runs without one."""
-        tenant = inputs.tenant_id.hex
-        key = f"{tenant}:{manifest.digest()}"
-        if key in self._targets:
-            self._targets.move_to_end(key)
-            target = self._targets[key]
-        else:
-            if self._egress is None:
-                self._egress = EgressPolicy.from_settings(self.settings)
-            confinement = None
-            if runs_code(manifest):
-                confinement = confinement_for(
-                    self.settings, manifest, self.secrets(inputs, manifest), self._egress.resolve
-                )
-            target = self._targets[key] = load_target(
-                manifest,
-                confinement=confinement,
-                egress=self._egress,
-                tenant=tenant,
-                slots=self.settings.worker_slots,
-            )
-            notice = getattr(target, "notice", None)
-            if notice:
-                log.info(notice, extra={"assay_id": str(assay_id)})
-        while len(self._targets) > MAX_TARGETS:
-            close_target(self._targets.popitem(last=False)[1])
-        if hasattr(target, "holder"):  # an mcp engine (imported lazily, with the MCP SDK)
-            setattr(target, "holder", str(assay_id))  # noqa: B010
-            setattr(target, "on_wait", self._waiting(assay_id, inputs))  # noqa: B010
-        return target
-
-    def secrets(self, inputs: AssayInputs, manifest: Manifest) -> Mapping[str, str]:
-        """The tenant's named secrets the manifest asks for, decrypted for its sandboxed code
-        only (the operator's key is read once per process; a worker never creates it)."""
-        if not manifest.target.secrets:
-            return {}
-        if self._secrets_key is None:
-            assert self.settings.secrets_key_file is not None  # settings derive it
-            self._secrets_key = load_secrets_key(self.settings.secrets_key_file)
-        with Session(self.engine) as session:
-            return secrets_for(
-                session, inputs.tenant_id, manifest.target.secrets, self._secrets_key
-            )
-
-    def _waiting(self, assay_id: uuid.UUID, inputs: AssayInputs | None) -> Callable[[str], None]:
-        """Where a trial waiting for its world says so: a log line and the assay's events."""
-
-        def waiting(note: str) -> None:
-            log.warning(note, extra={"assay_id": str(assay_id)})
-            if inputs is None:
-                return
-            try:
-                with session_scope(self.engine) as session:
-                    record_waiting(session, inputs, note)
-            except DATABASE_ERRORS:
-                pass  # the log line stands; the wait goes on
-
-        return waiting
-
-    def stop_flag(self, assay_id: uuid.UUID, every_s: float = 0.2) -> Callable[[], bool]:
-        """Polled between batches of trials: has a stop been recorded? At most every `every_s`.
-        A database that does not answer is not a stop: the shard keeps running (the engine needs
-        no database) and reads the flag again once it answers."""
-        last = [0.0]
-
-        def stopped() -> bool:
-            now = time.monotonic()
-            if now - last[0] < every_s:
-                return False
-            last[0] = now
-            try:
-                with Session(self.engine) as session:
-                    return stop_reason(session, assay_id) is not None
-            except DATABASE_ERRORS:
-                return False
-
-        return stopped
-
-    def assay(self, session: Session, assay_id: uuid.UUID) -> Parsed | None:
-        """The parsed inputs of an assay, refusing a stored manifest whose digest moved."""
-        cached = self._assays.get(assay_id)
-        if cached is not None:
-            self._assays.move_to_end(assay_id)
-            return cached
-        inputs = assay_inputs(session, assay_id)
-        if inputs is None:
-            return None
-        manifest = parse_manifest(inputs.manifest)
-        if manifest.digest() != inputs.manifest_digest:
-            raise RuntimeError(
-                f"stored manifest {inputs.manifest_digest} re-parses to {manifest.digest()}"
-            )
-        parsed = Parsed(inputs, manifest, parse_plan(inputs.plan))
-        self._assays[assay_id] = parsed
-        if len(self._assays) > 256:
-            self._assays.popitem(last=False)
-        return parsed
 
 
 def register(app: Celery, ctx: WorkerContext) -> None:
@@ -289,16 +108,20 @@ def execute_shard(
     outcome: dict[str, Any] = {"assay_id": str(assay_id), "shard": shard_index, "stored": False}
 
     def begin() -> tuple[Parsed | None, ShardStart | None, InjectorState | None]:
-        with session_scope(ctx.engine) as session:
-            parsed = ctx.assay(session, assay_id)
-            if parsed is None:
-                return None, None, None
-            if refused(ctx, session, parsed, ids):
-                return parsed, None, None
-            lease_s = ctx.settings.shard_lease_s
-            return parsed, *shards.begin(
-                session, parsed.inputs, shard_index, worker, lease_s=lease_s
-            )
+        parsed = ctx.assay(assay_id)
+        if parsed is None:
+            return None, None, None
+        begun = shards.begin(
+            ctx.engine,
+            parsed.inputs,
+            shard_index,
+            worker,
+            lease_s=ctx.settings.shard_lease_s,
+            refusal=code_refusal(ctx, parsed),
+        )
+        if begun.refused is not None:
+            log.error("%s", begun.refused, extra=ids)
+        return parsed, begun.start, begun.state
 
     parsed, start, state = retrying(ctx, "start the shard", ids, begin)
     if parsed is None:
@@ -310,11 +133,9 @@ def execute_shard(
             "shard not started: stored, held by a live lease, or its assay finished", extra=ids
         )
 
-        def ready() -> bool:
-            with Session(ctx.engine) as session:
-                return ready_to_merge(session, assay_id)
-
-        complete = retrying(ctx, "read the assay", ids, ready)
+        complete = retrying(
+            ctx, "read the assay", ids, lambda: shards.ready_to_merge(ctx.engine, assay_id)
+        )
     else:
         stored = run_and_store(ctx, parsed, shard_index, start, state, ids)
         outcome["stored"], complete = stored.written, stored.complete
@@ -324,19 +145,13 @@ def execute_shard(
     return {**outcome, "decision": decision}
 
 
-def refused(ctx: WorkerContext, session: Session, parsed: Parsed, ids: dict[str, Any]) -> bool:
-    """A shard naming the tenant's code that this worker must not run: its assay fails with the
-    reason (in the caller's transaction), and the shard is never started (worker.code)."""
-    inputs = parsed.inputs
+def code_refusal(ctx: WorkerContext, parsed: Parsed) -> Callable[[bool], str | None] | None:
+    """For a shard naming the tenant's code: why this worker must not run it, given whether the
+    tenant's code is allowed (worker.code); its assay then fails with the reason and the shard
+    never starts. None for a shard that runs no code."""
     if not runs_code(parsed.manifest):
-        return False
-    allowed = code_allowed(session, inputs.tenant_id)
-    reason = refusal(ctx.settings, inputs, parsed.manifest, allowed)
-    if reason is None:
-        return False
-    fail_assay(session, inputs.assay_id, reason)
-    log.error("%s", reason, extra=ids)
-    return True
+        return None
+    return lambda allowed: refusal(ctx.settings, parsed.inputs, parsed.manifest, allowed)
 
 
 def run_and_store(
@@ -361,16 +176,13 @@ def run_and_store(
             log.exception("shard failed", extra=ids)
             error = f"shard {index}: {exc}"
 
-            def fail() -> None:
-                with session_scope(ctx.engine) as session:
-                    fail_assay(session, assay_id, error)
-
-            retrying(ctx, "record the failure", ids, fail)
+            retrying(
+                ctx, "record the failure", ids, lambda: shards.fail(ctx.engine, assay_id, error)
+            )
             raise
 
         def store() -> Stored:
-            with session_scope(ctx.engine) as session:
-                return shards.store(session, parsed.inputs, index, result)
+            return shards.store(ctx.engine, parsed.inputs, index, result)
 
         stored = retrying(ctx, "store the shard", ids, store)
     log.info(
@@ -405,8 +217,7 @@ def run_guarded(
         refusal = {"reason": str(exc), "field": exc.field}
 
         def refuse() -> None:
-            with session_scope(ctx.engine) as session:
-                shards.refuse_credential(session, parsed.inputs, spec.index, reason, refusal)
+            shards.refuse_credential(ctx.engine, parsed.inputs, spec.index, reason, refusal)
 
         retrying(ctx, "record the refusal", ids, refuse)
         log.warning("injector credential refused", extra={**ids, "reason": str(exc)})
@@ -423,8 +234,7 @@ def run_guarded(
     watch = watch_for(manifest, plan, spec.fault_id)
 
     def spent() -> ArmSpend:
-        with Session(ctx.engine) as session:
-            return shards.spent(session, assay_id, plan.stop)
+        return shards.spent(ctx.engine, assay_id, plan.stop)
 
     meter = Meter(time.monotonic, used=retrying(ctx, "read the spend", ids, spent))
     result = run_shard(
@@ -445,8 +255,7 @@ def run_guarded(
     if result.stop_reason == "aborted":
         # Say why, in the words the abort was recorded with.
         def why() -> str | None:
-            with Session(ctx.engine) as session:
-                return stop_reason(session, assay_id)
+            return shards.stop_reason(ctx.engine, assay_id)
 
         result.stop_reason = retrying(ctx, "read the stop", ids, why) or "aborted"
     return result
@@ -472,8 +281,7 @@ def finalize(ctx: WorkerContext, parsed: Parsed) -> str | None:
     report is written only by the first, the others find the assay decided and change nothing."""
     assay_id = parsed.inputs.assay_id
     signer = dossier_signer(ctx)
-    with session_scope(ctx.engine) as session:
-        decided = decide(session, signer, assay_id, parsed.manifest, parsed.plan)
+    decided = shards.decide(ctx.engine, signer, assay_id, parsed.manifest, parsed.plan)
     if decided is None:
         return None
     if decided.won:

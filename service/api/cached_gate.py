@@ -25,9 +25,8 @@ from fastapi.security.utils import get_authorization_scheme_param
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api.routes.gate import GATE_PATH, MAX_TEXT
+from service.app.records import Unavailable, on_this_loop, utcnow
 from service.core.text import TextInvalid, check_text
-from service.db.hotreads import Unavailable, on_this_loop
-from service.db.models import utcnow
 from service.http.access import roles_for
 
 _PATH = re.compile(r"/v1/gate/([^/]+)")

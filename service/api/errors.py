@@ -32,9 +32,9 @@ from service.app.errors import (
     ServiceUnavailable,
     SubmissionRateLimited,
 )
+from service.app.records import DATABASE_ERRORS
 from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
 from service.core.text import PATTERN_RULES
-from service.db.session import DATABASE_ERRORS
 from service.http.errors import (
     STATUS,
     ApiError,

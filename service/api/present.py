@@ -8,20 +8,27 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi import Response
-from sqlmodel import Session
 
 from service.api.errors import CursorInvalid
 from service.api.schemas import CandidatePublic, DossierRef, GateState, HoldPublic, Progress
 from service.app import gate
+from service.app.candidates import CandidateView
+from service.app.records import (
+    Assay,
+    AssayStatus,
+    CandidateRow,
+    Dossier,
+    Hold,
+    LiveProgress,
+    as_utc,
+    as_utc_or_none,
+)
 from service.core.gate import block_first
-from service.db import queries
-from service.db.models import Assay, AssayStatus, Dossier, Hold, as_utc, as_utc_or_none
 
 
-def progress(assay: Assay, session: Session | None = None) -> Progress:
-    """The assay's counters; with a session, what its workers are doing too (while it runs,
-    and the runs it took once it is over)."""
-    live = queries.live_progress(session, assay.id) if session is not None else None
+def progress(assay: Assay, live: LiveProgress | None = None) -> Progress:
+    """The assay's counters; with its live progress, what its workers are doing too (while it
+    runs, and the runs it took once it is over)."""
     return Progress(
         shard_count=assay.shard_count,
         shards_done=assay.shards_done,
@@ -48,38 +55,27 @@ def gate_state(found: gate.Standing) -> GateState:
     )
 
 
-def candidate_page(session: Session, rows: Sequence[queries.CandidateRow]) -> list[CandidatePublic]:
-    hashes = queries.component_hashes_of(session, [r.candidate.manifest_digest for r in rows])
-    standings = gate.standings(session, rows)
-    return [candidate_public(session, row, hashes, standings[row.candidate.id]) for row in rows]
+def candidate_page(views: Sequence[CandidateView]) -> list[CandidatePublic]:
+    return [candidate_public(view) for view in views]
 
 
-def candidate_public(
-    session: Session,
-    row: queries.CandidateRow,
-    hashes: dict[str, dict[str, str]] | None = None,
-    standing: gate.Standing | None = None,
-) -> CandidatePublic:
-    digest = row.candidate.manifest_digest
-    if hashes is None:
-        hashes = {digest: queries.component_hashes(session, digest)}
-    if standing is None:
-        standing = gate.standing(session, row)
+def candidate_public(view: CandidateView) -> CandidatePublic:
+    row = view.row
     return CandidatePublic(
         id=row.candidate.id,
         system=row.system.name,
         version=row.candidate.version,
         source_revision=row.candidate.source_revision,
         manifest_digest=row.candidate.manifest_digest,
-        component_hashes=hashes.get(digest, {}),
+        component_hashes=view.component_hashes,
         created_at=as_utc(row.candidate.created_at),
         submitted_by=row.candidate.submitted_by,
         assay_id=row.assay.id,
         status=AssayStatus(row.assay.status),
-        progress=progress(row.assay, session),
+        progress=progress(row.assay, view.live),
         decision=row.assay.decision,
         reasons=reasons(row.assay),
-        gate=gate_state(standing),
+        gate=gate_state(view.standing),
         error=failure(row.assay),
     )
 
@@ -97,7 +93,7 @@ CURSOR_PATTERN = r"^[0-9]{1,17}\.[0-9a-f]{32}$"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def encode_cursor(row: queries.CandidateRow) -> str:
+def encode_cursor(row: CandidateRow) -> str:
     created = as_utc(row.candidate.created_at)
     micros = (created - _EPOCH) // timedelta(microseconds=1)
     return f"{micros}.{row.candidate.id.hex}"

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.app.records import AssayStatus, Role
 from service.app.shapes import (
     CandidateCreate,
     Component,
@@ -18,7 +19,6 @@ from service.app.shapes import (
 )
 from service.core.manifest import COMPONENTS
 from service.core.secret import MAX_VALUE_BYTES
-from service.db.models import AssayStatus, Role
 
 __all__ = [
     "CandidateCreate",

@@ -16,8 +16,9 @@ from service.app.errors import BrokerUnavailable, Conflict, NotFound
 from service.app.secrets import check_named
 from service.app.submissions import Services, check_trial_limits, shard_size
 from service.app.tenants import check_code, queue_for
-from service.core.assay import ShardSpec, plan_shards
+from service.core.assay import ShardResult, ShardSpec, merge, plan_shards
 from service.core.dossier import Signer
+from service.core.errors import AssaygateError
 from service.core.manifest import Manifest, parse_manifest
 from service.core.plan import AssayPlan, parse_plan
 from service.db import queries
@@ -26,7 +27,8 @@ from service.db.assay import OPEN, assay_inputs
 from service.db.candidate import record_rerun, withdraw_rerun
 from service.db.injector import issue_for, request_stop
 from service.db.lease import settle_stopped
-from service.db.models import Assay, ManifestRow
+from service.db.models import Assay, AssayStatus, Candidate, ManifestRow
+from service.db.queries import FaultProgress, LiveProgress
 from service.settings import Settings
 
 log = logging.getLogger("assaygate.api")
@@ -142,9 +144,7 @@ def abort(session: Session, signer: Signer, principal: Principal, command: Abort
     The assay is decided `block` as soon as no shard is running: here, if none is. Repeating an
     abort changes nothing recorded, and settles any shard whose worker has gone since."""
     assay_id = command.assay_id
-    assay = queries.assay(session, assay_id, tenant_id=principal.tenant_id)
-    if assay is None:
-        raise NotFound(f"no assay {assay_id}", field="assay_id")
+    assay = get(session, principal.tenant_id, assay_id)
     reason = f"aborted: {command.reason}" if command.reason else "aborted"
     recorded = request_stop(
         session, assay_id, reason, kind="assay.aborted", data={"by": principal.actor}
@@ -173,3 +173,44 @@ def abort(session: Session, signer: Signer, principal: Principal, command: Abort
     session.commit()
     session.refresh(assay)
     return assay
+
+
+def get(session: Session, tenant_id: uuid.UUID, assay_id: uuid.UUID) -> Assay:
+    """The tenant's assay; NotFound for another tenant's or none."""
+    assay = queries.assay(session, assay_id, tenant_id=tenant_id)
+    if assay is None:
+        raise NotFound(f"no assay {assay_id}", field="assay_id")
+    return assay
+
+
+def fault_progress(session: Session, assay_id: uuid.UUID) -> list[FaultProgress]:
+    """The assay's shards and trials, planned and done, per fault."""
+    return queries.fault_progress(session, assay_id)
+
+
+def live_progress(session: Session, assay_id: uuid.UUID) -> LiveProgress:
+    """What the assay's workers are doing (while it runs), and the runs it took."""
+    return queries.live_progress(session, assay_id)
+
+
+def signatures(session: Session, assay: Assay) -> dict[str, dict[str, Any]]:
+    """Per-fault signatures: the stored final ones, or a merge of the shards done so far."""
+    if assay.status in (AssayStatus.DONE, AssayStatus.STOPPED):
+        return {f.fault_id: f.signature for f in queries.fault_results(session, assay.id)}
+    results = queries.done_shard_results(session, assay.id)
+    if not results:
+        return {}
+    candidate = session.get(Candidate, assay.candidate_id)
+    assert candidate is not None
+    manifest = session.get(ManifestRow, candidate.manifest_digest)
+    assert manifest is not None
+    try:
+        report = merge(
+            parse_manifest(manifest.document),
+            parse_plan(assay.plan),
+            [ShardResult.from_dict(r) for r in results],
+        )
+    except AssaygateError:
+        # The engine may refuse to merge a partial set; progress is still shown without it.
+        return {}
+    return {f.id: f.to_dict() for f in report.faults}

@@ -36,6 +36,11 @@ def system_of(session: Session, principal: Principal, name: str) -> System:
     return system
 
 
+def triggers_of(system: System) -> tuple[str, ...]:
+    """The components whose change reopens the system's gate (its own, else the default)."""
+    return dossiers.system_triggers(system)
+
+
 def no_system(name: str) -> NotFound:
     """The caller's tenant has no system of this name (another tenant's reads the same)."""
     return NotFound(f"no system {name}", field="system")

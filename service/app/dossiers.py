@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlmodel import Session
 
+from service.app.errors import NotFound
 from service.core.dossier import (
     CandidateRef,
     Signer,
@@ -42,6 +43,14 @@ class Decided:
 
     decision: str
     won: bool
+
+
+def of_tenant(session: Session, tenant_id: uuid.UUID, dossier_id: uuid.UUID) -> Dossier:
+    """A dossier version of the tenant's; NotFound for another tenant's or none."""
+    found = dossiers.dossier_of_tenant(session, dossier_id, tenant_id)
+    if found is None:
+        raise NotFound(f"no dossier {dossier_id}", field="dossier_id")
+    return found
 
 
 def decide(

@@ -14,21 +14,25 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
+from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from service.app import reviews
+from service.app import changes, reviews
 from service.app.dossiers import config_changed_reason, unmet
+from service.app.errors import NotFound
 from service.core.dossier import compare_triggers, trigger_hashes
 from service.core.gate import block_first
 from service.db import dossier as dossiers
 from service.db import queries
+from service.db.apikey import Principal
 from service.db.models import Candidate, Dossier, Hold, HoldStatus, System, as_utc, utcnow
+from service.db.session import snapshot
 
 
 class Word(StrEnum):
@@ -149,6 +153,37 @@ def answer(
         "components_changed": since.components,
     }
     return Answer(system.name, candidate, found, triggers)
+
+
+def read(
+    engine: Engine,
+    principal: Principal,
+    system: str,
+    version: str | None,
+    answers: AnswerCache,
+    render: Callable[[Answer], bytes],
+) -> bytes:
+    """The gate's answer for `version` of the tenant's `system` (default: its newest candidate)
+    as `render` writes it, cached for the system's epoch. One snapshot for the whole answer: its
+    epoch, the dossier and the holds it rests on agree."""
+    with snapshot(engine) as session:
+        # First, and alone: the epoch the answer is cached under is read before the answer.
+        row = changes.system_of(session, principal, system)
+        now = utcnow()
+        cached = answers.get(row, version, now)
+        if cached is not None:
+            return cached
+        candidate = dossiers.gate_candidate(session, row, version)
+        if candidate is None:
+            raise NotFound(
+                f"system {system} has no candidate"
+                + (f" with version {version}" if version else ""),
+                field="version" if version else "system",
+            )
+        found = answer(session, row, candidate, now=now)
+        body = render(found)
+        answers.put(row, version, found.standing, body)
+        return body
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """One shard of an assay, as the worker runs it: start it under its lease, the stop conditions it
-runs within, a refused injector credential, and its stored result with the injector's totals.
-Each step is one unit of database work the worker may repeat (a unit that failed rolled back);
-the caller owns the transaction (`session_scope`).
+runs within, a refused injector credential, its heartbeat, and its stored result with the
+injector's totals; an assay that fails, and its merge once every shard is stored.
+Each step is one unit of database work, in a transaction of its own, that the worker may repeat
+(a unit that failed rolled back).
 """
 
 from __future__ import annotations
@@ -9,21 +10,23 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from service.app.dossiers import Decided
+from service.app.dossiers import decide as decide_in
+from service.app.ports import Queue
+from service.app.tenants import queue_of_assay
 from service.core.assay import Limits, ShardResult
-from service.core.plan import StopConditions
+from service.core.dossier import Signer
+from service.core.manifest import Manifest
+from service.core.plan import AssayPlan, StopConditions
 from service.core.spend import ArmSpend, budgeted, from_views
-from service.db.assay import (
-    AssayInputs,
-    ShardStart,
-    Stored,
-    begin_shard,
-    store_shard_result,
-    stored_spend,
-)
+from service.db import assay as assays
+from service.db.assay import AssayInputs, ShardStart, Stored
 from service.db.injector import (
     InjectorState,
     add_totals,
@@ -31,17 +34,63 @@ from service.db.injector import (
     record_event,
     request_stop,
 )
+from service.db.injector import stop_reason as stop_reason_in
+from service.db.lease import record_progress, release_all, renew_lease
+from service.db.session import session_scope
+from service.db.tenant import code_allowed
+from service.settings import Settings
+
+__all__ = ["Begun", "InjectorState", "ShardStart", "Stored"]
+
+
+def requeue_unfinished(engine: Engine, settings: Settings, queue: Queue) -> None:
+    """Release every unfinished shard's lease and send it again, each to its assay's queue, in
+    one transaction: if the queue refuses, nothing is counted."""
+    with session_scope(engine) as session:
+        unfinished = release_all(session, settings.shard_lease_s)
+        for assay_id, indices in unfinished.items():
+            queue.enqueue_shards(assay_id, indices, queue_of_assay(session, settings, assay_id))
+
+
+def inputs(engine: Engine, assay_id: uuid.UUID) -> AssayInputs | None:
+    """What a worker needs of an assay (written once, at submission); None for no such assay."""
+    with Session(engine) as session:
+        return assays.assay_inputs(session, assay_id)
+
+
+@dataclass(frozen=True)
+class Begun:
+    """A shard's start: its lease and the injector's state, or None for both when the shard is
+    stored, held by a live lease, its assay finished, or its code `refused` (the reason)."""
+
+    start: ShardStart | None = None
+    state: InjectorState | None = None
+    refused: str | None = None
 
 
 def begin(
-    session: Session, inputs: AssayInputs, index: int, worker: str, *, lease_s: float
-) -> tuple[ShardStart | None, InjectorState | None]:
-    """Take the shard's lease and read the injector's state; (None, None) if the shard is
-    stored, held by a live lease, or its assay finished."""
-    start = begin_shard(session, inputs, index, worker, lease_s=lease_s)
-    if start is None:
-        return None, None
-    return start, injector_state(session, inputs.assay_id)
+    engine: Engine,
+    inputs: AssayInputs,
+    index: int,
+    worker: str,
+    *,
+    lease_s: float,
+    refusal: Callable[[bool], str | None] | None = None,
+) -> Begun:
+    """Take the shard's lease and read the injector's state. `refusal`, for a shard that runs
+    the tenant's code: why this worker must not run it, given whether the tenant's code is
+    allowed (read afresh here); a refused shard's assay fails with the reason, in the same
+    transaction, and the shard never starts."""
+    with session_scope(engine) as session:
+        if refusal is not None:
+            reason = refusal(code_allowed(session, inputs.tenant_id))
+            if reason is not None:
+                assays.fail_assay(session, inputs.assay_id, reason)
+                return Begun(refused=reason)
+        start = assays.begin_shard(session, inputs, index, worker, lease_s=lease_s)
+        if start is None:
+            return Begun()
+        return Begun(start, injector_state(session, inputs.assay_id))
 
 
 def limits(state: InjectorState, clock: Callable[[], float] = time.time) -> Limits:
@@ -62,36 +111,86 @@ def limits(state: InjectorState, clock: Callable[[], float] = time.time) -> Limi
     )
 
 
-def spent(session: Session, assay_id: uuid.UUID, stop: StopConditions) -> ArmSpend:
+def spent(engine: Engine, assay_id: uuid.UUID, stop: StopConditions) -> ArmSpend:
     """What the assay's stored shards spent: the budgets' starting point for the next shard.
     Read only under a budget: it sums every stored shard, which for a plan of many shards would
     make each shard's start cost grow with the shards before it."""
     if not budgeted(stop):
         return ArmSpend()
-    return from_views(stored_spend(session, assay_id)).total()
+    with Session(engine) as session:
+        return from_views(assays.stored_spend(session, assay_id)).total()
+
+
+def stop_reason(engine: Engine, assay_id: uuid.UUID) -> str | None:
+    """Why the assay is stopping (a stop condition, an abort), or None."""
+    with Session(engine) as session:
+        return stop_reason_in(session, assay_id)
+
+
+def ready_to_merge(engine: Engine, assay_id: uuid.UUID) -> bool:
+    """Every shard of the open assay is stored."""
+    with Session(engine) as session:
+        return assays.ready_to_merge(session, assay_id)
+
+
+def fail(engine: Engine, assay_id: uuid.UUID, message: str) -> bool:
+    """Fail the assay with the reason, once (`service.db.assay.fail_assay`)."""
+    with session_scope(engine) as session:
+        return assays.fail_assay(session, assay_id, message)
+
+
+def record_waiting(engine: Engine, inputs: AssayInputs, note: str) -> None:
+    """A trial of the assay waits for its world: the tenant's events say so."""
+    with session_scope(engine) as session:
+        assays.record_waiting(session, inputs, note)
+
+
+def renew(engine: Engine, assay_id: uuid.UUID, index: int, attempt: int, lease_s: float) -> bool:
+    """The running shard's heartbeat; False once it is stored or another attempt took it."""
+    with session_scope(engine) as session:
+        return renew_lease(session, assay_id, index, attempt, lease_s)
+
+
+def progress(
+    engine: Engine, assay_id: uuid.UUID, index: int, attempt: int, activity: dict[str, Any]
+) -> bool:
+    """The running shard's activity, as its workers' engine reports it."""
+    with session_scope(engine) as session:
+        return record_progress(session, assay_id, index, attempt, activity)
 
 
 def refuse_credential(
-    session: Session, inputs: AssayInputs, index: int, reason: str, refusal: dict[str, Any]
+    engine: Engine, inputs: AssayInputs, index: int, reason: str, refusal: dict[str, Any]
 ) -> None:
     """A shard refused its injector credential: say so, and stop the assay."""
-    record_event(
-        session,
-        "credential.refused",
-        candidate_id=inputs.candidate_id,
-        assay_id=inputs.assay_id,
-        shard_index=index,
-        data=refusal,
-    )
-    request_stop(session, inputs.assay_id, reason, kind="assay.stopped", data={})
+    with session_scope(engine) as session:
+        record_event(
+            session,
+            "credential.refused",
+            candidate_id=inputs.candidate_id,
+            assay_id=inputs.assay_id,
+            shard_index=index,
+            data=refusal,
+        )
+        request_stop(session, inputs.assay_id, reason, kind="assay.stopped", data={})
 
 
-def store(session: Session, inputs: AssayInputs, index: int, result: ShardResult) -> Stored:
+def store(engine: Engine, inputs: AssayInputs, index: int, result: ShardResult) -> Stored:
     """Store the shard's result; only the run that stores first adds the injector's totals."""
-    stored = store_shard_result(session, inputs, index, result.to_dict(), result.trials)
-    if stored.written:
-        _record_injector(session, inputs, index, result)
-    return stored
+    with session_scope(engine) as session:
+        stored = assays.store_shard_result(session, inputs, index, result.to_dict(), result.trials)
+        if stored.written:
+            _record_injector(session, inputs, index, result)
+        return stored
+
+
+def decide(
+    engine: Engine, signer: Signer, assay_id: uuid.UUID, manifest: Manifest, plan: AssayPlan
+) -> Decided | None:
+    """Merge and decide the assay if every shard is stored and nobody has, in one transaction
+    (`service.app.dossiers.decide`); None otherwise."""
+    with session_scope(engine) as session:
+        return decide_in(session, signer, assay_id, manifest, plan)
 
 
 def _record_injector(

@@ -1,12 +1,32 @@
-"""`assaygate db`: the database schema, through Alembic."""
+"""`assaygate db`: the database schema, through Alembic; and the one place a command opens the
+database (`upgrade` for `serve` and `demo`, `open_engine` for the rest): every other command
+reaches storage through `service.app`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.cli.common import data_dir_option, settings_from
+from service.settings import Settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+
+def upgrade(settings: Settings, revision: str = "head") -> None:
+    """Migrate the database to `revision` (the only path to the schema)."""
+    from service.db import migrate
+
+    migrate.upgrade(settings, revision)
+
+
+def open_engine(settings: Settings) -> Engine:
+    """The configured database's engine; the caller disposes it."""
+    from service.db.session import make_engine
+
+    return make_engine(settings)
 
 
 def register(sub: Any) -> None:
@@ -26,12 +46,10 @@ def register(sub: Any) -> None:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
-    from service.db import migrate
-
     settings = settings_from(args)
     if settings.database_is_sqlite:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    migrate.upgrade(settings, args.revision)
+    upgrade(settings, args.revision)
     return 0
 
 

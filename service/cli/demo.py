@@ -64,9 +64,9 @@ def demo_key(data_dir: Path) -> DemoKeys:
     """Migrate the demo's database and give the demo its own keys in the tenant `demo`: one to
     submit with, and a reviewer's to browse (and review) the result with."""
     from service.app.keys import OperatorMint, mint_as_operator
+    from service.app.records import PersonKind, Role
+    from service.cli.database import upgrade
     from service.cli.keys import operator_session
-    from service.db import migrate
-    from service.db.models import PersonKind, Role
 
     data_dir.mkdir(parents=True, exist_ok=True)
     settings = Settings(
@@ -74,7 +74,7 @@ def demo_key(data_dir: Path) -> DemoKeys:
         database_url=f"sqlite:///{data_dir / 'assaygate.sqlite3'}",
         broker_url="filesystem://localhost/",
     )
-    migrate.upgrade(settings)
+    upgrade(settings)
     with operator_session(settings) as session:
         submitter = mint_as_operator(
             session,

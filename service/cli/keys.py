@@ -84,7 +84,7 @@ def _keys_list(args: argparse.Namespace) -> int:
 
 def _keys_create(args: argparse.Namespace) -> int:
     from service.app import keys
-    from service.db.models import PersonKind, Role
+    from service.app.records import PersonKind, Role
 
     command = keys.OperatorMint(
         tenant=args.tenant,
@@ -128,7 +128,7 @@ def operator_session(settings: Settings | None = None) -> Iterator[Session]:
     from sqlalchemy.engine import make_url
     from sqlmodel import Session
 
-    from service.db.session import make_engine
+    from service.cli.database import open_engine
 
     settings = settings or get_settings()
     if settings.database_is_sqlite:
@@ -140,7 +140,7 @@ def operator_session(settings: Settings | None = None) -> Iterator[Session]:
                 f"no database at {path}: run this where `assaygate serve` keeps its data, "
                 "or pass --data-dir (or set ASSAYGATE_DATA_DIR or ASSAYGATE_DATABASE_URL)"
             )
-    engine = make_engine(settings)
+    engine = open_engine(settings)
     try:
         with Session(engine) as session:
             yield session

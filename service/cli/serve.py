@@ -114,23 +114,17 @@ class EmbeddedWorker:
             self._spawn()
 
     def _requeue_unfinished(self) -> None:
-        from service.app.tenants import queue_of_assay
-        from service.db.lease import release_all
-        from service.db.session import make_engine, session_scope
+        from service.app.shards import requeue_unfinished
+        from service.cli.database import open_engine
         from service.http.dispatch import Dispatcher
 
         if not self.settings.embedded:
             return  # other workers may hold these shards: their leases and reconcilers decide
-        engine = make_engine(self.settings)
+        engine = open_engine(self.settings)
         dispatcher = Dispatcher(self.settings)
         dispatcher.prepare()
         try:
-            # Released and sent in one transaction: if the queue refuses, nothing is counted.
-            with session_scope(engine) as session:
-                unfinished = release_all(session, self.settings.shard_lease_s)
-                for assay_id, indices in unfinished.items():
-                    queue = queue_of_assay(session, self.settings, assay_id)
-                    dispatcher.enqueue_shards(assay_id, indices, queue)
+            requeue_unfinished(engine, self.settings, dispatcher)
         finally:
             dispatcher.close()
             engine.dispose()
@@ -166,14 +160,14 @@ def _exit_on_sigterm(_signum: int, _frame: object) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from service import serving
-    from service.db import migrate
+    from service.cli.database import upgrade
 
     settings = settings_from(args)
     configure_logging(settings)
     if settings.database_is_sqlite:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
     if args.migrate if args.migrate is not None else settings.embedded:
-        migrate.upgrade(settings)
+        upgrade(settings)
     first_key = first_admin_key(settings) if settings.embedded else None
     worker = (
         EmbeddedWorker(settings)
@@ -204,6 +198,6 @@ def _announcement(settings: Settings, first_key: str | None) -> str:
 
 
 def _default_tenant() -> str:
-    from service.db.apikey import DEFAULT_TENANT
+    from service.app.records import DEFAULT_TENANT
 
     return DEFAULT_TENANT

@@ -19,10 +19,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from service.db import websession
-from service.db.apikey import Principal, authenticate
-from service.db.hotreads import SystemEpoch, Unavailable, on_this_loop
-from service.db.models import Role
+from service.app import identity
+from service.app.records import Principal, Role, SystemEpoch, Unavailable, on_this_loop
 from service.http import browser as web_auth
 from service.http.errors import Forbidden, Unauthenticated
 
@@ -147,7 +145,7 @@ async def _authenticate(
 
 def _authenticate_in_session(engine: Engine, secret: str) -> Principal | None:
     with Session(engine) as session:
-        return authenticate(session, secret)
+        return identity.of_key(session, secret)
 
 
 def _signed_in(request: Request, engine: Engine) -> Principal | None:
@@ -162,7 +160,7 @@ def _signed_in(request: Request, engine: Engine) -> Principal | None:
     if ws is None:
         return None
     with Session(engine) as session:
-        return websession.signed_in(session, ws.sid)
+        return identity.signed_in(session, ws.sid)
 
 
 async def require_principal(

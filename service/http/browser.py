@@ -28,8 +28,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlmodel import Session
 
-from service.db.apikey import Principal
-from service.db.apikey import authenticate as authenticate_key
+from service.app import identity
+from service.app.records import Principal
 from service.settings import LEGACY_SESSION_SECRET, Settings
 
 COOKIE = "assaygate_session"
@@ -68,7 +68,7 @@ class WebSession:
 
 def authenticate(session: Session, credential: str) -> Principal | None:
     """Exchange what the sign-in form received — an API key — for its principal, or None."""
-    return authenticate_key(session, credential.strip())
+    return identity.of_key(session, credential.strip())
 
 
 # ------------------------------------------------------------------------------ the secret

@@ -9,10 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
 
-from service.db import queries
-from service.db.session import DATABASE_ERRORS
+from service.app import operations
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -23,10 +21,8 @@ class _WorkCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("assaygate_database_up", "1 when the last scrape read the database")
-        try:
-            with Session(self._engine) as session:
-                totals = queries.totals(session)
-        except DATABASE_ERRORS:
+        totals = operations.work(self._engine)
+        if totals is None:
             up.add_metric([], 0)
             yield up
             return

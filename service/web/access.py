@@ -24,10 +24,9 @@ from fastapi.responses import RedirectResponse, Response
 from fastapi.routing import APIRoute
 from sqlmodel import Session
 
+from service.app import identity
+from service.app.records import Principal, Role
 from service.core.text import TextInvalid
-from service.db import websession
-from service.db.apikey import Principal
-from service.db.models import Role
 from service.http.access import ANY_ROLE, ROUTE_ROLES
 from service.http.browser import Identity, WebSession, WebSessionDep
 from service.http.deps import SessionDep
@@ -127,7 +126,7 @@ def roles_for_page(method: str, path: str) -> frozenset[Role] | None:
 def signed_in_principal(session: Session, ws: WebSession) -> Principal | None:
     """The key this browser's session is signed in with, looked up on the server: None when
     anonymous, signed out, expired, or when the key was revoked."""
-    return websession.signed_in(session, ws.sid) if ws.sid else None
+    return identity.signed_in(session, ws.sid) if ws.sid else None
 
 
 def authorize_page(request: Request, ws: WebSessionDep, session: SessionDep) -> Viewer | None:

@@ -9,11 +9,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from service.app import gate
+from service.app.records import CandidateRow, as_utc
 from service.core.figures import Diagnosis, InvariantResult, Signature, Transfer
 from service.core.gate import block_first
 from service.core.report import AssayReport, FaultResult
-from service.db import queries
-from service.db.models import as_utc
 
 HARD = ("unsafe_escape", "duplicate_effect", "unverifiable_release")
 SEVERITY = {"allow": 0, "hold": 1, "block": 2}
@@ -74,7 +73,7 @@ NOTES = {
 }
 
 
-def gate_view(standing: gate.Standing | None, row: queries.CandidateRow | None) -> GateView:
+def gate_view(standing: gate.Standing | None, row: CandidateRow | None) -> GateView:
     """The standing of a system's or candidate's gate as a page shows it; `none` for a system
     without candidates."""
     if standing is None:
@@ -94,7 +93,7 @@ def gate_view(standing: gate.Standing | None, row: queries.CandidateRow | None) 
     )
 
 
-def is_running(row: queries.CandidateRow) -> bool:
+def is_running(row: CandidateRow) -> bool:
     return row.assay.status in ("queued", "running")
 
 
@@ -111,7 +110,7 @@ def worst_first(reasons: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [dict(r) for r in block_first(reasons)]
 
 
-def progress_fraction(row: queries.CandidateRow) -> float:
+def progress_fraction(row: CandidateRow) -> float:
     planned = row.assay.trials_planned or 0
     return min(1.0, row.assay.trials_done / planned) if planned else 0.0
 
@@ -346,7 +345,7 @@ class EventGroup:
 
     candidate_id: Any
     assay_id: Any
-    row: queries.CandidateRow | None
+    row: CandidateRow | None
     lines: list[EventLine]
     shards: Any = None
 
@@ -354,7 +353,7 @@ class EventGroup:
 def group_events(
     events: Sequence[Any],
     shards: Mapping[Any, Any],
-    rows: Mapping[Any, queries.CandidateRow],
+    rows: Mapping[Any, CandidateRow],
 ) -> list[EventGroup]:
     """Events grouped by assay (else candidate, else the tenant), groups in the order of their
     newest event."""

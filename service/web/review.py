@@ -17,15 +17,12 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlmodel import Session
 
-from service.app import assays, gate, reviews
+from service.app import assays, browse, gate, identity, reviews
 from service.app.errors import AppError
+from service.app.records import Dossier, HoldStatus
 from service.app.submissions import Services
 from service.core.dossier import PublicKey, Signer, verify
 from service.core.errors import AssaygateError
-from service.db import dossier as dossiers
-from service.db import queries, websession
-from service.db.apikey import review_conflict
-from service.db.models import Dossier, Hold, HoldStatus
 from service.http import browser as auth
 from service.http.browser import WebSessionDep
 from service.http.deps import (
@@ -39,7 +36,6 @@ from service.http.deps import (
 )
 from service.http.errors import status_of
 from service.web import present
-from service.web import queries as web_queries
 from service.web.access import PAGE_DEPENDENCIES, PageRoute, Viewer, ViewerDep, safe_next
 from service.web.rendering import render, set_session_cookie
 
@@ -110,13 +106,9 @@ def signin(
     # A new session id on sign-in: a token from before cannot ride along (session fixation).
     # It is recorded on the server, where signing out or revoking the key ends it.
     fresh = auth.new_session(auth.Identity.of(principal))
-    websession.open_session(
-        session,
-        fresh.sid,
-        principal.key_id,
-        datetime.fromtimestamp(fresh.expires, UTC),
+    identity.sign_in(
+        session, fresh.sid, principal.key_id, datetime.fromtimestamp(fresh.expires, UTC)
     )
-    session.commit()
     # Only a path on this site: never a redirect elsewhere.
     response = RedirectResponse(safe_next(next), status_code=303)
     set_session_cookie(request, response, secret, fresh)
@@ -135,8 +127,7 @@ def signout(
         auth.check_csrf(auth.secret_of(request), ws, csrf)
     except auth.CsrfInvalid as exc:
         return _refuse(request, ws, str(exc), 403)
-    if websession.end_session(session, ws.sid):
-        session.commit()
+    identity.sign_out(session, ws.sid)
     response = RedirectResponse("/", status_code=303)
     response.delete_cookie(auth.COOKIE, path="/")
     return response
@@ -161,7 +152,7 @@ def _verified_versions(
     versions: list[dict[str, Any]] = []
     previous: Dossier | None = None
     previous_hashes: dict[str, str] = {}
-    for d in dossiers.versions(session, candidate_id):
+    for d in browse.dossier_versions(session, candidate_id):
         envelope = json.loads(d.envelope)
         checked = verify(
             envelope,
@@ -200,7 +191,7 @@ def dossier_page(
         cid = uuid.UUID(candidate_id)
     except ValueError:
         cid = None
-    row = queries.candidate(session, cid, tenant_id=who.tenant_id) if cid else None
+    row = browse.candidate(session, cid, tenant_id=who.tenant_id) if cid else None
     if row is None:
         return _render(
             request, ws, "error.html", {"title": "Not found", "message": "no such candidate"}, 404
@@ -209,7 +200,7 @@ def dossier_page(
     versions, _, _ = _verified_versions(session, row.candidate.id, keys)
     # The comparison `GET /v1/gate` answers with: the last allowed *other* candidate.
     since = gate.since_allowed(session, row)
-    holds = [h for h in _holds_of(session, row.candidate.id)]
+    holds = browse.holds_of(session, row.candidate.id)
     return _render(
         request,
         ws,
@@ -223,16 +214,6 @@ def dossier_page(
             "holds": holds,
             "keys": len(keys),
         },
-    )
-
-
-def _holds_of(session: Any, candidate_id: uuid.UUID) -> list[Hold]:
-    from sqlmodel import col, select
-
-    return list(
-        session.exec(
-            select(Hold).where(Hold.candidate_id == candidate_id).order_by(col(Hold.created_at))
-        ).all()
     )
 
 
@@ -252,7 +233,7 @@ def holds_page(
     wanted = status if status in {s.value for s in HoldStatus} else None
     status = wanted or "all"
     rows = reviews.holds(session, signer, who.tenant_id, status=wanted, limit=HOLDS_PAGE)
-    found = web_queries.candidate_rows(session, [h.candidate_id for h in rows])
+    found = browse.candidate_rows(session, [h.candidate_id for h in rows])
     # What the gate says of each candidate: an open hold on a blocked candidate reads BLOCK.
     standings = gate.standings(session, list(found.values()))
     items = []
@@ -267,7 +248,7 @@ def holds_page(
                 "gate": present.gate_view(standing, row) if standing is not None else None,
                 "blocking": bool(reviews.hard_reasons(h)),
                 # Why this key may not review it (separation of duties), if it may not.
-                "own": review_conflict(session, who.principal, submitter),
+                "own": identity.review_refusal(session, who.principal, submitter),
             }
         )
     default_expiry = (datetime.now(UTC) + timedelta(days=7)).strftime("%Y-%m-%dT%H:%M")

@@ -1,8 +1,8 @@
 """The dashboard: server-rendered pages for reviewers, one router included by the app.
 
 Every route runs `service.web.access.authorize_page` (sign-in and the route's roles, from one
-table); pages read only the signed-in key's tenant through `service.db.queries` and
-`service.web.queries`, one page of rows at a time, and answer 404 for anyone else's resource.
+table); pages read only the signed-in key's tenant through `service.app` (its read models and
+`service.app.browse`), one page of rows at a time, and answer 404 for anyone else's resource.
 Templates autoescape everything; the SVG charts escape their own text and are the only markup
 passed through unescaped. Static files are served from `service/web/static` (no CDN).
 """
@@ -22,11 +22,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from service.app import gate, keys, tenants
-from service.db import queries
+from service.app import browse, candidates, gate, keys, tenants
+from service.app.records import CandidateRow
 from service.http.deps import SessionDep, SettingsDep
 from service.web import present, review, submit
-from service.web import queries as web_queries
 from service.web.access import PAGE_DEPENDENCIES, PageRoute, Viewer, ViewerDep
 from service.web.rendering import not_found, render
 
@@ -60,7 +59,7 @@ router.include_router(submit.router)
 # ------------------------------------------------------------------------------- cursors
 
 
-def encode_cursor(row: queries.CandidateRow) -> str:
+def encode_cursor(row: CandidateRow) -> str:
     raw = f"{row.candidate.created_at.isoformat()}|{row.candidate.id}"
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
@@ -91,7 +90,7 @@ def systems_page(
     """Every system's gate state (what `GET /v1/gate/{system}` answers for its newest
     candidate) with its reasons, and what changed since it was last allowed; and whether the
     tenant may run code (`GET /v1/tenant`)."""
-    found = web_queries.systems_page(
+    found = browse.systems_page(
         session, tenant_id=who.tenant_id, limit=PAGE, offset=(page - 1) * PAGE, name=q
     )
     latest_rows = [r.latest for r in found.rows if r.latest is not None]
@@ -140,7 +139,7 @@ def system_page(
     who: ViewerDep,
     cursor: Annotated[str | None, Query(max_length=400)] = None,
 ) -> HTMLResponse:
-    system = queries.system_named(session, name, who.tenant_id)
+    system = browse.system_named(session, name, tenant_id=who.tenant_id)
     if system is None:
         return not_found(request, who.ws, f"no system named {name}")
     return _candidate_list(request, session, who, cursor, system.name, f"System {system.name}")
@@ -164,12 +163,8 @@ def _candidate_list(
     system: str | None,
     title: str,
 ) -> HTMLResponse:
-    rows = queries.candidates(
-        session,
-        system=system,
-        limit=PAGE + 1,
-        before=decode_cursor(cursor),
-        tenant_id=who.tenant_id,
+    rows = candidates.page(
+        session, who.tenant_id, system=system, limit=PAGE + 1, before=decode_cursor(cursor)
     )
     page = rows[:PAGE]
     standings = gate.standings(session, page)
@@ -206,7 +201,7 @@ def candidate_page(
         cid = uuid.UUID(candidate_id)
     except ValueError:
         return not_found(request, who.ws, "not a candidate id")
-    detail = web_queries.candidate_detail(session, cid, tenant_id=who.tenant_id)
+    detail = browse.candidate_detail(session, cid, tenant_id=who.tenant_id)
     if detail is None:
         return not_found(request, who.ws, f"no candidate {cid}")
     row = detail.row
@@ -255,7 +250,7 @@ def events_page(
         candidate_id = uuid.UUID(candidate) if candidate else None
     except ValueError:
         candidate_id = None
-    found = web_queries.events_page(
+    found = browse.events_page(
         session,
         tenant_id=who.tenant_id,
         limit=PAGE,
@@ -263,7 +258,7 @@ def events_page(
         kind=kind or None,
         candidate_id=candidate_id,
     )
-    rows = web_queries.candidate_rows(
+    rows = browse.candidate_rows(
         session, [e.candidate_id for e in found.events if e.candidate_id is not None]
     )
     return render(

@@ -22,8 +22,9 @@ from service.db.session import session_scope
 from service.settings import Settings
 from tests.support.service import ROOT, example, grant_injector
 from worker.code import confinement_for
+from worker.context import WorkerContext
 from worker.reconciler import Reconciler
-from worker.tasks import WorkerContext, execute_shard
+from worker.tasks import execute_shard
 
 pytestmark = pytest.mark.integration
 
@@ -104,8 +105,7 @@ def test_the_tenants_own_worker_runs_its_allowed_code_in_its_confinement(
     tenant = f"team-{uuid.uuid4().hex[:8]}"
     assay_id = code_assay(engine, settings, tenant, allowed=True)
     ctx = worker_of(settings, tenant, ROOT)
-    with Session(engine) as session:
-        parsed = ctx.assay(session, assay_id)
+    parsed = ctx.assay(assay_id)
     assert parsed is not None and parsed.inputs.tenant == tenant
     secrets = ctx.secrets(parsed.inputs, parsed.manifest)
     confinement = confinement_for(ctx.settings, parsed.manifest, secrets, None)

@@ -19,7 +19,8 @@ from service.db.models import AssayShard, Dossier, Event, Hold, System
 from service.keys import KeyRing
 from service.settings import Settings
 from tests.support.worker import record_assay
-from worker.tasks import WorkerContext, execute_shard, finalize
+from worker.context import WorkerContext
+from worker.tasks import execute_shard, finalize
 
 pytestmark = pytest.mark.integration
 
@@ -44,8 +45,7 @@ def test_a_finished_assay_gets_exactly_one_signed_dossier_however_often_it_is_fi
     ctx = WorkerContext(settings)
     assay_id, _ = submit(engine, settings, {"trials": 20, "seed": 2, "modes": ["subject_swap"]})
     run_all(ctx, engine, assay_id)
-    with Session(engine) as session:
-        parsed = ctx.assay(session, assay_id)
+    parsed = ctx.assay(assay_id)
     assert parsed is not None
     finalize(ctx, parsed)
     execute_shard(ctx, assay_id, 0, "w2")  # a redelivered last shard finds everything done

@@ -11,8 +11,8 @@ from sqlmodel import Session, col
 from service.db.models import Assay, AssayShard, ShardStatus
 from service.settings import Settings
 from tests.web.seed import seed_candidate
+from worker.context import WorkerContext
 from worker.heartbeat import EngineWatch, Heartbeat
-from worker.tasks import WorkerContext
 
 
 class Busy:

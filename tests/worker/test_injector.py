@@ -20,7 +20,8 @@ from service.db.tenant import set_code_allowed
 from service.settings import Settings
 from tests.support.service import ROOT, example
 from tests.support.worker import record_assay
-from worker.tasks import WorkerContext, execute_shard
+from worker.context import WorkerContext
+from worker.tasks import execute_shard
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,8 @@ from service.core.plan import parse_plan
 from service.db.models import Assay, AssayShard
 from tests.support.service import example
 from tests.worker.test_tasks import ctx, submit
-from worker.tasks import WorkerContext, execute_shard, finalize
+from worker.context import WorkerContext
+from worker.tasks import execute_shard, finalize
 
 pytestmark = pytest.mark.integration
 __all__ = ["ctx"]
@@ -29,8 +30,7 @@ def run_all(ctx: WorkerContext, engine: sa.Engine, assay_id: uuid.UUID) -> Assay
         count = len(session.exec(select(AssayShard).where(AssayShard.assay_id == assay_id)).all())
     for index in range(count):
         execute_shard(ctx, assay_id, index, "w1")
-    with Session(engine) as session:
-        parsed = ctx.assay(session, assay_id)
+    parsed = ctx.assay(assay_id)
     assert parsed is not None
     finalize(ctx, parsed)
     with Session(engine) as session:

@@ -49,8 +49,9 @@ from tests.support.service import (
 )
 from tests.web.seed import seed_candidate
 from worker.app import make_celery
+from worker.context import WorkerContext
 from worker.reconciler import Reconciler
-from worker.tasks import RUN_SHARD, StoreUnavailable, WorkerContext, execute_shard
+from worker.tasks import RUN_SHARD, StoreUnavailable, execute_shard
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from service.settings import Settings
 from service.targets import close_target
 from tests.mcp.conftest import ROOT, Sandbox
 from tests.support.service import grant_injector
-from worker.tasks import WorkerContext
+from worker.context import WorkerContext
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -22,7 +22,8 @@ from service.settings import Settings
 from service.targets import PythonTarget, close_target
 from tests.support.service import ROOT, example
 from tests.support.worker import record_assay
-from worker.tasks import MAX_TARGETS, WorkerContext, execute_shard, finalize
+from worker.context import MAX_TARGETS, WorkerContext
+from worker.tasks import execute_shard, finalize
 
 pytestmark = pytest.mark.integration
 
@@ -87,8 +88,8 @@ def test_racing_merges_record_the_decision_exactly_once(
     ctx: WorkerContext, engine: sa.Engine
 ) -> None:
     assay_id = submit(engine, ctx.settings, trials=20, families=["tool"])
+    parsed = ctx.assay(assay_id)
     with Session(engine) as session:
-        parsed = ctx.assay(session, assay_id)
         specs = session.exec(select(AssayShard.spec).where(AssayShard.assay_id == assay_id)).all()
     assert parsed is not None
     for spec in specs:
@@ -101,8 +102,7 @@ def test_racing_merges_record_the_decision_exactly_once(
     # Every shard's redelivery may try the merge at the same moment.
     def merge_in_a_fresh_worker(_: int) -> str | None:
         fresh = WorkerContext(ctx.settings)
-        with Session(fresh.engine) as session:
-            parsed = fresh.assay(session, assay_id)
+        parsed = fresh.assay(assay_id)
         assert parsed is not None
         return finalize(fresh, parsed)
 

@@ -13,8 +13,7 @@ from fastapi import APIRouter
 from service.api.errors import ERROR_RESPONSES
 from service.api.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyPublic
 from service.app import keys
-from service.db.apikey import KeyRow
-from service.db.models import PersonKind, Role, as_utc, as_utc_or_none
+from service.app.records import KeyRow, PersonKind, Role, as_utc, as_utc_or_none
 from service.http.deps import PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/api-keys", tags=["api-keys"])

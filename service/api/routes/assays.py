@@ -1,44 +1,17 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from fastapi import APIRouter
 
-from service.api.errors import ERROR_RESPONSES, NotFound
+from service.api.errors import ERROR_RESPONSES
 from service.api.present import progress, reasons
 from service.api.schemas import AbortCreate, AbortPublic, AssayPublic, FaultPublic, Progress
 from service.app import assays
-from service.core.assay import ShardResult, merge
-from service.core.errors import AssaygateError
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
-from service.db import queries
-from service.db.models import Assay, AssayStatus, Candidate, ManifestRow, as_utc, as_utc_or_none
+from service.app.records import AssayStatus, as_utc, as_utc_or_none
 from service.http.deps import MetricsDep, PrincipalDep, SessionDep, SignerDep
 
 router = APIRouter(prefix="/v1/assays", tags=["assays"])
-
-
-def _signatures(session: Any, assay: Assay) -> dict[str, dict[str, Any]]:
-    """Per-fault signatures: the stored final ones, or a merge of the shards done so far."""
-    if assay.status in (AssayStatus.DONE, AssayStatus.STOPPED):
-        return {f.fault_id: f.signature for f in queries.fault_results(session, assay.id)}
-    results = queries.done_shard_results(session, assay.id)
-    if not results:
-        return {}
-    candidate = session.get(Candidate, assay.candidate_id)
-    manifest = session.get(ManifestRow, candidate.manifest_digest)
-    try:
-        report = merge(
-            parse_manifest(manifest.document),
-            parse_plan(assay.plan),
-            [ShardResult.from_dict(r) for r in results],
-        )
-    except AssaygateError:
-        # The engine may refuse to merge a partial set; progress is still shown without it.
-        return {}
-    return {f.id: f.to_dict() for f in report.faults}
 
 
 @router.get(
@@ -49,10 +22,8 @@ def get_assay(
 ) -> AssayPublic:
     """Per-fault progress, and containment signatures so far (final once the assay is done)."""
     with metrics.gate_check_seconds.time():
-        assay = queries.assay(session, assay_id, tenant_id=principal.tenant_id)
-        if assay is None:
-            raise NotFound(f"no assay {assay_id}", field="assay_id")
-        signatures = _signatures(session, assay)
+        assay = assays.get(session, principal.tenant_id, assay_id)
+        signatures = assays.signatures(session, assay)
         faults = [
             FaultPublic(
                 id=p.fault_id,
@@ -65,7 +36,7 @@ def get_assay(
                 final=assay.status in (AssayStatus.DONE, AssayStatus.STOPPED),
                 signature=signatures.get(p.fault_id) if p.fault_id else None,
             )
-            for p in queries.fault_progress(session, assay_id)
+            for p in assays.fault_progress(session, assay_id)
         ]
         return AssayPublic(
             id=assay.id,
@@ -73,7 +44,7 @@ def get_assay(
             status=AssayStatus(assay.status),
             catalogue=assay.catalogue,
             plan=assay.plan,
-            progress=progress(assay, session),
+            progress=progress(assay, assays.live_progress(session, assay.id)),
             created_at=as_utc(assay.created_at),
             started_at=as_utc_or_none(assay.started_at),
             finished_at=as_utc_or_none(assay.finished_at),

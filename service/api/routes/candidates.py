@@ -19,7 +19,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
 
-from service.api.errors import ERROR_RESPONSES, NotFound
+from service.api.errors import ERROR_RESPONSES
 from service.api.present import (
     CURSOR_PATTERN,
     candidate_page,
@@ -28,8 +28,7 @@ from service.api.present import (
     encode_cursor,
 )
 from service.api.schemas import CandidateCreate, CandidatePage, CandidatePublic
-from service.app import submissions
-from service.db import queries
+from service.app import candidates, submissions
 from service.http.deps import (
     DispatcherDep,
     InjectorSignerDep,
@@ -77,7 +76,7 @@ def submit_candidate(
         submissions.Services(settings, dispatcher, signer, limit),
         principal,
         body,
-        lambda row: candidate_public(session, row).model_dump(mode="json"),
+        lambda row: candidate_public(candidates.view(session, row)).model_dump(mode="json"),
         idempotency_key=idempotency_key,
     )
     headers = {"Location": f"/v1/candidates/{done.candidate_id}"}
@@ -104,10 +103,8 @@ def get_candidate(
 ) -> CandidatePublic:
     """Status, progress, the assay's decision once it is done, and what the gate says now."""
     with metrics.gate_check_seconds.time():
-        row = queries.candidate(session, candidate_id, tenant_id=principal.tenant_id)
-        if row is None:
-            raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
-        return candidate_public(session, row)
+        row = candidates.get(session, principal.tenant_id, candidate_id)
+        return candidate_public(candidates.view(session, row))
 
 
 @router.get(
@@ -124,11 +121,11 @@ def list_candidates(
 ) -> CandidatePage:
     """Newest first. Follow `next_cursor` until it is null."""
     before = decode_cursor(cursor) if cursor else None
-    rows = queries.candidates(
-        session, system=system, limit=limit + 1, before=before, tenant_id=principal.tenant_id
+    rows = candidates.page(
+        session, principal.tenant_id, system=system, limit=limit + 1, before=before
     )
     page = rows[:limit]
     return CandidatePage(
-        items=candidate_page(session, page),
+        items=candidate_page(candidates.views(session, page)),
         next_cursor=encode_cursor(page[-1]) if len(rows) > limit else None,
     )

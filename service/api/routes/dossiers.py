@@ -13,7 +13,7 @@ import uuid
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
-from service.api.errors import ERROR_RESPONSES, NotFound
+from service.api.errors import ERROR_RESPONSES
 from service.api.present import candidate_public, dossier_ref, dossier_response
 from service.api.schemas import (
     CandidatePublic,
@@ -24,12 +24,10 @@ from service.api.schemas import (
     KeyValue,
     RerunCreate,
 )
-from service.app import assays
+from service.app import assays, candidates, dossiers
+from service.app.records import Dossier
 from service.app.submissions import Services
 from service.core.dossier import PAYLOAD_TYPE
-from service.db import dossier as dossiers
-from service.db import queries
-from service.db.models import Dossier
 from service.http.deps import (
     DispatcherDep,
     InjectorSignerDep,
@@ -70,12 +68,7 @@ def latest_dossier(
     candidate_id: uuid.UUID, session: SessionDep, principal: PrincipalDep
 ) -> Response:
     """The candidate's latest dossier version (404 until its first assay has finished)."""
-    if queries.candidate(session, candidate_id, tenant_id=principal.tenant_id) is None:
-        raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
-    found = dossiers.latest(session, candidate_id)
-    if found is None:
-        raise NotFound(f"candidate {candidate_id} has no dossier yet", field="candidate_id")
-    return dossier_response(found)
+    return dossier_response(candidates.latest_dossier(session, principal.tenant_id, candidate_id))
 
 
 @router.get(
@@ -87,16 +80,12 @@ def dossier_versions(
     candidate_id: uuid.UUID, session: SessionDep, principal: PrincipalDep
 ) -> DossierList:
     """Every version, oldest first; each names the digest of the one before."""
-    if queries.candidate(session, candidate_id, tenant_id=principal.tenant_id) is None:
-        raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
-    return DossierList(items=[dossier_ref(d) for d in dossiers.versions(session, candidate_id)])
+    versions = candidates.dossier_versions(session, principal.tenant_id, candidate_id)
+    return DossierList(items=[dossier_ref(d) for d in versions])
 
 
 def _dossier(session: SessionDep, dossier_id: uuid.UUID, principal: PrincipalDep) -> Dossier:
-    found = dossiers.dossier_of_tenant(session, dossier_id, principal.tenant_id)
-    if found is None:
-        raise NotFound(f"no dossier {dossier_id}", field="dossier_id")
-    return found
+    return dossiers.of_tenant(session, principal.tenant_id, dossier_id)
 
 
 @router.get(
@@ -159,7 +148,7 @@ def rerun(
         assays.Rerun(
             candidate_id, body.plan.model_dump(exclude_none=True) if body and body.plan else None
         ),
-        lambda row: candidate_public(session, row).model_dump(mode="json"),
+        lambda row: candidate_public(candidates.view(session, row)).model_dump(mode="json"),
     )
     return JSONResponse(
         done.response, status_code=202, headers={"Location": f"/v1/candidates/{candidate_id}"}

@@ -7,12 +7,11 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from sqlmodel import col, select
 
 from service.api.errors import ERROR_RESPONSES
 from service.api.schemas import EventPage, EventPublic
-from service.db import queries
-from service.db.models import Event, as_utc
+from service.app import browse
+from service.app.records import as_utc
 from service.http.deps import PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/events", tags=["events"])
@@ -27,15 +26,15 @@ def list_events(
     before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> EventPage:
-    query = select(Event).where(queries.events_of_tenant(principal.tenant_id))
-    if candidate_id is not None:
-        query = query.where(Event.candidate_id == candidate_id)
-    if kind is not None:
-        query = query.where(Event.kind == kind)
-    if before is not None:
-        query = query.where(col(Event.id) < before)
-    rows = session.exec(query.order_by(col(Event.id).desc()).limit(limit + 1)).all()
-    page = rows[:limit]
+    found = browse.events_page(
+        session,
+        tenant_id=principal.tenant_id,
+        limit=limit,
+        before=before,
+        kind=kind,
+        candidate_id=candidate_id,
+        fold_shards=False,
+    )
     return EventPage(
         items=[
             EventPublic(
@@ -47,7 +46,7 @@ def list_events(
                 shard_index=e.shard_index,
                 data=e.data,
             )
-            for e in page
+            for e in found.events
         ],
-        next_before=int(page[-1].id or 0) if len(rows) > limit and page[-1].id else None,
+        next_before=found.next_before,
     )

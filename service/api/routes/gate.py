@@ -18,9 +18,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
-from sqlalchemy.engine import Engine
 
-from service.api.errors import ERROR_RESPONSES, NotFound
+from service.api.errors import ERROR_RESPONSES
 from service.api.present import dossier_ref
 from service.api.schemas import (
     ConfigChangeCreate,
@@ -30,11 +29,7 @@ from service.api.schemas import (
     TriggersUpdate,
 )
 from service.app import changes, gate
-from service.db import dossier as dossiers
-from service.db import hotreads
-from service.db.apikey import Principal
-from service.db.models import System, as_utc_or_none, utcnow
-from service.db.session import snapshot
+from service.app.records import System, Unavailable, as_utc_or_none, utcnow
 from service.http.access import system_looked_up
 from service.http.deps import (
     GateReadDep,
@@ -42,7 +37,6 @@ from service.http.deps import (
     SessionDep,
     SignerDep,
 )
-from service.http.metrics import Metrics
 
 router = APIRouter(tags=["gate"])
 
@@ -68,7 +62,7 @@ async def get_gate(
     reported production change this candidate does not carry is open."""
     engine, metrics, answers, reads = state.engine, state.metrics, state.answers, state.reads
     if reads is not None:
-        with metrics.gate_check_seconds.time(), contextlib.suppress(hotreads.Unavailable):
+        with metrics.gate_check_seconds.time(), contextlib.suppress(Unavailable):
             lookup = system_looked_up(request)
             found = (
                 lookup.found
@@ -80,56 +74,37 @@ async def get_gate(
             cached = answers.get(found, version, utcnow())
             if cached is not None:
                 return Response(cached, media_type="application/json")
+
     # Computing an answer reads afresh, epoch first, on one worker thread for the whole read.
-    return await run_in_threadpool(_read_gate, engine, metrics, answers, principal, system, version)
+    def read() -> Response:
+        with metrics.gate_check_seconds.time():
+            body = gate.read(engine, principal, system, version, answers, _rendered)
+        return Response(body, media_type="application/json")
+
+    return await run_in_threadpool(read)
 
 
-def _read_gate(
-    engine: Engine,
-    metrics: Metrics,
-    answers: gate.AnswerCache,
-    principal: Principal,
-    system: str,
-    version: str | None,
-) -> Response:
-    # One snapshot for the whole answer: its epoch, the dossier and the holds it rests on agree.
-    with metrics.gate_check_seconds.time(), snapshot(engine) as session:
-        # First, and alone: the epoch the answer is cached under is read before the answer.
-        row = changes.system_of(session, principal, system)
-        now = utcnow()
-        cached = answers.get(row, version, now)
-        if cached is not None:
-            return Response(cached, media_type="application/json")
-        candidate = dossiers.gate_candidate(session, row, version)
-        if candidate is None:
-            raise NotFound(
-                f"system {system} has no candidate"
-                + (f" with version {version}" if version else ""),
-                field="version" if version else "system",
-            )
-        found = gate.answer(session, row, candidate, now=now)
-        standing = found.standing
-        public = GatePublic(
-            system=found.system,
-            version=candidate.version,
-            candidate_id=candidate.id,
-            decision=standing.decision.value,
-            reasons=standing.reasons,
-            dossier=dossier_ref(standing.dossier) if standing.dossier is not None else None,
-            triggers=found.triggers,
-            hold_id=standing.hold_id,
-            basis=standing.basis.value,
-            until=as_utc_or_none(standing.until),
-        )
-        rendered = JSONResponse(public.model_dump(mode="json", by_alias=True))
-        answers.put(row, version, standing, bytes(rendered.body))
-        return rendered
+def _rendered(found: gate.Answer) -> bytes:
+    standing, candidate = found.standing, found.candidate
+    public = GatePublic(
+        system=found.system,
+        version=candidate.version,
+        candidate_id=candidate.id,
+        decision=standing.decision.value,
+        reasons=standing.reasons,
+        dossier=dossier_ref(standing.dossier) if standing.dossier is not None else None,
+        triggers=found.triggers,
+        hold_id=standing.hold_id,
+        basis=standing.basis.value,
+        until=as_utc_or_none(standing.until),
+    )
+    return bytes(JSONResponse(public.model_dump(mode="json", by_alias=True)).body)
 
 
 def _triggers(system: System) -> TriggersPublic:
     return TriggersPublic(
         system=system.name,
-        components=list(dossiers.system_triggers(system)),
+        components=list(changes.triggers_of(system)),
         default=system.triggers is None,
     )
 

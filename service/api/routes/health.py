@@ -8,7 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.api.errors import ServiceUnavailable
 from service.api.schemas import Health, Readiness
-from service.db.session import DATABASE_ERRORS, ping
+from service.app import operations
 from service.http.deps import DispatcherDep, EngineDep, MetricsDep
 
 router = APIRouter(tags=["operations"])
@@ -28,11 +28,7 @@ def healthz() -> Health:
 def readyz(engine: EngineDep, dispatcher: DispatcherDep) -> JSONResponse:
     """Ready to accept submissions: the database and the broker both answer."""
     checks: dict[str, str] = {}
-    try:
-        ping(engine)
-        checks["database"] = "ok"
-    except DATABASE_ERRORS as exc:
-        checks["database"] = f"unreachable ({exc.__class__.__name__})"
+    checks["database"] = operations.database(engine)
     try:
         dispatcher.ping()
         checks["broker"] = "ok"

@@ -19,7 +19,7 @@ from service.api.errors import ERROR_RESPONSES
 from service.api.present import dossier_ref, hold_public
 from service.api.schemas import HoldList, HoldPublic, ReviewCreate, ReviewPublic, WaiverCreate
 from service.app import reviews
-from service.db.apikey import Principal
+from service.app.records import Principal
 from service.http.deps import PrincipalDep, SessionDep, SignerDep
 
 router = APIRouter(prefix="/v1/holds", tags=["holds"])

@@ -5,8 +5,8 @@ from fastapi import APIRouter
 from service.api.errors import ERROR_RESPONSES
 from service.api.present import candidate_page
 from service.api.schemas import SystemList, SystemPublic
-from service.db import queries
-from service.db.models import as_utc
+from service.app import candidates
+from service.app.records import as_utc
 from service.http.deps import PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/systems", tags=["systems"])
@@ -15,11 +15,9 @@ router = APIRouter(prefix="/v1/systems", tags=["systems"])
 @router.get("", response_model=SystemList, responses={503: ERROR_RESPONSES[503]})
 def list_systems(session: SessionDep, principal: PrincipalDep) -> SystemList:
     """Every system of the caller's tenant, with its latest candidate and what its gate says."""
-    rows = queries.systems(session, tenant_id=principal.tenant_id)
-    latest = {
-        c.system: c
-        for c in candidate_page(session, [r.latest for r in rows if r.latest is not None])
-    }
+    rows = candidates.systems(session, principal.tenant_id)
+    newest = [r.latest for r in rows if r.latest is not None]
+    latest = {c.system: c for c in candidate_page(candidates.views(session, newest))}
     return SystemList(
         items=[
             SystemPublic(

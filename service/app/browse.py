@@ -1,6 +1,7 @@
-"""Read-only queries for the dashboard: one page of rows per query, never a whole table.
+"""Read-only queries for the dashboard (and the API's event log): one page of rows per query,
+never a whole table.
 
-The API's own reads live in `service.db.queries`; these add what only the pages need (a page of
+The shared reads live in `service.db.queries`; these add what only the pages need (a page of
 systems with their latest candidates, the event log) and never write. Every read that starts
 from nothing but a name or an id takes the signed-in key's tenant and finds only that tenant's
 rows; the helpers that take ids (a page's systems, candidates) are given ids already scoped.
@@ -17,8 +18,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
+from service.db import dossier as dossiers
 from service.db import queries
-from service.db.models import Assay, Candidate, Event, ManifestRow, System
+from service.db.models import Assay, Candidate, Dossier, Event, Hold, ManifestRow, System
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,32 @@ def systems_page(
         latest.setdefault(row[0].system_id, queries.CandidateRow(*row))
     rows = [queries.SystemRow(s, int(counts.get(s.id, 0)), latest.get(s.id)) for s in systems]
     return SystemsPage(rows, total, offset, limit)
+
+
+def system_named(session: Session, name: str, *, tenant_id: uuid.UUID) -> System | None:
+    """The tenant's system of this name; None for anyone else's (the page answers 404)."""
+    return queries.system_named(session, name, tenant_id)
+
+
+def candidate(
+    session: Session, candidate_id: uuid.UUID, *, tenant_id: uuid.UUID
+) -> queries.CandidateRow | None:
+    """The tenant's candidate; None for anyone else's (the page answers 404)."""
+    return queries.candidate(session, candidate_id, tenant_id=tenant_id)
+
+
+def dossier_versions(session: Session, candidate_id: uuid.UUID) -> Sequence[Dossier]:
+    """Every dossier version of a candidate already scoped to the tenant, oldest first."""
+    return dossiers.versions(session, candidate_id)
+
+
+def holds_of(session: Session, candidate_id: uuid.UUID) -> list[Hold]:
+    """Every hold of a candidate already scoped to the tenant, oldest first."""
+    return list(
+        session.exec(
+            select(Hold).where(Hold.candidate_id == candidate_id).order_by(col(Hold.created_at))
+        ).all()
+    )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,195 @@
+"""A worker process's resources: its database engine (the one place the worker opens the
+database; every unit of work goes through `service.app`), the public keys it checks credentials
+against, its target adapters and the assays it has parsed.
+
+Created on first use, so a prefork child never shares its parent's database connections.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from service.app import shards
+from service.app.records import DATABASE_ERRORS, AssayInputs
+from service.app.secrets import secrets_for
+from service.core.dossier import PublicKey
+from service.core.engine import TrialEngine
+from service.core.execution import runs_code
+from service.core.manifest import Manifest, parse_manifest
+from service.core.plan import AssayPlan, parse_plan
+from service.core.secret import SecretsKey
+from service.core.target import Target
+from service.db.session import make_engine
+from service.keys import KeyRing, load_secrets_key
+from service.net.egress import EgressPolicy
+from service.settings import Settings
+from service.targets import close_target, load_target
+from worker.code import confinement_for
+
+log = logging.getLogger("assaygate.worker")
+
+# Target adapters kept per process: a python target holds a child process, an http target a tool
+# server, so the least recently used beyond this many are closed.
+MAX_TARGETS = 4
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """An assay's inputs, parsed once per process and reused by each of its shards."""
+
+    inputs: AssayInputs
+    manifest: Manifest
+    plan: AssayPlan
+
+
+class WorkerContext:
+    """Per-process resources, created on first use so a prefork child never shares its parent's
+    database connections."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._engine: Engine | None = None
+        self._pid = 0
+        self._assays: OrderedDict[uuid.UUID, Parsed] = OrderedDict()
+        self._keys: dict[str, PublicKey] = {}
+        self._targets: OrderedDict[str, Target | TrialEngine | None] = OrderedDict()
+        self._egress: EgressPolicy | None = None
+        self._secrets_key: SecretsKey | None = None
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None or self._pid != os.getpid():
+            self.forget_engine()
+            self._engine = make_engine(self.settings)
+            self._pid = os.getpid()
+            self._assays.clear()
+        return self._engine
+
+    def forget_engine(self) -> None:
+        """In a forked child: drop the parent's pooled connections without closing them (they
+        are the parent's sockets), as SQLAlchemy advises for multiprocessing."""
+        if self._engine is not None:
+            self._engine.dispose(close=False)
+            self._engine = None
+
+    def public_keys(self) -> dict[str, PublicKey]:
+        """The service's published keys (public halves only: no private key reaches a worker)."""
+        if not self._keys:
+            self.refresh_keys()
+        return self._keys
+
+    def refresh_keys(self) -> None:
+        # Only the public index of the injector ring: no credential-minting key reaches a worker.
+        assert self.settings.injector_public_dir is not None
+        self._keys = {k.keyid: k for k in KeyRing(self.settings.injector_public_dir).published()}
+
+    def target(
+        self, assay_id: uuid.UUID, manifest: Manifest, inputs: AssayInputs
+    ) -> Target | TrialEngine | None:
+        """The adapter for a python, http or mcp target, one per tenant and manifest per
+        process. Its connections to the manifest's URLs are checked against the egress policy;
+        an mcp target's world lock is the tenant's and names this assay while a trial holds it;
+        a manifest naming the tenant's code gets its confinement (the OS sandbox, the tenant's
+        named secrets, the egress check) and never runs without one."""
+        tenant = inputs.tenant_id.hex
+        key = f"{tenant}:{manifest.digest()}"
+        if key in self._targets:
+            self._targets.move_to_end(key)
+            target = self._targets[key]
+        else:
+            if self._egress is None:
+                self._egress = EgressPolicy.from_settings(self.settings)
+            confinement = None
+            if runs_code(manifest):
+                confinement = confinement_for(
+                    self.settings, manifest, self.secrets(inputs, manifest), self._egress.resolve
+                )
+            target = self._targets[key] = load_target(
+                manifest,
+                confinement=confinement,
+                egress=self._egress,
+                tenant=tenant,
+                slots=self.settings.worker_slots,
+            )
+            notice = getattr(target, "notice", None)
+            if notice:
+                log.info(notice, extra={"assay_id": str(assay_id)})
+        while len(self._targets) > MAX_TARGETS:
+            close_target(self._targets.popitem(last=False)[1])
+        if hasattr(target, "holder"):  # an mcp engine (imported lazily, with the MCP SDK)
+            setattr(target, "holder", str(assay_id))  # noqa: B010
+            setattr(target, "on_wait", self._waiting(assay_id, inputs))  # noqa: B010
+        return target
+
+    def secrets(self, inputs: AssayInputs, manifest: Manifest) -> Mapping[str, str]:
+        """The tenant's named secrets the manifest asks for, decrypted for its sandboxed code
+        only (the operator's key is read once per process; a worker never creates it)."""
+        if not manifest.target.secrets:
+            return {}
+        if self._secrets_key is None:
+            assert self.settings.secrets_key_file is not None  # settings derive it
+            self._secrets_key = load_secrets_key(self.settings.secrets_key_file)
+        with Session(self.engine) as session:
+            return secrets_for(
+                session, inputs.tenant_id, manifest.target.secrets, self._secrets_key
+            )
+
+    def _waiting(self, assay_id: uuid.UUID, inputs: AssayInputs | None) -> Callable[[str], None]:
+        """Where a trial waiting for its world says so: a log line and the assay's events."""
+
+        def waiting(note: str) -> None:
+            log.warning(note, extra={"assay_id": str(assay_id)})
+            if inputs is None:
+                return
+            with contextlib.suppress(*DATABASE_ERRORS):  # the log line stands; the wait goes on
+                shards.record_waiting(self.engine, inputs, note)
+
+        return waiting
+
+    def stop_flag(self, assay_id: uuid.UUID, every_s: float = 0.2) -> Callable[[], bool]:
+        """Polled between batches of trials: has a stop been recorded? At most every `every_s`.
+        A database that does not answer is not a stop: the shard keeps running (the engine needs
+        no database) and reads the flag again once it answers."""
+        last = [0.0]
+
+        def stopped() -> bool:
+            now = time.monotonic()
+            if now - last[0] < every_s:
+                return False
+            last[0] = now
+            try:
+                return shards.stop_reason(self.engine, assay_id) is not None
+            except DATABASE_ERRORS:
+                return False
+
+        return stopped
+
+    def assay(self, assay_id: uuid.UUID) -> Parsed | None:
+        """The parsed inputs of an assay, refusing a stored manifest whose digest moved."""
+        cached = self._assays.get(assay_id)
+        if cached is not None:
+            self._assays.move_to_end(assay_id)
+            return cached
+        inputs = shards.inputs(self.engine, assay_id)
+        if inputs is None:
+            return None
+        manifest = parse_manifest(inputs.manifest)
+        if manifest.digest() != inputs.manifest_digest:
+            raise RuntimeError(
+                f"stored manifest {inputs.manifest_digest} re-parses to {manifest.digest()}"
+            )
+        parsed = Parsed(inputs, manifest, parse_plan(inputs.plan))
+        self._assays[assay_id] = parsed
+        if len(self._assays) > 256:
+            self._assays.popitem(last=False)
+        return parsed
