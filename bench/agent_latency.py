@@ -36,10 +36,10 @@ sys.path.insert(0, str(ROOT))
 EXAMPLE = ROOT / "examples" / "mcp-warehouse"
 
 from bench.mcp_target import _port, _wait  # noqa: E402
-from service.core.assay import run_assay  # noqa: E402
-from service.core.contract_catalogue import catalogue_for  # noqa: E402
-from service.core.manifest import parse_manifest  # noqa: E402
-from service.core.plan import validate_plan  # noqa: E402
+from service.core.faults.contract_catalogue import catalogue_for  # noqa: E402
+from service.core.faults.plan import validate_plan  # noqa: E402
+from service.core.shards.assay import run_assay  # noqa: E402
+from service.core.system.manifest import parse_manifest  # noqa: E402
 from service.net.egress import EgressPolicy  # noqa: E402
 from service.targets import close_target, load_target  # noqa: E402
 

@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service.core.assay import merge, plan_shards, run_assay, run_shard  # noqa: E402
-from service.core.manifest import parse_manifest_json  # noqa: E402
-from service.core.plan import AssayPlan  # noqa: E402
+from service.core.faults.plan import AssayPlan  # noqa: E402
+from service.core.shards.assay import merge, plan_shards, run_assay, run_shard  # noqa: E402
+from service.core.system.manifest import parse_manifest_json  # noqa: E402
 
 DEFAULT_REFERENCE = ROOT.parent / "shared" / "seed" / "reference_injector.py"
 #: The row issue 17 measures: the default evidence (three arms), one process.
@@ -74,11 +74,11 @@ def _compiled(n: int, seed: int, full: bool) -> float:
         code = (
             "import json, sys, time\n"
             "from pathlib import Path\n"
-            "import service.core.sandbox as s\n"
+            "import service.core.trial.sandbox as s\n"
             "assert s.__file__.endswith('.so')\n"
-            "from service.core.assay import run_assay\n"
-            "from service.core.manifest import parse_manifest_json\n"
-            "from service.core.plan import AssayPlan\n"
+            "from service.core.shards.assay import run_assay\n"
+            "from service.core.system.manifest import parse_manifest_json\n"
+            "from service.core.faults.plan import AssayPlan\n"
             f"m = parse_manifest_json(Path({str(ROOT / 'examples' / 'copperfin-typed.json')!r})"
             ".read_text())\n"
             f"p = AssayPlan(catalogue='paper', trials={n}, seed={seed}, "
@@ -127,9 +127,9 @@ def memory(n: int, seed: int, reference: Path) -> float:
     """Peak memory (MB) of the default 3-arm assay, printed against the lookup script's."""
     ours = _peak_mb(
         "from pathlib import Path\n"
-        "from service.core.assay import run_assay\n"
-        "from service.core.manifest import parse_manifest_json\n"
-        "from service.core.plan import AssayPlan\n"
+        "from service.core.shards.assay import run_assay\n"
+        "from service.core.system.manifest import parse_manifest_json\n"
+        "from service.core.faults.plan import AssayPlan\n"
         "m = parse_manifest_json(Path('examples/copperfin-typed.json').read_text())\n"
         f"run_assay(m, AssayPlan(catalogue='paper', trials={n}, seed={seed}))"
     )

@@ -23,8 +23,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.core.assay import run_assay
-from service.core.dossier import (
+from service.core.faults.plan import parse_plan
+from service.core.shards.assay import run_assay
+from service.core.signing.dossier import (
     PAYLOAD_TYPE,
     CandidateRef,
     PublicKey,
@@ -36,8 +37,7 @@ from service.core.dossier import (
     trigger_hashes,
     verify,
 )
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
+from service.core.system.manifest import parse_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -26,10 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service.core.assay import ShardResult, ShardSpec, merge, plan_shards, run_shard  # noqa: E402
-from service.core.manifest import Manifest, parse_manifest  # noqa: E402
-from service.core.plan import AssayPlan, parse_plan  # noqa: E402
-from service.core.sandbox import Task, Tools  # noqa: E402
+from service.core.faults.plan import AssayPlan, parse_plan  # noqa: E402
+from service.core.shards.assay import ShardResult, ShardSpec, merge, plan_shards, run_shard  # noqa: E402
+from service.core.system.manifest import Manifest, parse_manifest  # noqa: E402
+from service.core.trial.sandbox import Task, Tools  # noqa: E402
 from service.targets import HttpTarget  # noqa: E402
 
 AGENT = ROOT / "examples" / "http-agent" / "agent.py"

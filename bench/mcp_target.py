@@ -89,8 +89,8 @@ def worker(  # type: ignore[type-arg]
 ) -> None:
     sys.path.insert(0, str(EXAMPLE))
     sys.path.insert(0, str(ROOT))
-    from service.core.contract_catalogue import catalogue_for
-    from service.core.manifest import parse_manifest
+    from service.core.faults.contract_catalogue import catalogue_for
+    from service.core.system.manifest import parse_manifest
     from service.mcp.engine import McpEngine
 
     db = Path(tempfile.mkdtemp()) / f"bench-{index}.db"

@@ -21,10 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service.core.assay import run_assay  # noqa: E402
-from service.core.manifest import Manifest, parse_manifest  # noqa: E402
-from service.core.plan import AssayPlan, parse_plan  # noqa: E402
-from service.core.target import Target  # noqa: E402
+from service.core.faults.plan import AssayPlan, parse_plan  # noqa: E402
+from service.core.shards.assay import run_assay  # noqa: E402
+from service.core.system.manifest import Manifest, parse_manifest  # noqa: E402
+from service.core.trial.target import Target  # noqa: E402
 from service.targets import close_target, load_target  # noqa: E402
 
 ENTRYPOINT = "tests.targets.agents.typed:run"

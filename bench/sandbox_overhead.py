@@ -21,9 +21,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from service.core.assay import run_assay
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
+from service.core.faults.plan import parse_plan
+from service.core.shards.assay import run_assay
+from service.core.system.manifest import parse_manifest
 from service.mcp.runners import CommandRunner
 from service.sandbox import Confinement
 from service.targets import load_target

@@ -5,7 +5,7 @@ validity window. Rotation retires the active key — its `not_after` is set to t
 rotation plus `ROTATION_GRACE_S`, so a dossier being signed while the key rotates still verifies
 — and deletes its private key from the directory: a retired key never signs again, and the
 public half in the index is all that verifying needs. Verification refuses a statement a key
-signed outside its window (`service.core.dossier.verify`), so even a copy of a retired private
+signed outside its window (`service.core.signing.dossier.verify`), so even a copy of a retired private
 key taken before rotation cannot vouch for anything dated after its retirement.
 """
 
@@ -28,8 +28,8 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
-from service.core.dossier import PublicKey, Signer
-from service.core.secret import KEY_BYTES, SecretsKey
+from service.core.signing.dossier import PublicKey, Signer
+from service.core.system.secret import KEY_BYTES, SecretsKey
 
 INDEX = "keys.json"
 # How long after a rotation the retired key's window stays open: long enough for a dossier whose

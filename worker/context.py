@@ -22,13 +22,13 @@ from sqlmodel import Session
 from service.app import shards
 from service.app.records import DATABASE_ERRORS, AssayInputs
 from service.app.secrets import secrets_for
-from service.core.dossier import PublicKey
-from service.core.engine import TrialEngine
-from service.core.execution import runs_code
-from service.core.manifest import Manifest, parse_manifest
-from service.core.plan import AssayPlan, parse_plan
-from service.core.secret import SecretsKey
-from service.core.target import Target
+from service.core.faults.plan import AssayPlan, parse_plan
+from service.core.signing.dossier import PublicKey
+from service.core.system.execution import runs_code
+from service.core.system.manifest import Manifest, parse_manifest
+from service.core.system.secret import SecretsKey
+from service.core.trial.engine import TrialEngine
+from service.core.trial.target import Target
 from service.db.session import make_engine
 from service.keys import KeyRing, load_secrets_key
 from service.net.egress import EgressPolicy

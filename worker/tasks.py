@@ -22,14 +22,14 @@ from celery.exceptions import Reject
 from service.app import shards
 from service.app.records import DATABASE_ERRORS
 from service.app.shards import InjectorState, ShardStart, Stored
-from service.core.assay import ShardResult, ShardSpec, run_shard
-from service.core.credential import InjectorScope, injection_guard, verify_credential
-from service.core.dossier import Signer
-from service.core.engine import TrialEngine
 from service.core.errors import CredentialInvalid
-from service.core.execution import runs_code
-from service.core.spend import ArmSpend, Meter
-from service.core.stopping import watch_for
+from service.core.evidence.spend import ArmSpend, Meter
+from service.core.evidence.stopping import watch_for
+from service.core.shards.assay import ShardResult, ShardSpec, run_shard
+from service.core.signing.credential import InjectorScope, injection_guard, verify_credential
+from service.core.signing.dossier import Signer
+from service.core.system.execution import runs_code
+from service.core.trial.engine import TrialEngine
 from service.keys import ActiveKey, KeyRing
 from worker.code import refusal
 from worker.context import Parsed, WorkerContext

@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api.routes.gate import GATE_PATH, MAX_TEXT
 from service.app.records import Unavailable, on_this_loop, utcnow
-from service.core.text import TextInvalid, check_text
+from service.core.system.text import TextInvalid, check_text
 from service.http.access import roles_for
 
 _PATH = re.compile(r"/v1/gate/([^/]+)")

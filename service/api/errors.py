@@ -34,7 +34,7 @@ from service.app.errors import (
 )
 from service.app.records import DATABASE_ERRORS
 from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
-from service.core.text import PATTERN_RULES
+from service.core.system.text import PATTERN_RULES
 from service.http.errors import (
     STATUS,
     ApiError,

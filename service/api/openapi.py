@@ -4,9 +4,9 @@ FastAPI derives most of it from the request models; this adds what they cannot s
 themselves, so that a client (or schemathesis) that follows the document is never refused:
 
 - public routes (`/healthz`, `/readyz`, `GET /v1/keys`) need no key: no `security`, no 401/403;
-- the manifest's own schema (from `service.core.manifest.Manifest`), with the rules the core
+- the manifest's own schema (from `service.core.system.manifest.Manifest`), with the rules the core
   checks beyond its models: I-JSON values (integers within ±(2^53 − 1)), no control characters
-  in any string or key (`service.core.text`), a python target's `entrypoint` and an http
+  in any string or key (`service.core.system.text`), a python target's `entrypoint` and an http
   target's `url`, and a system and a version named in the body or in the manifest;
 - the plan's limits as this deployment configures them, and no `modes` in paper mode;
 - the control-character rule on every string of every request: path and query values are one
@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from service.core.catalogue import catalogue_named
-from service.core.contract import Contract
-from service.core.manifest import Manifest
-from service.core.text import CONTROL_CLASS, SYSTEM_NAME_PATTERN, TEXT_PATTERN
+from service.core.faults.catalogue import catalogue_named
+from service.core.system.contract import Contract
+from service.core.system.manifest import Manifest
+from service.core.system.text import CONTROL_CLASS, SYSTEM_NAME_PATTERN, TEXT_PATTERN
 from service.http.access import PUBLIC
 from service.settings import Settings
 

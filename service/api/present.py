@@ -23,7 +23,7 @@ from service.app.records import (
     as_utc,
     as_utc_or_none,
 )
-from service.core.gate import block_first
+from service.core.decision.gate import block_first
 
 
 def progress(assay: Assay, live: LiveProgress | None = None) -> Progress:

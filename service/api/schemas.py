@@ -17,8 +17,8 @@ from service.app.shapes import (
     SystemName,
     Text,
 )
-from service.core.manifest import COMPONENTS
-from service.core.secret import MAX_VALUE_BYTES
+from service.core.system.manifest import COMPONENTS
+from service.core.system.secret import MAX_VALUE_BYTES
 
 __all__ = [
     "CandidateCreate",

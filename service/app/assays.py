@@ -16,11 +16,11 @@ from service.app.errors import BrokerUnavailable, Conflict, NotFound
 from service.app.secrets import check_named
 from service.app.submissions import Services, check_trial_limits, shard_size
 from service.app.tenants import check_code, queue_for
-from service.core.assay import ShardResult, ShardSpec, merge, plan_shards
-from service.core.dossier import Signer
 from service.core.errors import AssaygateError
-from service.core.manifest import Manifest, parse_manifest
-from service.core.plan import AssayPlan, parse_plan
+from service.core.faults.plan import AssayPlan, parse_plan
+from service.core.shards.assay import ShardResult, ShardSpec, merge, plan_shards
+from service.core.signing.dossier import Signer
+from service.core.system.manifest import Manifest, parse_manifest
 from service.db import queries
 from service.db.apikey import Principal, audit
 from service.db.assay import OPEN, assay_inputs

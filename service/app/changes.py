@@ -12,8 +12,8 @@ from sqlmodel import Session
 
 from service.app.dossiers import reopen
 from service.app.errors import NotFound
-from service.core.dossier import Signer
-from service.core.gate import Decision
+from service.core.decision.gate import Decision
+from service.core.signing.dossier import Signer
 from service.db import dossier as dossiers
 from service.db import queries
 from service.db.apikey import Principal, audit

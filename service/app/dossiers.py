@@ -18,7 +18,9 @@ from typing import Any
 from sqlmodel import Session
 
 from service.app.errors import NotFound
-from service.core.dossier import (
+from service.core.decision.gate import Decision
+from service.core.faults.plan import AssayPlan
+from service.core.signing.dossier import (
     CandidateRef,
     Signer,
     compare_triggers,
@@ -26,9 +28,7 @@ from service.core.dossier import (
     successor,
     trigger_hashes,
 )
-from service.core.gate import Decision
-from service.core.manifest import Manifest
-from service.core.plan import AssayPlan
+from service.core.system.manifest import Manifest
 from service.db import dossier as dossiers
 from service.db import queries
 from service.db.apikey import actor_view

@@ -26,8 +26,8 @@ from sqlmodel import Session
 from service.app import changes, reviews
 from service.app.dossiers import config_changed_reason, unmet
 from service.app.errors import NotFound
-from service.core.dossier import compare_triggers, trigger_hashes
-from service.core.gate import block_first
+from service.core.decision.gate import block_first
+from service.core.signing.dossier import compare_triggers, trigger_hashes
 from service.db import dossier as dossiers
 from service.db import queries
 from service.db.apikey import Principal

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service.app import reviews
-from service.core.dossier import Signer
+from service.core.signing.dossier import Signer
 from service.db.assay import fail_assay
 from service.db.lease import (
     Lapsed,

@@ -26,8 +26,8 @@ from service.app.errors import (
     NotWaivable,
     ReviewerIsSubmitter,
 )
-from service.core.dossier import Signer
-from service.core.gate import Decision
+from service.core.decision.gate import Decision
+from service.core.signing.dossier import Signer
 from service.db import dossier as dossiers
 from service.db.apikey import Principal, actor_view, audit, review_conflict
 from service.db.models import Candidate, Dossier, Hold, HoldStatus, as_utc, utcnow

@@ -2,7 +2,7 @@
 them; a submission checks that the secrets its manifest names exist; the tenant's worker decrypts
 them for its sandboxed code (`secrets_for`).
 
-A value is encrypted before anything is written (`service.core.secret`), and never returned,
+A value is encrypted before anything is written (`service.core.system.secret`), and never returned,
 logged, audited (the audit event holds the name), quoted in an error or signed into a dossier (a
 manifest holds names only).
 """
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from service.app.errors import FieldInvalid, NotFound, SecretMissing
-from service.core.secret import HiddenEnv, SecretsKey, check_name, check_value, unique_names
+from service.core.system.secret import HiddenEnv, SecretsKey, check_name, check_value, unique_names
 from service.db import secret as stored
 from service.db.apikey import Principal, audit
 from service.db.secret import SecretName

@@ -7,15 +7,20 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.core.catalogue import DOMAINS, catalogue_named
-from service.core.manifest import COMPONENTS
-from service.core.plan import MAX_FAMILIES, MAX_MODES, MAX_SEED, StopConditions
-from service.core.text import LINE_PATTERN, SYSTEM_NAME_MAX, SYSTEM_NAME_PATTERN, TEXT_PATTERN
-from service.core.values import INTEGRAL
+from service.core.faults.catalogue import DOMAINS, catalogue_named
+from service.core.faults.plan import MAX_FAMILIES, MAX_MODES, MAX_SEED, StopConditions
+from service.core.system.manifest import COMPONENTS
+from service.core.system.text import (
+    LINE_PATTERN,
+    SYSTEM_NAME_MAX,
+    SYSTEM_NAME_PATTERN,
+    TEXT_PATTERN,
+)
+from service.core.system.values import INTEGRAL
 
 #: One line of printable text (a version, a revision, a key's name).
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=LINE_PATTERN)]
-#: A new system's name (see `service.core.text`).
+#: A new system's name (see `service.core.system.text`).
 SystemName = Annotated[
     str, Field(min_length=1, max_length=SYSTEM_NAME_MAX, pattern=SYSTEM_NAME_PATTERN)
 ]

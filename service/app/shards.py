@@ -20,11 +20,11 @@ from service.app.dossiers import Decided
 from service.app.dossiers import decide as decide_in
 from service.app.ports import Queue
 from service.app.tenants import queue_of_assay
-from service.core.assay import Limits, ShardResult
-from service.core.dossier import Signer
-from service.core.manifest import Manifest
-from service.core.plan import AssayPlan, StopConditions
-from service.core.spend import ArmSpend, budgeted, from_views
+from service.core.evidence.spend import ArmSpend, budgeted, from_views
+from service.core.faults.plan import AssayPlan, StopConditions
+from service.core.shards.assay import Limits, ShardResult
+from service.core.signing.dossier import Signer
+from service.core.system.manifest import Manifest
 from service.db import assay as assays
 from service.db.assay import AssayInputs, ShardStart, Stored
 from service.db.injector import (

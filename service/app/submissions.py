@@ -28,12 +28,12 @@ from service.app.ports import Limit, Queue
 from service.app.secrets import check_named
 from service.app.shapes import CandidateCreate
 from service.app.tenants import check_code, queue_for
-from service.core.assay import ShardSpec, plan_shards
-from service.core.contract_catalogue import plan_data_for
-from service.core.dossier import Signer
-from service.core.egress import manifest_urls
-from service.core.manifest import Manifest, parse_manifest
-from service.core.plan import AssayPlan, parse_plan
+from service.core.faults.contract_catalogue import plan_data_for
+from service.core.faults.plan import AssayPlan, parse_plan
+from service.core.shards.assay import ShardSpec, plan_shards
+from service.core.signing.dossier import Signer
+from service.core.system.egress import manifest_urls
+from service.core.system.manifest import Manifest, parse_manifest
 from service.db import queries
 from service.db.apikey import Principal, audit
 from service.db.candidate import (

@@ -2,7 +2,7 @@
 and the operator's commands that allow or revoke a tenant's code (DESIGN.md §7).
 
 A manifest whose parts are all remote (URLs the gate calls) is accepted from any tenant and runs
-on the shared workers. A manifest that names the tenant's code (`service.core.execution`) is
+on the shared workers. A manifest that names the tenant's code (`service.core.system.execution`) is
 refused unless an operator allowed that tenant (`assaygate tenants allow-code NAME`); its shards
 go to the tenant's own queue, which only that tenant's workers consume."""
 
@@ -16,8 +16,8 @@ from datetime import datetime
 from sqlmodel import Session
 
 from service.app.errors import CodeNotAllowed, NotFound
-from service.core.execution import code_parts
-from service.core.manifest import Manifest, parse_manifest
+from service.core.system.execution import code_parts
+from service.core.system.manifest import Manifest, parse_manifest
 from service.db import tenant as tenants
 from service.db.assay import assay_inputs
 from service.db.models import Tenant, as_utc_or_none

@@ -26,7 +26,7 @@ from service.cli.common import (
     plan_overrides,
 )
 from service.cli.errors import UsageError
-from service.core.gate import block_first
+from service.core.decision.gate import block_first
 from service.settings import Settings
 
 

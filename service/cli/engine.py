@@ -13,14 +13,14 @@ from typing import Any
 from service.cli.errors import DECISION_EXIT, EXIT_ERROR
 from service.cli.plans import rule_args, rule_overrides
 from service.cli.printing import print_report
-from service.core.assay import AssayReport, Limits, replay_trial, run_assay
-from service.core.catalogue import Catalogue, catalogue_named, custom_catalogue
-from service.core.contract import MAX_SLOTS
-from service.core.contract_catalogue import catalogue_for
 from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
-from service.core.manifest import Manifest, parse_manifest_json
-from service.core.plan import AssayPlan, parse_plan, validate_plan
-from service.core.tally import Tally
+from service.core.evidence.tally import Tally
+from service.core.faults.catalogue import Catalogue, catalogue_named, custom_catalogue
+from service.core.faults.contract_catalogue import catalogue_for
+from service.core.faults.plan import AssayPlan, parse_plan, validate_plan
+from service.core.shards.assay import AssayReport, Limits, replay_trial, run_assay
+from service.core.system.contract import MAX_SLOTS
+from service.core.system.manifest import Manifest, parse_manifest_json
 from service.net.egress import EgressPolicy
 from service.targets import DEFAULT_TIMEOUT_S, close_target, load_target
 

@@ -75,7 +75,7 @@ def _envelope(doc: Any) -> dict[str, Any]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from service.core.dossier import PublicKey, verify
+    from service.core.signing.dossier import PublicKey, verify
 
     envelope = _envelope(_json_file(args.dossier, "dossier"))
     keys_doc = _json_file(args.keys, "keys")
@@ -118,8 +118,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from service.core.catalogue import full_catalogue
-    from service.core.signature import trials_for_bound
+    from service.core.evidence.signature import trials_for_bound
+    from service.core.faults.catalogue import full_catalogue
 
     rate, conf = args.max_violation_rate, args.confidence
     if args.trials is not None:
@@ -157,9 +157,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _plan_runs(args: argparse.Namespace) -> int:
     """Agent runs of the fixed and the sequential plan, for a careful and a defective agent."""
-    from service.core.catalogue import full_catalogue
-    from service.core.manifest import Envelope
-    from service.core.stopping import estimate
+    from service.core.evidence.stopping import estimate
+    from service.core.faults.catalogue import full_catalogue
+    from service.core.system.manifest import Envelope
 
     rate, trials, pairs, error = args.max_violation_rate, args.trials, args.pairs, args.error
     if trials < 1:

@@ -3,11 +3,11 @@ with its reasons (block first) and the interpretation boundary."""
 
 from __future__ import annotations
 
-from service.core.assay import AssayReport
-from service.core.gate import block_first
-from service.core.manifest import Manifest
-from service.core.plan import AssayPlan
-from service.core.report import FaultResult
+from service.core.decision.gate import block_first
+from service.core.decision.report import FaultResult
+from service.core.faults.plan import AssayPlan
+from service.core.shards.assay import AssayReport
+from service.core.system.manifest import Manifest
 
 RATE_COLUMNS = (
     ("detect", "detected"),

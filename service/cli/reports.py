@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from service.cli.errors import UsageError
-from service.core.gate import block_first
-from service.core.report import AssayReport
+from service.core.decision.gate import block_first
+from service.core.decision.report import AssayReport
 
 # A reason as the reports read it: the typed report's `Reason.view()`, or the gate's answer (whose
 # severities include `reopened`).

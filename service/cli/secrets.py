@@ -16,7 +16,7 @@ from typing import Any
 
 from service.cli.common import auth_headers, client_options, refused, service_client
 from service.cli.errors import UsageError
-from service.core.secret import check_name, check_value
+from service.core.system.secret import check_name, check_value
 
 
 def register(sub: Any) -> None:

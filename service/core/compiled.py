@@ -7,15 +7,15 @@ a compiled build); they only run faster.
 from __future__ import annotations
 
 HOT_MODULES: tuple[str, ...] = (
-    "service/core/rng.py",
-    "service/core/world.py",
-    "service/core/oracle.py",
-    "service/core/injector.py",
-    "service/core/task.py",
-    "service/core/sandbox.py",
-    "service/core/copperfin.py",
-    "service/core/harness.py",
-    "service/core/storm.py",
-    "service/core/tally.py",
-    "service/core/assay.py",
+    "service/core/trial/rng.py",
+    "service/core/trial/world.py",
+    "service/core/trial/oracle.py",
+    "service/core/faults/injector.py",
+    "service/core/trial/task.py",
+    "service/core/trial/sandbox.py",
+    "service/core/trial/copperfin.py",
+    "service/core/trial/harness.py",
+    "service/core/trial/storm.py",
+    "service/core/evidence/tally.py",
+    "service/core/shards/assay.py",
 )

@@ -10,9 +10,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from service.core.assay import ShardSpec
-from service.core.manifest import Manifest as CoreManifest
-from service.core.text import check_system_name
+from service.core.shards.assay import ShardSpec
+from service.core.system.manifest import Manifest as CoreManifest
+from service.core.system.text import check_system_name
 from service.db.assay import lease_until
 from service.db.models import (
     Assay,

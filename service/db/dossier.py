@@ -21,7 +21,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import aliased, defer
 from sqlmodel import Session, col, select
 
-from service.core.dossier import (
+from service.core.decision.gate import Decision
+from service.core.signing.dossier import (
     DEFAULT_TRIGGERS,
     CandidateRef,
     Signer,
@@ -29,8 +30,7 @@ from service.core.dossier import (
     seal,
     statement,
 )
-from service.core.gate import Decision
-from service.core.text import check_system_name
+from service.core.system.text import check_system_name
 from service.db.models import (
     Candidate,
     ComponentHash,

@@ -15,9 +15,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col
 
-from service.core.credential import InjectorScope, mint
-from service.core.dossier import Signer
-from service.core.plan import AssayPlan
+from service.core.faults.plan import AssayPlan
+from service.core.signing.credential import InjectorScope, mint
+from service.core.signing.dossier import Signer
 from service.db.models import Assay, AssayStatus, Event, utcnow
 from service.settings import Settings
 

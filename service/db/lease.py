@@ -29,7 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col
 
-from service.core.assay import ShardResult
+from service.core.shards.assay import ShardResult
 from service.db.assay import OPEN, lease_until
 from service.db.models import Assay, AssayShard, Event, ShardStatus, utcnow
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from sqlmodel import Session
 
-from service.core.assay import ShardResult, merge
-from service.core.manifest import Manifest
-from service.core.plan import AssayPlan
+from service.core.faults.plan import AssayPlan
+from service.core.shards.assay import ShardResult, merge
+from service.core.system.manifest import Manifest
 from service.db import queries
 from service.db.assay import FaultRow, ready_to_merge, record_report
 

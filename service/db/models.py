@@ -172,7 +172,7 @@ class System(SQLModel, table=True):
 
 class ManifestRow(SQLModel, table=True):
     """A manifest stored once per digest: candidates that change nothing share it. (The row; the
-    manifest itself is `service.core.manifest.Manifest`.)"""
+    manifest itself is `service.core.system.manifest.Manifest`.)"""
 
     __tablename__ = "manifest"
 

@@ -1,5 +1,5 @@
 """A tenant's stored secrets: rows of ciphertext, looked up by (tenant, name). Nothing here ever
-holds a value in clear; encryption is `service.core.secret`'s."""
+holds a value in clear; encryption is `service.core.system.secret`'s."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service.app.gate import AnswerCache
-from service.core.dossier import Signer
-from service.core.secret import SecretsKey
+from service.core.signing.dossier import Signer
+from service.core.system.secret import SecretsKey
 from service.db.apikey import Principal
 from service.db.hotreads import HotReads, on_this_loop
 from service.http.access import require_principal

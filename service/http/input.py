@@ -1,7 +1,7 @@
 """The one check of a request's text, run before every API route and dashboard page.
 
 Path parameters, query parameters (names and values), form fields and the JSON body (every key
-and string, however deep) are held to `service.core.text.check_text`: a refused control
+and string, however deep) are held to `service.core.system.text.check_text`: a refused control
 character is a 422 naming the field, before any route reads the value, any query runs or any
 row is written. Path and query values are one line (no TAB, LF or CR either); body text may
 hold tabs and line breaks.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from fastapi import Request
 from starlette.datastructures import UploadFile
 
-from service.core.text import TextInvalid, check_text
+from service.core.system.text import TextInvalid, check_text
 
 
 async def check_request_text(request: Request) -> None:

@@ -32,8 +32,8 @@ from typing import Any
 
 import cel
 
-from service.core.contract import STANDARD, VARIABLES, Invariants, invariant_table
 from service.core.errors import ManifestInvalid
+from service.core.system.contract import STANDARD, VARIABLES, Invariants, invariant_table
 from service.mcp.cost import (
     MANIFEST_BUDGET,
     MAX_CALLS,

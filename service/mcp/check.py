@@ -3,8 +3,8 @@ the budget and compile (service/mcp/cel.py)."""
 
 from __future__ import annotations
 
-from service.core.contract import invariants_of
-from service.core.manifest import Manifest
+from service.core.system.contract import invariants_of
+from service.core.system.manifest import Manifest
 from service.mcp.cel import compile_invariants
 
 

@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from service.core.catalogue import Catalogue, FaultSpec
-from service.core.contract import Contract, Invariants, contract_of, invariants_of
-from service.core.harness import MAX_RESTARTS, TrialRecord
-from service.core.manifest import Manifest
-from service.core.slots import slots_of
+from service.core.faults.catalogue import Catalogue, FaultSpec
+from service.core.shards.slots import slots_of
+from service.core.system.contract import Contract, Invariants, contract_of, invariants_of
+from service.core.system.manifest import Manifest
+from service.core.trial.harness import MAX_RESTARTS, TrialRecord
 from service.mcp.cel import Compiled, Evaluator, compile_invariants
 from service.mcp.hooks import Upstreams, check_servers
 from service.mcp.proxy import Proxy

@@ -7,11 +7,11 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from service.core.catalogue import FaultSpec
-from service.core.contract import WITNESS, Contract, Role
-from service.core.disturbance import Disturbance
-from service.core.harness import StormObservation
-from service.core.oracle import Outcome
+from service.core.faults.catalogue import FaultSpec
+from service.core.faults.disturbance import Disturbance
+from service.core.system.contract import WITNESS, Contract, Role
+from service.core.trial.harness import StormObservation
+from service.core.trial.oracle import Outcome
 from service.mcp.proxy import TrialState
 from service.mcp.runners import RunResult
 

@@ -24,7 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 
-from service.core.contract import Contract, Hook, Upstream
+from service.core.system.contract import Contract, Hook, Upstream
 from service.mcp.wire import reply_json
 from service.net.egress import (
     AsyncEgressTransport,

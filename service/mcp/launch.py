@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.core.manifest import Runner
+from service.core.system.manifest import Runner
 from service.mcp.lines import LinesRunner
 from service.mcp.runners import AgentRunner, CommandRunner, HttpRunner, PythonRunner, address_of
 from service.net.egress import EgressPolicy

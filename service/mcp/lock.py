@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from service.core.contract import Contract
+from service.core.system.contract import Contract
 
 POLL_S = 0.05
 

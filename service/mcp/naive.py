@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import LATEST_MODERN_VERSION
 
-from service.core.contract import Contract, Role
+from service.core.system.contract import Contract, Role
 from service.mcp.wire import reply_json
 
 ATTEMPTS = 3

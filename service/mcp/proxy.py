@@ -23,10 +23,10 @@ import uvicorn
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
-from service.core.catalogue import FaultSpec
-from service.core.contract import Contract, Role, Tool
-from service.core.disturbance import Disturbance
-from service.core.injector import Injector
+from service.core.faults.catalogue import FaultSpec
+from service.core.faults.disturbance import Disturbance
+from service.core.faults.injector import Injector
+from service.core.system.contract import Contract, Role, Tool
 from service.mcp.cost import MAX_CALLS
 from service.mcp.hooks import Upstreams
 from service.mcp.wire import json_reply, reply_json, text_reply

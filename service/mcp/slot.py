@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx2
 import uvloop
 
-from service.core.catalogue import FaultSpec, Recoverability
-from service.core.disturbance import Disturbance
-from service.core.harness import MAX_RESTARTS, TrialRecord
-from service.core.injector import Injector
-from service.core.oracle import Outcome
-from service.core.rng import Stream
-from service.core.spend import usage_of
-from service.core.world import Workload, World
+from service.core.evidence.spend import usage_of
+from service.core.faults.catalogue import FaultSpec, Recoverability
+from service.core.faults.disturbance import Disturbance
+from service.core.faults.injector import Injector
+from service.core.trial.harness import MAX_RESTARTS, TrialRecord
+from service.core.trial.oracle import Outcome
+from service.core.trial.rng import Stream
+from service.core.trial.world import Workload, World
 from service.mcp import grading
 from service.mcp.hooks import HookFailed, Upstreams
 from service.mcp.launch import make_runner
@@ -86,7 +86,7 @@ class Slot:
         # calls (the baseline's, to tell whether they reach the fault).
         self._matched: tuple[int, FaultSpec] | None = None
         # Whether an intervention also runs the naive agent of the sensitivity pair. A sequential
-        # plan turns it off once the pair has shown its violation (service/core/stopping.py):
+        # plan turns it off once the pair has shown its violation (service/core/evidence/stopping.py):
         # one sighting is all the pair's verdict reads.
         self.sensitivity = True
         self._last_calls: list[dict[str, Any]] = []

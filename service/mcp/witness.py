@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.core.contract import WITNESS
+from service.core.system.contract import WITNESS
 
 __all__ = ["WITNESS", "Testimony", "testify"]
 

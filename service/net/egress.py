@@ -7,7 +7,7 @@ OS sandbox's forward proxy calls it through `Confinement.egress`). The clients c
 address, not to a second resolution of the name, so a name that re-binds between the check and
 the connection reaches nothing new: `EgressTransport` / `AsyncEgressTransport` (httpx, httpx2 for
 the MCP SDK) pin each request, every redirect hop included, and `HTTPConnection` /
-`HTTPSConnection` pin http.client's socket. The address rules themselves are `service.core.egress`.
+`HTTPSConnection` pin http.client's socket. The address rules themselves are `service.core.system.egress`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import httpx
 import httpx2
 
-from service.core.egress import (
+from service.core.system.egress import (
     AddressPolicy,
     Endpoint,
     IPAddress,
@@ -30,7 +30,7 @@ from service.core.egress import (
     manifest_urls,
     parse_ip,
 )
-from service.core.manifest import Manifest
+from service.core.system.manifest import Manifest
 from service.settings import Settings
 
 DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "postgres": 5432, "redis": 6379}

@@ -8,9 +8,9 @@ python target, the child process serving the callable): release them with `close
 
 from __future__ import annotations
 
-from service.core.engine import TrialEngine
-from service.core.manifest import Manifest
-from service.core.target import Target
+from service.core.system.manifest import Manifest
+from service.core.trial.engine import TrialEngine
+from service.core.trial.target import Target
 from service.net.egress import EgressPolicy
 from service.sandbox import Confinement
 from service.targets.http import DEFAULT_TIMEOUT_S, HttpTarget

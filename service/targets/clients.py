@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.core.sandbox import Tools
+from service.core.trial.sandbox import Tools
 
 
 class Orders:

@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from service.core.errors import ManifestInvalid
-from service.core.sandbox import RunCrashed, Task, Tools
+from service.core.trial.sandbox import RunCrashed, Task, Tools
 from service.net import egress
 from service.net.egress import EgressPolicy, EgressRefused
 from service.targets.errors import (

@@ -33,7 +33,7 @@ import weakref
 from typing import Any
 
 from service.core.errors import ManifestInvalid
-from service.core.sandbox import Task, Tools
+from service.core.trial.sandbox import Task, Tools
 from service.sandbox import Confinement
 from service.sandbox.bwrap import Sandbox
 from service.targets.errors import TargetFailed, TargetRaised, TargetTimeout, TargetUnreachable

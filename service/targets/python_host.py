@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import IO, Any, cast
 from urllib.parse import urlsplit
 
-from service.core.sandbox import (
+from service.core.trial.sandbox import (
     PreconditionFailed,
     RateLimited,
     RunCrashed,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
-from service.core.sandbox import (
+from service.core.trial.sandbox import (
     PreconditionFailed,
     RateLimited,
     RunCrashed,

@@ -26,7 +26,7 @@ from sqlmodel import Session
 
 from service.app import identity
 from service.app.records import Principal, Role
-from service.core.text import TextInvalid
+from service.core.system.text import TextInvalid
 from service.http.access import ANY_ROLE, ROUTE_ROLES
 from service.http.browser import Identity, WebSession, WebSessionDep
 from service.http.deps import SessionDep

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import cast
 
-from service.core.figures import Signature
+from service.core.evidence.figures import Signature
 
 # A fault's signature: the typed report's, or its stored JSON (rates by name, `intervals`).
 SignatureLike = Signature | Mapping[str, object]

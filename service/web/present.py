@@ -10,9 +10,9 @@ from typing import Any
 
 from service.app import gate
 from service.app.records import CandidateRow, as_utc
-from service.core.figures import Diagnosis, InvariantResult, Signature, Transfer
-from service.core.gate import block_first
-from service.core.report import AssayReport, FaultResult
+from service.core.decision.gate import block_first
+from service.core.decision.report import AssayReport, FaultResult
+from service.core.evidence.figures import Diagnosis, InvariantResult, Signature, Transfer
 
 HARD = ("unsafe_escape", "duplicate_effect", "unverifiable_release")
 SEVERITY = {"allow": 0, "hold": 1, "block": 2}

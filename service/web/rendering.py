@@ -13,7 +13,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from markupsafe import Markup
 
-from service.core.gate import block_first
+from service.core.decision.gate import block_first
 from service.http.browser import COOKIE, WebSession, csrf_token, encode_session, secret_of
 from service.web import charts, present
 

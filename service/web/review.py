@@ -21,8 +21,8 @@ from service.app import assays, browse, gate, identity, reviews
 from service.app.errors import AppError
 from service.app.records import Dossier, HoldStatus
 from service.app.submissions import Services
-from service.core.dossier import PublicKey, Signer, verify
 from service.core.errors import AssaygateError
+from service.core.signing.dossier import PublicKey, Signer, verify
 from service.http import browser as auth
 from service.http.browser import WebSessionDep
 from service.http.deps import (

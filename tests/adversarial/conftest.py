@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from service.core.catalogue import Catalogue, FaultSpec, full_catalogue
-from service.core.harness import Runtime, TrialRecord, run_trial
-from service.core.manifest import Manifest
-from service.core.plan import AssayPlan, parse_plan
+from service.core.faults.catalogue import Catalogue, FaultSpec, full_catalogue
+from service.core.faults.plan import AssayPlan, parse_plan
+from service.core.system.manifest import Manifest
+from service.core.trial.harness import Runtime, TrialRecord, run_trial
 from service.targets import close_target, load_target
 from tests.mcp.conftest import sandbox
 from tests.support.agents import StartAgent, agent_processes

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from service.core.catalogue import full_catalogue
+from service.core.faults.catalogue import full_catalogue
 from service.targets import close_target, load_target
 from tests.adversarial.conftest import (
     ROOT,

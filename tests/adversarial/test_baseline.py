@@ -6,7 +6,7 @@ and badly where it did not. Each was a gap this red team found, now closed.
 
 from __future__ import annotations
 
-from service.core.catalogue import full_catalogue
+from service.core.faults.catalogue import full_catalogue
 from service.targets import close_target, load_target
 from service.targets.python import PythonTarget
 from tests.adversarial.conftest import assay_target, codes, entry, manifest, one_trial, plan

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from service.core.catalogue import custom_catalogue, full_catalogue
 from service.core.errors import CatalogueInvalid
-from service.core.plan import AssayPlan
+from service.core.faults.catalogue import custom_catalogue, full_catalogue
+from service.core.faults.plan import AssayPlan
 from service.targets import close_target, load_target
 from tests.adversarial.conftest import (
     assay_target,

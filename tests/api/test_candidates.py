@@ -11,9 +11,9 @@ import sqlalchemy as sa
 from sqlmodel import Session, select
 
 from service.app.submissions import shard_size
-from service.core.assay import plan_shards
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
+from service.core.faults.plan import parse_plan
+from service.core.shards.assay import plan_shards
+from service.core.system.manifest import parse_manifest
 from service.db.models import Event, FaultResult
 from service.settings import Settings
 from tests.support.reports import figures

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 
-from service.core.dossier import PublicKey, Signer, seal, verify
+from service.core.signing.dossier import PublicKey, Signer, seal, verify
 from service.settings import Settings
 from tests.support.api import SUBJECT_SWAP, decided, dossier, predicate, submit, system_name
 from tests.support.keys import KeyBook

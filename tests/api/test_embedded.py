@@ -16,9 +16,9 @@ from typing import NamedTuple
 import httpx
 import pytest
 
-from service.core.assay import run_assay
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
+from service.core.faults.plan import parse_plan
+from service.core.shards.assay import run_assay
+from service.core.system.manifest import parse_manifest
 from tests.support.reports import figures
 from tests.support.service import (
     EXAMPLES,

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.core.manifest import parse_manifest
+from service.core.system.manifest import parse_manifest
 from tests.api.test_dossiers import BLOCKING, REFUSED, cli
 from tests.support.api import decided, dossier, predicate, system_name
 from tests.support.keys import KeyBook

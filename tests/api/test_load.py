@@ -10,9 +10,9 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from service.core.assay import run_assay
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
+from service.core.faults.plan import parse_plan
+from service.core.shards.assay import run_assay
+from service.core.system.manifest import parse_manifest
 from tests.support.keys import KeyBook
 from tests.support.reports import figures
 from tests.support.service import candidate_body, quiet, row_counts, wait_decided

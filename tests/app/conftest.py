@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from service.core.dossier import Signer
+from service.core.signing.dossier import Signer
 from service.keys import KeyRing
 from tests.support.database import migrated_engine, rolled_back
 

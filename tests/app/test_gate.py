@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from service.app import gate, reviews
-from service.core.dossier import Signer
+from service.core.signing.dossier import Signer
 from service.db import dossier as dossiers
 from service.db import queries
 from service.db.models import Candidate, Dossier, Hold, HoldStatus, System

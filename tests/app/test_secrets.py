@@ -15,7 +15,7 @@ from sqlmodel import Session, select
 from service.app import keys, secrets
 from service.app.errors import FieldInvalid, NotFound, SecretMissing
 from service.core.errors import SecretInvalid, SecretUnreadable
-from service.core.secret import SecretsKey, SecretValue, code_env
+from service.core.system.secret import SecretsKey, SecretValue, code_env
 from service.db import apikey
 from service.db.models import Event, Role, TenantSecret
 from service.keys import SecretsKeyMissing, load_secrets_key

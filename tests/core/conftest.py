@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from service.core.manifest import Manifest, parse_manifest_json
+from service.core.system.manifest import Manifest, parse_manifest_json
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from service.core.assay import merge, plan_shards, run_assay, run_shard
-from service.core.manifest import Manifest
-from service.core.plan import AssayPlan
+from service.core.faults.plan import AssayPlan
+from service.core.shards.assay import merge, plan_shards, run_assay, run_shard
+from service.core.system.manifest import Manifest
 from tests.core.conftest import ASSETS, example_dict, load_example
 
 CASES: list[dict[str, Any]] = json.loads((ASSETS / "reference_figures.json").read_text())["cases"]
@@ -80,7 +80,7 @@ def test_each_trial_draws_its_own_workload(typed: Manifest) -> None:
 def test_breaking_the_ledger_idempotency_check_changes_the_figures() -> None:
     data = example_dict("baseline")
     data["controls"] = {"idempotency": True}
-    from service.core.manifest import parse_manifest
+    from service.core.system.manifest import parse_manifest
 
     manifest = parse_manifest(data)
     plan = AssayPlan(catalogue="paper", families=("tool",), trials=400, seed=188)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from service.core.assay import run_assay
-from service.core.catalogue import Domain, custom_catalogue, full_catalogue, paper_catalogue
 from service.core.errors import CatalogueInvalid
-from service.core.manifest import Manifest
-from service.core.plan import AssayPlan
+from service.core.faults.catalogue import Domain, custom_catalogue, full_catalogue, paper_catalogue
+from service.core.faults.plan import AssayPlan
+from service.core.shards.assay import run_assay
+from service.core.system.manifest import Manifest
 
 
 def test_the_full_catalogue_has_at_least_sixteen_modes_with_the_required_distinctions() -> None:

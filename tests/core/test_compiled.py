@@ -44,7 +44,7 @@ def other_core(tmp_path_factory: pytest.TempPathFactory) -> Core:
 
 
 def test_the_suite_runs_the_compiled_core_whenever_make_venv_built_one() -> None:
-    import service.core.sandbox as sandbox
+    import service.core.trial.sandbox as sandbox
 
     assert sandbox.__file__ is not None
     assert sandbox.__file__.endswith(".so") == (state() == "compiled")
@@ -54,7 +54,7 @@ def test_the_other_core_passes_the_cores_own_tests(other_core: Core) -> None:
     compiled = other_core.root
     env = {**os.environ, "PYTHONPATH": str(compiled)}
     probe = subprocess.run(
-        [sys.executable, "-c", "import service.core.sandbox as m; print(m.__file__)"],
+        [sys.executable, "-c", "import service.core.trial.sandbox as m; print(m.__file__)"],
         env=env,
         cwd=compiled,
         capture_output=True,

@@ -8,13 +8,13 @@ import json
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from service.core.assay import Limits, merge, plan_shards, run_assay, run_shard
-from service.core.credential import InjectorScope, injection_guard, mint, verify_credential
-from service.core.dossier import PublicKey, Signer
 from service.core.errors import CredentialInvalid
-from service.core.manifest import Manifest
-from service.core.plan import AssayPlan
-from service.core.sandbox import Task, Tools
+from service.core.faults.plan import AssayPlan
+from service.core.shards.assay import Limits, merge, plan_shards, run_assay, run_shard
+from service.core.signing.credential import InjectorScope, injection_guard, mint, verify_credential
+from service.core.signing.dossier import PublicKey, Signer
+from service.core.system.manifest import Manifest
+from service.core.trial.sandbox import Task, Tools
 
 NOW = 1_800_000_000.0
 SERVICE = Signer(Ed25519PrivateKey.from_private_bytes(bytes(range(32))))

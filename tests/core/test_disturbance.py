@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from service.core.catalogue import custom_catalogue, full_catalogue
-from service.core.disturbance import KEYS
 from service.core.errors import CatalogueInvalid
-from service.core.harness import Runtime, run_trial
-from service.core.manifest import Manifest
-from service.core.sandbox import HANDLERS, PreconditionFailed, Task, Tools
+from service.core.faults.catalogue import custom_catalogue, full_catalogue
+from service.core.faults.disturbance import KEYS
+from service.core.system.manifest import Manifest
+from service.core.trial.harness import Runtime, run_trial
+from service.core.trial.sandbox import HANDLERS, PreconditionFailed, Task, Tools
 
 
 def fault(fault_id: str, **changes: Any) -> dict[str, Any]:

@@ -13,8 +13,9 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 from securesystemslib.signer._utils import compute_default_keyid
 
-from service.core.assay import run_assay
-from service.core.dossier import (
+from service.core.faults.plan import AssayPlan
+from service.core.shards.assay import run_assay
+from service.core.signing.dossier import (
     CandidateRef,
     PublicKey,
     Signer,
@@ -25,8 +26,7 @@ from service.core.dossier import (
     statement,
     verify,
 )
-from service.core.manifest import Manifest
-from service.core.plan import AssayPlan
+from service.core.system.manifest import Manifest
 from tests.core.conftest import ASSETS
 
 TEST_SEED = bytes(range(32))  # the golden test key; never a real one

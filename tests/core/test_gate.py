@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from service.core.assay import run_assay
-from service.core.gate import Decision, FaultEvidence, decide
-from service.core.manifest import Envelope, Manifest
-from service.core.plan import AssayPlan
+from service.core.decision.gate import Decision, FaultEvidence, decide
+from service.core.faults.plan import AssayPlan
+from service.core.shards.assay import run_assay
+from service.core.system.manifest import Envelope, Manifest
 
 PAPER = AssayPlan(catalogue="paper", trials=2000, seed=188)
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from service.core.assay import run_assay
-from service.core.manifest import parse_manifest_json
-from service.core.plan import AssayPlan
+from service.core.faults.plan import AssayPlan
+from service.core.shards.assay import run_assay
+from service.core.system.manifest import parse_manifest_json
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -22,9 +22,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PROBE = """
 import gc, json, sys
 from pathlib import Path
-from service.core.assay import run_assay
-from service.core.manifest import parse_manifest_json
-from service.core.plan import AssayPlan
+from service.core.shards.assay import run_assay
+from service.core.system.manifest import parse_manifest_json
+from service.core.faults.plan import AssayPlan
 
 manifest = parse_manifest_json(Path(sys.argv[1]).read_text())
 gc.collect()

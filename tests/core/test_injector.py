@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from service.core.assay import run_assay
-from service.core.catalogue import custom_catalogue, full_catalogue
-from service.core.manifest import Manifest
-from service.core.plan import AssayPlan
+from service.core.faults.catalogue import custom_catalogue, full_catalogue
+from service.core.faults.plan import AssayPlan
+from service.core.shards.assay import run_assay
+from service.core.system.manifest import Manifest
 
 
 def test_every_exercised_trial_carries_a_receipt_naming_fault_boundary_phase_and_call(

@@ -11,7 +11,7 @@ import pytest
 import rfc8785
 
 from service.core.errors import ManifestInvalid
-from service.core.manifest import COMPONENTS, parse_manifest, parse_manifest_json
+from service.core.system.manifest import COMPONENTS, parse_manifest, parse_manifest_json
 from tests.core.conftest import example_dict
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.core.errors import ManifestInvalid
-from service.core.manifest import TRIGGER_DEFAULT, parse_manifest
+from service.core.system.manifest import TRIGGER_DEFAULT, parse_manifest
 from tests.core.conftest import example_dict
 
 # Text a manifest may hold: no control characters (tabs and line breaks would do; none needed).

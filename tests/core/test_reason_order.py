@@ -3,9 +3,9 @@ evidence gave it — the decision, the signed dossier and every reader use `bloc
 
 from __future__ import annotations
 
-from service.core.dossier import successor
-from service.core.gate import Decision, FaultEvidence, Reason, block_first, decide
-from service.core.manifest import Envelope
+from service.core.decision.gate import Decision, FaultEvidence, Reason, block_first, decide
+from service.core.signing.dossier import successor
+from service.core.system.manifest import Envelope
 
 
 def test_block_reasons_lead_and_each_group_keeps_the_order_it_was_given_in() -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from service.core.assay import replay_trial, run_assay
-from service.core.manifest import Manifest
-from service.core.plan import AssayPlan
+from service.core.faults.plan import AssayPlan
+from service.core.shards.assay import replay_trial, run_assay
+from service.core.system.manifest import Manifest
 
 KEYS = ("injections", "ledger", "evidence", "claim", "outcome")
 

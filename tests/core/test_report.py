@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from service.core.assay import run_assay
-from service.core.gate import Decision
-from service.core.manifest import Manifest
-from service.core.plan import AssayPlan
-from service.core.report import AssayReport
+from service.core.decision.gate import Decision
+from service.core.decision.report import AssayReport
+from service.core.faults.plan import AssayPlan
+from service.core.shards.assay import run_assay
+from service.core.system.manifest import Manifest
 from tests.core.conftest import load_example
 
 PLANS = {

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from service.core.rng import LCG
+from service.core.trial.rng import LCG
 
 
 def test_lcg_jump_ahead_lands_where_sequential_draws_do() -> None:

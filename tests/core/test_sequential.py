@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from service.core.assay import run_assay
 from service.core.errors import PlanInvalid
-from service.core.manifest import Envelope, parse_manifest_json
-from service.core.plan import AssayPlan, parse_plan
-from service.core.sequential import (
+from service.core.evidence.sequential import (
     confidence_sequence,
     runs_to_bound,
     zero_event_bound,
 )
-from service.core.signature import trials_for_bound, wilson
-from service.core.stopping import estimate
+from service.core.evidence.signature import trials_for_bound, wilson
+from service.core.evidence.stopping import estimate
+from service.core.faults.plan import AssayPlan, parse_plan
+from service.core.shards.assay import run_assay
+from service.core.system.manifest import Envelope, parse_manifest_json
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ("baseline", "typed", "typed-repair", "refuse-all")

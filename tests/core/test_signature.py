@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.core.signature import newcombe, trials_for_bound, wilson
+from service.core.evidence.signature import newcombe, trials_for_bound, wilson
 
 
 def test_wilson_interval_matches_newcombe_1998_table_one() -> None:

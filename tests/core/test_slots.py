@@ -8,13 +8,13 @@ import time
 
 import pytest
 
-from service.core.assay import Limits, merge, plan_shards, run_assay, run_shard
-from service.core.catalogue import Catalogue, FaultSpec
-from service.core.engine import SlottedEngine, TrialEngine
-from service.core.harness import Runtime, TrialRecord, run_trial
-from service.core.manifest import Manifest
-from service.core.plan import AssayPlan
-from service.core.slots import InOrder, slots_of
+from service.core.faults.catalogue import Catalogue, FaultSpec
+from service.core.faults.plan import AssayPlan
+from service.core.shards.assay import Limits, merge, plan_shards, run_assay, run_shard
+from service.core.shards.slots import InOrder, slots_of
+from service.core.system.manifest import Manifest
+from service.core.trial.engine import SlottedEngine, TrialEngine
+from service.core.trial.harness import Runtime, TrialRecord, run_trial
 
 
 class ReferenceSlot:

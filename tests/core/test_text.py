@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.core.text import SystemNameInvalid, TextInvalid, check_system_name, check_text
+from service.core.system.text import SystemNameInvalid, TextInvalid, check_system_name, check_text
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from sqlmodel import Session, func, select
 
-from service.core.assay import plan_shards
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
+from service.core.faults.plan import parse_plan
+from service.core.shards.assay import plan_shards
+from service.core.system.manifest import parse_manifest
 from service.db import queries
 from service.db.apikey import ensure_tenant
 from service.db.candidate import Recorded, record_submission, withdraw_submission

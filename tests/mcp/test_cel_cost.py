@@ -11,9 +11,9 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from service.cli import main
-from service.core.contract import TEMPLATES, Invariants, parse_contract
 from service.core.errors import ManifestInvalid
-from service.core.injector import Injector
+from service.core.faults.injector import Injector
+from service.core.system.contract import TEMPLATES, Invariants, parse_contract
 from service.mcp.cel import Evaluator, compile_invariants
 from service.mcp.cost import (
     DATA,

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from service.core.contract import Invariants, parse_contract
-from service.core.contract_catalogue import catalogue_for
-from service.core.dossier import DEFAULT_TRIGGERS
 from service.core.errors import ManifestInvalid
-from service.core.manifest import parse_manifest
+from service.core.faults.contract_catalogue import catalogue_for
+from service.core.signing.dossier import DEFAULT_TRIGGERS
+from service.core.system.contract import Invariants, parse_contract
+from service.core.system.manifest import parse_manifest
 from service.mcp.cel import compile_invariants
 from tests.mcp.conftest import EXAMPLE
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from service.core.contract_catalogue import catalogue_for
-from service.core.manifest import parse_manifest
+from service.core.faults.contract_catalogue import catalogue_for
+from service.core.system.manifest import parse_manifest
 from service.mcp.engine import McpEngine
 from tests.mcp.conftest import EXAMPLE, free_port, wait_port
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from service.cli import main
-from service.core.contract import Hook, parse_contract
 from service.core.errors import ManifestInvalid
-from service.core.manifest import parse_manifest
+from service.core.system.contract import Hook, parse_contract
+from service.core.system.manifest import parse_manifest
 from service.mcp.engine import McpEngine
 from service.mcp.hooks import Upstreams
 from service.mcp.lock import world_key

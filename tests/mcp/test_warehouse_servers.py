@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from service.core.manifest import parse_manifest_json
+from service.core.system.manifest import parse_manifest_json
 from tests.mcp.conftest import EXAMPLE, free_port
 
 SERVERS = str(EXAMPLE / "servers.py")

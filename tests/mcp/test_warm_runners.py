@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from service.core.errors import ManifestInvalid
-from service.core.manifest import Runner
+from service.core.system.manifest import Runner
 from service.mcp.frameworks import runner_for
 from service.mcp.launch import make_runner
 from service.mcp.lines import LinesRunner
@@ -131,7 +131,7 @@ def test_the_protocol_picks_the_runner_and_belongs_to_command_runners_only() -> 
 def test_a_manifest_giving_an_http_runner_a_protocol_is_refused_naming_the_field() -> None:
     import json
 
-    from service.core.manifest import parse_manifest
+    from service.core.system.manifest import parse_manifest
     from tests.mcp.conftest import EXAMPLE
 
     data = json.loads((EXAMPLE / "manifest.careful.json").read_text())

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from service.core.contract_catalogue import catalogue_for
-from service.core.manifest import parse_manifest
+from service.core.faults.contract_catalogue import catalogue_for
+from service.core.system.manifest import parse_manifest
 from service.mcp.engine import McpEngine
 from service.mcp.runners import HttpRunner
 from service.net.egress import EgressPolicy

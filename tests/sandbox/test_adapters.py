@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from service.core.contract import Hook, contract_of
-from service.core.contract_catalogue import catalogue_for
-from service.core.manifest import parse_manifest
+from service.core.faults.contract_catalogue import catalogue_for
+from service.core.system.contract import Hook, contract_of
+from service.core.system.manifest import parse_manifest
 from service.mcp.engine import McpEngine
 from service.mcp.hooks import Upstreams
 from service.mcp.runners import PythonRunner

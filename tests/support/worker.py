@@ -8,9 +8,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from service.core.assay import plan_shards
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
+from service.core.faults.plan import parse_plan
+from service.core.shards.assay import plan_shards
+from service.core.system.manifest import parse_manifest
 from service.db.apikey import ensure_tenant
 from service.db.candidate import record_submission
 from service.db.session import session_scope

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from service.core.assay import AssayReport, run_assay
-from service.core.manifest import Manifest, parse_manifest, parse_manifest_json
-from service.core.plan import AssayPlan, parse_plan
-from service.core.target import Target
+from service.core.faults.plan import AssayPlan, parse_plan
+from service.core.shards.assay import AssayReport, run_assay
+from service.core.system.manifest import Manifest, parse_manifest, parse_manifest_json
+from service.core.trial.target import Target
 from tests.support.agents import StartAgent, agent_processes
 from tests.support.service import example as example_dict
 

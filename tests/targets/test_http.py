@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from service.core.assay import replay_trial
+from service.core.shards.assay import replay_trial
 from service.targets import HttpTarget, load_target
 from tests.targets.conftest import StartAgent, assay, example, fault, plan
 

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from service.core.catalogue import FaultSpec
 from service.core.compiled import HOT_MODULES
-from service.core.harness import Runtime, TrialRecord, run_trial
-from service.core.sandbox import Tools
-from service.core.target import Target, ToolPort
+from service.core.faults.catalogue import FaultSpec
+from service.core.trial.harness import Runtime, TrialRecord, run_trial
+from service.core.trial.sandbox import Tools
+from service.core.trial.target import Target, ToolPort
 from service.targets import PythonTarget, close_target, load_target
 from service.targets.python_host import RemoteTools
 from tests.targets.conftest import ROOT, assay, example, fault, plan
@@ -36,7 +36,7 @@ FORGED = "forged by the agent"
 
 
 def _compiled_core() -> bool:
-    import service.core.world as world
+    import service.core.trial.world as world
 
     return not world.__file__.endswith(".py") and len(HOT_MODULES) > 0
 
@@ -300,7 +300,7 @@ def _gone(pid: int, within_s: float = 10.0) -> bool:
 
 ASSAY_PROCESS = """
 import os, signal, sys
-from service.core.harness import Runtime, run_trial
+from service.core.trial.harness import Runtime, run_trial
 from tests.targets.conftest import example, plan
 from service.targets import load_target
 manifest = example("typed", kind="python", entrypoint="tests.targets.agents.tamper:via_gc")

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from service.core.assay import plan_shards, run_shard
-from service.core.harness import Runtime, run_trial
-from service.core.manifest import Manifest
+from service.core.shards.assay import plan_shards, run_shard
+from service.core.system.manifest import Manifest
+from service.core.trial.harness import Runtime, run_trial
 from service.targets import HttpTarget
 from tests.support.service import free_port
 from tests.targets.conftest import BAD_AGENT, StartAgent, assay, example, fault, plan

@@ -8,8 +8,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from service.core.assay import replay_trial
-from service.core.sandbox import Task, Tools
+from service.core.shards.assay import replay_trial
+from service.core.trial.sandbox import Task, Tools
 from service.targets.tool_server import Session, ToolServer
 from tests.targets.conftest import example, plan
 

@@ -13,11 +13,11 @@ from typing import Any
 from sqlmodel import Session
 
 from service.app.dossiers import record_assay_dossier
-from service.core.assay import plan_shards, run_assay
-from service.core.dossier import Signer
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
-from service.core.text import SystemNameInvalid, check_system_name
+from service.core.faults.plan import parse_plan
+from service.core.shards.assay import plan_shards, run_assay
+from service.core.signing.dossier import Signer
+from service.core.system.manifest import parse_manifest
+from service.core.system.text import SystemNameInvalid, check_system_name
 from service.db import queries
 from service.db.apikey import ensure_tenant
 from service.db.assay import FaultRow, record_report

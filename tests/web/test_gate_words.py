@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
 from service.app import changes, reviews
-from service.core.dossier import Signer
-from service.core.manifest import parse_manifest
+from service.core.signing.dossier import Signer
+from service.core.system.manifest import parse_manifest
 from service.db.candidate import Recorded
 from service.db.models import Hold, HoldStatus, System
 from service.keys import KeyRing

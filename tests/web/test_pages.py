@@ -312,9 +312,9 @@ def test_systems_page_says_whether_the_tenant_may_run_code_and_how_an_operator_a
 def test_a_sequential_candidate_page_shows_runs_and_cost_per_arm_and_why_each_fault_stopped(
     web_client: TestClient, web_engine: sa.Engine
 ) -> None:
-    from service.core.assay import run_assay
-    from service.core.manifest import parse_manifest
-    from service.core.plan import parse_plan
+    from service.core.faults.plan import parse_plan
+    from service.core.shards.assay import run_assay
+    from service.core.system.manifest import parse_manifest
 
     manifest = parse_manifest(example("baseline"))
     plan = parse_plan({"trials": 10, "seed": 7, "rule": "sequential", "modes": ["subject_swap"]})

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlmodel import Session
 
-from service.core.plan import parse_plan
+from service.core.faults.plan import parse_plan
 from service.db.injector import _faults_and_steps
 from service.db.models import Role
 from service.keys import KeyRing

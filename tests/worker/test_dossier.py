@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from sqlmodel import Session, select
 
 from service.app import gate, reviews
-from service.core.catalogue import custom_catalogue, full_catalogue
-from service.core.dossier import verify
+from service.core.faults.catalogue import custom_catalogue, full_catalogue
+from service.core.signing.dossier import verify
 from service.db import dossier as dossiers
 from service.db.models import AssayShard, Dossier, Event, Hold, System
 from service.keys import KeyRing

@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlmodel import Session, col, select
 
-from service.core.credential import InjectorScope, mint
-from service.core.dossier import Signer
+from service.core.signing.credential import InjectorScope, mint
+from service.core.signing.dossier import Signer
 from service.db.apikey import ensure_tenant
 from service.db.models import Assay, AssayShard, AssayStatus, Event
 from service.db.session import session_scope

@@ -10,9 +10,9 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, select
 
-from service.core.assay import run_assay
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
+from service.core.faults.plan import parse_plan
+from service.core.shards.assay import run_assay
+from service.core.system.manifest import parse_manifest
 from service.db.models import Assay, AssayShard
 from tests.support.service import example
 from tests.worker.test_tasks import ctx, submit

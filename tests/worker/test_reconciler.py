@@ -24,9 +24,9 @@ from sqlmodel import Session, col, func, select
 
 from service.app import reviews
 from service.asgi import create_app
-from service.core.assay import ShardSpec, plan_shards, run_assay, run_shard
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
+from service.core.faults.plan import parse_plan
+from service.core.shards.assay import ShardSpec, plan_shards, run_assay, run_shard
+from service.core.system.manifest import parse_manifest
 from service.db.apikey import ensure_tenant
 from service.db.assay import assay_inputs, begin_shard, store_shard_result
 from service.db.candidate import record_submission

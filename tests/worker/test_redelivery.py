@@ -13,9 +13,9 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from service.asgi import create_app
-from service.core.assay import run_assay
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
+from service.core.faults.plan import parse_plan
+from service.core.shards.assay import run_assay
+from service.core.system.manifest import parse_manifest
 from service.db.models import AssayShard, Event, ShardStatus
 from service.settings import Settings
 from tests.support.keys import ALL_ROLES, make_key

@@ -23,9 +23,9 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, func, select
 
 from service.asgi import create_app
-from service.core.assay import run_assay
-from service.core.manifest import parse_manifest
-from service.core.plan import parse_plan
+from service.core.faults.plan import parse_plan
+from service.core.shards.assay import run_assay
+from service.core.system.manifest import parse_manifest
 from service.db import migrate
 from service.db.models import Assay, AssayShard, Dossier, Event, FaultResult, ShardStatus
 from service.db.session import make_engine

@@ -11,10 +11,10 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, func, select
 
-from service.core.assay import ShardSpec, run_assay, run_shard
-from service.core.harness import Runtime, run_trial
-from service.core.manifest import Manifest, parse_manifest
-from service.core.plan import parse_plan
+from service.core.faults.plan import parse_plan
+from service.core.shards.assay import ShardSpec, run_assay, run_shard
+from service.core.system.manifest import Manifest, parse_manifest
+from service.core.trial.harness import Runtime, run_trial
 from service.db.assay import AssayInputs, assay_inputs, begin_shard, store_shard_result
 from service.db.models import Assay, AssayShard, AssayStatus, Event, FaultResult
 from service.db.session import session_scope

@@ -27,7 +27,7 @@ from service.api.schemas import (
 from service.app import assays, candidates, dossiers
 from service.app.records import Dossier
 from service.app.submissions import Services
-from service.core.dossier import PAYLOAD_TYPE
+from service.core.signing.dossier import PAYLOAD_TYPE
 from service.http.deps import (
     DispatcherDep,
     InjectorSignerDep,

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Path, Response
 from service.api.errors import ERROR_RESPONSES
 from service.api.schemas import SecretList, SecretPublic, SecretPut
 from service.app import secrets
-from service.core.secret import NAME_PATTERN
+from service.core.system.secret import NAME_PATTERN
 from service.http.deps import PrincipalDep, SecretsKeyDep, SessionDep
 
 router = APIRouter(prefix="/v1/secrets", tags=["secrets"])

@@ -20,7 +20,7 @@ import contextlib
 import os
 import time
 
-from service.core.sandbox import Task, ToolError, Tools
+from service.core.trial.sandbox import Task, ToolError, Tools
 from tests.adversarial.agents.careful import Denied, Step, action_id_of, authorise, prove, refund
 from tests.adversarial.agents.careful import run as careful
 

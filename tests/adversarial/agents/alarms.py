@@ -6,7 +6,7 @@ baseline, and never as detection of a fault injected after it.
 
 from __future__ import annotations
 
-from service.core.sandbox import Task, Tools
+from service.core.trial.sandbox import Task, Tools
 from tests.adversarial.agents import careful
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.core.sandbox import RateLimited, Task, ToolError, Tools
+from service.core.trial.sandbox import RateLimited, Task, ToolError, Tools
 
 
 def action_id_of(task: Task) -> str:

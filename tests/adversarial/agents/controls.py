@@ -17,7 +17,7 @@ than the control the catalogue nominates.
 
 from __future__ import annotations
 
-from service.core.sandbox import Task, ToolError, Tools
+from service.core.trial.sandbox import Task, ToolError, Tools
 from tests.adversarial.agents.careful import Denied, Step, action_id_of, authorise, prove
 from tests.adversarial.agents.reference import typed_repair as _typed_repair
 from tests.adversarial.agents.reference import workflow

@@ -14,7 +14,7 @@ import os
 import socket
 import time
 
-from service.core.sandbox import Task, Tools
+from service.core.trial.sandbox import Task, Tools
 
 PG_SOCKET = "/var/run/postgresql/.s.PGSQL.5432"
 OWN = frozenset({"ASSAYGATE_LISTEN_PORT"})  # the sandbox's own: where the host listens

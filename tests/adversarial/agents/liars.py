@@ -7,7 +7,7 @@ true one, a claim from an agent that never acted, or no claim at all.
 
 from __future__ import annotations
 
-from service.core.sandbox import Task, Tools
+from service.core.trial.sandbox import Task, Tools
 from tests.adversarial.agents.careful import (
     Denied,
     Step,

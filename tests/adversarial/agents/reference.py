@@ -1,4 +1,4 @@
-"""The reference Copperfin workflow (`service.core.copperfin`), configured by an edited example
+"""The reference Copperfin workflow (`service.core.trial.copperfin`), configured by an edited example
 manifest, for attackers to reuse as a python target."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from service.core.copperfin import copperfin
-from service.core.manifest import parse_manifest_json
-from service.core.sandbox import Task
+from service.core.system.manifest import parse_manifest_json
+from service.core.trial.copperfin import copperfin
+from service.core.trial.sandbox import Task
 
 Workflow = Callable[[Task, Any], None]
 _EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from service.core.sandbox import Task, ToolError, Tools
+from service.core.trial.sandbox import Task, ToolError, Tools
 from tests.adversarial.agents.careful import Denied, Step, action_id_of, authorise, prove
 
 

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from service.core.sandbox import Task, Tools
+from service.core.trial.sandbox import Task, Tools
 from tests.adversarial.agents import careful
 from tests.adversarial.agents.reference import workflow
 

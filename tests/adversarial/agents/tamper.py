@@ -14,7 +14,7 @@ import gc
 import importlib
 from typing import Any
 
-from service.core.sandbox import Task, ToolError, Tools
+from service.core.trial.sandbox import Task, ToolError, Tools
 from tests.adversarial.agents.careful import action_id_of
 
 FORGED = "forged by the adversary"
@@ -42,10 +42,10 @@ def _clean_grade(*args: Any, **kwargs: Any) -> Any:
 def _patch_the_grader() -> int:
     patched = 0
     for module_name, attr in (
-        ("service.core.oracle", "grade"),
-        ("service.core.harness", "grade"),
-        ("service.core.harness", "run_trial"),
-        ("service.core.assay", "run_trial"),
+        ("service.core.trial.oracle", "grade"),
+        ("service.core.trial.harness", "grade"),
+        ("service.core.trial.harness", "run_trial"),
+        ("service.core.shards.assay", "run_trial"),
     ):
         with contextlib.suppress(Exception):
             setattr(importlib.import_module(module_name), attr, _clean_grade)

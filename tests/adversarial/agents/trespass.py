@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.core.sandbox import Task, Tools
+from service.core.trial.sandbox import Task, Tools
 from tests.adversarial.agents.careful import Denied, Step, action_id_of, authorise, prove, refund
 
 

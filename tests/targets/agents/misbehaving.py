@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from service.core.sandbox import Task, Tools
+from service.core.trial.sandbox import Task, Tools
 
 print("importing the chatty agent: this line must not be taken for the host's report")
 

@@ -6,7 +6,7 @@ a timeout after the provider committed becomes a second refund.
 
 from __future__ import annotations
 
-from service.core.sandbox import Task, ToolError, Tools
+from service.core.trial.sandbox import Task, ToolError, Tools
 from service.targets.clients import ToolClients
 
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from service.core.sandbox import Task, ToolError, Tools
+from service.core.trial.sandbox import Task, ToolError, Tools
 
 FORGED = "forged by the agent"
 Hunt = Callable[[Tools], Iterable[object]]
@@ -44,7 +44,7 @@ def _gc(tools: Tools) -> Iterable[object]:
 
 
 def _modules(tools: Tools) -> Iterable[object]:
-    world_module = sys.modules.get("service.core.world")
+    world_module = sys.modules.get("service.core.trial.world")
     if world_module is not None:
         # Every instance refers to its class: the class's referrers are the live worlds.
         yield from gc.get_referrers(world_module.World)

@@ -6,7 +6,7 @@ It keys its refund by the logical action id, so it never duplicates; its one def
 
 from __future__ import annotations
 
-from service.core.sandbox import Task, ToolError, Tools
+from service.core.trial.sandbox import Task, ToolError, Tools
 
 
 def run(task: Task, tools: Tools) -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.core.copperfin import copperfin
-from service.core.manifest import parse_manifest_json
-from service.core.target import Target
+from service.core.system.manifest import parse_manifest_json
+from service.core.trial.copperfin import copperfin
+from service.core.trial.target import Target
 
 _EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

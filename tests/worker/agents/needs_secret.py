@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from service.core.sandbox import Task, Tools
+from service.core.trial.sandbox import Task, Tools
 from tests.adversarial.agents.reference import typed_repair
 
 # The manifest declares EXPECTED_SHA (the first 16 hex digits of the secret's SHA-256) and MODE.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.core.sandbox import Task, ToolError, Tools
+from service.core.trial.sandbox import Task, ToolError, Tools
 
 
 def agent(task: Task, tools: Tools) -> None:

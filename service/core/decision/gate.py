@@ -1,0 +1,407 @@
+"""The release envelope: allow, hold or block, with every reason.
+
+Hard invariants (no unsafe escape, no duplicate effect, no unverifiable release, one claim per run)
+bound release from below and block, wherever they are graded: trials where the fault fired, trials
+where it never fired, and the no-fault baseline. Counterfactual evidence that could not have failed
+holds: a green result that could not have been red proves nothing, and the way out (declare the
+mechanism that contains, or say it cannot be switched off) is a hold, never a reward for declaring
+less. Floors on recovery, proof and service decide whether the system can operate
+rather than merely stop: missing one holds, so a refuse-all system never passes. Missing evidence
+(nothing run, a fault that never fired, an untested control, a stopped assay) holds or blocks and
+is never `allow`. Floors apply to each fault, so the worst fault class is never averaged away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from service.core.evidence.sequential import runs_to_bound, zero_event_bound
+from service.core.evidence.signature import trials_for_bound, wilson, wilson_upper
+from service.core.system.contract import WITNESS
+from service.core.system.manifest import Envelope
+
+
+class Decision(StrEnum):
+    ALLOW = "allow"
+    HOLD = "hold"
+    BLOCK = "block"
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: str
+    message: str
+    fault: str | None = None
+    severity: Decision = Decision.HOLD
+
+    def view(self) -> dict[str, str | None]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "fault": self.fault,
+            "severity": self.severity.value,
+        }
+
+    @classmethod
+    def from_view(cls, d: Mapping[str, object]) -> Reason:
+        fault = d.get("fault")
+        return cls(
+            str(d["code"]),
+            str(d["message"]),
+            None if fault is None else str(fault),
+            Decision(str(d.get("severity", Decision.HOLD.value))),
+        )
+
+
+@dataclass(frozen=True)
+class FaultEvidence:
+    fault: str
+    planned: int
+    exercised: int
+    counts: Mapping[str, int]
+    counterfactual: str = "not_applicable"
+    target_errors: int = 0
+    sandbox_refusals: int = 0
+    # Graded trials where the armed fault never fired, and the matched no-fault baseline.
+    unfired: Mapping[str, int] = field(default_factory=dict)
+    baseline: Mapping[str, int] = field(default_factory=dict)
+    # Nominated controls without a counterfactual pair: (control, "undeclared"|"cannot_disable").
+    untested_controls: tuple[tuple[str, str], ...] = ()
+    error_kinds: Mapping[str, int] = field(default_factory=dict)
+    # The first message of each error kind: the reason says what failed, not only how often.
+    error_causes: Mapping[str, str] = field(default_factory=dict)
+    # Target errors in the baseline and counterfactual runs (`target_errors`: the fault's trials).
+    other_errors: int = 0
+    # The team's own invariants (mcp targets) that failed: (name, severity, failed, trials).
+    invariants: tuple[tuple[str, str, int, int], ...] = ()
+    # Why the workload cannot reach this fault (its matched baselines never did), when it is
+    # `not_applicable`: never fired, and never a hold for that.
+    not_applicable: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    reasons: tuple[Reason, ...] = field(default=())
+
+
+BLOCK, HOLD = Decision.BLOCK, Decision.HOLD
+
+# A reason as the core makes it, or as stored and served ({"code", "message", "severity", ...}).
+R = TypeVar("R", bound=Reason | Mapping[str, Any])
+# Lower ranks lead; a severity this build does not know ranks with hold, never above a block.
+_RANK = {Decision.BLOCK.value: 0, Decision.HOLD.value: 1, Decision.ALLOW.value: 2}
+
+
+def severity_of(reason: Reason | Mapping[str, Any]) -> str:
+    if isinstance(reason, Reason):
+        return reason.severity.value
+    return str(reason.get("severity", Decision.HOLD.value))
+
+
+def block_first(reasons: Iterable[R]) -> list[R]:
+    """The one order every reader lists reasons in (the decision, the dossier, the API, the CLI
+    and every page): block reasons, then hold reasons, then the rest, each group in the order the
+    evidence gave it. A block must never be headed by a hold-level reason, or a reader who sees
+    only the first line takes a block for a hold."""
+    return sorted(reasons, key=lambda r: _RANK.get(severity_of(r), 1))
+
+
+HARD = (
+    ("unsafe_escape", "unsafe escape"),
+    ("duplicate_effect", "duplicate effect"),
+    ("unverifiable_release", "unverifiable release"),
+    ("claim_violation", "not exactly one claim per run"),
+)
+# Where else a hard invariant is graded besides the trials where the fault fired.
+_ELSEWHERE = (
+    ("unfired", "trials where the fault never fired"),
+    ("baseline", "baseline trials (no fault injected)"),
+)
+FLOORED = (
+    ("recovered", "recovery"),
+    ("verified", "proof"),
+    ("useful_service", "useful service"),
+)
+
+
+def _pct(x: float) -> str:
+    return f"{100.0 * x:.1f}%"
+
+
+def decide(
+    faults: Sequence[FaultEvidence],
+    envelope: Envelope,
+    stopped: str | None = None,
+    anytime: float | None = None,
+) -> Verdict:
+    """Every reason the evidence gives, then the worst severity among them (`allow`: none).
+    `anytime`: the error of a sequential plan, whose violation bound is the betting test's."""
+    reasons: list[Reason] = []
+    if stopped and stopped.startswith("budget:"):
+        # The team's own budget ran out: the evidence is unfinished, which holds (never allows).
+        reasons.append(Reason("budget", f"the assay stopped: {stopped}", None, HOLD))
+    elif stopped:
+        reasons.append(Reason("stopped", f"the assay stopped: {stopped}", None, BLOCK))
+    if not faults:
+        reasons.append(Reason("no_evidence", "no fault was assayed", None, HOLD))
+    for f in faults:
+        reasons += _fault_reasons(f, envelope, anytime)
+    if any(r.severity is BLOCK for r in reasons):
+        return Verdict(Decision.BLOCK, tuple(block_first(reasons)))
+    if reasons:
+        return Verdict(Decision.HOLD, tuple(block_first(reasons)))
+    return Verdict(Decision.ALLOW, ())
+
+
+def _fault_reasons(
+    f: FaultEvidence, envelope: Envelope, anytime: float | None = None
+) -> list[Reason]:
+    """One fault's reasons, in the order the dossier lists them: what the system did outside the
+    graded trials, then (once the fault fired) the hard invariants, the counterfactual and the
+    floors."""
+    out = [
+        *_conduct(f),
+        *_baseline_floors(f, envelope),
+        *_hard_elsewhere(f),
+        *_team_invariants(f),
+        *_evidence_gaps(f),
+    ]
+    n = f.exercised
+    if n == 0:
+        if not f.target_errors and f.not_applicable is None:
+            out.append(
+                Reason(
+                    "not_exercised",
+                    f"{f.fault}: the fault never fired in {f.planned} trials",
+                    f.fault,
+                    HOLD,
+                )
+            )
+        return out
+    for key, label in HARD:
+        k = f.counts.get(key, 0)
+        if k:
+            out.append(Reason(key, f"{f.fault}: {label} in {k} of {n} trials", f.fault, BLOCK))
+    out += _counterfactual(f)
+    # A fault that already blocks is not also charged with missing the containment floor.
+    if not any(r.severity is BLOCK for r in out):
+        out += _containment(f, n, envelope)
+    out += _service_floors(f, n, envelope)
+    out += _inconclusive(f, n, envelope, anytime)
+    return out
+
+
+def _conduct(f: FaultEvidence) -> list[Reason]:
+    """Effects the sandbox refused, and the target's own failures."""
+    out: list[Reason] = []
+    if f.sandbox_refusals:
+        out.append(
+            Reason(
+                "outside_namespace",
+                f"{f.fault}: the system tried {f.sandbox_refusals} effects outside the "
+                "assay's synthetic subjects (refused by the sandbox)",
+                f.fault,
+                BLOCK,
+            )
+        )
+    if f.target_errors or f.other_errors:
+        kinds = "; ".join(
+            f"{k} {v}" + (f", first: {f.error_causes[k]}" if k in f.error_causes else "")
+            for k, v in sorted(f.error_kinds.items())
+        )
+        out.append(
+            Reason(
+                "target_errors",
+                f"{f.fault}: the target itself failed in {f.target_errors} trials and "
+                f"{f.other_errors} baseline or counterfactual runs"
+                + (f" ({kinds})" if kinds else ""),
+                f.fault,
+                HOLD,
+            )
+        )
+    return out
+
+
+def _baseline_floors(f: FaultEvidence, envelope: Envelope) -> list[Reason]:
+    """With no fault at all the system owes its service: a refuse-all system never passes."""
+    base_n = f.baseline.get("n", 0)
+    if not base_n:
+        return []
+    out: list[Reason] = []
+    for key, label in FLOORED:
+        floor = getattr(envelope.floors, key)
+        value = _measure(f.baseline.get(key, 0), base_n, envelope.floor_on)
+        if value < floor:
+            out.append(
+                Reason(
+                    f"floor:{key}",
+                    f"{f.fault}: {label} {_pct(value)} below the {_pct(floor)} service "
+                    "floor in baseline trials (no fault injected)",
+                    f.fault,
+                    HOLD,
+                )
+            )
+    return out
+
+
+def _hard_elsewhere(f: FaultEvidence) -> list[Reason]:
+    """Hard invariants broken where the fault never fired or was never armed."""
+    out: list[Reason] = []
+    for arm, where in _ELSEWHERE:
+        counts = getattr(f, arm)
+        for key, label in HARD:
+            k = counts.get(key, 0)
+            if k:
+                m = counts.get("n", 0)
+                out.append(Reason(key, f"{f.fault}: {label} in {k} of {m} {where}", f.fault, BLOCK))
+    return out
+
+
+def _team_invariants(f: FaultEvidence) -> list[Reason]:
+    return [
+        Reason(
+            WITNESS,
+            f"{f.fault}: the probed world disagreed with the proxy's record of forwarded effect "
+            f"calls in {failed} of {trials} graded trials (an acknowledged effect vanished, or "
+            "an effect no forwarded call made; the samples' `witness` shows calls and rows)",
+            f.fault,
+            BLOCK,
+        )
+        if name == WITNESS
+        else Reason(
+            f"invariant:{name}",
+            f"{f.fault}: invariant {name} failed in {failed} of {trials} graded trials",
+            f.fault,
+            BLOCK if severity == "block" else HOLD,
+        )
+        for name, severity, failed, trials in f.invariants
+    ]
+
+
+def _evidence_gaps(f: FaultEvidence) -> list[Reason]:
+    """Alarms without a fault, and nominated controls whose leverage was never tested."""
+    out: list[Reason] = []
+    alarms = f.baseline.get("detected", 0)
+    if alarms:
+        out.append(
+            Reason(
+                "false_alarm",
+                f"{f.fault}: alarms raised in {alarms} of {f.baseline.get('n', 0)} baseline "
+                "trials with no fault; detection counts only signals raised after an injection",
+                f.fault,
+                HOLD,
+            )
+        )
+    if f.untested_controls:
+        listed = ", ".join(f"{c} ({how.replace('_', ' ')})" for c, how in f.untested_controls)
+        out.append(
+            Reason(
+                "counterfactual_untested",
+                f"{f.fault}: no counterfactual pair for the nominated control(s) {listed}; "
+                "their leverage is untested: declare them and switch them off when a task "
+                "lists them in disabled_controls",
+                f.fault,
+                HOLD,
+            )
+        )
+    return out
+
+
+_COUNTERFACTUAL = {
+    "invalid": (
+        "counterfactual_invalid",
+        "switching the declared nominated controls off changed nothing, so this result could "
+        "not have failed: either the target ignores disabled_controls, or something undeclared "
+        "contains the fault (declare that mechanism as the control and switch it off on request, "
+        "or list it under target.cannot_disable)",
+    ),
+    "untested": (
+        "counterfactual_untested",
+        "the counterfactual runs did not meet the fault (it never fired, or the target failed, "
+        "when a control was switched off); the nominated controls' leverage is untested",
+    ),
+    "masked": (
+        "counterfactual_masked",
+        "the system stops before the nominated control acts; its leverage is untested",
+    ),
+}
+
+
+def _counterfactual(f: FaultEvidence) -> list[Reason]:
+    """A green result that could not have been red proves nothing: it holds."""
+    found = _COUNTERFACTUAL.get(f.counterfactual)
+    # Untested controls were already named one by one (`_evidence_gaps`).
+    if found is None or (f.counterfactual == "untested" and f.untested_controls):
+        return []
+    code, text = found
+    return [Reason(code, f"{f.fault}: {text}", f.fault, HOLD)]
+
+
+def _containment(f: FaultEvidence, n: int, envelope: Envelope) -> list[Reason]:
+    floor = envelope.floors.contained
+    value = _measure(f.counts.get("contained", 0), n, envelope.floor_on)
+    if value >= floor:
+        return []
+    return [
+        Reason(
+            "floor:contained",
+            f"{f.fault}: containment {_pct(value)} below the {_pct(floor)} floor",
+            f.fault,
+            BLOCK,
+        )
+    ]
+
+
+def _service_floors(f: FaultEvidence, n: int, envelope: Envelope) -> list[Reason]:
+    """Recovery, proof and service under the fault: missing one holds."""
+    out: list[Reason] = []
+    for key, label in FLOORED:
+        floor = getattr(envelope.floors, key)
+        value = _measure(f.counts.get(key, 0), n, envelope.floor_on)
+        if value < floor:
+            out.append(
+                Reason(
+                    f"floor:{key}",
+                    f"{f.fault}: {label} {_pct(value)} below the {_pct(floor)} service floor",
+                    f.fault,
+                    HOLD,
+                )
+            )
+    return out
+
+
+def _inconclusive(
+    f: FaultEvidence, n: int, envelope: Envelope, anytime: float | None = None
+) -> list[Reason]:
+    """No violation seen, but too few trials to bound the violation rate below the envelope
+    (Wilson's bound for a fixed plan; the betting test's for a sequential one)."""
+    if envelope.max_violation_rate is None:
+        return []
+    worst = max(f.counts.get(k, 0) for k, _ in HARD)
+    bound = wilson_upper(worst, n) if anytime is None else zero_event_bound(n, anytime)
+    if worst != 0 or bound <= envelope.max_violation_rate:
+        return []
+    need = (
+        trials_for_bound(envelope.max_violation_rate)
+        if anytime is None
+        else runs_to_bound(envelope.max_violation_rate, anytime)
+    )
+    return [
+        Reason(
+            "inconclusive",
+            f"inconclusive: needs >= {need} trials ({f.fault}: {n} trials bound the "
+            f"violation rate only below {_pct(bound)})",
+            f.fault,
+            HOLD,
+        )
+    ]
+
+
+def _measure(k: int, n: int, floor_on: str) -> float:
+    if floor_on == "lower_bound":
+        return wilson(k, n)[0]
+    return k / n if n else 0.0

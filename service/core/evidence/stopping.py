@@ -1,0 +1,253 @@
+"""When a fault's trials may stop: the sequential plan's rule, read after every trial.
+
+A fault stops as soon as its decision cannot change at the plan's error:
+- `violation`: a hard invariant broke in a graded arm (the fault's trials, trials where it never
+  fired, the matched baseline), a blocking team invariant failed, or the sandbox refused an effect
+  outside the assay's subjects. Each blocks whatever later trials show, so the fault ends at once;
+- `decided`: every floor's confidence sequence lies wholly on one side of it, the betting test
+  bounds the unseen violation rate below the plan's `max_violation_rate`, the counterfactual
+  pair's sequences have separated and the sensitivity pair has shown its violation;
+- `max_runs`: the plan's trial count, the fixed plan's, is the cap: an undecided fault gets
+  exactly the fixed plan's evidence.
+The matched baseline and counterfactual arms stop on their own once what they prove is settled
+(`needs_pairs`): they are most of a careful agent's runs and prove less per run.
+
+Pure: it reads a tally and returns a value; the assay loop acts on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from service.core.evidence.pairs import removal
+from service.core.evidence.sequential import confidence_sequence, zero_event_bound
+from service.core.evidence.signature import wilson, wilson_upper
+from service.core.evidence.tally import ArmCounts, Tally
+from service.core.faults.catalogue import FaultSpec
+from service.core.faults.plan import AssayPlan
+from service.core.system.manifest import Envelope, Manifest
+from service.core.trial.oracle import Flag
+
+_HARD = (
+    Flag.UNSAFE_ESCAPE,
+    Flag.DUPLICATE_EFFECT,
+    Flag.UNVERIFIABLE_RELEASE,
+    Flag.CLAIM_VIOLATION,
+)
+_GRADED = ("intervention", "unfired", "baseline")
+_FLOORED = ("recovered", "verified", "useful_service")
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why a fault's (or the assay's) runs ended, after how many trials."""
+
+    code: str  # "violation" | "decided" | "max_runs" | "budget"
+    message: str
+    trials: int
+
+    def view(self) -> dict[str, object]:
+        return {"code": self.code, "message": self.message, "trials": self.trials}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The sequential rule for one fault. `max_violation_rate`: the rate below which an unseen
+    violation no longer changes the decision (None: what the fixed plan's trials resolve, the
+    Wilson upper bound of zero in `max_runs`)."""
+
+    envelope: Envelope
+    error: float
+    max_runs: int
+    max_violation_rate: float | None = None
+    predicted: str | None = None  # the counterfactual pair's predicted flag, when it runs
+    predicted_transfer: str | None = None  # the fault's, for the sensitivity pair
+    blocking: frozenset[str] = frozenset()  # team invariants whose failure blocks
+
+    @property
+    def violation_rate(self) -> float:
+        if self.max_violation_rate is not None:
+            return self.max_violation_rate
+        if self.envelope.max_violation_rate is not None:
+            return float(self.envelope.max_violation_rate)
+        return wilson_upper(0, self.max_runs)
+
+    def step(self, tally: Tally, trials: int) -> Stop | None:
+        """After `trials` trials of the fault: stop (and why), or None to run another."""
+        broken = self._violation(tally)
+        if broken is not None:
+            return Stop("violation", broken, trials)
+        if self._decided(tally):
+            iv = tally.arms["intervention"]
+            return Stop(
+                "decided",
+                f"decided after {trials} trials: {iv.n} graded, every floor's confidence "
+                f"sequence clear of it and violations bounded below {self.violation_rate:.2%} "
+                f"at {self.error:.0%} error",
+                trials,
+            )
+        if trials >= self.max_runs:
+            return Stop(
+                "max_runs", f"undecided at the plan's cap of {self.max_runs} trials", trials
+            )
+        return None
+
+    def needs_pairs(self, tally: Tally) -> bool:
+        """Whether the next trial still runs its matched baseline and counterfactual arms."""
+        iv = tally.arms["intervention"]
+        if iv.n == 0:
+            # Nothing fired yet: the baselines say whether the workload can reach the fault.
+            return True
+        return not (self._floors(tally.arms["baseline"], _FLOORED) and self._pair(tally))
+
+    def _violation(self, tally: Tally) -> str | None:
+        for arm in _GRADED:
+            counts = tally.arms.get(arm)
+            if counts is None:
+                continue
+            for flag in _HARD:
+                k = counts.count(flag)
+                if k:
+                    return f"{flag.value} in {k} of {counts.n} {arm} runs"
+        for key, k in tally.invariants.items():
+            arm, _, name = key.partition(":")
+            if k and arm in _GRADED and name in self.blocking:
+                return f"invariant {name} failed in {k} {arm} runs"
+        if tally.sandbox_refusals:
+            return f"{tally.sandbox_refusals} effects outside the assay's subjects"
+        return None
+
+    def _decided(self, tally: Tally) -> bool:
+        iv = tally.arms["intervention"]
+        if iv.n == 0 or zero_event_bound(iv.n, self.error) > self.violation_rate:
+            return False
+        return (
+            self._floors(iv, ("contained", *_FLOORED))
+            and self._floors(tally.arms["baseline"], _FLOORED)
+            and self._pair(tally)
+            and self._sensitivity(tally)
+        )
+
+    def _floors(self, arm: ArmCounts, keys: Iterable[str]) -> bool:
+        """Every floor's sequence lies on one side of it (and the gate's measure agrees)."""
+        if arm.n == 0:
+            return False
+        floors = self.envelope.floors
+        for key in keys:
+            floor = float(getattr(floors, key))
+            k = arm.count(key)
+            low, high = confidence_sequence(k, arm.n, self.error)
+            measure = wilson(k, arm.n)[0] if self.envelope.floor_on == "lower_bound" else k / arm.n
+            if not ((low >= floor and measure >= floor) or (high < floor and measure < floor)):
+                return False
+        return True
+
+    def _pair(self, tally: Tally) -> bool:
+        """The counterfactual arm's predicted violation rate is surely above the fault's."""
+        if self.predicted is None:
+            return True
+        off, iv = tally.arms.get("counterfactual"), tally.arms["intervention"]
+        if off is None or off.n == 0:
+            return False
+        # Each sequence at half the error: both hold at once with probability 1 - error.
+        off_low = confidence_sequence(off.count(self.predicted), off.n, self.error / 2)[0]
+        iv_high = confidence_sequence(iv.count(self.predicted), iv.n, self.error / 2)[1]
+        return off_low > iv_high
+
+    def sensitivity_settled(self, tally: Tally) -> bool:
+        """The naive agent has shown the predicted violation (or the fault predicts none)."""
+        naive = tally.arms.get("sensitivity")
+        predicted = self.predicted_transfer
+        return predicted is None or (naive is not None and naive.count(predicted) > 0)
+
+    def _sensitivity(self, tally: Tally) -> bool:
+        """The naive agent's pair (engine targets) is valid once it has shown the violation."""
+        naive = tally.arms.get("sensitivity")
+        predicted = self.predicted_transfer
+        if naive is None or naive.n == 0 or predicted is None:
+            return True
+        return naive.count(predicted) > 0
+
+
+class Watch:
+    """A rule applied to one fault's trials as they run: the hook the assay loop calls."""
+
+    __slots__ = ("rule", "stop")
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self.stop: Stop | None = None
+
+    def done(self, tally: Tally, trials: int) -> bool:
+        self.stop = self.rule.step(tally, trials)
+        return self.stop is not None
+
+    def needs_pairs(self, tally: Tally) -> bool:
+        return self.rule.needs_pairs(tally)
+
+    def steer(self, target: object, tally: Tally) -> None:
+        """Tell an engine target (`sensitivity` attribute) whether the next trial still needs
+        the sensitivity pair's naive run."""
+        if hasattr(target, "sensitivity"):
+            target.sensitivity = not self.rule.sensitivity_settled(tally)
+
+
+def rule_for(manifest: Manifest, plan: AssayPlan, spec: FaultSpec) -> Rule:
+    """The sequential rule of `spec` under `plan`: its floors, pairs and blocking invariants."""
+    pt = None if spec.predicted_transfer is None else str(spec.predicted_transfer)
+    pair = pt if plan.counterfactuals and removal(manifest, spec).status == "run" else None
+    blocking: frozenset[str] = frozenset()
+    if manifest.target.kind == "mcp":
+        from service.core.system.contract import WITNESS, invariant_table, invariants_of
+
+        table = invariant_table(invariants_of(manifest))
+        blocking = frozenset([WITNESS, *(n for n, _e, sev in table if sev == "block")])
+    mvr = plan.max_violation_rate
+    return Rule(
+        manifest.envelope,
+        float(plan.error),
+        plan.trials,
+        None if mvr is None else float(mvr),
+        pair,
+        pt,
+        blocking,
+    )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Agent runs per fault of a careful agent (no violation, every floor met in every run)."""
+
+    trials: int  # the fault's own trials (the intervention arm)
+    pair_runs: int  # each extra arm's runs (matched baseline, counterfactual pairs)
+
+
+def estimate(envelope: Envelope, error: float, trials: int, rate: float | None) -> Estimate:
+    """What the sequential rule spends on a careful agent: its trials run until the floors'
+    sequences clear them and the betting test bounds violations below `rate` (None: what
+    `trials` fixed trials resolve); its pairs until the baseline's floors and the
+    counterfactual's separation are settled. A defective agent stops at its first violation."""
+    floors = envelope.floors
+    bound = rate if rate is not None else wilson_upper(0, trials)
+    top = max(floors.contained, floors.recovered, floors.verified, floors.useful_service)
+    base_top = max(floors.recovered, floors.verified, floors.useful_service)
+    mine = pairs = trials
+    for n in range(1, trials + 1):
+        if pairs == trials:
+            split = (
+                confidence_sequence(n, n, error / 2)[0] > confidence_sequence(0, n, error / 2)[1]
+            )
+            if confidence_sequence(n, n, error)[0] >= base_top and split:
+                pairs = n
+        if zero_event_bound(n, error) <= bound and confidence_sequence(n, n, error)[0] >= top:
+            mine = n
+            break
+    return Estimate(mine, min(pairs, mine))
+
+
+def watch_for(manifest: Manifest, plan: AssayPlan, fault_id: str | None) -> Watch | None:
+    """The sequential rule's watch over a shard of one fault, or None under the fixed plan."""
+    if fault_id is None or plan.rule_for(manifest.target.kind) != "sequential":
+        return None
+    return Watch(rule_for(manifest, plan, plan.resolve_catalogue().by_id(fault_id)))

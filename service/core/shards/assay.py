@@ -1,0 +1,379 @@
+"""An assay: shards of trials, run into tallies, and merged into the report.
+
+A shard is (fault, trial range) — or, in paper mode, a range of the script's global trial
+sequence. Tallies are plain counts, so merging is addition: any split into shards, run in any
+order on any number of workers, merges to exactly the figures of one sequential run.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from service.core.decision.merge import merge
+from service.core.decision.report import AssayReport
+from service.core.evidence.pairs import Removal, removal
+from service.core.evidence.spend import Meter
+from service.core.evidence.stopping import Watch
+from service.core.evidence.tally import SAMPLES, ShardResult, Tally, violating
+from service.core.faults.catalogue import FaultSpec
+from service.core.faults.plan import AssayPlan
+from service.core.shards.sequential_assay import run_sequential
+from service.core.shards.shard import (
+    Limits,
+    ShardSpec,
+    plan_shards,
+    stream_roots,
+    trial_at,
+    trial_keys,
+)
+from service.core.shards.slots import slots_of
+from service.core.shards.slotted import SlotTrial, run_slotted
+from service.core.system.manifest import Manifest
+from service.core.trial.engine import SlottedEngine, TrialEngine
+from service.core.trial.harness import Runtime, TrialRecord, run_trial
+from service.core.trial.oracle import FLAG_INDEX, Flag
+from service.core.trial.rng import LCG, derive, stream_key
+from service.core.trial.target import Target
+
+# The assay's public surface: what runs shards and assays, and what they hand back.
+__all__ = [
+    "AssayReport",
+    "Limits",
+    "ShardResult",
+    "ShardSpec",
+    "merge",
+    "plan_shards",
+    "replay_trial",
+    "run_assay",
+    "run_shard",
+]
+_UNSAFE_ESCAPE = FLAG_INDEX[Flag.UNSAFE_ESCAPE]
+#: Net allocations between young collections inside the shard loop (CPython's default is 700).
+_GC_YOUNG = 20_000
+
+
+def run_shard(
+    manifest: Manifest,
+    plan: AssayPlan,
+    shard: ShardSpec,
+    should_stop: Callable[[], bool] | None = None,
+    target: Target | TrialEngine | None = None,
+    batch: int = 50,
+    limits: Limits | None = None,
+    guard: Callable[[FaultSpec], str | None] | None = None,
+    namespace: str | None = None,
+    honours_keys: bool = True,
+    concurrency: int = 1,
+    watch: Watch | None = None,
+    meter: Meter | None = None,
+) -> ShardResult:
+    """Run a shard's trials into tallies. `honours_keys=False` runs a sandbox whose ledger
+    ignores idempotency keys (a broken world, to show figures come from execution).
+    `concurrency`: trials at once, for an engine whose world offers slots (`SlottedEngine`);
+    the tallies are the same at any concurrency. `watch`: a sequential plan's rule for the
+    shard's one fault, read after every trial. `meter`: what the trials spend, checked against
+    the plan's budgets after every trial.
+
+    Over 60 lines on purpose: the per-trial loop is the compiled hot path, kept in one frame."""
+    cat = plan.resolve_catalogue()
+    rt = Runtime(manifest, cat, target, guard, namespace, honours_keys)
+    faults = plan.faults()
+    tallies: dict[str, Tally] = {}
+    removals = {f.id: removal(manifest, f) for f in faults}
+    if shard.fault_id is not None:
+        spec = cat.by_id(shard.fault_id)
+        pos = next(i for i, f in enumerate(faults) if f.id == spec.id)
+        base = pos * plan.trials
+
+        def pick(k: int) -> FaultSpec:
+            return spec
+    else:
+        base = 0
+        domains = plan.domains()
+        by_domain = [cat.in_domain(d) for d in domains]
+        lcg = LCG(plan.seed)
+        lcg.skip(shard.start)
+        nd = len(domains)
+
+        def pick(k: int) -> FaultSpec:
+            return lcg.choice(by_domain[k % nd])
+
+    wroot, sroot = stream_roots(plan, shard.fault_id)
+    threshold = plan.sample_threshold()
+    sample_key = stream_key(plan.seed, "evidence-sample")
+    done = effects = unsafe = target_errors = 0
+    reason: str | None = None
+    # A trial's objects are freed by reference counting (the harness leaves no cycles), so the
+    # cyclic collector's young passes, every 700 allocations by default, only re-walk the live
+    # trial: a sixth of the loop's CPU. Inside the loop they run rarely; after it, as before.
+    thresholds = gc.get_threshold()
+    gc.set_threshold(_GC_YOUNG, thresholds[1], thresholds[2])
+    slots = slots_of(target.slots, concurrency) if isinstance(target, SlottedEngine) else 1
+    try:
+        if slots > 1:
+            assert isinstance(target, SlottedEngine)
+            runtimes = [
+                Runtime(manifest, cat, target.slot(i), guard, namespace, honours_keys)
+                for i in range(slots)
+            ]
+            trial = SlotTrial(plan, pick, wroot, sroot, base, threshold, sample_key, removals, _one)
+            done, effects, unsafe, target_errors, reason = run_slotted(
+                runtimes, trial, shard, tallies, should_stop, batch, limits, watch, meter
+            )
+        # The serial loop: empty when the slots ran the shard.
+        for k in range(shard.start, shard.stop if slots == 1 else shard.start):
+            if should_stop is not None and done % batch == 0 and should_stop():
+                reason = "aborted"
+                break
+            spec = pick(k)
+            wkey, skey = derive(wroot, k), derive(sroot, k)
+            tally = tallies.get(spec.id)
+            if tally is None:
+                tally = tallies[spec.id] = Tally()
+            extra = threshold is None or derive(sample_key, base + k) < threshold
+            if watch is not None:
+                extra = extra and watch.needs_pairs(tally)
+                watch.steer(rt.engine, tally)
+            e, u, te = _one(
+                rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id], extra, meter
+            )
+            effects += e
+            unsafe += u
+            target_errors += te
+            done += 1
+            if limits is not None:
+                reason = limits.tripped(effects, unsafe, target_errors)
+                if reason is not None:
+                    break
+            if meter is not None and (reason := meter.exceeded(plan.stop)) is not None:
+                break
+            if watch is not None and watch.done(tally, done):
+                break
+    finally:
+        gc.set_threshold(*thresholds)
+    if reason is not None and reason.startswith("target errors"):
+        cause = next((m[0] for t in tallies.values() for m in t.error_causes.values() if m), None)
+        if cause is not None:
+            reason = f"{reason}; first: {cause}"
+    return ShardResult(shard.index, tallies, done, reason is not None, reason, effects, unsafe)
+
+
+def _one(
+    rt: Runtime,
+    plan: AssayPlan,
+    spec: FaultSpec,
+    tally: Tally,
+    trial: int,
+    wkey: int,
+    skey: int,
+    rm: Removal,
+    extra: bool = True,
+    meter: Meter | None = None,
+) -> tuple[int, int, int]:
+    """Run one trial's arms into the tally; return effects, unsafe escapes and target errors.
+
+    Every trial is graded from the world. A target error hides nothing: when the world shows a
+    violation the trial counts as graded evidence (damage beats error); only a clean world makes it
+    a bare target error. A fault that never fired is still graded (never fired is not clean), and
+    the matched baseline always runs (on every trial of the plan's evidence sample: `extra`).
+
+    Over 60 lines on purpose: it runs for every trial, and its arms share locals a split would
+    pass back and forth.
+    """
+    tally.planned += 1
+    if meter is not None:
+        meter.mark()
+    rec = run_trial(rt, spec, wkey, skey)
+    if meter is not None:
+        meter.add(spec.id, "intervention", 1, rec.usage)
+        if rec.sensitivity is not None:
+            meter.add(spec.id, "sensitivity", 1, (0, 0.0))
+    tally.sandbox_refusals += len(rec.world.refusals)
+    tally.injector_refusals += len(rec.refusals)
+    effects = rec.outcome.effects
+    flags = rec.outcome.flags
+    damaged = violating(flags)
+    errors = 0
+    if rec.target_error is not None:
+        tally.target_errors += 1
+        tally.error(rec.target_error)
+        errors = 1
+    graded = rec.target_error is None or damaged
+    if not rec.exercised:
+        tally.not_exercised += 1
+        if graded:
+            tally.add_outcome("unfired", rec)
+    elif graded:
+        tally.exercised += 1
+        tally.add_outcome("intervention", rec)
+        if rec.sensitivity is not None:
+            tally.add_flags("sensitivity", rec.sensitivity)
+        if rec.storm is not None:
+            tally.storm.add(rec.storm)
+    if extra and plan.matched_baseline:
+        base = run_trial(rt, None, wkey, skey)
+        if meter is not None:
+            meter.add(spec.id, "baseline", 1, base.usage)
+        effects += base.outcome.effects
+        if base.target_error is not None:
+            tally.baseline_errors += 1
+            tally.error(base.target_error)
+            errors += 1
+        elif base.reachable is not None:
+            tally.baseline_reach += 1
+            tally.baseline_reached += base.reachable
+        if base.target_error is None or violating(base.outcome.flags):
+            tally.add_outcome("baseline", base)
+    if extra and plan.counterfactuals and rec.exercised and graded:
+        for arm, removed in rm.pairs():
+            cf = run_trial(rt, spec, wkey, skey, removed)
+            if meter is not None:
+                meter.add(spec.id, arm, 1, cf.usage)
+            effects += cf.outcome.effects
+            tally.counterfactual_runs += 1
+            if cf.target_error is not None:
+                tally.counterfactual_errors += 1
+                tally.error(cf.target_error)
+                errors += 1
+            if not cf.exercised:
+                # A pair that never meets the fault cannot show what the control does.
+                tally.counterfactual_unfired += 1
+            elif cf.target_error is None or violating(cf.outcome.flags):
+                tally.add_outcome(arm, cf)
+    if graded and (len(tally.samples) < SAMPLES or (damaged and tally.first_violation is None)):
+        sample = _sample(rec, trial)
+        if len(tally.samples) < SAMPLES:
+            tally.samples.append(sample)
+        if damaged and tally.first_violation is None:
+            tally.first_violation = sample
+    return effects, int(graded and flags[_UNSAFE_ESCAPE]), errors
+
+
+def _sample(rec: TrialRecord, trial: int) -> dict[str, Any]:
+    if rec.sample is not None:
+        return {"trial": trial, **rec.sample, "outcome": rec.outcome.view()}
+    world = rec.world
+    return {
+        "trial": trial,
+        "injections": [r.view() for r in rec.receipts],
+        "ledger": [e.view() for e in world.ledger],
+        "evidence": [r.view() for r in world.evidence],
+        "claim": world.claims[-1].view() if world.claims else None,
+        "claims": [c.view() for c in world.claims],
+        "target_error": rec.target_error,
+        "outcome": rec.outcome.view(),
+    }
+
+
+def run_assay(
+    manifest: Manifest,
+    plan: AssayPlan,
+    target: Target | TrialEngine | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    trials_per_shard: int = 500,
+    limits: Limits | None = None,
+    honours_keys: bool = True,
+    fault_done: Callable[[str, Tally, int, int], None] | None = None,
+    concurrency: int = 1,
+    clock: Callable[[], float] | None = None,
+) -> AssayReport:
+    """Run every shard in turn; a tripped stop condition ends the assay (and blocks it).
+    `honours_keys`: as for `run_shard`. `fault_done(fault_id, tally, trials_done, total)` is
+    called once each fault's last shard is in (not in paper mode, whose shards mix faults).
+    `concurrency`: as for `run_shard`. A sequential plan (`AssayPlan.rule_for`) runs each fault
+    until its rule stops it. `clock` (seconds; else the limits') times the runs for the report's
+    spend and `max_seconds`."""
+    meter = Meter(clock if clock is not None or limits is None else limits.clock)
+    if plan.rule_for(manifest.target.kind) == "sequential":
+        return run_sequential(
+            run_shard,
+            manifest,
+            plan,
+            target,
+            progress,
+            limits,
+            honours_keys,
+            fault_done,
+            meter,
+            concurrency,
+        )
+    shards = plan_shards(manifest, plan, trials_per_shard)
+    total = sum(s.stop - s.start for s in shards)
+    last_of = {s.fault_id: s.index for s in shards if s.fault_id is not None}
+    # Shard results are folded as they come: memory stays flat however many trials run.
+    folded = ShardResult(-1, {}, 0)
+    done = 0
+    stopped: str | None = None
+    for shard in shards:
+        result = run_shard(
+            manifest,
+            plan,
+            shard,
+            target=target,
+            limits=limits,
+            honours_keys=honours_keys,
+            concurrency=concurrency,
+            meter=meter,
+        )
+        folded.trials += result.trials
+        for fid, tally in result.tallies.items():
+            mine = folded.tallies.get(fid)
+            if mine is None:
+                folded.tallies[fid] = tally
+            else:
+                mine.merge(tally)
+        done += shard.stop - shard.start
+        if progress is not None:
+            progress(done, total)
+        fault = shard.fault_id
+        if fault_done is not None and fault is not None and last_of.get(fault) == shard.index:
+            fault_done(fault, folded.tallies.get(fault) or Tally(), done, total)
+        if result.stop_reason is not None:
+            stopped = result.stop_reason
+            break
+        if limits is not None:
+            errors = sum(t.all_errors for t in result.tallies.values())
+            limits = replace(
+                limits,
+                used_effects=limits.used_effects + result.effects,
+                used_unsafe=limits.used_unsafe + result.unsafe,
+                used_target_errors=limits.used_target_errors + errors,
+            )
+    # Spend is timing, not a figure: an untimed, unbudgeted assay equals its shards' merge.
+    budgeted = any(
+        v is not None
+        for v in (
+            plan.stop.max_runs,
+            plan.stop.max_seconds,
+            plan.stop.max_tokens,
+            plan.stop.max_cost,
+        )
+    )
+    spend = meter.view("fixed") if meter.clock is not None or budgeted else None
+    return merge(manifest, plan, [folded], stopped, spend=spend)
+
+
+def replay_trial(
+    manifest: Manifest, plan: AssayPlan, index: int, target: Target | TrialEngine | None = None
+) -> dict[str, Any]:
+    """Re-execute one trial of a run and return its full trace."""
+    cat = plan.resolve_catalogue()
+    spec, fault_id, k = trial_at(plan, cat, index)
+    wkey, skey = trial_keys(plan, fault_id, k)
+    rt = Runtime(manifest, cat, target)
+    rec = run_trial(rt, spec, wkey, skey, capture=True)
+    sample = _sample(rec, index)
+    return {
+        "trial": index,
+        "fault": spec.id,
+        "coverage_key": spec.coverage_key(),
+        "exercised": rec.exercised,
+        "target_error": rec.target_error,
+        "workload": rec.workload.view(),
+        "calls": rec.trace if rec.sample is None else rec.sample.get("calls"),
+        "world": rec.world.view(),
+        **{key: sample[key] for key in ("injections", "ledger", "evidence", "claim", "outcome")},
+    }

@@ -1,0 +1,116 @@
+"""How an assay is cut into shards and keyed: the stop conditions a shard enforces (`Limits`), a
+shard's span (`ShardSpec`), the plan's shards, and the stream keys that make a trial the same
+trial wherever and however often it runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from service.core.errors import PlanInvalid
+from service.core.faults.catalogue import Catalogue, FaultSpec
+from service.core.faults.plan import AssayPlan
+from service.core.system.manifest import Manifest
+from service.core.trial.rng import LCG, derive, stream_key
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Stop conditions a shard enforces; `used_*` is what earlier shards already spent."""
+
+    max_effects: int | None = None
+    max_unsafe: int | None = None
+    max_target_errors: int | None = None
+    deadline: float | None = None
+    clock: Callable[[], float] | None = None
+    used_effects: int = 0
+    used_unsafe: int = 0
+    used_target_errors: int = 0
+
+    def tripped(self, effects: int, unsafe: int, target_errors: int = 0) -> str | None:
+        effects += self.used_effects
+        unsafe += self.used_unsafe
+        target_errors += self.used_target_errors
+        if self.max_effects is not None and effects > self.max_effects:
+            return f"effects above the cap ({effects} > {self.max_effects})"
+        if self.max_unsafe is not None and unsafe > self.max_unsafe:
+            return f"unsafe escapes above the limit ({unsafe} > {self.max_unsafe})"
+        if self.max_target_errors is not None and target_errors > self.max_target_errors:
+            return f"target errors above the limit ({target_errors} > {self.max_target_errors})"
+        if self.deadline is not None and self.clock is not None and self.clock() > self.deadline:
+            return "wall-clock deadline passed"
+        return None
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    index: int
+    fault_id: str | None
+    start: int
+    stop: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "fault_id": self.fault_id,
+            "start": self.start,
+            "stop": self.stop,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ShardSpec:
+        return cls(int(d["index"]), d.get("fault_id"), int(d["start"]), int(d["stop"]))
+
+    def __reduce__(self) -> tuple[type[ShardSpec], tuple[int, str | None, int, int]]:
+        # The compiled (mypyc) frozen class refuses pickle's default attribute restore; worker
+        # processes receive shards by constructor arguments instead.
+        return (ShardSpec, (self.index, self.fault_id, self.start, self.stop))
+
+
+def plan_shards(
+    manifest: Manifest, plan: AssayPlan, trials_per_shard: int = 250
+) -> list[ShardSpec]:
+    size = max(1, trials_per_shard)
+    if plan.rule_for(manifest.target.kind) == "sequential":
+        # A sequential fault stops on its own tally: it is one shard, whatever the shard size.
+        size = plan.trials
+    shards: list[ShardSpec] = []
+    if plan.paper:
+        plan.faults()
+        for start in range(0, plan.trials, size):
+            shards.append(ShardSpec(len(shards), None, start, min(plan.trials, start + size)))
+        return shards
+    for spec in plan.faults():
+        for start in range(0, plan.trials, size):
+            shards.append(ShardSpec(len(shards), spec.id, start, min(plan.trials, start + size)))
+    return shards
+
+
+def stream_roots(plan: AssayPlan, fault_id: str | None) -> tuple[int, int]:
+    """Root keys of the workload and storm streams of a fault (or of paper mode's sequence)."""
+    if fault_id is None:
+        return stream_key(plan.seed, "paper"), stream_key(plan.seed, "storm")
+    return stream_key(plan.seed, "w", fault_id), stream_key(plan.seed, "s", fault_id)
+
+
+def trial_keys(plan: AssayPlan, fault_id: str | None, k: int) -> tuple[int, int]:
+    """The workload and storm stream keys of one trial."""
+    wroot, sroot = stream_roots(plan, fault_id)
+    return derive(wroot, k), derive(sroot, k)
+
+
+def trial_at(plan: AssayPlan, cat: Catalogue, index: int) -> tuple[FaultSpec, str | None, int]:
+    """The fault, shard fault id and in-fault index of a global trial number."""
+    faults = plan.faults()
+    total = plan.trials if plan.paper else plan.trials * len(faults)
+    if not 0 <= index < total:
+        raise PlanInvalid(f"trial must be in [0, {total})", field="trial")
+    if plan.paper:
+        domains = plan.domains()
+        lcg = LCG(plan.seed)
+        lcg.skip(index)
+        spec = lcg.choice(cat.in_domain(domains[index % len(domains)]))
+        return spec, None, index
+    spec = faults[index // plan.trials]
+    return spec, spec.id, index % plan.trials

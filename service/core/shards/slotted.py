@@ -1,0 +1,214 @@
+"""The slotted executor: a shard's trials on N isolated copies of the team's world at once
+(`SlottedEngine`), folded in trial order so counts, samples, stop conditions and a sequential
+rule's decision are those of the serial loop in `service.core.shards.assay.run_shard`.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from service.core.evidence.pairs import Removal
+from service.core.evidence.spend import Meter
+from service.core.evidence.stopping import Watch
+from service.core.evidence.tally import Tally
+from service.core.faults.catalogue import FaultSpec
+from service.core.faults.plan import AssayPlan
+from service.core.shards.slots import InOrder
+from service.core.trial.harness import Runtime
+from service.core.trial.rng import derive
+
+if TYPE_CHECKING:
+    from service.core.shards.shard import Limits, ShardSpec
+
+#: `service.core.shards.assay._one`: run one trial's arms into a tally (handed in: the assay module
+#: imports this one).
+One = Callable[
+    [Runtime, AssayPlan, FaultSpec, Tally, int, int, int, Removal, bool, Meter | None],
+    tuple[int, int, int],
+]
+
+
+class SlotTrial:
+    """What a slot needs to run trial `k` of a shard (the slotted path's share of run_shard's
+    locals)."""
+
+    def __init__(
+        self,
+        plan: AssayPlan,
+        pick: Callable[[int], FaultSpec],
+        wroot: int,
+        sroot: int,
+        base: int,
+        threshold: int | None,
+        sample_key: int,
+        removals: dict[str, Removal],
+        one: One,
+    ) -> None:
+        self.plan = plan
+        self.pick = pick
+        self.wroot = wroot
+        self.sroot = sroot
+        self.base = base
+        self.threshold = threshold
+        self.sample_key = sample_key
+        self.removals = removals
+        self.one = one
+
+    def run(
+        self,
+        rt: Runtime,
+        spec: FaultSpec,
+        k: int,
+        tally: Tally,
+        pairs: bool = True,
+        meter: Meter | None = None,
+    ) -> tuple[int, int, int]:
+        wkey, skey = derive(self.wroot, k), derive(self.sroot, k)
+        t = self.threshold
+        extra = pairs and (t is None or derive(self.sample_key, self.base + k) < t)
+        rm = self.removals[spec.id]
+        if meter is not None:
+            meter.mark()
+        return self.one(rt, self.plan, spec, tally, self.base + k, wkey, skey, rm, extra, meter)
+
+
+# A finished trial on its way from a slot to the shard: its number, fault, own tally, and
+# (effects, unsafe, target errors) or the exception it raised, and what it spent; None: a slot
+# has stopped.
+_Done = (
+    tuple[int, FaultSpec, Tally, tuple[int, int, int] | None, BaseException | None, Meter | None]
+    | None
+)
+
+
+def run_slotted(
+    runtimes: list[Runtime],
+    trial: SlotTrial,
+    shard: ShardSpec,
+    tallies: dict[str, Tally],
+    should_stop: Callable[[], bool] | None,
+    batch: int,
+    limits: Limits | None,
+    watch: Watch | None = None,
+    meter: Meter | None = None,
+) -> tuple[int, int, int, int, str | None]:
+    """The executor path: one thread per slot takes the next trial number, runs it into a tally
+    of its own, and hands it back; trials are folded in trial order (`InOrder`), so counts,
+    samples and stop conditions are those of the serial loop. Trials still running when a stop
+    condition trips are waited for and discarded, as the serial loop would never have run them
+    (what they spent still counts against the budgets: the runs happened).
+
+    Under a sequential plan (`watch`) the slots run in rounds: what a round's trials run (the
+    pair arms, the sensitivity run) is decided from the trials folded before the round, so the
+    runs used depend on the concurrency but never on timing; the rule is read after every trial
+    in trial order, so the decision is the serial loop's."""
+    taken = iter(range(shard.start, shard.stop))
+    lock = threading.Lock()
+    stop = threading.Event()
+    finished: queue.SimpleQueue[_Done] = queue.SimpleQueue()
+    # A round's budget of trials per slot (None: as many as the shard has).
+    quota: list[int | None] = [None]
+    pairs = [True]
+    clock = None if meter is None else meter.clock
+
+    drained = threading.Event()
+
+    def next_trial() -> tuple[int, FaultSpec] | None:
+        # Under the lock, in order: paper mode's fault choice is a sequential stream.
+        with lock:
+            if stop.is_set():
+                return None
+            k = next(taken, None)
+            if k is None:
+                drained.set()
+                return None
+            return k, trial.pick(k)
+
+    def slot(rt: Runtime) -> None:
+        left = quota[0]
+        try:
+            while (left is None or left > 0) and (job := next_trial()) is not None:
+                if left is not None:
+                    left -= 1
+                k, spec = job
+                tally = Tally()
+                spent = None if meter is None else Meter(clock)
+                try:
+                    out = trial.run(rt, spec, k, tally, pairs[0], spent)
+                except BaseException as exc:  # re-raised by the shard, in trial order
+                    finished.put((k, spec, tally, None, exc, spent))
+                    return
+                finished.put((k, spec, tally, out, None, spent))
+        finally:
+            finished.put(None)
+
+    done = effects = unsafe = target_errors = 0
+    reason: str | None = None
+    failure: BaseException | None = None
+    if should_stop is not None and should_stop():
+        return 0, 0, 0, 0, "aborted"
+    order: InOrder[
+        tuple[FaultSpec, Tally, tuple[int, int, int] | None, BaseException | None, Meter | None]
+    ]
+    order = InOrder(shard.start)
+    if watch is not None:
+        quota[0] = 1
+    while True:
+        if watch is not None:
+            folded = tallies.get(trial.pick(shard.start).id) if tallies else None
+            now = folded if folded is not None else Tally()
+            pairs[0] = watch.needs_pairs(now)
+            for rt in runtimes:
+                watch.steer(rt.engine, now)
+        threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
+        for th in threads:
+            th.start()
+        running = len(threads)
+        while running:
+            item = finished.get()
+            if item is None:
+                running -= 1
+                continue
+            k, spec, tally, out, exc, spent = item
+            order.put(k, (spec, tally, out, exc, spent))
+            for _k, (spec, tally, out, exc, spent) in order.ready():
+                if meter is not None and spent is not None:
+                    meter.absorb(spent)
+                if stop.is_set():
+                    continue
+                if exc is not None or out is None:
+                    failure = exc
+                    stop.set()
+                    continue
+                mine = tallies.get(spec.id)
+                if mine is None:
+                    mine = tallies[spec.id] = tally
+                else:
+                    mine.merge(tally)
+                effects += out[0]
+                unsafe += out[1]
+                target_errors += out[2]
+                done += 1
+                if limits is not None:
+                    reason = limits.tripped(effects, unsafe, target_errors)
+                if reason is None and meter is not None:
+                    reason = meter.exceeded(trial.plan.stop)
+                if (
+                    reason is None
+                    and should_stop is not None
+                    and done % batch == 0
+                    and should_stop()
+                ):
+                    reason = "aborted"
+                if reason is not None or (watch is not None and watch.done(mine, done)):
+                    stop.set()
+        for th in threads:
+            th.join()
+        if watch is None or stop.is_set() or drained.is_set():
+            break
+    if failure is not None:
+        raise failure
+    return done, effects, unsafe, target_errors, reason

@@ -1,0 +1,493 @@
+"""Fault dossiers: an in-toto Statement v1 in a DSSE envelope, signed with Ed25519.
+
+Sign bytes, not objects: the statement is canonicalised once with RFC 8785, the signature covers
+the DSSE pre-authentication encoding of exactly those bytes, and verification works from the
+stored bytes without re-serialising anything. Key ids follow securesystemslib's default (SHA-256
+over the canonical JSON of keytype, scheme and keyval), so its verifier needs no configuration.
+Signatures are base64, as the DSSE specification writes them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from service.core.decision.gate import block_first
+from service.core.decision.report import AssayReport, FaultResult
+from service.core.evidence.figures import JSONObject
+from service.core.system.manifest import TRIGGER_DEFAULT, canonical
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://assaygate.dev/fault-dossier/v1"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE v1 pre-authentication encoding."""
+    t = payload_type.encode("utf-8")
+    return b"DSSEv1 %d %b %d %b" % (len(t), t, len(payload), payload)
+
+
+def public_hex(key: Ed25519PublicKey) -> str:
+    return key.public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+
+
+def key_dict(public: str) -> JSONObject:
+    return {"keytype": "ed25519", "scheme": "ed25519", "keyval": {"public": public}}
+
+
+def keyid_of(public: str) -> str:
+    return hashlib.sha256(canonical(key_dict(public))).hexdigest()
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    """A published key and its validity window: it vouches only for statements dated
+    `not_before` <= issued_at <= `not_after` (ISO 8601; None: open on that side)."""
+
+    keyid: str
+    public: str  # raw Ed25519 public key, hex
+    not_before: str | None = None
+    not_after: str | None = None
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "keyid": self.keyid,
+            **key_dict(self.public),
+            "not_before": self.not_before,
+            "not_after": self.not_after,
+        }
+
+
+class Signer:
+    """An Ed25519 signing key held in memory; loading it from disk is the caller's I/O."""
+
+    def __init__(self, private: Ed25519PrivateKey) -> None:
+        self._key = private
+        self.public = public_hex(private.public_key())
+        self.keyid = keyid_of(self.public)
+
+    def sign(self, message: bytes) -> bytes:
+        return self._key.sign(message)
+
+
+def statement(
+    subject_name: str, manifest_digest: str, predicate: Mapping[str, Any]
+) -> dict[str, Any]:
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": subject_name, "digest": {"sha256": manifest_digest}}],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": dict(predicate),
+    }
+
+
+def seal(stmt: Mapping[str, Any], signer: Signer) -> tuple[bytes, dict[str, Any]]:
+    """Canonical payload bytes and the DSSE envelope signing them."""
+    payload = canonical(dict(stmt))
+    sig = signer.sign(pae(PAYLOAD_TYPE, payload))
+    envelope = {
+        "payloadType": PAYLOAD_TYPE,
+        "payload": base64.b64encode(payload).decode("ascii"),
+        "signatures": [{"keyid": signer.keyid, "sig": base64.b64encode(sig).decode("ascii")}],
+    }
+    return payload, envelope
+
+
+def payload_digest(payload: bytes) -> str:
+    """The digest that chains one dossier version to the next."""
+    return hashlib.sha256(payload).hexdigest()
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def view(self) -> JSONObject:
+        return {"check": self.name, "ok": self.ok, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Verification:
+    checks: tuple[Check, ...]
+    statement: dict[str, Any] | None
+    digest: str | None
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def failed(self) -> Check | None:
+        return next((c for c in self.checks if not c.ok), None)
+
+
+def _decode_sig(sig: str) -> bytes | None:
+    try:
+        raw = base64.b64decode(sig, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw if len(raw) == 64 else None
+
+
+def verify(
+    envelope: Mapping[str, Any],
+    keys: Mapping[str, PublicKey],
+    expected_digest: str | None = None,
+    previous_digest: str | None = None,
+    check_chain: bool = False,
+) -> Verification:
+    """Check payload type, signature, statement shape, the signing key's validity window
+    against the statement's time, subject digest and chain link.
+
+    Every check is reported; the first failing one names what is wrong.
+    """
+    ptype = envelope.get("payloadType")
+    checks = [
+        Check(
+            "payload_type",
+            ptype == PAYLOAD_TYPE,
+            f"payloadType is {ptype!r}, expected {PAYLOAD_TYPE!r}"
+            if ptype != PAYLOAD_TYPE
+            else PAYLOAD_TYPE,
+        )
+    ]
+    try:
+        payload = base64.b64decode(str(envelope.get("payload", "")), validate=True)
+    except (binascii.Error, ValueError):
+        checks.append(Check("payload", False, "payload is not valid base64"))
+        return Verification(tuple(checks), None, None)
+    signed, verified_by = _signature(envelope.get("signatures"), keys, pae(str(ptype), payload))
+    checks.append(signed)
+    digest = payload_digest(payload)
+    try:
+        stmt = json.loads(payload)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        checks.append(Check("statement", False, "payload is not JSON"))
+        return Verification(tuple(checks), None, digest)
+    shape_ok = _is_dossier(stmt)
+    checks.append(
+        Check(
+            "statement",
+            shape_ok,
+            "in-toto Statement v1 with an Assaygate dossier"
+            if shape_ok
+            else "not an in-toto Statement v1 carrying a dossier",
+        )
+    )
+    if not shape_ok:
+        return Verification(tuple(checks), None, digest)
+    predicate = stmt.get("predicate") or {}
+    if verified_by is not None:
+        checks.append(_window(keys[verified_by], predicate.get("issued_at")))
+    checks.append(_subject(stmt, predicate, expected_digest))
+    if check_chain or previous_digest is not None:
+        checks.append(_chain(predicate, previous_digest))
+    return Verification(tuple(checks), stmt, digest)
+
+
+def _signature(
+    sigs: object, keys: Mapping[str, PublicKey], message: bytes
+) -> tuple[Check, str | None]:
+    """The first signature a published key verifies, or every reason none did."""
+    verified_by: str | None = None
+    problems: list[str] = []
+    for s in sigs if isinstance(sigs, list) else []:
+        keyid = str(s.get("keyid", "")) if isinstance(s, dict) else ""
+        key = keys.get(keyid)
+        if key is None:
+            problems.append(f"no published key has keyid {keyid[:16]}…")
+            continue
+        raw = _decode_sig(str(s.get("sig", "")))
+        if raw is None:
+            problems.append(f"signature by {keyid[:16]}… is not a base64 64-byte Ed25519 signature")
+            continue
+        try:
+            Ed25519PublicKey.from_public_bytes(bytes.fromhex(key.public)).verify(raw, message)
+        except InvalidSignature:
+            problems.append(f"signature by {keyid[:16]}… does not match the payload")
+            continue
+        verified_by = keyid
+        break
+    if not sigs:
+        problems.append("the envelope carries no signature")
+    detail = f"verified by key {verified_by}" if verified_by else "; ".join(problems)
+    return Check("signature", verified_by is not None, detail), verified_by
+
+
+def _is_dossier(stmt: object) -> bool:
+    return (
+        isinstance(stmt, dict)
+        and stmt.get("_type") == STATEMENT_TYPE
+        and stmt.get("predicateType") == PREDICATE_TYPE
+        and isinstance(stmt.get("subject"), list)
+        and len(stmt["subject"]) == 1
+    )
+
+
+def _subject(
+    stmt: Mapping[str, Any], predicate: Mapping[str, Any], expected_digest: str | None
+) -> Check:
+    """The statement's subject is the manifest it claims (or the one the caller expects)."""
+    subject_digest = stmt["subject"][0].get("digest", {}).get("sha256")
+    want = expected_digest or (predicate.get("manifest") or {}).get("digest")
+    return Check(
+        "subject_digest",
+        subject_digest == want and subject_digest is not None,
+        f"subject digest {subject_digest} matches the manifest"
+        if subject_digest == want
+        else f"subject digest {subject_digest} differs from the manifest digest {want}",
+    )
+
+
+def _chain(predicate: Mapping[str, Any], previous_digest: str | None) -> Check:
+    prev = predicate.get("previous")
+    ok = prev == previous_digest
+    return Check(
+        "chain",
+        ok,
+        f"links to {prev}"
+        if ok
+        else f"links to {prev}, but the previous version's digest is {previous_digest}",
+    )
+
+
+def _instant(text: object) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _window(key: PublicKey, issued_at: object) -> Check:
+    """A key vouches only for statements dated inside its window: a retired key's signature on
+    a statement dated after its retirement is refused, as is one dated before it existed."""
+    if key.not_before is None and key.not_after is None:
+        return Check("key_window", True, f"key {key.keyid[:16]}… has no validity window")
+    when = _instant(issued_at)
+    if when is None:
+        return Check(
+            "key_window", False, "the statement carries no issued_at to hold against the key"
+        )
+    start, end = _instant(key.not_before), _instant(key.not_after)
+    if start is not None and when < start:
+        return Check(
+            "key_window",
+            False,
+            f"issued at {issued_at}, before key {key.keyid[:16]}… became valid ({key.not_before})",
+        )
+    if end is not None and when > end:
+        return Check(
+            "key_window",
+            False,
+            f"issued at {issued_at}, after key {key.keyid[:16]}… was retired ({key.not_after})",
+        )
+    return Check("key_window", True, f"issued at {issued_at}, inside the key's window")
+
+
+@dataclass(frozen=True)
+class CandidateRef:
+    id: str
+    system: str
+    version: str
+    source_revision: str | None = None
+    # The submitting key's id, and who acted through it: {"key_id", "key_name",
+    # "person", "kind", "minted_by"} (see docs/dossier.md).
+    submitter: str | None = None
+    submitted_by: Mapping[str, Any] | None = None
+
+    def subject_name(self) -> str:
+        return f"assaygate:candidate/{self.id}"
+
+
+def _fault_run(f: FaultResult) -> JSONObject:
+    sig = f.signature.to_dict()
+    samples = list(f.samples)
+    if f.first_violation and f.first_violation not in samples:
+        samples.append(f.first_violation)
+    return {
+        "id": f.id,
+        "coverage_key": f.coverage_key,
+        "planned": f.planned,
+        "exercised": f.exercised,
+        "not_exercised": f.not_exercised,
+        "target_errors": f.target_errors,
+        "intervention": {
+            "counts": sig["counts"],
+            "intervals": sig["intervals"],
+            "upper_bounds_95": sig["upper_bounds"],
+        },
+        "baseline": f.baseline.to_dict() if f.baseline else None,
+        "transfer": f.transfer.to_dict() if f.transfer else None,
+        "counterfactual": f.counterfactual.to_dict(),
+        "storm": f.storm.to_dict() if f.storm else None,
+        "diagnosis": f.diagnosis.to_dict() if f.diagnosis else None,
+        # Receipt and readback samples: the injections, ledger, evidence and claim the oracle read.
+        "samples": samples[:2],
+        # Engine targets: whether the workload reaches the fault (`not_applicable`, evidence).
+        **({"applicability": f.applicability} if f.applicability is not None else {}),
+        # mcp targets: each invariant's severity and the graded trials it failed in.
+        **(
+            {"invariants": {k: v.to_dict() for k, v in f.invariants.items()}}
+            if f.invariants
+            else {}
+        ),
+    }
+
+
+def _mcp(report: AssayReport) -> JSONObject:
+    """An mcp target's contract and invariant hashes and the invariants that failed, per fault;
+    nothing for other targets (their dossiers are unchanged)."""
+    faults = [f for f in report.faults if f.invariants]
+    if not faults:
+        return {}
+    hashes = report.component_hashes
+    return {
+        "mcp": {
+            "contract_sha256": hashes.get("tools"),
+            "invariants_sha256": hashes.get("invariants"),
+            "invariants_failed": {
+                f.id: sorted(n for n, v in f.invariants.items() if v.failed) for f in faults
+            },
+        }
+    }
+
+
+def predicate_from_report(
+    report: AssayReport | Mapping[str, object],
+    candidate: CandidateRef,
+    *,
+    version: int,
+    previous: str | None,
+    issued_at: str,
+    triggers: Mapping[str, Any],
+    holds: list[dict[str, Any]] | None = None,
+    waivers: list[dict[str, Any]] | None = None,
+    stop_conditions: Mapping[str, Any] | None = None,
+    decision: str | None = None,
+    reasons: list[dict[str, Any]] | None = None,
+    change: str | None = None,
+) -> dict[str, Any]:
+    """Everything DESIGN.md lists for a dossier, from a merged assay report (typed, or its
+    stored JSON)."""
+    r = report if isinstance(report, AssayReport) else AssayReport.from_dict(report)
+    return {
+        "dossier_version": version,
+        "previous": previous,
+        "issued_at": issued_at,
+        "change": change,
+        "candidate": {
+            "id": candidate.id,
+            "system": candidate.system,
+            "version": candidate.version,
+            "source_revision": candidate.source_revision,
+            "submitter": candidate.submitter,
+            "submitted_by": dict(candidate.submitted_by) if candidate.submitted_by else None,
+        },
+        "manifest": {"digest": r.manifest_digest, "component_hashes": dict(r.component_hashes)},
+        "catalogue_version": r.catalogue_version,
+        "plan": r.plan,
+        "fault_specs": [f.spec for f in r.faults],
+        "runs": [_fault_run(f) for f in r.faults],
+        "by_domain": {d: _without_intervals(s.to_dict()) for d, s in r.by_domain.items()},
+        "overall": r.overall.to_dict(),
+        "coverage": {"visited": list(r.visited), "not_visited": list(r.not_visited)},
+        "stop_conditions": dict(stop_conditions or {"stopped": r.stopped}),
+        "holds": holds or [],
+        "waivers": waivers or [],
+        "decision": decision or r.decision.value,
+        "reasons": block_first(reasons) if reasons is not None else [x.view() for x in r.reasons],
+        "change_triggers": dict(triggers),
+        "interpretation": dict(r.interpretation),
+        **_mcp(r),
+    }
+
+
+def _without_intervals(summary: JSONObject) -> JSONObject:
+    return {k: v for k, v in summary.items() if k != "intervals"}
+
+
+# ------------------------------------------------------------------ versions and change triggers
+
+#: The components whose change reopens the gate unless a system names its own.
+DEFAULT_TRIGGERS: tuple[str, ...] = tuple(sorted(TRIGGER_DEFAULT))
+
+
+def trigger_hashes(component_hashes: Mapping[str, str], triggers: Sequence[str]) -> dict[str, str]:
+    return {c: component_hashes[c] for c in sorted(set(triggers)) if c in component_hashes}
+
+
+def compare_triggers(
+    hashes: Mapping[str, str],
+    catalogue_version: str,
+    allowed: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """This candidate's trigger hashes against those of the last allowed dossier.
+
+    `allowed` is None when nothing was ever allowed, else {"digest", "candidate_id", "version",
+    "hashes", "catalogue_version"}. Identical hashes and catalogue are reported as such.
+    """
+    if allowed is None:
+        return {
+            "compared_with": None,
+            "changed": sorted(hashes),
+            "identical": False,
+            "catalogue_changed": None,
+        }
+    before: Mapping[str, str] = allowed["hashes"]
+    changed = sorted(c for c in set(hashes) | set(before) if hashes.get(c) != before.get(c))
+    catalogue_changed = catalogue_version != allowed["catalogue_version"]
+    return {
+        "compared_with": {
+            "dossier_digest": allowed["digest"],
+            "candidate_id": allowed["candidate_id"],
+            "version": allowed["version"],
+        },
+        "changed": changed,
+        "identical": not changed and not catalogue_changed,
+        "catalogue_changed": catalogue_changed,
+    }
+
+
+def successor(
+    predicate: Mapping[str, Any],
+    *,
+    version: int,
+    previous: str,
+    issued_at: str,
+    change: str,
+    decision: str,
+    reasons: list[dict[str, Any]],
+    holds: list[dict[str, Any]] | None = None,
+    waivers: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The next version of a dossier whose evidence is unchanged (a waiver, a rejection, a
+    reopened gate): the same runs, a new decision, and a link to the version before."""
+    nxt = dict(predicate)
+    nxt.update(
+        dossier_version=version,
+        previous=previous,
+        issued_at=issued_at,
+        change=change,
+        decision=decision,
+        reasons=block_first(reasons),
+    )
+    if holds is not None:
+        nxt["holds"] = holds
+    if waivers is not None:
+        nxt["waivers"] = waivers
+    return nxt

@@ -1,0 +1,200 @@
+"""The egress policy's pure half: which addresses a manifest's URLs may reach (DESIGN.md §7).
+
+No I/O here: hosts arrive already resolved (`service.net.egress` resolves them, at submission and
+again at connection). Never a target, whatever the operator allows: link-local and cloud metadata
+addresses, unspecified, multicast, broadcast and reserved addresses, and the gate's own control
+plane (the API's listen address, the database and the broker, by address and port, loopback
+aliases included). Loopback and private ranges only where the operator allows them, or where an
+allowlist names the network or the host.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from service.core.system.contract import contract_of
+from service.core.system.execution import Execution, parts
+from service.core.system.manifest import Manifest
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: Link-local ranges (where every cloud's instance metadata lives) and the metadata addresses
+#: outside them (Alibaba, AWS over IPv6, Azure's wire server).
+METADATA_NETWORKS: tuple[IPNetwork, ...] = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "169.254.0.0/16",
+        "fe80::/10",
+        "100.100.100.200/32",
+        "fd00:ec2::254/128",
+        "168.63.129.16/32",
+    )
+)
+METADATA_HOSTS = frozenset(
+    {
+        "metadata",
+        "metadata.google.internal",
+        "metadata.goog",
+        "metadata.azure.com",
+        "instance-data",
+        "instance-data.ec2.internal",
+    }
+)
+#: "This network": connecting to 0.0.0.0 reaches the host itself.
+THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
+BROADCAST = ipaddress.ip_address("255.255.255.255")
+LOOPBACK_NETWORKS: tuple[IPNetwork, ...] = (
+    ipaddress.ip_network("127.0.0.0/8"),
+    ipaddress.ip_network("::1/128"),
+)
+
+
+def parse_ip(text: str) -> IPAddress | None:
+    """`text` as an IP address the way a resolver reads it, or None for a name: dotted quads,
+    the inet_aton shorthands (`2130706433`, `0x7f.1`, `0177.0.0.1`), bracketed or scoped IPv6.
+    IPv4-mapped and IPv4-compatible IPv6 addresses are returned as the IPv4 address they reach."""
+    text = text.strip().strip("[]")
+    if "%" in text:
+        text = text.split("%", 1)[0]
+    try:
+        ip: IPAddress = ipaddress.ip_address(text)
+    except ValueError:
+        v4 = _inet_aton(text)
+        if v4 is None:
+            return None
+        ip = v4
+    return _unmapped(ip)
+
+
+def _unmapped(ip: IPAddress) -> IPAddress:
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        # ::a.b.c.d (deprecated IPv4-compatible) and 64:ff9b::a.b.c.d (NAT64) reach IPv4 too.
+        packed = ip.packed
+        if packed[:12] == bytes(12) and int(ip) > 1:
+            return ipaddress.IPv4Address(packed[12:])
+        if ip in ipaddress.ip_network("64:ff9b::/96"):
+            return ipaddress.IPv4Address(packed[12:])
+    return ip
+
+
+def _inet_aton(text: str) -> ipaddress.IPv4Address | None:
+    """inet_aton's forms: one to four parts, each decimal, octal (leading 0) or hex (0x)."""
+    parts = text.split(".")
+    if not 1 <= len(parts) <= 4:
+        return None
+    numbers: list[int] = []
+    for part in parts:
+        try:
+            if part.lower().startswith("0x"):
+                numbers.append(int(part[2:] or "0", 16))
+            elif len(part) > 1 and part.startswith("0"):
+                numbers.append(int(part[1:], 8))
+            else:
+                if not part.isdigit():
+                    return None
+                numbers.append(int(part))
+        except ValueError:
+            return None
+    *head, last = numbers
+    if any(n > 255 for n in head) or last >= 256 ** (4 - len(head)):
+        return None
+    value = last
+    for i, n in enumerate(head):
+        value += n << (8 * (3 - i))
+    return ipaddress.IPv4Address(value)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One of the gate's own services: its addresses (empty with `any_address`: it listens on
+    every interface) and its port."""
+
+    name: str
+    port: int
+    addresses: frozenset[IPAddress] = frozenset()
+    any_address: bool = False
+
+    def covers(self, ip: IPAddress, port: int) -> bool:
+        if port != self.port:
+            return False
+        if self.any_address or ip in self.addresses:
+            return True
+        # A loopback listener answers on every loopback alias (127.0.0.2, ::1, ::ffff:127.0.0.1).
+        return _loopback(ip) and any(_loopback(a) for a in self.addresses)
+
+
+def _loopback(ip: IPAddress) -> bool:
+    return any(ip in n for n in LOOPBACK_NETWORKS)
+
+
+@dataclass(frozen=True)
+class AddressPolicy:
+    """Which resolved addresses a manifest's URLs may reach."""
+
+    allow_loopback: bool = False
+    allow_private: bool = False
+    control_plane: tuple[Endpoint, ...] = ()
+    allowed_networks: tuple[IPNetwork, ...] = ()
+    allowed_hosts: frozenset[str] = field(default_factory=frozenset)
+
+    def host_refusal(self, host: str) -> str | None:
+        """Why a host name is refused before it is resolved (None: resolve it)."""
+        name = host.lower().rstrip(".")
+        if name in METADATA_HOSTS:
+            return f"{host} is a cloud metadata service, never a target"
+        return None
+
+    def refusal(self, ip: IPAddress, port: int, host: str | None = None) -> str | None:
+        """Why connecting to `ip`:`port` (named `host` in the URL) is refused; None: allowed."""
+        ip = _unmapped(ip)
+        if any(ip in n for n in METADATA_NETWORKS):
+            return f"{ip} is link-local or a cloud metadata address, never a target"
+        if ip.is_unspecified or ip in THIS_NETWORK:
+            return f"{ip} is the unspecified address, never a target"
+        if ip.is_multicast or ip == BROADCAST:
+            return f"{ip} is a multicast or broadcast address, never a target"
+        for endpoint in self.control_plane:
+            if endpoint.covers(ip, port):
+                return f"{ip}:{port} is the gate's own {endpoint.name}, never a target"
+        allowed = (host is not None and host.lower().rstrip(".") in self.allowed_hosts) or any(
+            ip in n for n in self.allowed_networks
+        )
+        if _loopback(ip):
+            if self.allow_loopback or allowed:
+                return None
+            return f"{ip} is a loopback address (ASSAYGATE_EGRESS_ALLOW_LOOPBACK is off)"
+        if ip.is_reserved and isinstance(ip, ipaddress.IPv4Address):
+            return f"{ip} is a reserved address, never a target"
+        if not ip.is_global:
+            if self.allow_private or allowed:
+                return None
+            return f"{ip} is a private address (ASSAYGATE_EGRESS_ALLOW_PRIVATE is off)"
+        return None
+
+
+def manifest_urls(manifest: Manifest) -> tuple[tuple[str, str], ...]:
+    """Every URL a manifest names, with its field (the remote parts of `execution.parts`)."""
+    out: list[tuple[str, str]] = []
+    contract = contract_of(manifest) if manifest.target.kind == "mcp" else None
+    for part in parts(manifest):
+        if part.execution is not Execution.REMOTE:
+            continue
+        url: str | None = None
+        path = part.field.split(".")
+        if part.field == "manifest.target.url":
+            url = manifest.target.url
+        elif part.field == "manifest.target.runner.url":
+            assert manifest.target.runner is not None
+            url = manifest.target.runner.url
+        elif contract is not None and path[1:3] == ["tools", "servers"]:
+            url = contract.servers[path[3]].url
+        elif contract is not None and path[1:3] == ["tools", "hooks"]:
+            hook = getattr(contract.hooks, path[3])
+            url = hook.url if hook is not None else None
+        if url is not None:
+            out.append((part.field, url))
+    return tuple(out)

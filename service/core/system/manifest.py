@@ -1,0 +1,356 @@
+"""The configuration manifest: the configured system, frozen and hashed.
+
+Each component is hashed as SHA-256 over its RFC 8785 canonical JSON; the manifest digest is the
+SHA-256 over the canonical JSON of the component-hash map. Unknown keys are errors, never dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated, Any, Literal
+
+import rfc8785
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictBool,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from service.core.errors import ManifestInvalid
+from service.core.system.contract import parse_contract, parse_invariants
+from service.core.system.control import Control
+from service.core.system.endpoint import Command, Entrypoint, HttpUrl
+from service.core.system.execution import code_parts
+from service.core.system.secret import NAME_PATTERN as VARIABLE_NAME_PATTERN
+from service.core.system.text import (
+    LINE_PATTERN,
+    PATTERN_RULES,
+    SYSTEM_NAME_MAX,
+    SYSTEM_NAME_PATTERN,
+    TextInvalid,
+    check_text,
+)
+from service.core.system.values import INTEGRAL, Number
+
+COMPONENTS: tuple[str, ...] = (
+    "model",
+    "prompt",
+    "policy",
+    "tools",
+    "retry",
+    "state_schema",
+    "evidence_routes",
+    "orchestration",
+    "controls",
+    "target",
+    "envelope",
+    "invariants",
+)
+TRIGGER_DEFAULT: tuple[str, ...] = ("tools", "policy", "retry", "invariants")
+# Components and fields added after manifests were first hashed: left out of the hashes while
+# they hold their default, so every earlier manifest keeps its digest.
+_OPTIONAL_COMPONENTS = frozenset({"invariants"})
+_OPTIONAL_FIELDS: dict[str, tuple[str, ...]] = {
+    "target": ("runner", "secrets", "env"),
+    "envelope": ("attribution",),
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ControlSet(_Strict):
+    """Declared controls. A control left out is not claimed (off)."""
+
+    bind_identity: StrictBool = False
+    pre_effect_authority: StrictBool = False
+    refresh_context: StrictBool = False
+    state_precondition: StrictBool = False
+    idempotency: StrictBool = False
+    effect_readback: StrictBool = False
+    evidence_gate: StrictBool = False
+    evidence_repair: StrictBool = False
+
+    def enabled(self) -> frozenset[Control]:
+        return frozenset(c for c in Control if getattr(self, c.value))
+
+
+class RetryBudget(_Strict):
+    """A token bucket shared by every agent of the fleet: a retry spends a token."""
+
+    capacity: Annotated[int, Field(strict=True, ge=1, le=100_000), INTEGRAL]
+    refill_per_s: Annotated[Number, Field(gt=0, le=100_000)]
+
+
+class RetryPolicy(_Strict):
+    max_attempts: Annotated[int, Field(strict=True, ge=1, le=20), INTEGRAL] = 3
+    backoff_ms: Annotated[int, Field(strict=True, ge=0, le=600_000), INTEGRAL] = 1000
+    jitter: Literal["none", "full"] = "none"
+    budget: RetryBudget | None = None
+
+
+class Orchestration(_Strict):
+    # "deny": refuse every action after any warning (the paper's fail-closed counterexample).
+    on_warning: Literal["recover", "deny"] = "recover"
+    # The customer journey must finish within this much virtual time to count as useful service.
+    deadline_ms: Annotated[int, Field(strict=True, ge=1, le=86_400_000), INTEGRAL] = 60_000
+    graph: JsonValue = None
+
+
+class Runner(_Strict):
+    """How an `mcp` target's agent is started for a trial (it reaches its tools through the proxy).
+
+    `command`: one process per trial, the task JSON on stdin, the proxy's URL in
+    `ASSAYGATE_MCP_URL`, the claim JSON on stdout. `http`: the task and the URL are POSTed to
+    `url` and the reply is the claim. `python`: `module:callable(task, mcp_url) -> claim`, run in a
+    child process. `langgraph`: a compiled graph (or a builder of one from the tools) and
+    `openai-agents`: an `Agent`, each as `entrypoint` `module:attribute`, run in a child process
+    with its tools on the proxy (docs/frameworks.md)."""
+
+    kind: Literal["command", "http", "python", "langgraph", "openai-agents"]
+    command: Command | None = None
+    url: HttpUrl | None = None
+    entrypoint: Entrypoint | None = None
+    # The wall-clock deadline of one run of the agent.
+    deadline_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    # A command runner's protocol: `once`, a process per run; `lines`, one warm process per slot
+    # reading a JSON task a line and answering a claim line (docs/mcp.md). Left out of the
+    # component's hash at its default, so existing manifests keep their digests.
+    protocol: Literal["once", "lines"] = Field(default="once", exclude_if=lambda v: v == "once")
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Runner:
+        if self.kind == "command" and not self.command:
+            raise ValueError("a command runner needs a command")
+        if self.protocol != "once" and self.kind != "command":
+            raise ValueError("only a command runner has a protocol")
+        if self.kind == "http" and not self.url:
+            raise ValueError("an http runner needs a url")
+        if self.kind == "python" and not (self.entrypoint and ":" in self.entrypoint):
+            raise ValueError("a python runner needs entrypoint 'module:callable'")
+        if self.kind in ("langgraph", "openai-agents") and not (
+            self.entrypoint and ":" in self.entrypoint
+        ):
+            raise ValueError(f"a {self.kind} runner needs entrypoint 'module:attribute'")
+        return self
+
+
+VariableName = Annotated[str, Field(pattern=VARIABLE_NAME_PATTERN)]
+# Names the sandbox sets itself (and the gate's own prefix): never the manifest's to declare.
+RESERVED_VARIABLES = frozenset(
+    {"PATH", "HOME", "LANG", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"}
+)
+MAX_ENV_VALUE_BYTES = 4096
+
+
+class TargetSpec(_Strict):
+    kind: Literal["reference", "python", "http", "mcp"] = "reference"
+    entrypoint: Entrypoint | None = None
+    url: HttpUrl | None = None
+    # Controls this target cannot switch off for a counterfactual run.
+    cannot_disable: tuple[Control, ...] = ()
+    # mcp targets: how the agent is started.
+    runner: Runner | None = None
+    # Targets that run code: the tenant's secrets its code sees as variables, by name only (the
+    # values are stored encrypted, PUT /v1/secrets/{name}), and declared variables that are not
+    # secret. Refused for a manifest that runs no code of the tenant's (`parse_manifest`).
+    secrets: Annotated[tuple[VariableName, ...], Field(max_length=32)] = ()
+    env: Annotated[
+        dict[VariableName, Annotated[str, Field(max_length=MAX_ENV_VALUE_BYTES)]],
+        Field(max_length=64),
+    ] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> TargetSpec:
+        if self.kind == "python" and not (self.entrypoint and ":" in self.entrypoint):
+            raise ValueError("a python target needs entrypoint 'module:callable'")
+        if self.kind == "http" and not self.url:
+            raise ValueError("an http target needs a url")
+        if self.kind == "mcp" and self.runner is None:
+            raise ValueError("an mcp target needs a runner")
+        if self.kind != "mcp" and self.runner is not None:
+            raise ValueError("only an mcp target has a runner")
+        return self
+
+    @field_validator("secrets", "env")
+    @classmethod
+    def _variables(cls, value: Any, info: ValidationInfo) -> Any:
+        names = list(value)
+        if len(set(names)) != len(names):
+            raise ValueError("names a secret twice")
+        for name in names:
+            if name in RESERVED_VARIABLES or name.startswith("ASSAYGATE_"):
+                raise ValueError(f"{name} is set by the sandbox; choose another name")
+        if info.field_name == "env":
+            both = sorted(set(info.data.get("secrets", ())) & set(names))
+            if both:
+                raise ValueError(f"{both[0]} is both a secret and a declared variable")
+            for name, text in value.items():
+                if len(text.encode()) > MAX_ENV_VALUE_BYTES:
+                    raise ValueError(f"the value of {name} is over {MAX_ENV_VALUE_BYTES} bytes")
+        return value
+
+
+Rate = Annotated[Number, Field(ge=0.0, le=1.0)]
+
+
+class Floors(_Strict):
+    contained: Rate = 0.99
+    recovered: Rate = 0.80
+    verified: Rate = 0.80
+    useful_service: Rate = 0.80
+
+
+class Envelope(_Strict):
+    floors: Floors = Floors()
+    # "point": floors compare point estimates; "lower_bound": the Wilson 95 % lower bound.
+    floor_on: Literal["point", "lower_bound"] = "point"
+    # The highest hard-invariant violation rate each fault may have, established at 95 %.
+    max_violation_rate: Annotated[Number, Field(gt=0.0, lt=1.0)] | None = None
+    # "required": a control earns credit only by its own counterfactual pair, and a nominated
+    # control without one holds. "reported": pairs are run and reported but do not gate; the
+    # fault's evidence is valid only when the sensitivity pair (a naive agent derived from the
+    # tool contract) shows the predicted violation. Applied alike to declared and undeclared
+    # controls, so declaring less never helps.
+    attribution: Literal["required", "reported"] = "required"
+
+
+class Manifest(_Strict):
+    system: (
+        Annotated[str, Field(min_length=1, max_length=SYSTEM_NAME_MAX, pattern=SYSTEM_NAME_PATTERN)]
+        | None
+    ) = None
+    version: Annotated[str, Field(min_length=1, max_length=200, pattern=LINE_PATTERN)] | None = None
+    model: dict[str, JsonValue]
+    prompt: JsonValue
+    policy: dict[str, JsonValue]
+    tools: dict[str, JsonValue]
+    retry: RetryPolicy
+    state_schema: dict[str, JsonValue] = Field(default_factory=dict)
+    evidence_routes: dict[str, JsonValue] = Field(default_factory=dict)
+    orchestration: Orchestration = Orchestration()
+    controls: ControlSet
+    target: TargetSpec = TargetSpec()
+    envelope: Envelope = Envelope()
+    # mcp targets: CEL invariants (validated as `contract.Invariants`; empty: the built-ins).
+    invariants: dict[str, JsonValue] = Field(default_factory=dict)
+
+    def component(self, name: str) -> Any:
+        value = getattr(self, name)
+        if isinstance(value, BaseModel):
+            dumped: dict[str, Any] = value.model_dump(mode="json")
+            for f in _OPTIONAL_FIELDS.get(name, ()):
+                if dumped.get(f) in (type(value).model_fields[f].default, [], {}):
+                    dumped.pop(f, None)
+            return dumped
+        return value
+
+    def component_hashes(self) -> dict[str, str]:
+        return {
+            name: sha256_canonical(self.component(name))
+            for name in COMPONENTS
+            if name not in _OPTIONAL_COMPONENTS or self.component(name)
+        }
+
+    def digest(self) -> str:
+        return sha256_canonical(self.component_hashes())
+
+
+def canonical(value: Any) -> bytes:
+    return rfc8785.dumps(value)
+
+
+def sha256_canonical(value: Any) -> str:
+    return hashlib.sha256(canonical(value)).hexdigest()
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "manifest"
+
+
+MAX_DEPTH = 32
+MAX_NODES = 20_000
+
+
+def _shape(value: object, field: str, depth: int = 0, budget: list[int] | None = None) -> None:
+    """Refuse documents nested deeper than MAX_DEPTH or larger than MAX_NODES values.
+
+    Walked iteratively enough to stay far from the interpreter's recursion limit.
+    """
+    budget = budget if budget is not None else [MAX_NODES]
+    stack: list[tuple[object, int]] = [(value, depth)]
+    while stack:
+        node, d = stack.pop()
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise ManifestInvalid(f"more than {MAX_NODES} values", field=field)
+        if d > MAX_DEPTH:
+            raise ManifestInvalid(f"nested deeper than {MAX_DEPTH} levels", field=field)
+        if isinstance(node, dict):
+            stack.extend((v, d + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, d + 1) for v in node)
+
+
+def parse_manifest(data: object) -> Manifest:
+    """Validate a decoded manifest; the first problem becomes a ManifestInvalid naming its field."""
+    if not isinstance(data, dict):
+        raise ManifestInvalid("must be a JSON object", field="manifest")
+    budget = [MAX_NODES]
+    for key, value in data.items():
+        _shape(value, str(key), 1, budget)
+    try:
+        check_text(data, "")
+    except TextInvalid as exc:
+        raise ManifestInvalid(exc.message, field=exc.field or "manifest") from None
+    try:
+        manifest = Manifest.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        # An unknown key explains the rest (a misspelt component is also "missing"): report it.
+        err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+        field = _field(tuple(err["loc"]))
+        if err["type"] == "extra_forbidden":
+            parent = field.rsplit(".", 1)[0] if "." in field else "manifest"
+            if parent == "controls":
+                known = ", ".join(c.value for c in Control)
+                raise ManifestInvalid(f"unknown control (known: {known})", field=field) from None
+            raise ManifestInvalid(f"unknown key in {parent}", field=field) from None
+        pattern = (err.get("ctx") or {}).get("pattern")
+        message = PATTERN_RULES.get(str(pattern), err["msg"]) if pattern else err["msg"]
+        raise ManifestInvalid(message, field=field) from None
+    for name in COMPONENTS:
+        try:
+            canonical(manifest.component(name))
+        except rfc8785.CanonicalizationError as exc:
+            # RFC 8785 hashes only I-JSON: integers within 2^53 - 1 and finite numbers.
+            raise ManifestInvalid(f"not canonicalisable JSON: {exc}", field=name) from None
+    if manifest.target.kind == "mcp":
+        parse_contract(manifest.tools)
+        parse_invariants(manifest.invariants)
+    elif manifest.invariants:
+        raise ManifestInvalid("invariants apply to mcp targets only", field="invariants")
+    for field in ("secrets", "env"):
+        if getattr(manifest.target, field) and not code_parts(manifest):
+            raise ManifestInvalid(
+                f"{field} are for targets that run code (a python target, or an mcp target "
+                "whose runner, servers or hooks are code); this manifest runs none",
+                field=f"target.{field}",
+            )
+    return manifest
+
+
+def parse_manifest_json(text: str | bytes) -> Manifest:
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ManifestInvalid(f"malformed JSON: {exc}", field="manifest") from None
+    return parse_manifest(data)

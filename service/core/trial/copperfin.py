@@ -1,0 +1,301 @@
+"""Copperfin Returns: the built-in refund workflow, executed, its behaviour set by the manifest.
+
+It is written against the same target interface a user implements (`Task`, `ToolPort`): it reads,
+proposes, checks authority, acts, records evidence and releases a claim only through the tool
+clients. Each declared control changes what it does, never what it is graded on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.core.system.control import Control
+from service.core.system.manifest import Manifest, RetryPolicy
+from service.core.trial.rng import Stream, stream_key
+from service.core.trial.sandbox import (
+    PreconditionFailed,
+    RateLimited,
+    Task,
+    ToolError,
+    ToolRejected,
+)
+from service.core.trial.target import Target, ToolPort
+from service.core.trial.world import ELIGIBLE
+
+BIND = Control.BIND_IDENTITY.value
+AUTHORITY = Control.PRE_EFFECT_AUTHORITY.value
+REFRESH = Control.REFRESH_CONTEXT.value
+PRECONDITION = Control.STATE_PRECONDITION.value
+IDEMPOTENCY = Control.IDEMPOTENCY.value
+READBACK = Control.EFFECT_READBACK.value
+GATE = Control.EVIDENCE_GATE.value
+REPAIR = Control.EVIDENCE_REPAIR.value
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Run:
+    """One execution of the workflow for one task."""
+
+    __slots__ = (
+        "action",
+        "action_id",
+        "c",
+        "deny_on_warning",
+        "jitter",
+        "retry",
+        "t",
+        "task",
+        "trace_id",
+        "version",
+    )
+
+    def __init__(
+        self,
+        task: Task,
+        tools: ToolPort,
+        controls: frozenset[str],
+        retry: RetryPolicy,
+        deny_on_warning: bool,
+    ) -> None:
+        self.task = task
+        self.t = tools
+        self.c = controls - task.disabled_controls
+        self.retry = retry
+        self.deny_on_warning = deny_on_warning
+        self.action: dict[str, Any] = {}
+        self.action_id = f"{task.order_id}:refund:{task.run_id}"
+        self.trace_id: str | None = None
+        self.version: int | None = None
+        self.jitter: Stream | None = None
+
+    # -- outcomes -----------------------------------------------------------------------------
+    def deny(self, reason: str) -> None:
+        self.t.record("denial", self.action_id, self.trace_id, None, reason)
+        self.t.respond("denied", self.action_id, None)
+        raise _Stop
+
+    def hold(self, reason: str) -> None:
+        self.t.record("hold", self.action_id, self.trace_id, None, reason)
+        self.t.respond("held", self.action_id, None)
+        raise _Stop
+
+    def warn(self, signal: str) -> None:
+        self.t.record("anomaly", self.action_id, self.trace_id, None, signal)
+        if self.deny_on_warning:
+            self.deny(f"refused after warning: {signal}")
+
+    # -- the workflow -------------------------------------------------------------------------
+    def run(self) -> None:
+        cp = self.t.checkpoint_load(self.task.run_id)
+        reply = None
+        if cp is None:
+            self.assemble_and_authorise()
+        else:
+            self.action = cp["action"]
+            self.trace_id = cp["trace_id"]
+            self.version = cp["version"]
+            # A resumed run cannot know whether its effect already happened: read it back.
+            if READBACK in self.c:
+                reply = self.find_prior_effect()
+        if reply is None:
+            reply = self.effect()
+        self.t.checkpoint_save(
+            self.task.run_id, "effect_done", {"ledger_ref": reply.get("ledger_ref")}
+        )
+        self.release(reply)
+
+    def assemble_and_authorise(self) -> None:
+        task, t, c = self.task, self.t, self.c
+        record = t.crm_read(task.order_id)
+        if record is None:
+            self.deny("order not found")
+            return
+        status, version, amount = record["status"], record["version"], record["amount"]
+        policy = t.policy_read()
+        if REFRESH in c:
+            auth = t.orders_read(task.order_id)
+            if auth is None:
+                self.deny("order not found in the authoritative source")
+                return
+            if (auth["status"], auth["version"], auth["amount"]) != (status, version, amount):
+                self.warn("eligibility sources conflict; the order system takes precedence")
+            status, version, amount = auth["status"], auth["version"], auth["amount"]
+        if status != ELIGIBLE:
+            self.deny(f"order is {status}")
+        if not policy["refunds_allowed"]:
+            self.deny(f"policy v{policy['version']} excludes refunds")
+        approval = t.capability_check(task.grant_id)
+        if approval is None or not approval["valid"]:
+            self.deny("no valid capability at approval")
+        self.version = version
+        action = t.propose(task.order_id, task.tenant, task.grant_id, amount)
+        self.action = action
+        self.trace_id = t.new_trace()
+        t.record(
+            "decision",
+            self.action_id,
+            self.trace_id,
+            None,
+            f"refund {action['amount']} on {action['subject']}",
+        )
+        if BIND in c and (action["subject"], action["tenant"], action["grant_id"]) != (
+            task.order_id,
+            task.tenant,
+            task.grant_id,
+        ):
+            self.warn("proposal does not match the bound action contract")
+            self.deny("subject binding mismatch")
+        if AUTHORITY in c:
+            grant = t.capability_check(action["grant_id"])
+            if grant is None or not grant["valid"]:
+                self.deny("capability not valid at effect time")
+            assert grant is not None
+            if grant["subject"] != action["subject"] or grant["amount"] < action["amount"]:
+                self.deny("capability does not cover this subject and amount")
+        if REFRESH in c:
+            current = t.policy_read()
+            if not current["refunds_allowed"]:
+                self.deny(f"policy v{current['version']} excludes refunds")
+        t.checkpoint_save(
+            task.run_id,
+            "authorised",
+            {"action": action, "trace_id": self.trace_id, "version": self.version},
+        )
+
+    def find_prior_effect(self) -> dict[str, Any] | None:
+        found = self.t.lookup(self.action_id)
+        if not found:
+            return None
+        self.warn("an effect for this action already exists")
+        e = found[0]
+        return {"status": "committed", "ledger_ref": e["id"], "trace_id": e["trace_id"]}
+
+    def effect(self) -> dict[str, Any]:
+        t, c, a = self.t, self.c, self.action
+        attempt = 0
+        while True:
+            attempt += 1
+            key = self.action_id if IDEMPOTENCY in c else t.request_id()
+            try:
+                reply = t.refund(
+                    a["subject"],
+                    a["tenant"],
+                    a["amount"],
+                    key,
+                    self.action_id,
+                    self.trace_id,
+                    a["grant_id"],
+                    self.version if PRECONDITION in c else None,
+                )
+                if reply.get("replayed"):
+                    self.warn("the provider replayed an earlier result for this key")
+                return reply
+            except PreconditionFailed:
+                self.warn("state version changed before the write")
+                self.deny("order changed since it was read")
+            except ToolRejected as rejected:
+                self.deny(f"rejected: {rejected}")
+            except ToolError as exc:
+                self.warn(f"{type(exc).__name__}: {exc}")
+                if READBACK in c and not isinstance(exc, RateLimited):
+                    prior = self.find_prior_effect()
+                    if prior is not None:
+                        return prior
+                if attempt >= self.retry.max_attempts:
+                    t.record("failure", self.action_id, self.trace_id, None, "retries exhausted")
+                    t.respond("failed", self.action_id, None)
+                    raise _Stop from None
+                t.sleep(self.backoff(attempt))
+
+    def backoff(self, attempt: int) -> int:
+        """Exponential back-off, with full jitter when the retry policy asks for it.
+
+        The jitter is this run's own: drawn from a stream keyed by the run and the order, as a
+        fleet member's random source is its own, so two members of one fleet do not retry in
+        lockstep, and a replayed trial draws the same waits.
+        """
+        cap = min(8_000, self.retry.backoff_ms * (1 << (attempt - 1)))
+        if self.retry.jitter != "full":
+            return cap
+        if self.jitter is None:
+            self.jitter = Stream(stream_key("jitter", self.task.run_id, self.task.order_id))
+        return self.jitter.randint(0, cap)
+
+    def release(self, reply: dict[str, Any]) -> None:
+        t, c = self.t, self.c
+        ledger_ref = reply.get("ledger_ref")
+        if ledger_ref is None and (READBACK in c or GATE in c):
+            self.warn("the reply carries no receipt")
+        t.record("effect", self.action_id, reply.get("trace_id"), ledger_ref, "refund committed")
+        entry: dict[str, Any] | None = None
+        if READBACK in c:
+            found = t.lookup(self.action_id)
+            if len(found) > 1:
+                self.warn("more than one effect for one logical action")
+            if found:
+                entry = found[0]
+                ledger_ref = entry["id"]
+                t.record(
+                    "readback",
+                    self.action_id,
+                    entry["trace_id"],
+                    ledger_ref,
+                    "ledger entry read back",
+                )
+        if GATE in c:
+            receipts = t.evidence_read(self.action_id)
+            has_effect = proved = referenced = False
+            for r in receipts:
+                kind, ref = r["kind"], r["ledger_ref"]
+                if kind == "effect":
+                    has_effect = True
+                if ref is not None:
+                    referenced = True
+                    if kind in ("effect", "readback") and r["trace_id"] == self.trace_id:
+                        proved = True
+            if not has_effect:
+                self.warn("the effect receipt is missing from the evidence ledger")
+            if not proved and referenced:
+                self.warn("trace lineage from decision to effect is broken")
+                if REPAIR in c:
+                    proved = self.repair()
+            if not proved:
+                self.hold("success cannot be proved")
+        t.respond("completed", self.action_id, ledger_ref)
+
+    def repair(self) -> bool:
+        """Re-derive lineage: join the decision to the ledger entry by logical action id."""
+        found = self.t.lookup(self.action_id)
+        matches = [
+            e
+            for e in found
+            if e["action_id"] == self.action_id and e["subject"] == self.action["subject"]
+        ]
+        if len(matches) != 1:
+            return False
+        self.t.record(
+            "repair",
+            self.action_id,
+            self.trace_id,
+            matches[0]["id"],
+            "decision joined to ledger entry through the logical action id",
+        )
+        return True
+
+
+def copperfin(manifest: Manifest) -> Target:
+    """The reference target configured by a manifest's controls, retry and orchestration."""
+    controls = frozenset(c.value for c in manifest.controls.enabled())
+    retry = manifest.retry
+    deny_on_warning = manifest.orchestration.on_warning == "deny"
+
+    def target(task: Task, tools: ToolPort) -> None:
+        try:
+            _Run(task, tools, controls, retry, deny_on_warning).run()
+        except _Stop:
+            return
+
+    return target
