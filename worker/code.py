@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from service.app.records import AssayInputs
-from service.core.system.execution import code_parts
-from service.core.system.manifest import Manifest
+from service.core.system.manifest import Manifest, code_parts
 from service.core.system.secret import code_env
 from service.sandbox import Confinement, Limits
 from service.settings import Settings

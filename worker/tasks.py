@@ -28,7 +28,7 @@ from service.core.evidence.stopping import watch_for
 from service.core.shards.assay import ShardResult, ShardSpec, run_shard
 from service.core.signing.credential import InjectorScope, injection_guard, verify_credential
 from service.core.signing.dossier import Signer
-from service.core.system.execution import runs_code
+from service.core.system.manifest import runs_code
 from service.core.trial.engine import TrialEngine
 from service.keys import ActiveKey, KeyRing
 from worker.code import refusal

@@ -16,8 +16,7 @@ from datetime import datetime
 from sqlmodel import Session
 
 from service.app.errors import CodeNotAllowed, NotFound
-from service.core.system.execution import code_parts
-from service.core.system.manifest import Manifest, parse_manifest
+from service.core.system.manifest import Manifest, code_parts, parse_manifest
 from service.db import tenant as tenants
 from service.db.assay import assay_inputs
 from service.db.models import Tenant, as_utc_or_none

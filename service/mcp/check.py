@@ -3,8 +3,7 @@ the budget and compile (service/mcp/cel.py)."""
 
 from __future__ import annotations
 
-from service.core.system.contract import invariants_of
-from service.core.system.manifest import Manifest
+from service.core.system.manifest import Manifest, invariants_of
 from service.mcp.cel import compile_invariants
 
 

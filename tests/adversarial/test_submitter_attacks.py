@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from service.core.errors import ManifestInvalid
-from service.core.system.contract import invariants_of
-from service.core.system.manifest import parse_manifest
+from service.core.system.manifest import invariants_of, parse_manifest
 from service.mcp.cel import Evaluator, compile_invariants
 from service.mcp.check import check_mcp_manifest
 

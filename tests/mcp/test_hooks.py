@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from service.core.system.contract import Hook, contract_of
-from service.core.system.manifest import parse_manifest
+from service.core.system.contract import Hook
+from service.core.system.manifest import contract_of, parse_manifest
 from service.mcp.engine import Loop
 from service.mcp.hooks import HookFailed, Upstreams
 from tests.mcp.conftest import EXAMPLE

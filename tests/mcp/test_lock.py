@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from service.core.faults.contract_catalogue import catalogue_for
-from service.core.system.contract import Contract, contract_of
-from service.core.system.manifest import parse_manifest
+from service.core.system.contract import Contract
+from service.core.system.manifest import contract_of, parse_manifest
 from service.mcp.engine import McpEngine
 from service.mcp.lock import SandboxBusy, sandbox_lock, world_key
 from tests.mcp.conftest import Sandbox, free_port

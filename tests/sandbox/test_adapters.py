@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import pytest
 
 from service.core.faults.contract_catalogue import catalogue_for
-from service.core.system.contract import Hook, contract_of
-from service.core.system.manifest import parse_manifest
+from service.core.system.contract import Hook
+from service.core.system.manifest import contract_of, parse_manifest
 from service.mcp.engine import McpEngine
 from service.mcp.hooks import Upstreams
 from service.mcp.runners import PythonRunner

@@ -13,8 +13,7 @@ from sqlmodel import Session, select
 from service.core.faults.contract_catalogue import plan_data_for
 from service.core.faults.plan import parse_plan
 from service.core.shards.assay import plan_shards
-from service.core.system.contract import contract_of
-from service.core.system.manifest import Manifest, parse_manifest
+from service.core.system.manifest import Manifest, contract_of, parse_manifest
 from service.db.apikey import ensure_tenant
 from service.db.assay import AssayInputs, assay_inputs
 from service.db.candidate import record_submission

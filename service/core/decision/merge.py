@@ -34,7 +34,8 @@ from service.core.evidence.tally import ArmCounts, ShardResult, StormTally, Tall
 from service.core.faults.catalogue import Catalogue, FaultSpec
 from service.core.faults.disturbance import Disturbance
 from service.core.faults.plan import AssayPlan
-from service.core.system.manifest import Manifest
+from service.core.system.contract import WITNESS, invariant_table
+from service.core.system.manifest import Manifest, invariants_of
 from service.core.trial.oracle import FLAGS, Flag
 
 INTERPRETATION = {
@@ -177,8 +178,6 @@ def _severities(manifest: Manifest) -> tuple[dict[str, str], frozenset[str]]:
     """Each invariant's severity, and the names of the team's own predicates."""
     if manifest.target.kind != "mcp":
         return {}, frozenset()
-    from service.core.system.contract import WITNESS, invariant_table, invariants_of
-
     inv = invariants_of(manifest)
     table: dict[str, str] = {name: sev for name, _expr, sev in invariant_table(inv)}
     table[WITNESS] = "block"

@@ -26,7 +26,8 @@ from service.core.evidence.signature import wilson, wilson_upper
 from service.core.evidence.tally import ArmCounts, Tally
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
-from service.core.system.manifest import Envelope, Manifest
+from service.core.system.contract import WITNESS, invariant_table
+from service.core.system.manifest import Envelope, Manifest, invariants_of
 from service.core.trial.oracle import Flag
 
 _HARD = (
@@ -199,8 +200,6 @@ def rule_for(manifest: Manifest, plan: AssayPlan, spec: FaultSpec) -> Rule:
     pair = pt if plan.counterfactuals and removal(manifest, spec).status == "run" else None
     blocking: frozenset[str] = frozenset()
     if manifest.target.kind == "mcp":
-        from service.core.system.contract import WITNESS, invariant_table, invariants_of
-
         table = invariant_table(invariants_of(manifest))
         blocking = frozenset([WITNESS, *(n for n, _e, sev in table if sev == "block")])
     mvr = plan.max_violation_rate

@@ -17,8 +17,8 @@ from pydantic import ValidationError
 
 from service.core.errors import ManifestInvalid, PlanInvalid
 from service.core.faults.catalogue import Catalogue, FaultSpec
-from service.core.system.contract import Contract, Role, contract_of
-from service.core.system.manifest import Manifest
+from service.core.system.contract import Contract, Role
+from service.core.system.manifest import Manifest, contract_of
 
 _COMPLETE = "complete_exactly_once"
 _DENY = "deny_and_report"

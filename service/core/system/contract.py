@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from service.core.errors import ManifestInvalid
 from service.core.system.endpoint import Command, HttpUrl
-
-if TYPE_CHECKING:
-    from service.core.system.manifest import Manifest
 
 MAX_SLOTS = 64
 SLOT = "{slot}"
@@ -343,11 +340,3 @@ def parse_invariants(data: object) -> Invariants:
         return Invariants.model_validate(data)
     except ValidationError as exc:
         raise _invalid(exc, "invariants") from None
-
-
-def contract_of(manifest: Manifest) -> Contract:
-    return parse_contract(manifest.tools)
-
-
-def invariants_of(manifest: Manifest) -> Invariants:
-    return parse_invariants(manifest.invariants)

@@ -13,9 +13,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from service.core.system.contract import contract_of
-from service.core.system.execution import Execution, parts
-from service.core.system.manifest import Manifest
+from service.core.system.execution import Execution
+from service.core.system.manifest import Manifest, contract_of, parts_of
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -177,10 +176,10 @@ class AddressPolicy:
 
 
 def manifest_urls(manifest: Manifest) -> tuple[tuple[str, str], ...]:
-    """Every URL a manifest names, with its field (the remote parts of `execution.parts`)."""
+    """Every URL a manifest names, with its field (the remote parts of `parts_of`)."""
     out: list[tuple[str, str]] = []
     contract = contract_of(manifest) if manifest.target.kind == "mcp" else None
-    for part in parts(manifest):
+    for part in parts_of(manifest):
         if part.execution is not Execution.REMOTE:
             continue
         url: str | None = None

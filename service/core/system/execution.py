@@ -10,12 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
-from service.core.system.contract import contract_of
-
-if TYPE_CHECKING:  # the manifest's own validation asks `code_parts`
-    from service.core.system.manifest import Manifest
+from service.core.system.contract import Contract
 
 
 class Execution(StrEnum):
@@ -32,24 +28,23 @@ class Part:
     execution: Execution
 
 
-def parts(manifest: Manifest) -> tuple[Part, ...]:
-    """Every part of the manifest the gate would call or run, in field order."""
+def parts(target: str, runner: str | None, contract: Contract | None) -> tuple[Part, ...]:
+    """Every part a target of kind `target` would call or run, in field order; an `mcp` target also
+    names its runner's kind and its tool contract. Handed in, not read from a manifest: the
+    manifest's own validation asks (`manifest.parts_of`)."""
     out: list[Part] = []
-    target = manifest.target
-    if target.kind == "python":
+    if target == "python":
         out.append(Part("manifest.target.entrypoint", "python", Execution.CODE))
-    elif target.kind == "http":
+    elif target == "http":
         out.append(Part("manifest.target.url", "http", Execution.REMOTE))
-    elif target.kind == "mcp":
-        runner = target.runner
-        assert runner is not None  # the manifest's validator requires it
-        if runner.kind == "http":
+    elif target == "mcp":
+        assert runner is not None and contract is not None  # the manifest's validator requires it
+        if runner == "http":
             out.append(Part("manifest.target.runner.url", "http", Execution.REMOTE))
-        elif runner.kind == "command":
+        elif runner == "command":
             out.append(Part("manifest.target.runner.command", "command", Execution.CODE))
         else:
-            out.append(Part("manifest.target.runner.entrypoint", runner.kind, Execution.CODE))
-        contract = contract_of(manifest)
+            out.append(Part("manifest.target.runner.entrypoint", runner, Execution.CODE))
         for name, server in sorted(contract.servers.items()):
             if server.command is not None:
                 out.append(Part(f"manifest.tools.servers.{name}.command", "stdio", Execution.CODE))
@@ -66,12 +61,3 @@ def parts(manifest: Manifest) -> tuple[Part, ...]:
                 out.append(Part(f"{field}.url", "http", Execution.REMOTE))
             # An mcp hook runs on its server, which is classified above.
     return tuple(out)
-
-
-def code_parts(manifest: Manifest) -> tuple[Part, ...]:
-    """The parts that are the tenant's code (empty: the manifest runs nothing of the tenant's)."""
-    return tuple(p for p in parts(manifest) if p.execution is Execution.CODE)
-
-
-def runs_code(manifest: Manifest) -> bool:
-    return bool(code_parts(manifest))

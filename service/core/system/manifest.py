@@ -24,10 +24,10 @@ from pydantic import (
 )
 
 from service.core.errors import ManifestInvalid
-from service.core.system.contract import parse_contract, parse_invariants
+from service.core.system.contract import Contract, Invariants, parse_contract, parse_invariants
 from service.core.system.control import Control
 from service.core.system.endpoint import Command, Entrypoint, HttpUrl
-from service.core.system.execution import code_parts
+from service.core.system.execution import Execution, Part, parts
 from service.core.system.secret import NAME_PATTERN as VARIABLE_NAME_PATTERN
 from service.core.system.text import (
     LINE_PATTERN,
@@ -298,6 +298,32 @@ def _shape(value: object, field: str, depth: int = 0, budget: list[int] | None =
             stack.extend((v, d + 1) for v in node.values())
         elif isinstance(node, list):
             stack.extend((v, d + 1) for v in node)
+
+
+def contract_of(manifest: Manifest) -> Contract:
+    return parse_contract(manifest.tools)
+
+
+def invariants_of(manifest: Manifest) -> Invariants:
+    return parse_invariants(manifest.invariants)
+
+
+def parts_of(manifest: Manifest) -> tuple[Part, ...]:
+    """Every part of the manifest the gate would call or run, in field order."""
+    target = manifest.target
+    if target.kind != "mcp":
+        return parts(target.kind, None, None)
+    assert target.runner is not None  # the target's validator requires it
+    return parts(target.kind, target.runner.kind, contract_of(manifest))
+
+
+def code_parts(manifest: Manifest) -> tuple[Part, ...]:
+    """The parts that are the tenant's code (empty: the manifest runs nothing of the tenant's)."""
+    return tuple(p for p in parts_of(manifest) if p.execution is Execution.CODE)
+
+
+def runs_code(manifest: Manifest) -> bool:
+    return bool(code_parts(manifest))
 
 
 def parse_manifest(data: object) -> Manifest:
