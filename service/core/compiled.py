@@ -10,6 +10,7 @@ HOT_MODULES: tuple[str, ...] = (
     "service/core/trial/rng.py",
     "service/core/trial/world.py",
     "service/core/trial/oracle.py",
+    "service/core/trial/record.py",
     "service/core/faults/injector.py",
     "service/core/trial/task.py",
     "service/core/trial/sandbox.py",

@@ -23,7 +23,8 @@ from service.core.faults.catalogue import Catalogue, FaultSpec
 from service.core.shards.slots import slots_of
 from service.core.system.contract import Contract, Invariants
 from service.core.system.manifest import Manifest, contract_of, invariants_of
-from service.core.trial.harness import MAX_RESTARTS, TrialRecord
+from service.core.trial.harness import MAX_RESTARTS
+from service.core.trial.record import TrialRecord
 from service.mcp.cel import Compiled, Evaluator, compile_invariants
 from service.mcp.hooks import Upstreams, check_servers
 from service.mcp.proxy import Proxy

@@ -10,8 +10,8 @@ from typing import Any
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.disturbance import Disturbance
 from service.core.system.contract import WITNESS, Contract, Role
-from service.core.trial.harness import StormObservation
 from service.core.trial.oracle import Outcome
+from service.core.trial.record import StormObservation
 from service.mcp.proxy import TrialState
 from service.mcp.runners import RunResult
 

@@ -18,8 +18,9 @@ from service.core.evidence.spend import usage_of
 from service.core.faults.catalogue import FaultSpec, Recoverability
 from service.core.faults.disturbance import Disturbance
 from service.core.faults.injector import Injector
-from service.core.trial.harness import MAX_RESTARTS, TrialRecord
+from service.core.trial.harness import MAX_RESTARTS
 from service.core.trial.oracle import Outcome
+from service.core.trial.record import TrialRecord
 from service.core.trial.rng import Stream
 from service.core.trial.world import Workload, World
 from service.mcp import grading

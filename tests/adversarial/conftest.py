@@ -13,7 +13,8 @@ import pytest
 from service.core.faults.catalogue import Catalogue, FaultSpec, full_catalogue
 from service.core.faults.plan import AssayPlan, parse_plan
 from service.core.system.manifest import Manifest
-from service.core.trial.harness import Runtime, TrialRecord, run_trial
+from service.core.trial.harness import Runtime, run_trial
+from service.core.trial.record import TrialRecord
 from service.targets import close_target, load_target
 from tests.mcp.conftest import sandbox
 from tests.support.agents import StartAgent, agent_processes

@@ -14,7 +14,8 @@ from service.core.shards.assay import Limits, merge, plan_shards, run_assay, run
 from service.core.shards.slots import InOrder, slots_of
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import SlottedEngine, TrialEngine
-from service.core.trial.harness import Runtime, TrialRecord, run_trial
+from service.core.trial.harness import Runtime, run_trial
+from service.core.trial.record import TrialRecord
 
 
 class ReferenceSlot:

@@ -23,7 +23,8 @@ import pytest
 
 from service.core.compiled import HOT_MODULES
 from service.core.faults.catalogue import FaultSpec
-from service.core.trial.harness import Runtime, TrialRecord, run_trial
+from service.core.trial.harness import Runtime, run_trial
+from service.core.trial.record import TrialRecord
 from service.core.trial.sandbox import Tools
 from service.core.trial.target import Target, ToolPort
 from service.targets import PythonTarget, close_target, load_target

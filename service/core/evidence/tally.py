@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from service.core.trial.harness import StormObservation, TrialRecord
 from service.core.trial.oracle import FLAG_INDEX, FLAGS, VIOLATIONS, Flag, Outcome
+from service.core.trial.record import StormObservation, TrialRecord
 
 # The arms every fault keeps. Counterfactual pairs for single controls add arms named
 # "counterfactual:<control>" on demand.

@@ -33,8 +33,9 @@ from service.core.shards.slots import slots_of
 from service.core.shards.slotted import SlotTrial, run_slotted
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import SlottedEngine, TrialEngine
-from service.core.trial.harness import Runtime, TrialRecord, run_trial
+from service.core.trial.harness import Runtime, run_trial
 from service.core.trial.oracle import FLAG_INDEX, Flag
+from service.core.trial.record import TrialRecord
 from service.core.trial.rng import LCG, derive, stream_key
 from service.core.trial.target import Target
 

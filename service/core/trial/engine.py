@@ -6,11 +6,10 @@ protocol.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from service.core.faults.catalogue import FaultSpec
-    from service.core.trial.harness import TrialRecord
+from service.core.faults.catalogue import FaultSpec
+from service.core.trial.record import TrialRecord
 
 
 @runtime_checkable
