@@ -5,8 +5,8 @@ validity window. Rotation retires the active key — its `not_after` is set to t
 rotation plus `ROTATION_GRACE_S`, so a dossier being signed while the key rotates still verifies
 — and deletes its private key from the directory: a retired key never signs again, and the
 public half in the index is all that verifying needs. Verification refuses a statement a key
-signed outside its window (`service.core.signing.dossier.verify`), so even a copy of a retired private
-key taken before rotation cannot vouch for anything dated after its retirement.
+signed outside its window (`service.core.signing.dossier.verify`), so even a copy of a retired
+private key taken before rotation cannot vouch for anything dated after its retirement.
 """
 
 from __future__ import annotations

@@ -87,8 +87,8 @@ class Slot:
         # calls (the baseline's, to tell whether they reach the fault).
         self._matched: tuple[int, FaultSpec] | None = None
         # Whether an intervention also runs the naive agent of the sensitivity pair. A sequential
-        # plan turns it off once the pair has shown its violation (service/core/evidence/stopping.py):
-        # one sighting is all the pair's verdict reads.
+        # plan turns it off once the pair has shown its violation
+        # (service/core/evidence/stopping.py): one sighting is all the pair's verdict reads.
         self.sensitivity = True
         self._last_calls: list[dict[str, Any]] = []
         self._loop = Loop()

@@ -7,7 +7,8 @@ OS sandbox's forward proxy calls it through `Confinement.egress`). The clients c
 address, not to a second resolution of the name, so a name that re-binds between the check and
 the connection reaches nothing new: `EgressTransport` / `AsyncEgressTransport` (httpx, httpx2 for
 the MCP SDK) pin each request, every redirect hop included, and `HTTPConnection` /
-`HTTPSConnection` pin http.client's socket. The address rules themselves are `service.core.system.egress`.
+`HTTPSConnection` pin http.client's socket. The address rules themselves are
+`service.core.system.egress`.
 """
 
 from __future__ import annotations

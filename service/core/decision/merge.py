@@ -387,8 +387,9 @@ def merge(
     stops: Mapping[str, JSONObject] | None = None,
     spend: JSONObject | None = None,
 ) -> AssayReport:
-    """`stops`: a sequential plan's per-fault reason for stopping (service/core/evidence/stopping.py);
-    `spend`: what the runs cost (service/core/evidence/spend.py `Meter.view`)."""
+    """`stops`: a sequential plan's per-fault reason for stopping
+    (service/core/evidence/stopping.py); `spend`: what the runs cost
+    (service/core/evidence/spend.py `Meter.view`)."""
     rule = plan.rule_for(manifest.target.kind)
     cat = plan.resolve_catalogue()
     faults = plan.faults()

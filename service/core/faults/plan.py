@@ -62,9 +62,9 @@ class AssayPlan(BaseModel):
     evidence_sample: Annotated[int, Field(strict=True, ge=1)] | None = 1_000
     stop: StopConditions = StopConditions()
     # "sequential": each fault stops once its decision cannot change at `error` (anytime-valid
-    # confidence sequences; service/core/evidence/stopping.py), with `trials` as its cap. "fixed": every
-    # fault runs `trials`. None: sequential for mcp and framework targets, fixed otherwise
-    # (`rule_for`); paper mode is always fixed, so its figures stay the script's.
+    # confidence sequences; service/core/evidence/stopping.py), with `trials` as its cap.
+    # "fixed": every fault runs `trials`. None: sequential for mcp and framework targets, fixed
+    # otherwise (`rule_for`); paper mode is always fixed, so its figures stay the script's.
     rule: Literal["sequential", "fixed"] | None = None
     error: Annotated[Number, Field(gt=0.0, lt=0.5)] = 0.05
     # The violation rate below which an unseen violation no longer changes a fault's decision

@@ -1,5 +1,6 @@
-"""A sequential plan's assay: each fault in one shard, ended by its rule (`service.core.evidence.stopping`)
-as soon as the decision cannot change at the plan's error; the trials it did not need never run.
+"""A sequential plan's assay: each fault in one shard, ended by its rule
+(`service.core.evidence.stopping`) as soon as the decision cannot change at the plan's error; the
+trials it did not need never run.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The reference Copperfin workflow (`service.core.trial.copperfin`), configured by an edited example
-manifest, for attackers to reuse as a python target."""
+"""The reference Copperfin workflow (`service.core.trial.copperfin`), configured by an edited
+example manifest, for attackers to reuse as a python target."""
 
 from __future__ import annotations
 
