@@ -1,5 +1,6 @@
-"""The shape of the code itself: modules that import each other in a circle, and files too long to
-read in one sitting, are refused here (the layers are `lint-imports`' contracts)."""
+"""The shape of the code itself: modules that import each other in a circle, files too long to
+read in one sitting, and rooms of the core too full to find a module in, are refused here (the
+layers, the core's rooms among them, are `lint-imports`' contracts)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import grimp
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("service", "worker")
 MAX_LINES = 500
+CORE = ROOT / "service" / "core"
+MAX_MODULES_A_ROOM = 12
 
 
 def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
@@ -58,8 +61,8 @@ def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    graph = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=True)
+def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
+    graph = grimp.build_graph(*PACKAGES, exclude_type_checking_imports=not type_checking)
     return {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
 
 
@@ -71,6 +74,26 @@ def test_the_cycle_search_finds_a_circle_and_passes_a_chain() -> None:
 
 def test_no_module_of_service_or_worker_imports_itself_through_others() -> None:
     assert cycles(import_graph()) == []
+
+
+def test_no_modules_of_the_core_import_each_other_not_even_for_types() -> None:
+    # grimp reads imports wherever they are in a module; here those under TYPE_CHECKING count too.
+    core = {
+        m: {i for i in imported if i.startswith("service.core.")}
+        for m, imported in import_graph(type_checking=True).items()
+        if m.startswith("service.core.")
+    }
+    assert cycles(core) == []
+
+
+def test_no_folder_of_the_core_holds_more_than_12_modules() -> None:
+    crowded = {
+        str(folder.relative_to(ROOT)): count
+        for folder in [CORE, *sorted(p for p in CORE.rglob("*") if p.is_dir())]
+        if (count := len([m for m in folder.glob("*.py") if m.name != "__init__.py"]))
+        > MAX_MODULES_A_ROOM
+    }
+    assert crowded == {}
 
 
 def _lines(path: Path) -> int:
