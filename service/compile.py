@@ -6,8 +6,9 @@ always the code that runs.
     python -m service.compile --status   # compiled, stale or pure
     python -m service.compile --clean    # back to the pure-Python core
 
-An in-place build puts each hot module's extension next to its source in `service/core/` and the
-shared runtime library in the environment's site-packages; a stamp records the sources' digests.
+An in-place build puts each hot module's extension next to its source, in its room of
+`service/core/`, and the shared runtime library in the environment's site-packages; a stamp records
+the sources' digests.
 Compiled, the core behaves exactly as the source does (a test runs the core's suite against it).
 """
 

@@ -64,7 +64,7 @@ def test_the_other_core_passes_the_cores_own_tests(other_core: Core) -> None:
     imported = probe.stdout.strip()
     assert imported.startswith(str(compiled)), "the scratch core was not the one imported"
     assert imported.endswith(".so") == other_core.compiled
-    built = list((compiled / "service" / "core").glob("*.so"))
+    built = list((compiled / "service" / "core").rglob("*.so"))
     assert len(built) == (len(HOT_MODULES) if other_core.compiled else 0)
     tests = [
         str(ROOT / "tests" / "core" / name)
