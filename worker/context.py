@@ -24,8 +24,7 @@ from service.app.records import DATABASE_ERRORS, AssayInputs
 from service.app.secrets import secrets_for
 from service.core.faults.plan import AssayPlan, parse_plan
 from service.core.signing.dossier import PublicKey
-from service.core.system.execution import runs_code
-from service.core.system.manifest import Manifest, parse_manifest
+from service.core.system.manifest import Manifest, parse_manifest, runs_code
 from service.core.system.secret import SecretsKey
 from service.core.trial.engine import TrialEngine
 from service.core.trial.target import Target
