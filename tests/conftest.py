@@ -3,10 +3,8 @@ conftests that need them."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import warnings
-from collections.abc import Iterator
 
 import pytest
 
@@ -38,15 +36,3 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("integration") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(180))
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
-    # A test that leaves an event loop marked running on this thread (a loop stopped from
-    # another thread, a coroutine abandoned mid-run) breaks every later `asyncio.run` in the
-    # process, in whichever file runs next: name the test that left it, and clear the mark so
-    # the next file is not judged by this one.
-    yield
-    if asyncio.events._get_running_loop() is not None:
-        asyncio.events._set_running_loop(None)
-        item.warn(pytest.PytestWarning(f"{item.nodeid} left an event loop running on its thread"))

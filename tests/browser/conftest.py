@@ -47,7 +47,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "browser: drives Debian's Chromium through Playwright")
 
 
-@pytest.fixture(scope="session")
+# One browser a file: Playwright's sync API keeps its event loop marked running on this thread
+# for as long as it is open, and every `asyncio.run` in a later file on the same test process
+# would fail ("cannot be called from a running event loop"); closing it with the file clears it.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     require_chromium(CHROMIUM)
     from playwright.sync_api import sync_playwright
