@@ -117,6 +117,7 @@ def execute_shard(
             shard_index,
             worker,
             lease_s=ctx.settings.shard_lease_s,
+            max_attempts=ctx.settings.shard_max_attempts,
             refusal=code_refusal(ctx, parsed),
         )
         if begun.refused is not None:

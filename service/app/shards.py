@@ -75,6 +75,7 @@ def begin(
     worker: str,
     *,
     lease_s: float,
+    max_attempts: int | None = None,
     refusal: Callable[[bool], str | None] | None = None,
 ) -> Begun:
     """Take the shard's lease and read the injector's state. `refusal`, for a shard that runs
@@ -87,7 +88,9 @@ def begin(
             if reason is not None:
                 assays.fail_assay(session, inputs.assay_id, reason)
                 return Begun(refused=reason)
-        start = assays.begin_shard(session, inputs, index, worker, lease_s=lease_s)
+        start = assays.begin_shard(
+            session, inputs, index, worker, lease_s=lease_s, max_attempts=max_attempts
+        )
         if start is None:
             return Begun()
         return Begun(start, injector_state(session, inputs.assay_id))

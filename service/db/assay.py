@@ -114,21 +114,31 @@ def lease_until(now: datetime, lease_s: float) -> datetime:
 
 
 def begin_shard(
-    session: Session, inputs: AssayInputs, shard_index: int, worker: str, *, lease_s: float
+    session: Session,
+    inputs: AssayInputs,
+    shard_index: int,
+    worker: str,
+    *,
+    lease_s: float,
+    max_attempts: int | None = None,
 ) -> ShardStart | None:
     """Mark a shard running under a fresh lease and count the attempt.
 
     None when the shard is unknown or done, when its assay is finished (failed, stopped, done),
     or when another worker holds a live lease on it: this is a copy of its message, and the
     holder either stores the shard or lets the lease lapse, and the reconciler sends it again.
+    None too when the shard has used `max_attempts`: a copy redelivered after its last attempt's
+    lease lapsed must not start it again; the reconciler fails the assay with the reason.
     """
     now = utcnow()
+    exhausted = sa.true() if max_attempts is None else col(AssayShard.attempts) < max_attempts
     row = session.execute(
         sa.update(AssayShard)
         .where(
             col(AssayShard.assay_id) == inputs.assay_id,
             col(AssayShard.shard_index) == shard_index,
             col(AssayShard.status) != ShardStatus.DONE.value,
+            exhausted,
             sa.or_(
                 col(AssayShard.status) == ShardStatus.PENDING.value,
                 col(AssayShard.lease_expires_at).is_(None),

@@ -77,6 +77,20 @@ def test_a_shard_whose_worker_went_quiet_is_taken_over_by_the_next_attempt(
     assert renew_lease(session, inputs.assay_id, 0, 2, 60)
 
 
+def test_a_copy_redelivered_after_the_last_attempt_does_not_start_the_shard_again(
+    session: Session,
+) -> None:
+    inputs = inputs_of(session)
+    for attempt in (1, 2):
+        begun = begin_shard(session, inputs, 0, f"w{attempt}", lease_s=60, max_attempts=2)
+        assert begun is not None and begun.attempt == attempt
+        lapse(session, inputs.assay_id, 0)
+    assert begin_shard(session, inputs, 0, "w3", lease_s=60, max_attempts=2) is None
+    assert shard(session, inputs.assay_id, 0).attempts == 2
+    # Still lapsed: the reconciler sees it and fails the assay for its spent attempts.
+    assert mine(session, inputs.assay_id) == [0]
+
+
 def test_a_resent_shard_is_pending_again_counts_the_message_and_is_leased_anew(
     session: Session,
 ) -> None:
