@@ -131,14 +131,14 @@ def begin_shard(
     lease lapsed must not start it again; the reconciler fails the assay with the reason.
     """
     now = utcnow()
-    exhausted = sa.true() if max_attempts is None else col(AssayShard.attempts) < max_attempts
+    attempts_left = sa.true() if max_attempts is None else col(AssayShard.attempts) < max_attempts
     row = session.execute(
         sa.update(AssayShard)
         .where(
             col(AssayShard.assay_id) == inputs.assay_id,
             col(AssayShard.shard_index) == shard_index,
             col(AssayShard.status) != ShardStatus.DONE.value,
-            exhausted,
+            attempts_left,
             sa.or_(
                 col(AssayShard.status) == ShardStatus.PENDING.value,
                 col(AssayShard.lease_expires_at).is_(None),
