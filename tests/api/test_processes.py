@@ -114,7 +114,10 @@ def test_a_killed_api_process_leaves_the_service_up_and_is_started_again(
     before = api_processes(served.server.pid)
     victim = next(p for p, c in before.items() if c.split()[-2] == "1")
     os.kill(victim, signal.SIGKILL)
-    # The kernel drops the dead socket from the port's group: every new connection is answered.
+    # A connection that reaches the dying process's socket before its files are closed is reset
+    # with it; once it is gone (a zombie holds no files) the kernel has dropped its socket from the
+    # port's group, and every new connection is answered.
+    wait_for(lambda: not alive(victim), 30.0, "the killed API process gone")
     answers = [fresh_answer(served.url) for _ in range(20)]
     assert all(a.status_code == 200 for a in answers)
 
