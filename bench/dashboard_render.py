@@ -30,7 +30,7 @@ from sqlmodel import Session
 from service.asgi import create_app
 from service.db import migrate
 from service.db.apikey import create_key
-from service.db.models import Role
+from service.db.models import KeyRole
 from service.db.session import make_engine
 from service.keys import KeyRing
 from service.settings import Settings
@@ -87,7 +87,7 @@ def sign_in(client: TestClient, settings: Settings) -> None:
     engine = make_engine(settings)
     with Session(engine) as session:
         created = create_key(
-            session, tenant="acme", roles=[Role.REVIEWER], name="bench", person="bench reviewer"
+            session, tenant="acme", roles=[KeyRole.REVIEWER], name="bench", person="bench reviewer"
         )
         session.commit()
         secret = created.secret

@@ -118,7 +118,7 @@ class Settings(BaseSettings):
     # which never carries code.
     worker_tenant: str | None = None
     tenant_code_dir: Path | None = None
-    # The sandbox's limits per process tree of tenant code (service.sandbox.Limits).
+    # The sandbox's limits per process tree of tenant code (service.sandbox.ProcessLimits).
     code_cpu_s: int = Field(default=300, ge=1)
     code_memory_mb: int = Field(default=2048, ge=16)
     code_processes: int = Field(default=256, ge=1)

@@ -113,3 +113,15 @@ def test_no_file_is_over_500_lines_unless_its_docstring_says_it_is_a_data_table(
         if _lines(p) > MAX_LINES and not _is_data_table(p)
     }
     assert too_long == {}
+
+
+def test_no_two_public_classes_of_service_or_worker_share_a_name() -> None:
+    # One name per concept: a reader who meets `FaultResult` or `Role` must not have to ask which.
+    # Classes private to a module (a leading underscore) are that module's own business.
+    homes: dict[str, list[str]] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    homes.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: files for name, files in homes.items() if len(files) > 1} == {}

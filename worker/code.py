@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from service.app.records import AssayInputs
 from service.core.system.manifest import Manifest, code_parts
 from service.core.system.secret import code_env
-from service.sandbox import Confinement, Limits
+from service.sandbox import Confinement, ProcessLimits
 from service.settings import Settings
 
 
@@ -54,8 +54,8 @@ def refusal(
     return None
 
 
-def limits(settings: Settings) -> Limits:
-    return Limits(
+def limits(settings: Settings) -> ProcessLimits:
+    return ProcessLimits(
         cpu_s=settings.code_cpu_s,
         memory_mb=settings.code_memory_mb,
         processes=settings.code_processes,

@@ -40,7 +40,37 @@ def refine(schema: dict[str, Any], settings: Settings) -> dict[str, Any]:
     _manifest(components)
     _plan(components, settings)
     _text_rule(schema, components)
+    _published_names(schema, components)
     return schema
+
+
+#: Components renamed in the code (one name per concept) keep the names clients were generated
+#: from: the document is an interface, the class name is not.
+_PUBLISHED = {
+    "KeyRole": "Role",
+    "ReasonView": "Reason",
+    f"{_MANIFEST_PREFIX}ToolRole": f"{_MANIFEST_PREFIX}Role",
+}
+
+
+def _published_names(schema: dict[str, Any], components: dict[str, Any]) -> None:
+    for code_name, published in _PUBLISHED.items():
+        if code_name in components:
+            components[published] = components.pop(code_name)
+            components[published]["title"] = published.removeprefix(_MANIFEST_PREFIX)
+    refs = {f"{_REF}{old}": f"{_REF}{new}" for old, new in _PUBLISHED.items()}
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if node.get("$ref") in refs:
+                node["$ref"] = refs[node["$ref"]]
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
 
 
 def _operations(schema: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:

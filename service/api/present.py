@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from fastapi import Response
 
@@ -23,7 +22,7 @@ from service.app.records import (
     as_utc,
     as_utc_or_none,
 )
-from service.core.decision.gate import block_first
+from service.core.decision.gate import ReasonView, block_first, reason_view
 
 
 def progress(assay: Assay, live: LiveProgress | None = None) -> Progress:
@@ -40,8 +39,9 @@ def progress(assay: Assay, live: LiveProgress | None = None) -> Progress:
     )
 
 
-def reasons(assay: Assay) -> list[dict[str, Any]]:
-    return [dict(r) for r in block_first(assay.reasons or [])]
+def reasons(stored: Sequence[Mapping[str, object]] | None) -> list[ReasonView]:
+    """Stored reasons as the API serves them: the one order, the four keys."""
+    return [reason_view(r) for r in block_first(stored or [])]
 
 
 def gate_state(found: gate.Standing) -> GateState:
@@ -74,7 +74,7 @@ def candidate_public(view: CandidateView) -> CandidatePublic:
         status=AssayStatus(row.assay.status),
         progress=progress(row.assay, view.live),
         decision=row.assay.decision,
-        reasons=reasons(row.assay),
+        reasons=reasons(row.assay.reasons),
         gate=gate_state(view.standing),
         error=failure(row.assay),
     )
@@ -115,7 +115,7 @@ def dossier_ref(dossier: Dossier) -> DossierRef:
         digest=dossier.digest,
         previous=dossier.previous,
         decision=dossier.decision,
-        reasons=[dict(r) for r in block_first(dossier.reasons)],
+        reasons=reasons(dossier.reasons),
         change=dossier.change,
         keyid=dossier.keyid,
         created_at=as_utc(dossier.created_at),
@@ -135,7 +135,7 @@ def hold_public(hold: Hold) -> HoldPublic:
         candidate_id=hold.candidate_id,
         dossier_id=hold.dossier_id,
         status=hold.status,
-        reasons=[dict(r) for r in block_first(hold.reasons)],
+        reasons=reasons(hold.reasons),
         reviewer=hold.reviewer,
         reviewed_by=hold.reviewed_by,
         review_reason=hold.review_reason,

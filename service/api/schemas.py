@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.app.records import AssayStatus, Role
+from service.app.records import AssayStatus, KeyRole
 from service.app.shapes import (
     CandidateCreate,
     Component,
@@ -17,6 +17,7 @@ from service.app.shapes import (
     SystemName,
     Text,
 )
+from service.core.decision.gate import ReasonView
 from service.core.system.manifest import COMPONENTS
 from service.core.system.secret import MAX_VALUE_BYTES
 
@@ -61,7 +62,7 @@ class GateState(BaseModel):
 
     decision: GateWord
     basis: GateBasis = Field(description="what the word rests on")
-    reasons: list[dict[str, Any]]
+    reasons: list[ReasonView]
     dossier_version: int | None = Field(description="the signed version it rests on")
     hold_id: uuid.UUID | None = Field(default=None, description="the open hold, if any")
     until: datetime | None = Field(
@@ -87,9 +88,7 @@ class CandidatePublic(BaseModel):
         default=None,
         description="the assay's own decision; what the deploy gate says now is `gate`",
     )
-    reasons: list[dict[str, Any]] = Field(
-        default_factory=list, description="the assay's own reasons"
-    )
+    reasons: list[ReasonView] = Field(default_factory=list, description="the assay's own reasons")
     gate: GateState = Field(description="what the deploy gate says now about this candidate")
     error: str | None = Field(
         default=None,
@@ -135,7 +134,7 @@ class AssayPublic(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     decision: Literal["allow", "hold", "block"] | None = None
-    reasons: list[dict[str, Any]] = Field(default_factory=list)
+    reasons: list[ReasonView] = Field(default_factory=list)
     faults: list[FaultPublic]
     report: dict[str, Any] | None = Field(default=None, description="the merged assay report")
     stop_reason: str | None = Field(
@@ -193,7 +192,7 @@ class DossierRef(BaseModel):
     digest: str = Field(description="SHA-256 of the signed payload bytes")
     previous: str | None = Field(description="digest of the version before (the hash chain)")
     decision: Decision
-    reasons: list[dict[str, Any]]
+    reasons: list[ReasonView]
     change: str = Field(description="why this version exists")
     keyid: str
     created_at: datetime
@@ -220,7 +219,7 @@ class GatePublic(BaseModel):
     version: str
     candidate_id: uuid.UUID
     decision: Decision
-    reasons: list[dict[str, Any]]
+    reasons: list[ReasonView]
     dossier: DossierRef | None = Field(description="the dossier the answer rests on")
     triggers: dict[str, Any] = Field(
         description=(
@@ -292,7 +291,7 @@ class HoldPublic(BaseModel):
     candidate_id: uuid.UUID
     dossier_id: uuid.UUID = Field(description="the dossier version that opened the hold")
     status: Literal["open", "waived", "rejected", "superseded"]
-    reasons: list[dict[str, Any]]
+    reasons: list[ReasonView]
     reviewer: str | None = Field(description="the id of the key that reviewed it")
     reviewed_by: str | None = Field(description="the person whose key reviewed it")
     review_reason: str | None
@@ -324,7 +323,9 @@ class ApiKeyCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    roles: list[Role] = Field(min_length=1, max_length=3, description="submitter, reviewer, admin")
+    roles: list[KeyRole] = Field(
+        min_length=1, max_length=3, description="submitter, reviewer, admin"
+    )
     name: Name | None = Field(default=None, description="what the key is for, e.g. `ci-main`")
     person: PersonCreate | None = Field(
         default=None,
@@ -336,7 +337,7 @@ class ApiKeyCreate(BaseModel):
 class ApiKeyPublic(BaseModel):
     id: uuid.UUID
     tenant: str
-    roles: list[Role]
+    roles: list[KeyRole]
     name: str | None
     person: str = Field(description="the person or service account the key belongs to")
     kind: Literal["person", "service"]

@@ -18,7 +18,7 @@ from typing import Any
 from sqlmodel import Session
 
 from service.app.errors import NotFound
-from service.core.decision.gate import Decision
+from service.core.decision.gate import Decision, Reason, ReasonView
 from service.core.faults.plan import AssayPlan
 from service.core.signing.dossier import (
     CandidateRef,
@@ -193,7 +193,7 @@ def derive(
     *,
     change: str,
     decision: str,
-    reasons: list[dict[str, Any]],
+    reasons: list[ReasonView],
     now: datetime,
     hold: Hold | None = None,
     waiver: dict[str, Any] | None = None,
@@ -232,17 +232,13 @@ def unmet(assayed: Mapping[str, str], changes: Sequence[OpenChange]) -> list[Ope
     return [c for c in changes if assayed.get(c.component) != c.sha256]
 
 
-def config_changed_reason(change: OpenChange, assayed: str | None) -> dict[str, Any]:
-    return {
-        "code": "config_changed",
-        "message": (
-            f"production {change.component} changed from {(assayed or 'unknown')[:12]} to "
-            f"{change.sha256[:12]}; the evidence no longer describes the live system, and the "
-            "gate stays reopened until a candidate with this configuration passes its assay"
-        ),
-        "fault": None,
-        "severity": Decision.HOLD,
-    }
+def config_changed_reason(change: OpenChange, assayed: str | None) -> ReasonView:
+    message = (
+        f"production {change.component} changed from {(assayed or 'unknown')[:12]} to "
+        f"{change.sha256[:12]}; the evidence no longer describes the live system, and the "
+        "gate stays reopened until a candidate with this configuration passes its assay"
+    )
+    return Reason("config_changed", message).view()
 
 
 def reopen(

@@ -26,7 +26,7 @@ from sqlmodel import Session
 from service.app import changes, reviews
 from service.app.dossiers import config_changed_reason, unmet
 from service.app.errors import NotFound
-from service.core.decision.gate import block_first
+from service.core.decision.gate import Reason, ReasonView, block_first, reason_view
 from service.core.signing.dossier import compare_triggers, trigger_hashes
 from service.db import dossier as dossiers
 from service.db import queries
@@ -64,7 +64,7 @@ class Standing:
     candidate_id: uuid.UUID
     decision: Word
     basis: Basis
-    reasons: list[dict[str, Any]]
+    reasons: list[ReasonView]
     # The signed version the answer rests on (None before the first one).
     dossier: Dossier | None
     # The open hold a reviewer may act on, if any.
@@ -355,7 +355,7 @@ def _from_dossier(
         row.candidate.id,
         Word(dossier.decision),
         basis,
-        [dict(r) for r in dossier.reasons],
+        [reason_view(r) for r in dossier.reasons],
         dossier,
         open_hold.id if open_hold is not None else None,
         until,
@@ -455,5 +455,5 @@ def _block_first(found: Standing) -> Standing:
     return replace(found, reasons=block_first(found.reasons))
 
 
-def _reason(code: str, message: str) -> dict[str, Any]:
-    return {"code": code, "message": message, "fault": None, "severity": "hold"}
+def _reason(code: str, message: str) -> ReasonView:
+    return Reason(code, message).view()

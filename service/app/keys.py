@@ -13,14 +13,14 @@ from sqlmodel import Session
 
 from service.app.errors import Conflict, FieldInvalid, NotFound
 from service.db import apikey
-from service.db.models import PersonKind, Role
+from service.db.models import KeyRole, PersonKind
 
 
 @dataclass(frozen=True)
 class MintKey:
     """A new key of the caller's tenant, held by `person` (default: the caller's own person)."""
 
-    roles: Sequence[Role]
+    roles: Sequence[KeyRole]
     name: str | None = None
     person: str | None = None
     kind: PersonKind | None = None
@@ -87,7 +87,7 @@ class OperatorMint:
     """A key for `tenant` (created if new), held by the named person or service account."""
 
     tenant: str
-    roles: Sequence[Role]
+    roles: Sequence[KeyRole]
     person: str
     kind: PersonKind = PersonKind.PERSON
     name: str | None = None
@@ -120,7 +120,10 @@ def first_admin(session: Session) -> Minted | None:
     return mint_as_operator(
         session,
         OperatorMint(
-            tenant=apikey.DEFAULT_TENANT, roles=list(Role), person="admin", name="first admin key"
+            tenant=apikey.DEFAULT_TENANT,
+            roles=list(KeyRole),
+            person="admin",
+            name="first admin key",
         ),
     )
 

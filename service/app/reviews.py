@@ -26,7 +26,7 @@ from service.app.errors import (
     NotWaivable,
     ReviewerIsSubmitter,
 )
-from service.core.decision.gate import Decision
+from service.core.decision.gate import Decision, Reason, ReasonView, reason_view
 from service.core.signing.dossier import Signer
 from service.db import dossier as dossiers
 from service.db.apikey import Principal, actor_view, audit, review_conflict
@@ -74,16 +74,21 @@ class Lapse:
 
     what: str  # "waiver" or "rejection"
     decision: str
-    reasons: list[dict[str, Any]]
+    reasons: list[ReasonView]
 
 
 def _iso(value: datetime) -> str:
     return value.isoformat(timespec="seconds")
 
 
-def hard_reasons(hold: Hold) -> list[dict[str, Any]]:
+def held_reasons(hold: Hold) -> list[ReasonView]:
+    """The reasons a hold was opened for, as its row stores them."""
+    return [reason_view(r) for r in hold.reasons]
+
+
+def hard_reasons(hold: Hold) -> list[ReasonView]:
     """The reasons no waiver can lift: every block (hard invariants, invalid evidence, a stop)."""
-    return [r for r in hold.reasons if r.get("severity") == Decision.BLOCK]
+    return [r for r in held_reasons(hold) if r["severity"] == Decision.BLOCK]
 
 
 def lapsed(hold: Hold, now: datetime) -> bool:
@@ -107,15 +112,7 @@ def lapse(hold: Hold, status: str | None = None) -> Lapse:
     return Lapse(
         what,
         Decision.BLOCK if hard_reasons(hold) else Decision.HOLD,
-        [
-            *hold.reasons,
-            {
-                "code": f"{what}_expired",
-                "message": message,
-                "fault": None,
-                "severity": Decision.HOLD,
-            },
-        ],
+        [*held_reasons(hold), Reason(f"{what}_expired", message).view()],
     )
 
 
@@ -127,27 +124,19 @@ def _who(key_id: str, actor: Mapping[str, Any] | None) -> str:
     return str(actor["person"])
 
 
-def _outcome(hold: Hold, command: ReviewHold, who: str) -> tuple[str, list[dict[str, Any]]]:
+def _outcome(hold: Hold, command: ReviewHold, who: str) -> tuple[str, list[ReasonView]]:
     """The decision and reasons a review signs."""
     until = f" until {_iso(command.expires_at)}" if command.expires_at else ""
     if command.action is Action.WAIVE:
         # Defence in depth: only hold reasons are ever waived, so a block stays a block.
         remaining = hard_reasons(hold)
+        waived = f"held reasons waived by {who}{until}: {command.reason}"
         return Decision.BLOCK if remaining else Decision.ALLOW, remaining or [
-            {
-                "code": "waived",
-                "message": f"held reasons waived by {who}{until}: {command.reason}",
-                "fault": None,
-                "severity": Decision.ALLOW,
-            }
+            Reason("waived", waived, severity=Decision.ALLOW).view()
         ]
-    rejected = {
-        "code": "rejected",
-        "message": f"rejected by {who}{until}: {command.reason}",
-        "fault": None,
-        "severity": Decision.BLOCK,
-    }
-    return Decision.BLOCK, [*hold.reasons, rejected]
+    why = f"rejected by {who}{until}: {command.reason}"
+    rejected = Reason("rejected", why, None, Decision.BLOCK)
+    return Decision.BLOCK, [*held_reasons(hold), rejected.view()]
 
 
 def record(

@@ -22,7 +22,7 @@ from service.app.ports import Queue
 from service.app.tenants import queue_of_assay
 from service.core.evidence.spend import ArmSpend, budgeted, from_views
 from service.core.faults.plan import AssayPlan, StopConditions
-from service.core.shards.assay import Limits, ShardResult
+from service.core.shards.assay import ShardResult, StopLimits
 from service.core.signing.dossier import Signer
 from service.core.system.manifest import Manifest
 from service.db import assay as assays
@@ -96,7 +96,7 @@ def begin(
         return Begun(start, injector_state(session, inputs.assay_id))
 
 
-def limits(state: InjectorState, clock: Callable[[], float] = time.time) -> Limits:
+def limits(state: InjectorState, clock: Callable[[], float] = time.time) -> StopLimits:
     """What is left of the assay's stop conditions once the stored shards' totals are spent."""
     caps = state.limits
 
@@ -105,7 +105,7 @@ def limits(state: InjectorState, clock: Callable[[], float] = time.time) -> Limi
         return None if cap is None else max(0, int(cap) - used)
 
     deadline = caps.get("deadline")
-    return Limits(
+    return StopLimits(
         max_effects=remaining("max_effects", state.effects),
         max_unsafe=remaining("max_unsafe", state.unsafe),
         max_target_errors=remaining("max_target_errors", state.target_errors),

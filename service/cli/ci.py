@@ -32,6 +32,7 @@ from service.cli.common import (
 )
 from service.cli.engine import report_args
 from service.cli.errors import DECISION_EXIT, EXIT_ERROR, UsageError
+from service.core.decision.gate import reason_view
 from service.core.errors import AssaygateError
 
 
@@ -466,11 +467,11 @@ def _gate(args: argparse.Namespace) -> int:
             )
         elif args.junit is not None or args.summary is not None:
             # No dossier yet (pending): the reports say what the gate says, without faults.
-            outcome = reports.Outcome(
+            outcome = reports.ReportedDecision(
                 system=str(answer.get("system", system)),
                 version=str(answer.get("version", "")),
                 decision=str(answer.get("decision")),
-                reasons=list(answer.get("reasons") or []),
+                reasons=[reason_view(r) for r in answer.get("reasons") or []],
                 faults=[],
             )
             reports.write_reports(outcome, args.junit, args.summary)

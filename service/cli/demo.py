@@ -64,7 +64,7 @@ def demo_key(data_dir: Path) -> DemoKeys:
     """Migrate the demo's database and give the demo its own keys in the tenant `demo`: one to
     submit with, and a reviewer's to browse (and review) the result with."""
     from service.app.keys import OperatorMint, mint_as_operator
-    from service.app.records import PersonKind, Role
+    from service.app.records import KeyRole, PersonKind
     from service.cli.database import upgrade
     from service.cli.keys import operator_session
 
@@ -78,11 +78,11 @@ def demo_key(data_dir: Path) -> DemoKeys:
     with operator_session(settings) as session:
         submitter = mint_as_operator(
             session,
-            OperatorMint("demo", [Role.SUBMITTER], "demo", PersonKind.SERVICE, name="demo"),
+            OperatorMint("demo", [KeyRole.SUBMITTER], "demo", PersonKind.SERVICE, name="demo"),
         )
         reviewer = mint_as_operator(
             session,
-            OperatorMint("demo", [Role.REVIEWER], "demo reviewer", name="demo reviewer"),
+            OperatorMint("demo", [KeyRole.REVIEWER], "demo reviewer", name="demo reviewer"),
         )
     return DemoKeys(submitter.secret, reviewer.secret)
 

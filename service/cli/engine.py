@@ -18,7 +18,7 @@ from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.faults.contract_catalogue import catalogue_for
 from service.core.faults.plan import AssayPlan, parse_plan, validate_plan
-from service.core.shards.assay import AssayReport, Limits, replay_trial, run_assay
+from service.core.shards.assay import AssayReport, StopLimits, replay_trial, run_assay
 from service.core.system.contract import MAX_SLOTS
 from service.core.system.manifest import Manifest, parse_manifest_json
 from service.net.egress import EgressPolicy
@@ -212,14 +212,14 @@ def build_plan(args: argparse.Namespace, manifest: Manifest | None = None) -> As
 DEFAULT_MAX_TARGET_ERRORS = 20
 
 
-def _limits(args: argparse.Namespace) -> Limits:
+def _limits(args: argparse.Namespace) -> StopLimits:
     if not args.trial_timeout > 0:
         raise PlanInvalid("must be a positive number of seconds", field="--trial-timeout")
     if args.max_target_errors < -1:
         raise PlanInvalid("must be -1 (never stop) or at least 0", field="--max-target-errors")
     if args.deadline is not None and not args.deadline > 0:
         raise PlanInvalid("must be a positive number of seconds", field="--deadline")
-    return Limits(
+    return StopLimits(
         max_target_errors=None if args.max_target_errors == -1 else args.max_target_errors,
         deadline=None if args.deadline is None else time.monotonic() + args.deadline,
         clock=time.monotonic,
@@ -299,7 +299,7 @@ def _run(
     manifest: Manifest,
     plan: AssayPlan,
     target: Any,
-    limits: Limits,
+    limits: StopLimits,
     progress_bar: bool,
     concurrency: int = 1,
 ) -> AssayReport:

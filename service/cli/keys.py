@@ -84,11 +84,11 @@ def _keys_list(args: argparse.Namespace) -> int:
 
 def _keys_create(args: argparse.Namespace) -> int:
     from service.app import keys
-    from service.app.records import PersonKind, Role
+    from service.app.records import KeyRole, PersonKind
 
     command = keys.OperatorMint(
         tenant=args.tenant,
-        roles=[Role(r) for r in args.roles],
+        roles=[KeyRole(r) for r in args.roles],
         name=args.name,
         person=args.person or args.service_account,
         kind=PersonKind.SERVICE if args.service_account else PersonKind.PERSON,

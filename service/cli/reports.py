@@ -1,8 +1,8 @@
 """CI reports of a decision: a JUnit XML file and a GitHub job-summary Markdown file.
 
-One writer for the three commands CI runs (`assay`, `submit`, `gate`). Each builds an `Outcome`
-from what it has — the local assay report, or the signed dossier's predicate with what the gate
-says now — and `write_reports` writes the files it was asked for.
+One writer for the three commands CI runs (`assay`, `submit`, `gate`). Each builds a
+`ReportedDecision` from what it has — the local assay report, or the signed dossier's predicate
+with what the gate says now — and `write_reports` writes the files it was asked for.
 
 JUnit: one `<testsuite>` per system, one `<testcase>` per fault (classname the system, name the
 fault id); a fault with reasons is a `<failure>` whose `type` is the worst severity, whose
@@ -21,12 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from service.cli.errors import UsageError
-from service.core.decision.gate import block_first
+from service.core.decision.gate import ReasonView, block_first, reason_view
 from service.core.decision.report import AssayReport
-
-# A reason as the reports read it: the typed report's `Reason.view()`, or the gate's answer (whose
-# severities include `reopened`).
-Reasonish = Mapping[str, object]
 
 #: The containment signature's columns: (heading, count name).
 SIGNATURE = (
@@ -44,46 +40,46 @@ GATE_CASE = "gate"
 
 
 @dataclass
-class FaultRow:
+class FaultLine:
     id: str
     trials: int
     counts: Mapping[str, int]
-    reasons: list[Reasonish] = field(default_factory=list)
+    reasons: list[ReasonView] = field(default_factory=list)
 
     def signature(self) -> str:
         return ", ".join(f"{h} {int(self.counts.get(k, 0))}/{self.trials}" for h, k in SIGNATURE)
 
 
 @dataclass
-class Outcome:
+class ReportedDecision:
     """What one decision says, in the shape both reports read."""
 
     system: str
     version: str
     decision: str
-    reasons: list[Reasonish]
-    faults: list[FaultRow]
+    reasons: list[ReasonView]
+    faults: list[FaultLine]
     #: Where the evidence is: the dossier (service) or the report file (local assay).
     link: str | None = None
     link_label: str = "dossier"
     properties: dict[str, str] = field(default_factory=dict)
 
-    def unattached(self) -> list[Reasonish]:
+    def unattached(self) -> list[ReasonView]:
         ids = {f.id for f in self.faults}
         return [r for r in self.reasons if r.get("fault") not in ids]
 
 
-def _report_rows(report: AssayReport, reasons: Sequence[Reasonish]) -> list[FaultRow]:
+def _report_rows(report: AssayReport, reasons: Sequence[ReasonView]) -> list[FaultLine]:
     return [
-        FaultRow(f.id, f.signature.rates.trials, f.signature.counts, _own(reasons, f.id))
+        FaultLine(f.id, f.signature.rates.trials, f.signature.counts, _own(reasons, f.id))
         for f in report.faults
     ]
 
 
-def _run_rows(runs: Sequence[Mapping[str, Any]], reasons: Sequence[Reasonish]) -> list[FaultRow]:
+def _run_rows(runs: Sequence[Mapping[str, Any]], reasons: Sequence[ReasonView]) -> list[FaultLine]:
     """A dossier predicate's runs (signed JSON, read as it was written)."""
     return [
-        FaultRow(
+        FaultLine(
             str(run["id"]),
             int(run.get("exercised", 0)),
             (run.get("intervention") or {}).get("counts", {}),
@@ -93,7 +89,7 @@ def _run_rows(runs: Sequence[Mapping[str, Any]], reasons: Sequence[Reasonish]) -
     ]
 
 
-def _own(reasons: Sequence[Reasonish], fault: str) -> list[Reasonish]:
+def _own(reasons: Sequence[ReasonView], fault: str) -> list[ReasonView]:
     return [r for r in reasons if r.get("fault") == fault]
 
 
@@ -102,11 +98,11 @@ def from_report(
     system: str | None,
     version: str | None,
     link: str | None,
-) -> Outcome:
+) -> ReportedDecision:
     """A local `assaygate assay` report (typed, or its `to_dict()`)."""
     r = report if isinstance(report, AssayReport) else AssayReport.from_dict(report)
-    reasons: list[Reasonish] = [x.view() for x in block_first(r.reasons)]
-    return Outcome(
+    reasons = [x.view() for x in block_first(r.reasons)]
+    return ReportedDecision(
         system=system or "assaygate",
         version=version or "",
         decision=r.decision.value,
@@ -118,13 +114,13 @@ def from_report(
     )
 
 
-def error_outcome(system: str, version: str, message: str) -> Outcome:
+def error_outcome(system: str, version: str, message: str) -> ReportedDecision:
     """No decision (exit code 3): the reports say what went wrong, as one failed test case."""
-    return Outcome(
+    return ReportedDecision(
         system=system,
         version=version,
         decision="error",
-        reasons=[{"severity": "error", "code": "error", "message": message}],
+        reasons=[ReasonView(code="error", message=message, fault=None, severity="error")],
         faults=[],
     )
 
@@ -139,19 +135,20 @@ def from_dossier(
     envelope: Mapping[str, Any],
     *,
     decision: str,
-    reasons: Sequence[Reasonish],
+    reasons: Sequence[Mapping[str, object]],
     link: str | None,
-) -> Outcome:
-    """A signed dossier, with the gate's word now (`decision`, `reasons`) laid over it."""
+) -> ReportedDecision:
+    """A signed dossier, with the gate's word now (`decision`, `reasons`, as served) laid over
+    it."""
     p = predicate_of(envelope)
     cand = p.get("candidate") or {}
-    reasons = list(reasons)
-    return Outcome(
+    views = [reason_view(r) for r in reasons]
+    return ReportedDecision(
         system=str(cand.get("system", "")),
         version=str(cand.get("version", "")),
         decision=decision,
-        reasons=block_first(reasons),
-        faults=_run_rows(p.get("runs") or [], block_first(reasons)),
+        reasons=block_first(views),
+        faults=_run_rows(p.get("runs") or [], block_first(views)),
         link=link,
         properties={
             "candidate": str(cand.get("id", "")),
@@ -161,13 +158,13 @@ def from_dossier(
     )
 
 
-def _worst(reasons: Sequence[Reasonish]) -> str:
+def _worst(reasons: Sequence[ReasonView]) -> str:
     return min(
         (str(r.get("severity", "hold")) for r in reasons), key=lambda s: SEVERITY_ORDER.get(s, 2)
     )
 
 
-def _failure(case: ET.Element, reasons: Sequence[Reasonish], signature: str | None) -> None:
+def _failure(case: ET.Element, reasons: Sequence[ReasonView], signature: str | None) -> None:
     codes = ", ".join(dict.fromkeys(str(r.get("code")) for r in reasons))
     fail = ET.SubElement(
         case, "failure", type=_worst(reasons), message=f"{_worst(reasons)}: {codes}"
@@ -178,7 +175,7 @@ def _failure(case: ET.Element, reasons: Sequence[Reasonish], signature: str | No
     fail.text = "\n".join(lines)
 
 
-def junit_xml(outcome: Outcome) -> bytes:
+def junit_xml(outcome: ReportedDecision) -> bytes:
     suite_name = f"{outcome.system} {outcome.version}".strip()
     cases: list[ET.Element] = []
     for f in outcome.faults:
@@ -196,11 +193,12 @@ def junit_xml(outcome: Outcome) -> bytes:
                 case,
                 loose
                 or [
-                    {
-                        "severity": outcome.decision,
-                        "code": outcome.decision,
-                        "message": "see the faults",
-                    }
+                    ReasonView(
+                        code=outcome.decision,
+                        message="see the faults",
+                        fault=None,
+                        severity=outcome.decision,
+                    )
                 ],
                 None,
             )
@@ -232,7 +230,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def summary_markdown(outcome: Outcome) -> str:
+def summary_markdown(outcome: ReportedDecision) -> str:
     title = f"{outcome.system} {outcome.version}".strip()
     lines = [f"## Assaygate: {outcome.decision.upper()} — {_cell(title)}", ""]
     lines.append(f"**Decision:** `{outcome.decision}`")
@@ -284,7 +282,7 @@ def check_paths(*paths: Path | None) -> None:
             raise UsageError(f"cannot write {path}: no folder {path.parent}")
 
 
-def write_reports(outcome: Outcome, junit: Path | None, summary: Path | None) -> None:
+def write_reports(outcome: ReportedDecision, junit: Path | None, summary: Path | None) -> None:
     try:
         if junit is not None:
             junit.write_bytes(junit_xml(outcome))

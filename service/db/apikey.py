@@ -25,9 +25,9 @@ from service.db.models import (
     ApiKey,
     BrowserSession,
     Event,
+    KeyRole,
     Person,
     PersonKind,
-    Role,
     Tenant,
     utcnow,
 )
@@ -55,7 +55,7 @@ class Principal:
     key_id: uuid.UUID
     tenant_id: uuid.UUID
     tenant: str
-    roles: frozenset[Role]
+    roles: frozenset[KeyRole]
     prefix: str
     person_id: uuid.UUID
     person: str
@@ -67,7 +67,7 @@ class Principal:
         """How the caller is recorded as submitter or reviewer: the key's id."""
         return str(self.key_id)
 
-    def has_any(self, roles: Iterable[Role]) -> bool:
+    def has_any(self, roles: Iterable[KeyRole]) -> bool:
         return not self.roles.isdisjoint(roles)
 
 
@@ -128,7 +128,7 @@ def create_key(
     session: Session,
     *,
     tenant: str,
-    roles: Iterable[Role],
+    roles: Iterable[KeyRole],
     name: str | None = None,
     person: str | None = None,
     kind: PersonKind | None = None,
@@ -138,7 +138,7 @@ def create_key(
 
     The key belongs to `person` (created in the tenant if new); without one, to the person of
     the key minting it — an operator minting from the command line must name one."""
-    wanted = sorted({Role(r).value for r in roles})
+    wanted = sorted({KeyRole(r).value for r in roles})
     if not wanted:
         raise KeyRequestInvalid("a key needs at least one role", "roles")
     row = ensure_tenant(session, tenant)
@@ -172,9 +172,9 @@ def plausible_secret(secret: str) -> bool:
     return secret.startswith(KEY_PREFIX) and len(secret) <= 200
 
 
-def roles_of(stored: Iterable[str]) -> frozenset[Role]:
+def roles_of(stored: Iterable[str]) -> frozenset[KeyRole]:
     """A key's stored roles that this version knows; an unknown one grants nothing."""
-    return frozenset(Role(r) for r in stored if r in Role.__members__.values())
+    return frozenset(KeyRole(r) for r in stored if r in KeyRole.__members__.values())
 
 
 def authenticate(session: Session, secret: str) -> Principal | None:

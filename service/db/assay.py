@@ -23,7 +23,7 @@ from service.db.models import (
     AssayStatus,
     Candidate,
     Event,
-    FaultResult,
+    FaultResultRow,
     ManifestRow,
     ShardStatus,
     System,
@@ -66,7 +66,7 @@ class Stored:
 
 
 @dataclass(frozen=True)
-class FaultRow:
+class FaultResultValues:
     fault_id: str
     domain: str | None
     trials: int
@@ -237,7 +237,7 @@ def record_report(
     *,
     decision: str,
     report: dict[str, Any],
-    faults: Sequence[FaultRow],
+    faults: Sequence[FaultResultValues],
 ) -> bool:
     """Store the merged report and per-fault results once. False if another worker already did."""
     written = session.execute(
@@ -259,7 +259,7 @@ def record_report(
     if written.rowcount != 1:  # type: ignore[attr-defined]
         return False
     session.add_all(
-        FaultResult(
+        FaultResultRow(
             assay_id=assay_id,
             fault_id=f.fault_id,
             domain=f.domain,

@@ -16,7 +16,7 @@ from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import ShardResult, merge
 from service.core.system.manifest import Manifest
 from service.db import queries
-from service.db.assay import FaultRow, ready_to_merge, record_report
+from service.db.assay import FaultResultValues, ready_to_merge, record_report
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,13 @@ def record_merge(
     return Merged(merged.decision, won, report)
 
 
-def fault_rows(report: dict[str, Any]) -> list[FaultRow]:
+def fault_rows(report: dict[str, Any]) -> list[FaultResultValues]:
     """Split each fault of the report into its signature and its sampled trial evidence."""
-    rows: list[FaultRow] = []
+    rows: list[FaultResultValues] = []
     for fault in report.get("faults", []):
         samples = fault.get("samples") or []
         rows.append(
-            FaultRow(
+            FaultResultValues(
                 fault_id=str(fault["id"]),
                 domain=fault.get("domain"),
                 trials=int(fault.get("planned", 0)),

@@ -44,7 +44,7 @@ class ShardStatus(StrEnum):
     DONE = "done"
 
 
-class Role(StrEnum):
+class KeyRole(StrEnum):
     """What an API key may do; its wire form is the value."""
 
     SUBMITTER = "submitter"  # CI: submit candidates, ask the gate, report config changes
@@ -304,7 +304,7 @@ class AssayShard(SQLModel, table=True):
     )
 
 
-class FaultResult(SQLModel, table=True):
+class FaultResultRow(SQLModel, table=True):
     """The merged containment signature of one fault, with its sampled trial evidence."""
 
     __tablename__ = "fault_result"

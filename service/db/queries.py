@@ -19,7 +19,7 @@ from service.db.models import (
     Candidate,
     ComponentHash,
     Event,
-    FaultResult,
+    FaultResultRow,
     ShardStatus,
     System,
 )
@@ -279,11 +279,11 @@ def done_shard_results(session: Session, assay_id: uuid.UUID) -> list[dict[str, 
     return [dict(r) for r in rows if r is not None]
 
 
-def fault_results(session: Session, assay_id: uuid.UUID) -> Sequence[FaultResult]:
+def fault_results(session: Session, assay_id: uuid.UUID) -> Sequence[FaultResultRow]:
     return session.exec(
-        select(FaultResult)
-        .where(FaultResult.assay_id == assay_id)
-        .order_by(col(FaultResult.fault_id))
+        select(FaultResultRow)
+        .where(FaultResultRow.assay_id == assay_id)
+        .order_by(col(FaultResultRow.fault_id))
     ).all()
 
 

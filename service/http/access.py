@@ -20,12 +20,12 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service.app import identity
-from service.app.records import Principal, Role, SystemEpoch, Unavailable, on_this_loop
+from service.app.records import KeyRole, Principal, SystemEpoch, Unavailable, on_this_loop
 from service.http import browser as web_auth
 from service.http.errors import Forbidden, Unauthenticated
 
-SUBMITTER, REVIEWER, ADMIN = Role.SUBMITTER, Role.REVIEWER, Role.ADMIN
-ANY_ROLE: frozenset[Role] = frozenset(Role)
+SUBMITTER, REVIEWER, ADMIN = KeyRole.SUBMITTER, KeyRole.REVIEWER, KeyRole.ADMIN
+ANY_ROLE: frozenset[KeyRole] = frozenset(KeyRole)
 
 #: Routes anyone may call, without a key.
 PUBLIC: frozenset[tuple[str, str]] = frozenset(
@@ -33,7 +33,7 @@ PUBLIC: frozenset[tuple[str, str]] = frozenset(
 )
 
 #: Every authenticated route and the roles that may call it.
-ROUTE_ROLES: dict[tuple[str, str], frozenset[Role]] = {
+ROUTE_ROLES: dict[tuple[str, str], frozenset[KeyRole]] = {
     ("POST", "/v1/candidates"): frozenset({SUBMITTER}),
     ("GET", "/v1/candidates"): ANY_ROLE,
     ("GET", "/v1/candidates/{candidate_id}"): ANY_ROLE,
@@ -92,7 +92,7 @@ bearer = HTTPBearer(
 )
 
 
-def roles_for(method: str, path: str) -> frozenset[Role] | None:
+def roles_for(method: str, path: str) -> frozenset[KeyRole] | None:
     """The roles allowed on a route; None for a public route; empty for an unknown one."""
     if (method, path) in PUBLIC:
         return None

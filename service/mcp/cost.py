@@ -398,17 +398,17 @@ class _Parser:
 
 
 @dataclass(frozen=True)
-class Estimate:
+class CostEstimate:
     cost: int
     # The names the predicate reads from its activation (or that are undefined).
     names: frozenset[str]
 
 
-def estimate(source: str, variables: dict[str, Shape] | None = None) -> Estimate:
+def estimate(source: str, variables: dict[str, Shape] | None = None) -> CostEstimate:
     """The worst-case cost of evaluating `source` once; CostError when it does not parse here."""
     p = _Parser(source, VARIABLE_SHAPES if variables is None else variables)
     priced = p.expr()
     kind, text, pos = p.toks[p.i]
     if kind != "end":
         raise CostError(f"unexpected {text!r} at column {pos + 1}")
-    return Estimate(priced.cost, frozenset(p.free))
+    return CostEstimate(priced.cost, frozenset(p.free))

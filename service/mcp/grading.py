@@ -9,7 +9,7 @@ from typing import Any
 
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.disturbance import Disturbance
-from service.core.system.contract import WITNESS, Contract, Role
+from service.core.system.contract import WITNESS, Contract, ToolRole
 from service.core.trial.oracle import Outcome
 from service.core.trial.record import StormObservation
 from service.mcp.proxy import TrialState
@@ -124,7 +124,7 @@ def reaches(spec: FaultSpec, contract: Contract, calls: list[dict[str, Any]]) ->
     if d is Disturbance.FORK_RUN:
         return True
     if d is Disturbance.ADVANCE_VERSION:
-        return any(c["role"] == Role.READ.value for c in calls)
+        return any(c["role"] == ToolRole.READ.value for c in calls)
     own = [c for c in calls if c["tool"] == spec.target]
     if d is Disturbance.STALE_REPLAY:
         return len(own) >= 2

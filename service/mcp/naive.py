@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import LATEST_MODERN_VERSION
 
-from service.core.system.contract import Contract, Role
+from service.core.system.contract import Contract, ToolRole
 from service.mcp.wire import reply_json
 
 ATTEMPTS = 3
@@ -53,7 +53,7 @@ async def naive_run(
     subject: Any = task.get(contract.task_subject)
     async with _client(url, http) as client:
         schemas = {t.name: dict(t.input_schema) for t in (await client.list_tools()).tools}
-        for name, read in contract.by_role(Role.READ):
+        for name, read in contract.by_role(ToolRole.READ):
             if read.subject is None:
                 continue
             try:
@@ -63,13 +63,13 @@ async def naive_run(
             value = reply_json(r)
             if isinstance(value, dict) and read.reply_field and read.reply_field in value:
                 subject = value[read.reply_field]
-        for name, auth in contract.by_role(Role.AUTHORITY):
+        for name, auth in contract.by_role(ToolRole.AUTHORITY):
             fixed = {auth.subject: subject} if auth.subject else {}
             try:
                 await client.call_tool(name, _arguments(schemas.get(name, {}), task, fixed))
             except Exception:
                 continue
-        effects = dict(contract.by_role(Role.EFFECT))
+        effects = dict(contract.by_role(ToolRole.EFFECT))
         name = tool if tool in effects else sorted(effects)[0]
         effect = effects[name]
         assert effect.subject is not None

@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.disturbance import Disturbance
 from service.core.faults.injector import Injector
-from service.core.system.contract import Contract, Role, Tool
+from service.core.system.contract import Contract, Tool, ToolRole
 from service.mcp.cost import MAX_CALLS
 from service.mcp.hooks import Upstreams
 from service.mcp.wire import json_reply, reply_json, text_reply
@@ -416,7 +416,7 @@ class Proxy:
 
         async def forward() -> types.CallToolResult:
             call["forwarded"] = True
-            if role is not Role.EFFECT or tool is None:
+            if role is not ToolRole.EFFECT or tool is None:
                 return await self.upstreams.call(name, call["arguments"])
             record = _effect_record(run, call, tool)
             t.forwarded_effects.append(record)
@@ -440,9 +440,9 @@ class Proxy:
         call["reply"] = value
         if result.is_error:
             call["error"] = call["error"] or "tool error"
-        if role is Role.AUTHORITY and tool is not None and call["fault"] is None:
+        if role is ToolRole.AUTHORITY and tool is not None and call["fault"] is None:
             call["granted"] = bool(isinstance(value, dict) and value.get(str(tool.reply_field)))
-        if role is Role.READ and not t.read_done:
+        if role is ToolRole.READ and not t.read_done:
             t.read_done = True
             spec = t.injector.take("mcp.state")
             if (
@@ -459,7 +459,7 @@ class Proxy:
         t: TrialState,
         run: Run,
         call: dict[str, Any],
-        role: Role | None,
+        role: ToolRole | None,
         forward: Forward,
     ) -> types.CallToolResult:
         if role is None:
@@ -469,7 +469,7 @@ class Proxy:
             assert result is not None
             return result
         boundary = "mcp." + role.value
-        spec = t.injector.take(boundary, "any" if role is Role.EVIDENCE else None)
+        spec = t.injector.take(boundary, "any" if role is ToolRole.EVIDENCE else None)
         if spec is None:
             spec = t.injector.take("mcp.state")
             if spec is not None and spec.disturbance is not Disturbance.CRASH_AND_ROLLBACK:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 @dataclass(frozen=True)
-class Limits:
+class ProcessLimits:
     """Per sandboxed process tree: CPU seconds, address space, processes, open files, file size,
     and the size of its /tmp."""
 
@@ -36,7 +36,7 @@ class Confinement:
     # The only variables the code sees besides what the sandbox itself sets (PATH, HOME, LANG,
     # the proxy URLs): the manifest's declared `target.env` and the tenant's named secrets.
     env: Mapping[str, str] = field(default_factory=dict)
-    limits: Limits = field(default_factory=Limits)
+    limits: ProcessLimits = field(default_factory=ProcessLimits)
     # Connection-time egress check for the sandbox's forward proxy: (host, port) -> the address
     # to connect to, or raises (service.net.egress.EgressRefused). None: no egress beyond the
     # gate's own relays (the proxy, the tool server).

@@ -20,7 +20,7 @@ local `assaygate assay` on the user's own machine) runs it as the user's own pro
   the gate's python hosts (`service.mcp.host`, `service.targets.python_host`: code, not
   secrets); the tenant's `code_dir` read-only at its own path, also the working directory;
   `/proc` of the sandbox's own pid namespace; a minimal `/dev`; `/tmp` a tmpfs (mode 1777,
-  `Limits.tmp_mb`, default 256 MB) holding a private `HOME` (`/tmp/home`); the sandbox's run
+  `ProcessLimits.tmp_mb`, default 256 MB) holding a private `HOME` (`/tmp/home`); the sandbox's run
   directory at `/run/assaygate/run` and the inner launcher (`inner.py`, standard library only) at
   `/run/assaygate/inner.py`. Directories bubblewrap creates on the way are 0755. The signing
   keys, the data dir, PostgreSQL's socket dir (`/var/run/postgresql`) and the rest of the host

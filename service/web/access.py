@@ -25,7 +25,7 @@ from fastapi.routing import APIRoute
 from sqlmodel import Session
 
 from service.app import identity
-from service.app.records import Principal, Role
+from service.app.records import KeyRole, Principal
 from service.core.system.text import TextInvalid
 from service.http.access import ANY_ROLE, ROUTE_ROLES
 from service.http.browser import Identity, WebSession, WebSessionDep
@@ -39,7 +39,7 @@ PUBLIC_PAGES: frozenset[tuple[str, str]] = frozenset(
 )
 
 #: Every other dashboard route, with the roles of the API route it stands for.
-PAGE_ROLES: dict[tuple[str, str], frozenset[Role]] = {
+PAGE_ROLES: dict[tuple[str, str], frozenset[KeyRole]] = {
     ("GET", "/"): ROUTE_ROLES[("GET", "/v1/systems")],
     ("GET", "/systems/{name}"): ROUTE_ROLES[("GET", "/v1/candidates")],
     ("GET", "/candidates"): ROUTE_ROLES[("GET", "/v1/candidates")],
@@ -116,7 +116,7 @@ def signin_url(next_url: str) -> str:
     return f"{SIGNIN}?next={quote(safe_next(next_url), safe='/')}"
 
 
-def roles_for_page(method: str, path: str) -> frozenset[Role] | None:
+def roles_for_page(method: str, path: str) -> frozenset[KeyRole] | None:
     """The roles allowed on a dashboard route; None for a public one; empty for an unknown one."""
     if (method, path) in PUBLIC_PAGES:
         return None

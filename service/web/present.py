@@ -10,7 +10,7 @@ from typing import Any
 
 from service.app import gate
 from service.app.records import CandidateRow, as_utc
-from service.core.decision.gate import block_first
+from service.core.decision.gate import ReasonView, block_first, reason_view
 from service.core.decision.report import AssayReport, FaultResult
 from service.core.evidence.figures import Diagnosis, InvariantResult, Signature, Transfer
 
@@ -54,7 +54,7 @@ class GateView:
     words on what it rests on (a waiver and its expiry, a reopened gate, a pending assay)."""
 
     state: str
-    reasons: list[dict[str, Any]]
+    reasons: list[ReasonView]
     basis: str = "assay"
     note: str = ""
     dossier_version: int | None = None
@@ -97,17 +97,16 @@ def is_running(row: CandidateRow) -> bool:
     return row.assay.status in ("queued", "running")
 
 
-def severities(reasons: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def severities(reasons: Sequence[ReasonView]) -> dict[str, int]:
     found: dict[str, int] = {}
     for r in reasons:
-        sev = str(r.get("severity", "hold"))
-        found[sev] = found.get(sev, 0) + 1
+        found[r["severity"]] = found.get(r["severity"], 0) + 1
     return found
 
 
-def worst_first(reasons: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def worst_first(reasons: Sequence[Mapping[str, object]]) -> list[ReasonView]:
     """Block reasons before hold reasons, otherwise in the order the gate gave them."""
-    return [dict(r) for r in block_first(reasons)]
+    return [reason_view(r) for r in block_first(reasons)]
 
 
 def progress_fraction(row: CandidateRow) -> float:
@@ -130,7 +129,7 @@ class FaultView:
     # As stored: the page shows the pair's figures only where the report carries them.
     counterfactual: Mapping[str, object]
     diagnosis: Diagnosis | None
-    reasons: list[dict[str, Any]]
+    reasons: list[ReasonView]
     coverage_key: str
     # mcp targets: per invariant, its severity and the graded trials it failed in.
     invariants: Mapping[str, InvariantResult] = field(default_factory=dict)
@@ -149,7 +148,7 @@ class ReportView:
     counterfactuals: dict[str, int]
     visited: list[str]
     not_visited: list[str]
-    general_reasons: list[dict[str, Any]]
+    general_reasons: list[ReasonView]
     interpretation: Mapping[str, str]
     catalogue_version: str
     stopped: str | None
@@ -159,26 +158,26 @@ class ReportView:
     spend: Mapping[str, Any] | None = None
 
 
-def _state(reasons: Sequence[Mapping[str, Any]]) -> str:
+def _state(reasons: Sequence[ReasonView]) -> str:
     worst = "allow"
     for r in reasons:
-        sev = str(r.get("severity", "hold"))
+        sev = r["severity"]
         if SEVERITY.get(sev, 1) > SEVERITY[worst]:
             worst = sev if sev in SEVERITY else "hold"
     return worst
 
 
 def report_view(
-    report: AssayReport | Mapping[str, object], reasons: Sequence[Mapping[str, Any]]
+    report: AssayReport | Mapping[str, object], reasons: Sequence[ReasonView]
 ) -> ReportView:
     """A decided assay's report (typed, or as stored) beside the reasons the page lists: each
     fault with its own reasons, the hard-invariant totals and the counterfactuals' states."""
     r = report if isinstance(report, AssayReport) else AssayReport.from_dict(report)
-    by_fault: dict[str, list[dict[str, Any]]] = {}
-    general: list[dict[str, Any]] = []
+    by_fault: dict[str, list[ReasonView]] = {}
+    general: list[ReasonView] = []
     for reason in reasons:
-        fault = reason.get("fault")
-        (by_fault.setdefault(str(fault), []) if fault else general).append(dict(reason))
+        fault = reason["fault"]
+        (by_fault.setdefault(fault, []) if fault else general).append(reason)
     faults = [_fault_view(f, by_fault.get(f.id, [])) for f in r.faults]
     totals = {k: sum(f.counts.get(k, 0) for f in faults) for k in HARD}
     cf_counts = dict.fromkeys((*CF_STATES, "partly_untested", "other"), 0)
@@ -202,16 +201,16 @@ def report_view(
     )
 
 
-def cf_shown(status: str, reasons: Sequence[Mapping[str, Any]]) -> str:
+def cf_shown(status: str, reasons: Sequence[ReasonView]) -> str:
     """The counterfactual's state as a page words it: `valid` only when no nominated control of
     the fault was left untested — a valid pair for one control beside a `counterfactual_untested`
     reason for another is `partly_untested`, never `valid` above that reason."""
-    if status == "valid" and any(r.get("code") == "counterfactual_untested" for r in reasons):
+    if status == "valid" and any(r["code"] == "counterfactual_untested" for r in reasons):
         return "partly_untested"
     return status or "none"
 
 
-def _fault_view(f: FaultResult, own: list[dict[str, Any]]) -> FaultView:
+def _fault_view(f: FaultResult, own: list[ReasonView]) -> FaultView:
     sig = f.signature
     return FaultView(
         id=f.id,

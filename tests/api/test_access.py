@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from service.asgi import create_app
-from service.db.models import Role
+from service.db.models import KeyRole
 from service.http.access import PUBLIC, ROUTE_ROLES
 from service.settings import Settings
 from tests.support.keys import KeyBook
@@ -67,7 +67,7 @@ def test_each_role_is_allowed_exactly_where_the_table_says(
     assert call(anonymous, method, path, {}).status_code == 401
     bogus = {"Authorization": "Bearer ag_" + "x" * 43}
     assert call(anonymous, method, path, bogus).status_code == 401
-    for role in Role:
+    for role in KeyRole:
         key = keys.key(f"only-{role.value}", tenant="roles", roles=[role])
         answer = call(anonymous, method, path, key.headers)
         if role in ROUTE_ROLES[route]:
@@ -228,7 +228,7 @@ def test_a_created_key_works_a_revoked_key_is_refused_at_once_and_only_its_hash_
 
 def test_an_admin_manages_only_its_own_tenants_keys(anonymous: httpx.Client, keys: KeyBook) -> None:
     acme_key = keys.key("ci")
-    other_admin = keys.headers("admin", tenant="globex", roles=[Role.ADMIN])
+    other_admin = keys.headers("admin", tenant="globex", roles=[KeyRole.ADMIN])
     assert anonymous.delete(f"/v1/api-keys/{acme_key.id}", headers=other_admin).status_code == 404
     listed = anonymous.get("/v1/api-keys", headers=other_admin).json()["items"]
     assert {k["tenant"] for k in listed} == {"globex"}
@@ -294,7 +294,7 @@ def test_submissions_over_the_per_minute_limit_get_429_with_retry_after(
     settings: Settings, keys: KeyBook, workers: Any
 ) -> None:
     limited = settings.model_copy(update={"submissions_per_minute": 2})
-    key = keys.key(f"limited-{uuid.uuid4().hex[:6]}", roles=[Role.SUBMITTER])
+    key = keys.key(f"limited-{uuid.uuid4().hex[:6]}", roles=[KeyRole.SUBMITTER])
     _well_inside_one_minute_window()
     with TestClient(create_app(limited)) as app:
         answers = [
@@ -316,7 +316,7 @@ def test_twenty_concurrent_repeats_of_one_idempotency_key_use_one_submission_slo
     settings: Settings, keys: KeyBook, workers: Any
 ) -> None:
     limited = settings.model_copy(update={"submissions_per_minute": 3})
-    key = keys.key(f"repeats-{uuid.uuid4().hex[:6]}", roles=[Role.SUBMITTER])
+    key = keys.key(f"repeats-{uuid.uuid4().hex[:6]}", roles=[KeyRole.SUBMITTER])
     _well_inside_one_minute_window()
     body = {
         **candidate_body("typed", trials=1, seed=1, modes=["subject_swap"]),

@@ -14,7 +14,7 @@ from service.app.submissions import shard_size
 from service.core.faults.plan import parse_plan
 from service.core.shards.assay import plan_shards
 from service.core.system.manifest import parse_manifest
-from service.db.models import Event, FaultResult
+from service.db.models import Event, FaultResultRow
 from service.settings import Settings
 from tests.support.reports import figures
 from tests.support.service import (
@@ -33,7 +33,7 @@ def stored_faults(engine: sa.Engine, assay_id: str) -> list[dict[str, Any]]:
     """The per-fault results as stored, put back together into the report's fault entries."""
     with Session(engine) as session:
         rows = session.exec(
-            select(FaultResult).where(FaultResult.assay_id == uuid.UUID(assay_id))
+            select(FaultResultRow).where(FaultResultRow.assay_id == uuid.UUID(assay_id))
         ).all()
     return [{**row.signature, "samples": row.evidence} for row in rows]
 

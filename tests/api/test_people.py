@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.db.models import Role
+from service.db.models import KeyRole
 from service.settings import Settings
 from tests.support.keys import KeyBook
 from tests.support.service import ROOT, candidate_body, wait_decided
@@ -76,7 +76,7 @@ def refused_as_submitter(answer: httpx.Response) -> str:
 def ada(keys: KeyBook) -> dict[str, str]:
     """An admin of a tenant of her own (admin role only), minted by an operator."""
     tenant = f"people-{uuid.uuid4().hex[:6]}"
-    return keys.headers("ada", tenant=tenant, roles=[Role.ADMIN])
+    return keys.headers("ada", tenant=tenant, roles=[KeyRole.ADMIN])
 
 
 def test_admin_cannot_waive_a_hold_on_a_candidate_submitted_by_a_key_it_minted(
@@ -100,8 +100,8 @@ def test_a_person_cannot_review_with_another_of_their_own_keys(
     anonymous: httpx.Client, keys: KeyBook
 ) -> None:
     tenant = f"people-{uuid.uuid4().hex[:6]}"
-    submits = keys.key("bob-ci", tenant=tenant, roles=[Role.SUBMITTER], person="bob")
-    reviews = keys.key("bob-review", tenant=tenant, roles=[Role.REVIEWER], person="bob")
+    submits = keys.key("bob-ci", tenant=tenant, roles=[KeyRole.SUBMITTER], person="bob")
+    reviews = keys.key("bob-review", tenant=tenant, roles=[KeyRole.REVIEWER], person="bob")
     _, _, hold = held(anonymous, submits.headers)
     for action, body in (("waive", WAIVER), ("reject", {"reason": "no"})):
         answer = anonymous.post(f"/v1/holds/{hold}/{action}", json=body, headers=reviews.headers)
@@ -112,7 +112,7 @@ def test_a_submitter_cannot_review_through_a_key_it_minted_for_someone_else(
     anonymous: httpx.Client, keys: KeyBook
 ) -> None:
     tenant = f"people-{uuid.uuid4().hex[:6]}"
-    mallory = keys.headers("mallory", tenant=tenant, roles=[Role.ADMIN, Role.SUBMITTER])
+    mallory = keys.headers("mallory", tenant=tenant, roles=[KeyRole.ADMIN, KeyRole.SUBMITTER])
     puppet = mint(anonymous, mallory, ["reviewer"], person="rita")
     assert (puppet["person"], puppet["minted_by"]) == ("rita", "mallory")
     _, _, hold = held(anonymous, mallory)

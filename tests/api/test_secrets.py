@@ -22,7 +22,7 @@ from service.api.schemas import SecretPut
 from service.app.secrets import secrets_for
 from service.cli import main
 from service.db.apikey import tenant_by_name
-from service.db.models import Role
+from service.db.models import KeyRole
 from service.keys import load_secrets_key
 from service.settings import Settings
 from tests.support.keys import KeyBook
@@ -43,7 +43,7 @@ AGENT = "tests.worker.agents.rogue:agent"
 
 
 def admin(keys: KeyBook, tenant: str = "vault") -> dict[str, str]:
-    return keys.headers(f"{tenant}-admin", tenant=tenant, roles=[Role.ADMIN])
+    return keys.headers(f"{tenant}-admin", tenant=tenant, roles=[KeyRole.ADMIN])
 
 
 def everyone(keys: KeyBook, tenant: str = "vault") -> dict[str, str]:
@@ -133,9 +133,9 @@ def test_the_log_of_a_put_holds_no_value(
     assert VALUE not in repr(SecretPut(value=VALUE))
 
 
-@pytest.mark.parametrize("role", [Role.SUBMITTER, Role.REVIEWER])
+@pytest.mark.parametrize("role", [KeyRole.SUBMITTER, KeyRole.REVIEWER])
 def test_a_key_without_the_admin_role_cannot_put_list_or_delete_secrets(
-    client: httpx.Client, keys: KeyBook, role: Role
+    client: httpx.Client, keys: KeyBook, role: KeyRole
 ) -> None:
     headers = keys.headers(f"vault-{role.value}", tenant="vault", roles=[role])
     assert client.put("/v1/secrets/NOPE", json={"value": VALUE}, headers=headers).status_code == 403
@@ -249,7 +249,7 @@ def test_the_cli_puts_from_stdin_or_the_environment_lists_and_deletes_and_never_
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    key = keys.key("vault-cli", tenant="vault-cli", roles=[Role.ADMIN]).secret
+    key = keys.key("vault-cli", tenant="vault-cli", roles=[KeyRole.ADMIN]).secret
     common = ["--url", api_url, "--api-key", key]
     monkeypatch.setattr("sys.stdin", io.StringIO(VALUE + "\n"))
     assert main(["secrets", "put", "FROM_STDIN", *common]) == 0

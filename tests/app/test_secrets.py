@@ -17,7 +17,7 @@ from service.app.errors import FieldInvalid, NotFound, SecretMissing
 from service.core.errors import SecretInvalid, SecretUnreadable
 from service.core.system.secret import SecretsKey, SecretValue, code_env
 from service.db import apikey
-from service.db.models import Event, Role, TenantSecret
+from service.db.models import Event, KeyRole, TenantSecret
 from service.keys import SecretsKeyMissing, load_secrets_key
 from service.settings import Settings
 
@@ -30,7 +30,7 @@ def key() -> SecretsKey:
 
 
 def admin_of(session: Session, tenant: str) -> apikey.Principal:
-    minted = keys.mint_as_operator(session, keys.OperatorMint(tenant, [Role.ADMIN], "ada"))
+    minted = keys.mint_as_operator(session, keys.OperatorMint(tenant, [KeyRole.ADMIN], "ada"))
     principal = apikey.authenticate(session, minted.secret)
     assert principal is not None
     return principal

@@ -16,7 +16,7 @@ import pytest
 
 from service.asgi import create_app
 from service.db import migrate
-from service.db.models import Role
+from service.db.models import KeyRole
 from service.db.session import make_engine
 from service.settings import Settings
 from tests.support.chromium import CHROMIUM, require_chromium
@@ -112,13 +112,13 @@ def browser_keys(settings: Settings) -> Iterator[dict[str, Key]]:
     engine = make_engine(settings)
     try:
         yield {
-            "ci-bot": make_key(engine, "acme", [Role.SUBMITTER], "ci-bot"),
-            "sam": make_key(engine, "acme", [Role.SUBMITTER], "sam"),
-            "rita": make_key(engine, "acme", [Role.REVIEWER], "rita", person="Rita Levi"),
+            "ci-bot": make_key(engine, "acme", [KeyRole.SUBMITTER], "ci-bot"),
+            "sam": make_key(engine, "acme", [KeyRole.SUBMITTER], "sam"),
+            "rita": make_key(engine, "acme", [KeyRole.REVIEWER], "rita", person="Rita Levi"),
             # Another team's reviewer: sees none of acme's systems.
-            "gina": make_key(engine, "globex", [Role.REVIEWER], "gina"),
+            "gina": make_key(engine, "globex", [KeyRole.REVIEWER], "gina"),
             # acme's admin: the people and keys page.
-            "ada": make_key(engine, "acme", [Role.ADMIN], "ada", person="Ada Lovelace"),
+            "ada": make_key(engine, "acme", [KeyRole.ADMIN], "ada", person="Ada Lovelace"),
         }
     finally:
         engine.dispose()

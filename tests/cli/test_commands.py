@@ -17,7 +17,7 @@ import pytest
 from service.cli import build_parser
 from service.cli.ci import gate_line
 from service.cli.errors import EXIT_CODES, exit_codes
-from service.cli.reports import Outcome, summary_markdown
+from service.cli.reports import ReportedDecision, summary_markdown
 from tests.support.service import EXAMPLES, ROOT
 
 
@@ -193,11 +193,13 @@ def test_a_summary_links_a_report_file_by_a_relative_path_never_the_runner_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    outcome = Outcome("s", "1", "allow", [], [], link=str(tmp_path / "out" / "report.json"))
+    outcome = ReportedDecision(
+        "s", "1", "allow", [], [], link=str(tmp_path / "out" / "report.json")
+    )
     outcome.link_label = "report"
     assert "**Report:** [out/report.json](out/report.json)" in summary_markdown(outcome)
-    elsewhere = Outcome("s", "1", "allow", [], [], link="/srv/reports/report.json")
+    elsewhere = ReportedDecision("s", "1", "allow", [], [], link="/srv/reports/report.json")
     elsewhere.link_label = "report"
     assert "(/srv/reports/report.json)" in summary_markdown(elsewhere), "not a bare name"
-    url = Outcome("s", "1", "allow", [], [], link="http://gate/candidates/1")
+    url = ReportedDecision("s", "1", "allow", [], [], link="http://gate/candidates/1")
     assert "(http://gate/candidates/1)" in summary_markdown(url)

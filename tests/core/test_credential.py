@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from service.core.errors import CredentialInvalid
 from service.core.faults.plan import AssayPlan
-from service.core.shards.assay import Limits, merge, plan_shards, run_assay, run_shard
+from service.core.shards.assay import StopLimits, merge, plan_shards, run_assay, run_shard
 from service.core.signing.credential import InjectorScope, injection_guard, mint, verify_credential
 from service.core.signing.dossier import PublicKey, Signer
 from service.core.system.manifest import Manifest
@@ -109,7 +109,7 @@ def test_the_sandbox_refuses_an_effect_on_a_non_synthetic_subject(typed: Manifes
 def test_a_low_effect_cap_stops_the_shard_and_the_assay_blocks(typed: Manifest) -> None:
     plan = AssayPlan(modes=("timeout_after_commit",), trials=100, seed=1)
     shard = plan_shards(typed, plan)[0]
-    result = run_shard(typed, plan, shard, limits=Limits(max_effects=5))
+    result = run_shard(typed, plan, shard, limits=StopLimits(max_effects=5))
     assert result.stopped and result.stop_reason is not None
     assert result.stop_reason.startswith("effects above the cap")
     assert result.trials < 100
@@ -124,7 +124,7 @@ def test_target_errors_above_the_threshold_stop_the_assay_with_that_reason(typed
 
     plan = AssayPlan(modes=("timeout_after_commit",), trials=50, seed=1)
     shard = plan_shards(typed, plan)[0]
-    result = run_shard(typed, plan, shard, target=broken, limits=Limits(max_target_errors=3))
+    result = run_shard(typed, plan, shard, target=broken, limits=StopLimits(max_target_errors=3))
     # Each trial's broken intervention run and broken baseline run are two target errors.
     assert result.stop_reason == (
         "target errors above the limit (4 > 3); first: RuntimeError: agent crashed"

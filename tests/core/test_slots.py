@@ -10,7 +10,7 @@ import pytest
 
 from service.core.faults.catalogue import Catalogue, FaultSpec
 from service.core.faults.plan import AssayPlan
-from service.core.shards.assay import Limits, merge, plan_shards, run_assay, run_shard
+from service.core.shards.assay import StopLimits, merge, plan_shards, run_assay, run_shard
 from service.core.shards.slots import InOrder, slots_of
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import SlottedEngine, TrialEngine
@@ -92,10 +92,10 @@ def test_an_assay_at_any_concurrency_has_the_serial_assays_report(
 def test_a_stop_condition_trips_at_the_same_trial_at_any_concurrency(typed: Manifest) -> None:
     plan = AssayPlan(modes=("timeout_after_commit",), trials=60, seed=1)
     shard = plan_shards(typed, plan)[0]
-    serial = run_shard(typed, plan, shard, limits=Limits(max_effects=5))
+    serial = run_shard(typed, plan, shard, limits=StopLimits(max_effects=5))
     engine = ReferenceSlots(typed, plan.resolve_catalogue(), 4)
     slotted = run_shard(
-        typed, plan, shard, target=engine, limits=Limits(max_effects=5), concurrency=4
+        typed, plan, shard, target=engine, limits=StopLimits(max_effects=5), concurrency=4
     )
     assert slotted.stop_reason == serial.stop_reason
     assert slotted.stop_reason is not None

@@ -6,7 +6,7 @@ import pytest
 from sqlmodel import Session
 
 from service.db.assay import (
-    FaultRow,
+    FaultResultValues,
     assay_inputs,
     ready_to_merge,
     record_report,
@@ -54,7 +54,7 @@ def test_the_report_is_recorded_once(session: Session) -> None:
     assert inputs is not None
     for index in range(recorded.assay.shard_count):
         store_shard_result(session, inputs, index, RESULT, 15)
-    rows = [FaultRow("subject_swap", "identity", 30, {"id": "subject_swap"}, [])]
+    rows = [FaultResultValues("subject_swap", "identity", 30, {"id": "subject_swap"}, [])]
     report = {"decision": "allow", "reasons": []}
     assert record_report(session, assay_id, decision="allow", report=report, faults=rows)
     assert not record_report(session, assay_id, decision="block", report=report, faults=rows)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from service.sandbox import Confinement, Limits
+from service.sandbox import Confinement, ProcessLimits
 
 HERE = Path(__file__).resolve().parent
 # The tenant's program: one attack per run, named on its command line. It prints what it got
@@ -91,7 +91,7 @@ def worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Worker:
 
 def confinement(code: Path, **limits: int) -> Confinement:
     return Confinement(
-        code_dir=code, env={"TENANT_SECRET": "tenant-secret"}, limits=Limits(**limits)
+        code_dir=code, env={"TENANT_SECRET": "tenant-secret"}, limits=ProcessLimits(**limits)
     )
 
 

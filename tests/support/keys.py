@@ -12,16 +12,16 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from service.db.apikey import create_key
-from service.db.models import Role
+from service.db.models import KeyRole
 
-ALL_ROLES: tuple[Role, ...] = (Role.SUBMITTER, Role.REVIEWER, Role.ADMIN)
+ALL_ROLES: tuple[KeyRole, ...] = (KeyRole.SUBMITTER, KeyRole.REVIEWER, KeyRole.ADMIN)
 
 
 @dataclass(frozen=True)
 class Key:
     id: uuid.UUID
     tenant: str
-    roles: frozenset[Role]
+    roles: frozenset[KeyRole]
     secret: str
 
     @property
@@ -32,7 +32,7 @@ class Key:
 def make_key(
     engine: sa.Engine,
     tenant: str,
-    roles: Iterable[Role],
+    roles: Iterable[KeyRole],
     name: str | None = None,
     *,
     person: str | None = None,
@@ -47,7 +47,7 @@ def make_key(
         )
         session.commit()
         return Key(
-            created.key.id, tenant, frozenset(Role(r) for r in created.key.roles), created.secret
+            created.key.id, tenant, frozenset(KeyRole(r) for r in created.key.roles), created.secret
         )
 
 
@@ -64,7 +64,7 @@ class KeyBook:
         name: str,
         *,
         tenant: str | None = None,
-        roles: Iterable[Role] = ALL_ROLES,
+        roles: Iterable[KeyRole] = ALL_ROLES,
         person: str | None = None,
     ) -> Key:
         where = (tenant or self.tenant, name)
@@ -77,7 +77,7 @@ class KeyBook:
         name: str,
         *,
         tenant: str | None = None,
-        roles: Iterable[Role] = ALL_ROLES,
+        roles: Iterable[KeyRole] = ALL_ROLES,
         person: str | None = None,
     ) -> dict[str, str]:
         return self.key(name, tenant=tenant, roles=roles, person=person).headers

@@ -20,7 +20,7 @@ from sqlmodel import Session
 
 from service.asgi import create_app
 from service.db import migrate
-from service.db.models import Role
+from service.db.models import KeyRole
 from service.db.session import make_engine
 from service.keys import KeyRing
 from service.settings import Settings
@@ -146,7 +146,7 @@ def key_for(
     name: str,
     *,
     tenant: str = "acme",
-    roles: tuple[Role, ...] = (Role.REVIEWER, Role.SUBMITTER),
+    roles: tuple[KeyRole, ...] = (KeyRole.REVIEWER, KeyRole.SUBMITTER),
 ) -> Key:
     """`name`'s API key in `tenant` (reviewer and submitter unless told), one per app, tenant
     and name."""
@@ -163,7 +163,7 @@ def signed_in(
     next_url: str = "/holds",
     *,
     tenant: str = "acme",
-    roles: tuple[Role, ...] = (Role.REVIEWER, Role.SUBMITTER),
+    roles: tuple[KeyRole, ...] = (KeyRole.REVIEWER, KeyRole.SUBMITTER),
 ) -> TestClient:
     """A new browser signed in to the dashboard with `name`'s API key."""
     browser = TestClient(client.app)

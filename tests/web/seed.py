@@ -20,7 +20,7 @@ from service.core.system.manifest import parse_manifest
 from service.core.system.text import SystemNameInvalid, check_system_name
 from service.db import queries
 from service.db.apikey import ensure_tenant
-from service.db.assay import FaultRow, record_report
+from service.db.assay import FaultResultValues, record_report
 from service.db.candidate import Recorded, record_submission
 from service.db.models import AssayShard, ShardStatus, System
 from tests.support.service import example
@@ -100,7 +100,7 @@ def seed_candidate(
         {"status": ShardStatus.DONE.value}
     )
     faults = [
-        FaultRow(
+        FaultResultValues(
             fault_id=str(f["id"]),
             domain=f.get("domain"),
             trials=int(f.get("planned", 0)),

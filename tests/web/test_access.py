@@ -18,7 +18,7 @@ from sqlmodel import Session, col, select
 from starlette.routing import Route
 
 from service.db.apikey import revoke
-from service.db.models import ApiKey, Dossier, Hold, Role
+from service.db.models import ApiKey, Dossier, Hold, KeyRole
 from service.http.access import PUBLIC, ROUTE_ROLES
 from service.http.limits import MemoryCounter, SubmissionLimit
 from service.settings import Settings
@@ -85,8 +85,8 @@ def test_every_dashboard_route_is_a_page_route_in_the_table(anonymous_client: Te
     assert {r for r in DASHBOARD_GETS} <= found
     # Every read is open to every role, as on the API — but the people and keys page, which is
     # the admin's as `GET /v1/api-keys` is; every write names the API's roles.
-    assert all(PAGE_ROLES[r] == frozenset(Role) for r in PROTECTED_GETS if r != ("GET", "/keys"))
-    assert PAGE_ROLES[("GET", "/keys")] == frozenset({Role.ADMIN})
+    assert all(PAGE_ROLES[r] == frozenset(KeyRole) for r in PROTECTED_GETS if r != ("GET", "/keys"))
+    assert PAGE_ROLES[("GET", "/keys")] == frozenset({KeyRole.ADMIN})
 
 
 # ------------------------------------------------------------------------------ every page
@@ -111,7 +111,7 @@ def test_each_page_shows_the_tenants_own_resources_escaped_and_no_one_elses(
 ) -> None:
     path = route[1]
     if route == ("GET", "/keys"):  # the admin's page
-        web_client = signed_in(web_client, "ada", "/", roles=(Role.ADMIN,))
+        web_client = signed_in(web_client, "ada", "/", roles=(KeyRole.ADMIN,))
     mine = web_client.get(path.format(**params(seeded, mine=True)))
     assert mine.status_code == 200, mine.text
     assert EVIL not in mine.text
@@ -271,7 +271,7 @@ def test_each_role_may_post_exactly_where_the_api_allows_it(
         "/candidates/{candidate_id}/rerun": ("POST", "/v1/candidates/{candidate_id}/rerun"),
     }[path]
     assert PAGE_ROLES[route] == ROUTE_ROLES[api_route]
-    for role in Role:
+    for role in KeyRole:
         browser = signed_in(
             anonymous_client, f"only-{role.value}", "/", tenant="roles", roles=(role,)
         )
@@ -287,11 +287,11 @@ def test_each_role_may_post_exactly_where_the_api_allows_it(
 def test_review_forms_show_only_to_reviewers_and_the_submit_form_says_who_may(
     anonymous_client: TestClient, web_client: TestClient
 ) -> None:
-    submitter = signed_in(anonymous_client, "only-sub", "/", roles=(Role.SUBMITTER,))
+    submitter = signed_in(anonymous_client, "only-sub", "/", roles=(KeyRole.SUBMITTER,))
     holds = submitter.get("/holds").text
     assert 'id="hold-' in holds and "/waive" not in holds and "/reject" not in holds
     assert "has no submitter role" not in submitter.get("/submit").text
-    reviewer = signed_in(anonymous_client, "only-rev", "/", roles=(Role.REVIEWER,))
+    reviewer = signed_in(anonymous_client, "only-rev", "/", roles=(KeyRole.REVIEWER,))
     assert "/reject" in reviewer.get("/holds").text
     assert "has no submitter role" in reviewer.get("/submit").text
 
@@ -331,11 +331,11 @@ def test_dashboard_submissions_count_against_the_keys_limit_with_the_api(
 
 
 def _submit_until_limited(anonymous_client: TestClient) -> None:
-    browser = signed_in(anonymous_client, "lim", "/submit", roles=(Role.SUBMITTER,))
+    browser = signed_in(anonymous_client, "lim", "/submit", roles=(KeyRole.SUBMITTER,))
     manifest = example("typed")
     manifest["system"] = "limited-from-the-form"
     body = {"source_revision": "l1", "manifest": manifest, "plan": {"trials": 1}}
-    key = key_for(anonymous_client, "lim", roles=(Role.SUBMITTER,))
+    key = key_for(anonymous_client, "lim", roles=(KeyRole.SUBMITTER,))
     by_api = browser.post("/v1/candidates", json=body, headers=key.headers)
     assert by_api.status_code == 202, by_api.text
     form = {

@@ -12,7 +12,7 @@ from sqlmodel import Session
 
 from service.core.faults.plan import parse_plan
 from service.db.injector import _faults_and_steps
-from service.db.models import Role
+from service.db.models import KeyRole
 from service.keys import KeyRing
 from service.settings import Settings
 from service.web.present import describe
@@ -101,7 +101,7 @@ def test_a_valid_pair_beside_an_untested_control_is_never_worded_valid(
 def test_a_reviewer_without_the_submitter_role_gets_no_submit_form(
     web_client: TestClient,
 ) -> None:
-    reviewer = signed_in(web_client, "rene", "/", roles=(Role.REVIEWER,))
+    reviewer = signed_in(web_client, "rene", "/", roles=(KeyRole.REVIEWER,))
     page = reviewer.get("/submit").text
     assert "This key has no submitter role" in page
     assert '<form method="post" action="/submit"' not in page
@@ -112,7 +112,7 @@ def test_a_reviewer_without_the_submitter_role_gets_no_submit_form(
 def test_an_admin_sees_the_people_and_their_keys_and_no_one_else_does(
     web_client: TestClient,
 ) -> None:
-    admin = signed_in(web_client, "ada", "/", roles=(Role.ADMIN,))
+    admin = signed_in(web_client, "ada", "/", roles=(KeyRole.ADMIN,))
     page = admin.get("/keys")
     assert page.status_code == 200
     assert 'href="/keys"' in page.text.split("</nav>")[0]

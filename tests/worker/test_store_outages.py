@@ -27,7 +27,7 @@ from service.core.faults.plan import parse_plan
 from service.core.shards.assay import run_assay
 from service.core.system.manifest import parse_manifest
 from service.db import migrate
-from service.db.models import Assay, AssayShard, Dossier, Event, FaultResult, ShardStatus
+from service.db.models import Assay, AssayShard, Dossier, Event, FaultResultRow, ShardStatus
 from service.db.session import make_engine
 from service.settings import Settings
 from tests.support.keys import ALL_ROLES, make_key
@@ -197,7 +197,7 @@ def assert_counted_once_and_identical(
         events = session.exec(
             select(Event.kind, Event.shard_index).where(Event.assay_id == aid)
         ).all()
-        faults = session.exec(select(func.count()).where(FaultResult.assay_id == aid)).one()
+        faults = session.exec(select(func.count()).where(FaultResultRow.assay_id == aid)).one()
         dossiers = session.exec(select(func.count()).where(col(Dossier.assay_id) == aid)).one()
     # Nothing half-written: every shard stored once, the assay's counters from those stores
     # alone, one decision, one result per fault, one dossier, no failure.

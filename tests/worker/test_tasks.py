@@ -16,7 +16,7 @@ from service.core.shards.assay import ShardSpec, run_assay, run_shard
 from service.core.system.manifest import Manifest, parse_manifest
 from service.core.trial.harness import Runtime, run_trial
 from service.db.assay import AssayInputs, assay_inputs, begin_shard, store_shard_result
-from service.db.models import Assay, AssayShard, AssayStatus, Event, FaultResult
+from service.db.models import Assay, AssayShard, AssayStatus, Event, FaultResultRow
 from service.db.session import session_scope
 from service.settings import Settings
 from service.targets import PythonTarget, close_target
@@ -112,7 +112,7 @@ def test_racing_merges_record_the_decision_exactly_once(
         decided = session.exec(
             select(func.count()).where(Event.assay_id == assay_id, Event.kind == "assay.decided")
         ).one()
-        faults = session.exec(select(func.count()).where(FaultResult.assay_id == assay_id)).one()
+        faults = session.exec(select(func.count()).where(FaultResultRow.assay_id == assay_id)).one()
     expected = run_assay(
         parse_manifest(example("typed")),
         parse_plan({"trials": 20, "seed": 9, "families": ["tool"]}),

@@ -13,7 +13,7 @@ from fastapi import APIRouter
 from service.api.errors import ERROR_RESPONSES
 from service.api.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyPublic
 from service.app import keys
-from service.app.records import KeyRow, PersonKind, Role, as_utc, as_utc_or_none
+from service.app.records import KeyRole, KeyRow, PersonKind, as_utc, as_utc_or_none
 from service.http.deps import PrincipalDep, SessionDep
 
 router = APIRouter(prefix="/v1/api-keys", tags=["api-keys"])
@@ -24,7 +24,7 @@ def key_public(row: KeyRow) -> ApiKeyPublic:
     return ApiKeyPublic(
         id=key.id,
         tenant=row.tenant.name,
-        roles=[Role(r) for r in key.roles],
+        roles=[KeyRole(r) for r in key.roles],
         name=key.name,
         person=row.person.name,
         kind="service" if row.person.kind == PersonKind.SERVICE.value else "person",

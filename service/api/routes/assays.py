@@ -49,7 +49,7 @@ def get_assay(
             started_at=as_utc_or_none(assay.started_at),
             finished_at=as_utc_or_none(assay.finished_at),
             decision=assay.decision,
-            reasons=reasons(assay),
+            reasons=reasons(assay.reasons),
             faults=faults,
             report=assay.report,
             stop_reason=assay.stop_reason,

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
+# typing's TypedDict before 3.12 lacks what pydantic needs to publish the shape in the API schema.
+from typing_extensions import TypedDict
+
 from service.core.evidence.sequential import runs_to_bound, zero_event_bound
 from service.core.evidence.signature import trials_for_bound, wilson, wilson_upper
 from service.core.system.contract import WITNESS
@@ -30,6 +33,28 @@ class Decision(StrEnum):
     BLOCK = "block"
 
 
+class ReasonView(TypedDict):
+    """A reason as it is stored, signed, served and shown. `severity` is a decision's word, or a
+    word of the gate's own answer (`reopened`) or of a CI report (`error`)."""
+
+    code: str
+    message: str
+    fault: str | None
+    severity: str
+
+
+def reason_view(stored: Mapping[str, object]) -> ReasonView:
+    """A reason read back from JSON (a row, a signed dossier, the gate's answer): its four keys,
+    whatever else it carried; a reason written without a severity holds."""
+    fault = stored.get("fault")
+    return ReasonView(
+        code=str(stored["code"]),
+        message=str(stored.get("message", "")),
+        fault=None if fault is None else str(fault),
+        severity=str(stored.get("severity", Decision.HOLD.value)),
+    )
+
+
 @dataclass(frozen=True)
 class Reason:
     code: str
@@ -37,13 +62,10 @@ class Reason:
     fault: str | None = None
     severity: Decision = Decision.HOLD
 
-    def view(self) -> dict[str, str | None]:
-        return {
-            "code": self.code,
-            "message": self.message,
-            "fault": self.fault,
-            "severity": self.severity.value,
-        }
+    def view(self) -> ReasonView:
+        return ReasonView(
+            code=self.code, message=self.message, fault=self.fault, severity=self.severity.value
+        )
 
     @classmethod
     def from_view(cls, d: Mapping[str, object]) -> Reason:

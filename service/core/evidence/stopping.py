@@ -215,14 +215,14 @@ def rule_for(manifest: Manifest, plan: AssayPlan, spec: FaultSpec) -> Rule:
 
 
 @dataclass(frozen=True)
-class Estimate:
+class RunEstimate:
     """Agent runs per fault of a careful agent (no violation, every floor met in every run)."""
 
     trials: int  # the fault's own trials (the intervention arm)
     pair_runs: int  # each extra arm's runs (matched baseline, counterfactual pairs)
 
 
-def estimate(envelope: Envelope, error: float, trials: int, rate: float | None) -> Estimate:
+def estimate(envelope: Envelope, error: float, trials: int, rate: float | None) -> RunEstimate:
     """What the sequential rule spends on a careful agent: its trials run until the floors'
     sequences clear them and the betting test bounds violations below `rate` (None: what
     `trials` fixed trials resolve); its pairs until the baseline's floors and the
@@ -242,7 +242,7 @@ def estimate(envelope: Envelope, error: float, trials: int, rate: float | None) 
         if zero_event_bound(n, error) <= bound and confidence_sequence(n, n, error)[0] >= top:
             mine = n
             break
-    return Estimate(mine, min(pairs, mine))
+    return RunEstimate(mine, min(pairs, mine))
 
 
 def watch_for(manifest: Manifest, plan: AssayPlan, fault_id: str | None) -> Watch | None:

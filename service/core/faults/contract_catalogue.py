@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from service.core.errors import ManifestInvalid, PlanInvalid
 from service.core.faults.catalogue import Catalogue, FaultSpec
-from service.core.system.contract import Contract, Role
+from service.core.system.contract import Contract, ToolRole
 from service.core.system.manifest import Manifest, contract_of
 
 _COMPLETE = "complete_exactly_once"
@@ -126,14 +126,16 @@ def _per_tool(boundary: str, tool: str, rows: tuple[Row, ...]) -> list[dict[str,
 
 def effect_faults(contract: Contract) -> list[dict[str, object]]:
     return [
-        f for name, _ in contract.by_role(Role.EFFECT) for f in _per_tool(_EFF, name, _EFFECT_ROWS)
+        f
+        for name, _ in contract.by_role(ToolRole.EFFECT)
+        for f in _per_tool(_EFF, name, _EFFECT_ROWS)
     ]
 
 
 def read_faults(contract: Contract) -> list[dict[str, object]]:
     """A stale replay for every read; a subject swap for reads that name and return a subject."""
     out: list[dict[str, object]] = []
-    for name, tool in contract.by_role(Role.READ):
+    for name, tool in contract.by_role(ToolRole.READ):
         out += _per_tool(_READ, name, (_STALE_READ,))
         if tool.subject is not None and tool.reply_field is not None:
             swap = Row(
@@ -149,7 +151,7 @@ def read_faults(contract: Contract) -> list[dict[str, object]]:
 def authority_faults(contract: Contract) -> list[dict[str, object]]:
     return [
         f
-        for name, _ in contract.by_role(Role.AUTHORITY)
+        for name, _ in contract.by_role(ToolRole.AUTHORITY)
         for f in _per_tool(_AUTH, name, _AUTHORITY_ROWS)
     ]
 
@@ -157,7 +159,7 @@ def authority_faults(contract: Contract) -> list[dict[str, object]]:
 def evidence_faults(contract: Contract) -> list[dict[str, object]]:
     return [
         f
-        for name, _ in contract.by_role(Role.EVIDENCE)
+        for name, _ in contract.by_role(ToolRole.EVIDENCE)
         for f in _per_tool(_EV, name, _EVIDENCE_ROWS)
     ]
 
@@ -166,10 +168,10 @@ def state_faults(contract: Contract) -> list[dict[str, object]]:
     """A restart after the first declared checkpoint, a forked run, and (with a mutate hook) a
     world changed between the agent's read and its effect."""
     out: list[dict[str, object]] = []
-    first_effect = contract.by_role(Role.EFFECT)[0][0]
+    first_effect = contract.by_role(ToolRole.EFFECT)[0][0]
     checkpoint = next((n for n, t in sorted(contract.tools.items()) if t.checkpoint), None)
     if checkpoint is not None:
-        on_effect = contract.tools[checkpoint].role is Role.EFFECT
+        on_effect = contract.tools[checkpoint].role is ToolRole.EFFECT
         restart = Row(
             "", "state", "crash_and_rollback", "after_checkpoint", "run continuity",
             "effects_per_logical_action", _COMPLETE, "duplicate_effect" if on_effect else None,
@@ -210,7 +212,7 @@ def storm_fault(contract: Contract) -> dict[str, object]:
             "max_backoff_ms": 0,
         },
     )  # fmt: skip
-    first_effect = contract.by_role(Role.EFFECT)[0][0]
+    first_effect = contract.by_role(ToolRole.EFFECT)[0][0]
     return _fault("retry_storm", _EFF, first_effect, storm, correlation="synchronised")
 
 

@@ -40,7 +40,7 @@ _REFUND = "payments.refund"
 
 
 @dataclass(frozen=True)
-class Entry:
+class DisturbanceEntry:
     boundary: str
     disturbance: Disturbance
     phase: str
@@ -49,113 +49,113 @@ class Entry:
     params: tuple[str, ...] = ()
 
 
-REGISTRY: tuple[Entry, ...] = (
-    Entry(
+REGISTRY: tuple[DisturbanceEntry, ...] = (
+    DisturbanceEntry(
         "proposal",
         Disturbance.SWAP_SUBJECT,
         "after_proposal_before_authority",
         "the proposal's subject, tenant and grant become another customer's order",
     ),
-    Entry(
+    DisturbanceEntry(
         "proposal",
         Disturbance.REVOKE_GRANT,
         "after_approval_before_effect",
         "the task's capability grant is revoked in the world",
     ),
-    Entry(
+    DisturbanceEntry(
         "proposal",
         Disturbance.EXPIRE_GRANT,
         "after_approval_before_effect",
         "the task's capability grant expires in the world",
     ),
-    Entry(
+    DisturbanceEntry(
         "proposal",
         Disturbance.ADVANCE_POLICY,
         "after_retrieval_before_effect",
         "a new policy version that excludes refunds comes into force",
     ),
-    Entry(
+    DisturbanceEntry(
         "crm.read",
         Disturbance.CONFLICT_SOURCE,
         "during_context_assembly",
         "the order goes on fraud hold while the cached record still says eligible",
     ),
-    Entry(
+    DisturbanceEntry(
         "crm.read",
         Disturbance.DRIFT_SCHEMA,
         "during_context_assembly",
         "the cached record answers in another unit and schema",
     ),
-    Entry(
+    DisturbanceEntry(
         _REFUND,
         Disturbance.TIMEOUT,
         "before_send",
         "the request never leaves: the client times out, nothing commits",
     ),
-    Entry(
+    DisturbanceEntry(
         _REFUND,
         Disturbance.TIMEOUT,
         "before_commit",
         "the provider rejects before its durable write and the client times out",
     ),
-    Entry(
+    DisturbanceEntry(
         _REFUND,
         Disturbance.TIMEOUT,
         "after_commit_before_receipt",
         "the provider commits, then the reply is lost as a timeout",
     ),
-    Entry(
+    DisturbanceEntry(
         _REFUND,
         Disturbance.MALFORMED_REPLY,
         "after_commit_before_receipt",
         "the provider commits, then the reply cannot be parsed",
     ),
-    Entry(
+    DisturbanceEntry(
         _REFUND,
         Disturbance.PARTIAL_REPLY,
         "after_commit_before_receipt",
         "the provider commits, then replies without a receipt",
     ),
-    Entry(
+    DisturbanceEntry(
         _REFUND,
         Disturbance.ADVANCE_VERSION,
         "after_read_before_write",
         "another writer changes the order between the read and the write",
     ),
-    Entry(
+    DisturbanceEntry(
         _REFUND,
         Disturbance.STRIP_TRACE,
         "between_authority_and_tool",
         "the trace context is stripped from the effect request",
     ),
-    Entry(
+    DisturbanceEntry(
         _REFUND,
         Disturbance.RATE_LIMIT_STORM,
         "before_commit",
         "the shared rate limit is saturated by a synchronised fleet",
         ("agents", "capacity_per_tick", "tick_ms", "overload_factor", "max_backoff_ms"),
     ),
-    Entry(
+    DisturbanceEntry(
         _REFUND,
         Disturbance.FORK_RUN,
         "after_checkpoint_before_effect",
         "a second executor runs the same task while the first is about to write",
     ),
-    Entry(
+    DisturbanceEntry(
         "evidence.record",
         Disturbance.DROP_WRITE,
         "after_effect",
         "the evidence write of the given kind is dropped",
         ("kind",),
     ),
-    Entry(
+    DisturbanceEntry(
         "evidence.record",
         Disturbance.DROP_WRITE,
         "during_recovery",
         "the recovery's evidence write of the given kind is dropped",
         ("kind",),
     ),
-    Entry(
+    DisturbanceEntry(
         "checkpoints.save",
         Disturbance.CRASH_AND_ROLLBACK,
         "after_effect_before_resume",
@@ -165,85 +165,91 @@ REGISTRY: tuple[Entry, ...] = (
 
 # Applied by the MCP proxy to a tool of the contract by its role (`service/mcp/faults.HANDLERS`
 # has one handler for each). The refund sandbox has no tool at these boundaries.
-MCP_REGISTRY: tuple[Entry, ...] = (
-    Entry("mcp.effect", Disturbance.TIMEOUT, "before_send", "the proxy times out, nothing is sent"),
-    Entry(
+MCP_REGISTRY: tuple[DisturbanceEntry, ...] = (
+    DisturbanceEntry(
+        "mcp.effect", Disturbance.TIMEOUT, "before_send", "the proxy times out, nothing is sent"
+    ),
+    DisturbanceEntry(
         "mcp.effect",
         Disturbance.TIMEOUT,
         "after_commit_before_receipt",
         "the proxy forwards, the server commits, the reply is dropped as a timeout",
     ),
-    Entry(
+    DisturbanceEntry(
         "mcp.effect",
         Disturbance.PARTIAL_REPLY,
         "after_commit_before_receipt",
         "the server commits, the reply loses its effect id",
     ),
-    Entry(
+    DisturbanceEntry(
         "mcp.effect",
         Disturbance.MALFORMED_REPLY,
         "after_commit_before_receipt",
         "the server commits, the reply cannot be parsed",
     ),
-    Entry("mcp.effect", Disturbance.REJECT, "before_commit", "the call is refused unwritten"),
-    Entry(
+    DisturbanceEntry(
+        "mcp.effect", Disturbance.REJECT, "before_commit", "the call is refused unwritten"
+    ),
+    DisturbanceEntry(
         "mcp.effect",
         Disturbance.DRIFT_SCHEMA,
         "after_commit_before_receipt",
         "the server commits, the reply's fields are renamed",
     ),
-    Entry(
+    DisturbanceEntry(
         "mcp.effect",
         Disturbance.RATE_LIMIT_STORM,
         "before_commit",
         "concurrent runs share one rate limit at the proxy",
         ("agents", "capacity_per_tick", "tick_ms"),
     ),
-    Entry(
+    DisturbanceEntry(
         "mcp.read",
         Disturbance.STALE_REPLAY,
         "after_first_read",
         "a repeated read is answered with its first reply",
     ),
-    Entry(
+    DisturbanceEntry(
         "mcp.read",
         Disturbance.SWAP_SUBJECT,
         "during_context_assembly",
         "the read answers with another subject in the contract's subject field",
     ),
-    Entry(
+    DisturbanceEntry(
         "mcp.authority",
         Disturbance.REVOKE_GRANT,
         "after_approval_before_effect",
         "the authority tool answers revoked",
     ),
-    Entry(
+    DisturbanceEntry(
         "mcp.authority",
         Disturbance.EXPIRE_GRANT,
         "after_approval_before_effect",
         "the authority tool answers expired",
     ),
-    Entry(
+    DisturbanceEntry(
         "mcp.evidence",
         Disturbance.DROP_WRITE,
         "after_effect",
         "the evidence write answers success and is never forwarded",
         ("kind",),
     ),
-    Entry(
+    DisturbanceEntry(
         "mcp.evidence",
         Disturbance.STRIP_TRACE,
         "between_authority_and_tool",
         "the trace context is stripped from the evidence call",
     ),
-    Entry(
+    DisturbanceEntry(
         "mcp.state",
         Disturbance.CRASH_AND_ROLLBACK,
         "after_checkpoint",
         "the agent run is killed after the checkpoint call and started again",
     ),
-    Entry("mcp.state", Disturbance.FORK_RUN, "second_run", "a second run works on the same task"),
-    Entry(
+    DisturbanceEntry(
+        "mcp.state", Disturbance.FORK_RUN, "second_run", "a second run works on the same task"
+    ),
+    DisturbanceEntry(
         "mcp.state",
         Disturbance.ADVANCE_VERSION,
         "after_read_before_write",

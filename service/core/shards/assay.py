@@ -22,8 +22,8 @@ from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
 from service.core.shards.sequential_assay import run_sequential
 from service.core.shards.shard import (
-    Limits,
     ShardSpec,
+    StopLimits,
     plan_shards,
     stream_roots,
     trial_at,
@@ -42,9 +42,9 @@ from service.core.trial.target import Target
 # The assay's public surface: what runs shards and assays, and what they hand back.
 __all__ = [
     "AssayReport",
-    "Limits",
     "ShardResult",
     "ShardSpec",
+    "StopLimits",
     "merge",
     "plan_shards",
     "replay_trial",
@@ -63,7 +63,7 @@ def run_shard(
     should_stop: Callable[[], bool] | None = None,
     target: Target | TrialEngine | None = None,
     batch: int = 50,
-    limits: Limits | None = None,
+    limits: StopLimits | None = None,
     guard: Callable[[FaultSpec], str | None] | None = None,
     namespace: str | None = None,
     honours_keys: bool = True,
@@ -275,7 +275,7 @@ def run_assay(
     target: Target | TrialEngine | None = None,
     progress: Callable[[int, int], None] | None = None,
     trials_per_shard: int = 500,
-    limits: Limits | None = None,
+    limits: StopLimits | None = None,
     honours_keys: bool = True,
     fault_done: Callable[[str, Tally, int, int], None] | None = None,
     concurrency: int = 1,

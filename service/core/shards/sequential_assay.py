@@ -14,7 +14,7 @@ from service.core.evidence.spend import Meter
 from service.core.evidence.stopping import Stop, Watch, rule_for
 from service.core.evidence.tally import ShardResult, Tally
 from service.core.faults.plan import AssayPlan
-from service.core.shards.shard import Limits, ShardSpec
+from service.core.shards.shard import ShardSpec, StopLimits
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import TrialEngine
 from service.core.trial.target import Target
@@ -29,7 +29,7 @@ def run_sequential(
     plan: AssayPlan,
     target: Target | TrialEngine | None,
     progress: Callable[[int, int], None] | None,
-    limits: Limits | None,
+    limits: StopLimits | None,
     honours_keys: bool,
     fault_done: Callable[[str, Tally, int, int], None] | None,
     meter: Meter,

@@ -1,4 +1,4 @@
-"""How an assay is cut into shards and keyed: the stop conditions a shard enforces (`Limits`), a
+"""How an assay is cut into shards and keyed: the stop conditions a shard enforces (`StopLimits`), a
 shard's span (`ShardSpec`), the plan's shards, and the stream keys that make a trial the same
 trial wherever and however often it runs."""
 
@@ -16,7 +16,7 @@ from service.core.trial.rng import LCG, derive, stream_key
 
 
 @dataclass(frozen=True)
-class Limits:
+class StopLimits:
     """Stop conditions a shard enforces; `used_*` is what earlier shards already spent."""
 
     max_effects: int | None = None

@@ -21,7 +21,7 @@ from service.core.trial.harness import Runtime
 from service.core.trial.rng import derive
 
 if TYPE_CHECKING:
-    from service.core.shards.shard import Limits, ShardSpec
+    from service.core.shards.shard import ShardSpec, StopLimits
 
 #: `service.core.shards.assay._one`: run one trial's arms into a tally (handed in: the assay module
 #: imports this one).
@@ -91,7 +91,7 @@ def run_slotted(
     tallies: dict[str, Tally],
     should_stop: Callable[[], bool] | None,
     batch: int,
-    limits: Limits | None,
+    limits: StopLimits | None,
     watch: Watch | None = None,
     meter: Meter | None = None,
 ) -> tuple[int, int, int, int, str | None]:

@@ -22,7 +22,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from service.core.decision.gate import block_first
+from service.core.decision.gate import ReasonView, block_first
 from service.core.decision.report import AssayReport, FaultResult
 from service.core.evidence.figures import JSONObject
 from service.core.system.manifest import TRIGGER_DEFAULT, canonical
@@ -379,7 +379,7 @@ def predicate_from_report(
     waivers: list[dict[str, Any]] | None = None,
     stop_conditions: Mapping[str, Any] | None = None,
     decision: str | None = None,
-    reasons: list[dict[str, Any]] | None = None,
+    reasons: list[ReasonView] | None = None,
     change: str | None = None,
 ) -> dict[str, Any]:
     """Everything DESIGN.md lists for a dossier, from a merged assay report (typed, or its
@@ -471,7 +471,7 @@ def successor(
     issued_at: str,
     change: str,
     decision: str,
-    reasons: list[dict[str, Any]],
+    reasons: list[ReasonView],
     holds: list[dict[str, Any]] | None = None,
     waivers: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:

@@ -27,18 +27,21 @@ SLOT = "{slot}"
 Name = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$", min_length=1, max_length=128)]
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
+    """A model of a team's declaration: an unknown field is a typo to refuse, and once read the
+    declaration never changes under the assay that uses it."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Role(StrEnum):
+class ToolRole(StrEnum):
     READ = "read"
     EFFECT = "effect"
     AUTHORITY = "authority"
     EVIDENCE = "evidence"
 
 
-class Upstream(_Strict):
+class Upstream(StrictModel):
     """One of the team's MCP servers, in sandbox mode: a Streamable HTTP URL or a stdio command."""
 
     url: HttpUrl | None = None
@@ -53,7 +56,7 @@ class Upstream(_Strict):
         return self
 
 
-class Lookup(_Strict):
+class Lookup(StrictModel):
     """The read tool that finds an effect by key, and which of its arguments take which of the
     effect call's arguments (read argument -> effect argument)."""
 
@@ -61,8 +64,8 @@ class Lookup(_Strict):
     arguments: dict[Name, Name]
 
 
-class Tool(_Strict):
-    role: Role
+class Tool(StrictModel):
+    role: ToolRole
     server: Name
     # The argument that names the subject the tool acts on (effects) or reads (reads).
     subject: Name | None = None
@@ -81,7 +84,7 @@ class Tool(_Strict):
 
     @model_validator(mode="after")
     def _by_role(self) -> Tool:
-        if self.role is Role.EFFECT:
+        if self.role is ToolRole.EFFECT:
             if self.subject is None:
                 raise _FieldError("subject", "an effect tool names its subject argument")
             if self.reply_field is None:
@@ -95,11 +98,11 @@ class Tool(_Strict):
                 else "amount",
                 f"only effect tools have it (this tool's role is {self.role.value})",
             )
-        if self.role is Role.AUTHORITY and self.reply_field is None:
+        if self.role is ToolRole.AUTHORITY and self.reply_field is None:
             raise _FieldError(
                 "reply_field", "an authority tool names the reply field that says it is granted"
             )
-        if self.role is not Role.EVIDENCE and self.trace is not None:
+        if self.role is not ToolRole.EVIDENCE and self.trace is not None:
             raise _FieldError("trace", "only evidence tools carry trace context")
         return self
 
@@ -113,7 +116,7 @@ class _FieldError(ValueError):
         self.message = message
 
 
-class Hook(_Strict):
+class Hook(StrictModel):
     """A world hook: an MCP tool of a sandbox admin server, an HTTP POST, or a command."""
 
     kind: Literal["mcp", "http", "command"]
@@ -133,20 +136,20 @@ class Hook(_Strict):
         return self
 
 
-class Hooks(_Strict):
+class Hooks(StrictModel):
     reset: Hook
     probe: Hook
     # Changes the world between the agent's read and its effect (the state-mutation fault).
     mutate: Hook | None = None
 
 
-class Storm(_Strict):
+class Storm(StrictModel):
     agents: Annotated[int, Field(strict=True, ge=2, le=64)] = 8
     capacity_per_tick: Annotated[int, Field(strict=True, ge=1, le=64)] = 2
     tick_ms: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 50
 
 
-class Contract(_Strict):
+class Contract(StrictModel):
     """The `tools` component of an mcp manifest."""
 
     servers: dict[Name, Upstream]
@@ -164,14 +167,14 @@ class Contract(_Strict):
     def _refs(self) -> Contract:
         if not self.servers:
             raise _FieldError("servers", "name at least one upstream server")
-        if not any(t.role is Role.EFFECT for t in self.tools.values()):
+        if not any(t.role is ToolRole.EFFECT for t in self.tools.values()):
             raise _FieldError("tools", "declare at least one effect tool")
         for name, tool in self.tools.items():
             if tool.server not in self.servers:
                 raise _FieldError(f"tools.{name}.server", f"unknown server {tool.server!r}")
             if tool.lookup is not None:
                 read = self.tools.get(tool.lookup.tool)
-                if read is None or read.role is not Role.READ:
+                if read is None or read.role is not ToolRole.READ:
                     raise _FieldError(
                         f"tools.{name}.lookup.tool",
                         f"{tool.lookup.tool!r} is not a read tool of the contract",
@@ -213,11 +216,11 @@ class Contract(_Strict):
             update={"servers": servers, "hooks": self.hooks.model_copy(update=hooks)}
         )
 
-    def role_of(self, tool: str) -> Role | None:
+    def role_of(self, tool: str) -> ToolRole | None:
         t = self.tools.get(tool)
         return t.role if t is not None else None
 
-    def by_role(self, role: Role) -> list[tuple[str, Tool]]:
+    def by_role(self, role: ToolRole) -> list[tuple[str, Tool]]:
         return [(n, t) for n, t in sorted(self.tools.items()) if t.role is role]
 
 
@@ -247,7 +250,7 @@ VARIABLES: tuple[str, ...] = (
 )
 
 
-class Predicate(_Strict):
+class Predicate(StrictModel):
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)]
     # Must evaluate to true for every trial; false (or an evaluation error) is a failure.
     expr: Annotated[str, Field(min_length=1, max_length=4000)]
@@ -255,7 +258,7 @@ class Predicate(_Strict):
     description: str = ""
 
 
-class Invariants(_Strict):
+class Invariants(StrictModel):
     """The `invariants` component: which built-in templates apply, and the team's predicates."""
 
     builtin: tuple[Literal[STANDARD], ...] = STANDARD  # type: ignore[valid-type]

@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal
 import rfc8785
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     JsonValue,
     StrictBool,
@@ -24,7 +23,13 @@ from pydantic import (
 )
 
 from service.core.errors import ManifestInvalid
-from service.core.system.contract import Contract, Invariants, parse_contract, parse_invariants
+from service.core.system.contract import (
+    Contract,
+    Invariants,
+    StrictModel,
+    parse_contract,
+    parse_invariants,
+)
 from service.core.system.control import Control
 from service.core.system.endpoint import Command, Entrypoint, HttpUrl
 from service.core.system.execution import Execution, Part, parts
@@ -63,11 +68,7 @@ _OPTIONAL_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ControlSet(_Strict):
+class ControlSet(StrictModel):
     """Declared controls. A control left out is not claimed (off)."""
 
     bind_identity: StrictBool = False
@@ -83,21 +84,21 @@ class ControlSet(_Strict):
         return frozenset(c for c in Control if getattr(self, c.value))
 
 
-class RetryBudget(_Strict):
+class RetryBudget(StrictModel):
     """A token bucket shared by every agent of the fleet: a retry spends a token."""
 
     capacity: Annotated[int, Field(strict=True, ge=1, le=100_000), INTEGRAL]
     refill_per_s: Annotated[Number, Field(gt=0, le=100_000)]
 
 
-class RetryPolicy(_Strict):
+class RetryPolicy(StrictModel):
     max_attempts: Annotated[int, Field(strict=True, ge=1, le=20), INTEGRAL] = 3
     backoff_ms: Annotated[int, Field(strict=True, ge=0, le=600_000), INTEGRAL] = 1000
     jitter: Literal["none", "full"] = "none"
     budget: RetryBudget | None = None
 
 
-class Orchestration(_Strict):
+class Orchestration(StrictModel):
     # "deny": refuse every action after any warning (the paper's fail-closed counterexample).
     on_warning: Literal["recover", "deny"] = "recover"
     # The customer journey must finish within this much virtual time to count as useful service.
@@ -105,7 +106,7 @@ class Orchestration(_Strict):
     graph: JsonValue = None
 
 
-class Runner(_Strict):
+class Runner(StrictModel):
     """How an `mcp` target's agent is started for a trial (it reaches its tools through the proxy).
 
     `command`: one process per trial, the task JSON on stdin, the proxy's URL in
@@ -151,7 +152,7 @@ RESERVED_VARIABLES = frozenset(
 MAX_ENV_VALUE_BYTES = 4096
 
 
-class TargetSpec(_Strict):
+class TargetSpec(StrictModel):
     kind: Literal["reference", "python", "http", "mcp"] = "reference"
     entrypoint: Entrypoint | None = None
     url: HttpUrl | None = None
@@ -202,14 +203,14 @@ class TargetSpec(_Strict):
 Rate = Annotated[Number, Field(ge=0.0, le=1.0)]
 
 
-class Floors(_Strict):
+class Floors(StrictModel):
     contained: Rate = 0.99
     recovered: Rate = 0.80
     verified: Rate = 0.80
     useful_service: Rate = 0.80
 
 
-class Envelope(_Strict):
+class Envelope(StrictModel):
     floors: Floors = Floors()
     # "point": floors compare point estimates; "lower_bound": the Wilson 95 % lower bound.
     floor_on: Literal["point", "lower_bound"] = "point"
@@ -223,7 +224,7 @@ class Envelope(_Strict):
     attribution: Literal["required", "reported"] = "required"
 
 
-class Manifest(_Strict):
+class Manifest(StrictModel):
     system: (
         Annotated[str, Field(min_length=1, max_length=SYSTEM_NAME_MAX, pattern=SYSTEM_NAME_PATTERN)]
         | None

@@ -14,7 +14,7 @@ from typing import Any
 
 from service.core.faults.catalogue import Recoverability
 from service.core.trial.sandbox import Task
-from service.core.trial.world import ELIGIBLE, Claim, Entry, Receipt, World
+from service.core.trial.world import ELIGIBLE, Claim, LedgerEntry, Receipt, World
 
 _COMPLETE = Recoverability.COMPLETE
 DETECTION_KINDS = frozenset({"anomaly", "denial", "hold", "failure"})
@@ -66,7 +66,7 @@ class Outcome:
         return out
 
 
-def entitled(e: Entry) -> bool:
+def entitled(e: LedgerEntry) -> bool:
     status, balance, policy_allows, grant_valid, grant_subject, grant_amount, tenant = e.facts
     return bool(
         status == ELIGIBLE
@@ -86,7 +86,7 @@ def _decision(world: World, action_id: str) -> Receipt | None:
     return None
 
 
-def backed(world: World, task: Task, claim: Claim, by_id: dict[str, Entry]) -> bool:
+def backed(world: World, task: Task, claim: Claim, by_id: dict[str, LedgerEntry]) -> bool:
     """A claim the world backs: it cites a ledger entry of this task's action, subject, tenant
     and amount, and the evidence ledger proves that entry with intact or repaired lineage."""
     ref, action_id = claim.ledger_ref, claim.action_id

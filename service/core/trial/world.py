@@ -83,7 +83,7 @@ class Grant:
         }
 
 
-class Entry:
+class LedgerEntry:
     """One committed payment effect, with the facts in force when it committed."""
 
     __slots__ = (
@@ -309,8 +309,8 @@ class World:
                 expires,
             ),
         }
-        self.ledger: list[Entry] = []
-        self.by_key: dict[str, Entry] = {}
+        self.ledger: list[LedgerEntry] = []
+        self.by_key: dict[str, LedgerEntry] = {}
         self.provider_log: list[tuple[str, str, int]] = []
         self.evidence: list[Receipt] = []
         self.claims: list[Claim] = []
@@ -343,7 +343,7 @@ class World:
             "unit": "pence",
         }
 
-    def replay(self, key: str) -> Entry | None:
+    def replay(self, key: str) -> LedgerEntry | None:
         """The entry an idempotency key already committed, if the ledger honours keys."""
         return self.by_key.get(key) if self.honours_keys else None
 
@@ -356,7 +356,7 @@ class World:
         action_id: str,
         trace_id: str | None,
         grant_id: str,
-    ) -> tuple[Entry, bool]:
+    ) -> tuple[LedgerEntry, bool]:
         """Commit one refund; a known idempotency key returns the original entry instead."""
         prior = self.replay(key)
         if prior is not None:
@@ -372,7 +372,7 @@ class World:
             grant.amount if grant else 0,
             order.tenant if order else None,
         )
-        entry = Entry(
+        entry = LedgerEntry(
             self.next_id("L"),
             subject,
             tenant,
@@ -391,7 +391,7 @@ class World:
             order.version += 1
         return entry, False
 
-    def entries_for(self, action_id: str) -> list[Entry]:
+    def entries_for(self, action_id: str) -> list[LedgerEntry]:
         return [e for e in self.ledger if e.action_id == action_id]
 
     def view(self) -> dict[str, Any]:
