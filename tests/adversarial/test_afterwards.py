@@ -74,7 +74,7 @@ def test_a_refund_booked_to_another_tenant_is_a_wrong_subject_escape() -> None:
 
 
 def test_an_effect_outside_the_synthetic_namespace_from_a_target_is_refused_and_blocks() -> None:
-    # The in-process version is tests/core/test_credential.py; this one crosses the process.
+    # The in-process version is tests/core/signing/test_credential.py; this one crosses the process.
     m = manifest(kind="python", entrypoint=entry("afterwards:refunds_outside_the_namespace"))
     report = assay_target(m, plan(4, "timeout_before_send"))
     [f] = report["faults"]

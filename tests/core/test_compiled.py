@@ -69,13 +69,13 @@ def test_the_other_core_passes_the_cores_own_tests(other_core: Core) -> None:
     tests = [
         str(ROOT / "tests" / "core" / name)
         for name in (
-            "test_assay_paper_mode.py",
-            "test_replay.py",
-            "test_counterfactual.py",
-            "test_catalogue.py",
-            "test_injector.py",
-            "test_credential.py",
-            "test_gate.py",
+            "shards/test_assay_paper_mode.py",
+            "shards/test_replay.py",
+            "evidence/test_counterfactual.py",
+            "faults/test_catalogue.py",
+            "faults/test_injector.py",
+            "signing/test_credential.py",
+            "decision/test_gate.py",
         )
     ]
     run = subprocess.run(

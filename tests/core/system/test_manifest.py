@@ -14,7 +14,7 @@ from service.core.errors import ManifestInvalid
 from service.core.system.manifest import COMPONENTS, parse_manifest, parse_manifest_json
 from tests.core.conftest import example_dict
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _reordered(obj: object) -> object:

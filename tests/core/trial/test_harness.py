@@ -14,7 +14,7 @@ from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import run_assay
 from service.core.system.manifest import parse_manifest_json
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 # In an interpreter of its own: whatever earlier tests of this process leave to the collector

@@ -22,7 +22,7 @@ from service.core.faults.plan import AssayPlan, parse_plan
 from service.core.shards.assay import run_assay
 from service.core.system.manifest import Envelope, parse_manifest_json
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ("baseline", "typed", "typed-repair", "refuse-all")
 
 
