@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from service.app import shards
 from service.app.records import DATABASE_ERRORS
+from service.core.shards.shard import ShardActivity
 
 if TYPE_CHECKING:
     from worker.context import WorkerContext
@@ -32,15 +33,20 @@ class EngineWatch:
     def watch(self, target: Any) -> None:
         activity = getattr(target, "activity", None)  # an mcp engine; others have none
         if activity is not None:
-            self._base = int(activity().get("runs_done", 0))
+            self._base = activity()["runs_done"]
             self._target = target
 
-    def activity(self) -> dict[str, Any] | None:
+    def activity(self) -> ShardActivity | None:
         target = self._target
         if target is None:
             return None
-        now: dict[str, Any] = target.activity()
-        return {**now, "runs_done": int(now.get("runs_done", 0)) - self._base}
+        now: ShardActivity = target.activity()
+        return ShardActivity(
+            runs_done=now["runs_done"] - self._base,
+            slots=now["slots"],
+            slots_busy=now["slots_busy"],
+            waiting=now["waiting"],
+        )
 
 
 class Heartbeat:
@@ -58,7 +64,7 @@ class Heartbeat:
         assay_id: uuid.UUID,
         index: int,
         attempt: int,
-        activity: Callable[[], dict[str, Any] | None] | None = None,
+        activity: Callable[[], ShardActivity | None] | None = None,
     ) -> None:
         self._ctx, self._assay_id, self._index, self._attempt = ctx, assay_id, index, attempt
         self._activity = activity
@@ -89,11 +95,12 @@ class Heartbeat:
             return
         if now is None:
             return
-        progress = dict(now)
         if final:
-            progress.update(slots_busy=0, waiting={})
+            now = ShardActivity(
+                runs_done=now["runs_done"], slots=now["slots"], slots_busy=0, waiting={}
+            )
         with contextlib.suppress(*DATABASE_ERRORS):  # the next beat writes it
-            shards.progress(self._ctx.engine, self._assay_id, self._index, self._attempt, progress)
+            shards.progress(self._ctx.engine, self._assay_id, self._index, self._attempt, now)
 
     def _beat(self) -> None:
         lease_s = self._ctx.settings.shard_lease_s

@@ -23,6 +23,7 @@ from service.app.tenants import queue_of_assay
 from service.core.evidence.spend import ArmSpend, budgeted, from_views
 from service.core.faults.plan import AssayPlan, StopConditions
 from service.core.shards.assay import ShardResult, StopLimits
+from service.core.shards.shard import ShardActivity
 from service.core.signing.dossier import Signer
 from service.core.system.manifest import Manifest
 from service.db import assay as assays
@@ -155,7 +156,7 @@ def renew(engine: Engine, assay_id: uuid.UUID, index: int, attempt: int, lease_s
 
 
 def progress(
-    engine: Engine, assay_id: uuid.UUID, index: int, attempt: int, activity: dict[str, Any]
+    engine: Engine, assay_id: uuid.UUID, index: int, attempt: int, activity: ShardActivity
 ) -> bool:
     """The running shard's activity, as its workers' engine reports it."""
     with session_scope(engine) as session:

@@ -24,12 +24,12 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Session, col
 
 from service.core.shards.assay import ShardResult
+from service.core.shards.shard import ShardActivity
 from service.db.assay import OPEN, lease_until
 from service.db.models import Assay, AssayShard, Event, ShardStatus, utcnow
 
@@ -86,7 +86,7 @@ def record_progress(
     assay_id: uuid.UUID,
     shard_index: int,
     attempt: int,
-    progress: dict[str, Any],
+    progress: ShardActivity,
 ) -> bool:
     """A running shard's activity, from its worker's heartbeat (and once more when it ends, so
     its runs stay counted); an attempt that was taken over writes nothing."""

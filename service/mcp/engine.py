@@ -17,9 +17,9 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from service.core.faults.catalogue import Catalogue, FaultSpec
+from service.core.shards.shard import ShardActivity
 from service.core.shards.slots import slots_of
 from service.core.system.contract import Contract, Invariants
 from service.core.system.manifest import Manifest, contract_of, invariants_of
@@ -142,7 +142,7 @@ class McpEngine:
             slot.close()
         self.evaluator.close()
 
-    def activity(self) -> dict[str, Any]:
+    def activity(self) -> ShardActivity:
         """What the engine is doing now, for progress: runs done (a trial's arms: intervention,
         baseline, counterfactual), its slots, how many are busy, and what the busy ones wait
         for (`lock`, `reset`, `agent`, `probe`, `grade`), counted."""
@@ -150,12 +150,12 @@ class McpEngine:
         for slot in self._slots:
             if slot.phase is not None:
                 waiting[slot.phase] = waiting.get(slot.phase, 0) + 1
-        return {
-            "runs_done": self.runs_done,
-            "slots": len(self._slots),
-            "slots_busy": sum(waiting.values()),
-            "waiting": dict(sorted(waiting.items())),
-        }
+        return ShardActivity(
+            runs_done=self.runs_done,
+            slots=len(self._slots),
+            slots_busy=sum(waiting.values()),
+            waiting=dict(sorted(waiting.items())),
+        )
 
     def ran(self) -> None:
         with self._counting:  # slots finish runs from their own threads

@@ -3,13 +3,15 @@ here (the templates escape), no database (the routes read)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from service.app import gate
-from service.app.records import CandidateRow, as_utc
+from service.app.browse import ShardTally
+from service.app.records import CandidateRow, Event, as_utc
 from service.core.decision.gate import ReasonView, block_first, reason_view
 from service.core.decision.report import AssayReport, FaultResult
 from service.core.evidence.figures import Diagnosis, InvariantResult, Signature, Transfer
@@ -239,7 +241,7 @@ def _fault_view(f: FaultResult, own: list[ReasonView]) -> FaultView:
 ALERTS = ("assay.stopped", "assay.aborted", "assay.failed", "credential.refused")
 
 
-def _short(value: Any, n: int = 8) -> str:
+def _short(value: object, n: int = 8) -> str:
     return str(value)[:n]
 
 
@@ -257,7 +259,7 @@ def _faults(d: Mapping[str, Any]) -> str:
     return _plural(int(d["faults"]), "fault") + extra
 
 
-def _epoch(value: Any) -> str:
+def _epoch(value: object) -> str:
     """A time stored as seconds since the epoch, as every page shows times (UTC)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         try:
@@ -332,7 +334,7 @@ def _pairs(data: Mapping[str, Any], limit: int = 200) -> str:
 
 @dataclass(frozen=True)
 class EventLine:
-    event: Any
+    event: Event
     text: str
     alert: bool
 
@@ -342,22 +344,22 @@ class EventGroup:
     """One assay's events on a page (or a candidate's, or the tenant's own), newest first, with
     its shard events folded into a tally."""
 
-    candidate_id: Any
-    assay_id: Any
+    candidate_id: uuid.UUID | None
+    assay_id: uuid.UUID | None
     row: CandidateRow | None
     lines: list[EventLine]
-    shards: Any = None
+    shards: ShardTally | None = None
 
 
 def group_events(
-    events: Sequence[Any],
-    shards: Mapping[Any, Any],
-    rows: Mapping[Any, CandidateRow],
+    events: Sequence[Event],
+    shards: Mapping[uuid.UUID, ShardTally],
+    rows: Mapping[uuid.UUID, CandidateRow],
 ) -> list[EventGroup]:
     """Events grouped by assay (else candidate, else the tenant), groups in the order of their
     newest event."""
-    order: list[tuple[Any, Any]] = []
-    lines: dict[tuple[Any, Any], list[EventLine]] = {}
+    order: list[tuple[uuid.UUID | None, uuid.UUID | None]] = []
+    lines: dict[tuple[uuid.UUID | None, uuid.UUID | None], list[EventLine]] = {}
     for e in events:
         key = (e.candidate_id, e.assay_id)
         if key not in lines:

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from sqlmodel import Session, col
 
+from service.core.shards.shard import ShardActivity
 from service.db.lease import record_progress
 from service.db.models import Assay, AssayShard, ShardStatus
 from service.db.queries import live_progress
@@ -35,12 +36,9 @@ def busy(web_engine: sa.Engine, seeded: Seeded) -> Iterator[uuid.UUID]:
         shard.status, shard.attempts = ShardStatus.RUNNING.value, 1
         session.add(shard)
         session.commit()
-        activity = {
-            "runs_done": 17,
-            "slots": 4,
-            "slots_busy": 3,
-            "waiting": {"agent": 2, "reset": 1},
-        }
+        activity = ShardActivity(
+            runs_done=17, slots=4, slots_busy=3, waiting={"agent": 2, "reset": 1}
+        )
         assert record_progress(session, assay_id, index, 1, activity)
         session.commit()
     try:

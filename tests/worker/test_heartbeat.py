@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col
 
+from service.core.shards.shard import ShardActivity
 from service.db.models import Assay, AssayShard, ShardStatus
 from service.settings import Settings
 from tests.web.seed import seed_candidate
@@ -19,10 +20,10 @@ class Busy:
     """An engine's activity as the mcp engine reports it (`McpEngine.activity`)."""
 
     def __init__(self) -> None:
-        self.now: dict[str, Any] = {"runs_done": 5, "slots": 4, "slots_busy": 0, "waiting": {}}
+        self.now = ShardActivity(runs_done=5, slots=4, slots_busy=0, waiting={})
 
-    def activity(self) -> dict[str, Any]:
-        return dict(self.now)
+    def activity(self) -> ShardActivity:
+        return ShardActivity(**self.now)
 
 
 def progress_of(engine: sa.Engine, assay_id: Any, index: int) -> dict[str, Any] | None:

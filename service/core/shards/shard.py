@@ -1,18 +1,29 @@
 """How an assay is cut into shards and keyed: the stop conditions a shard enforces (`StopLimits`), a
-shard's span (`ShardSpec`), the plan's shards, and the stream keys that make a trial the same
-trial wherever and however often it runs."""
+shard's span (`ShardSpec`), the plan's shards, the stream keys that make a trial the same trial
+wherever and however often it runs, and what a running shard reports (`ShardActivity`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from service.core.errors import PlanInvalid
 from service.core.faults.catalogue import Catalogue, FaultSpec
 from service.core.faults.plan import AssayPlan
 from service.core.system.manifest import Manifest
 from service.core.trial.rng import LCG, derive, stream_key
+
+
+class ShardActivity(TypedDict):
+    """What a running shard's engine is doing, as its heartbeat stores it and the API, the pages
+    and `submit --wait` show it: agent runs done (a trial's arms each count), its slots, how many
+    are busy, and what the busy ones wait for (`lock`, `reset`, `agent`, `probe`, `grade`)."""
+
+    runs_done: int
+    slots: int
+    slots_busy: int
+    waiting: dict[str, int]
 
 
 @dataclass(frozen=True)
