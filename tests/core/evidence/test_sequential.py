@@ -21,13 +21,10 @@ from service.core.evidence.stopping import estimate
 from service.core.faults.plan import AssayPlan, parse_plan
 from service.core.shards.assay import run_assay
 from service.core.system.manifest import Envelope, parse_manifest_json
+from tests.core.conftest import load_example
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ("baseline", "typed", "typed-repair", "refuse-all")
-
-
-def example(name: str):  # type: ignore[no-untyped-def]
-    return parse_manifest_json((ROOT / "examples" / f"copperfin-{name}.json").read_text())
 
 
 def test_the_confidence_sequence_holds_its_error_over_every_prefix_of_a_run() -> None:
@@ -72,7 +69,7 @@ def test_the_betting_test_bounds_a_clean_rate_with_fewer_runs_than_wilson() -> N
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_the_sequential_plan_decides_the_examples_as_the_fixed_plan_does(name: str) -> None:
-    manifest = example(name)
+    manifest = load_example(name)
     fixed = run_assay(manifest, parse_plan({"trials": 40, "rule": "fixed"}))
     sequential = run_assay(manifest, parse_plan({"trials": 40, "rule": "sequential"}))
     assert sequential.decision == fixed.decision
@@ -84,7 +81,7 @@ def test_the_sequential_plan_decides_the_examples_as_the_fixed_plan_does(name: s
 
 
 def test_a_violation_ends_its_fault_at_the_first_trial_that_shows_it() -> None:
-    report = run_assay(example("baseline"), parse_plan({"trials": 40, "rule": "sequential"}))
+    report = run_assay(load_example("baseline"), parse_plan({"trials": 40, "rule": "sequential"}))
     stopped = [f for f in report.faults if f.stop and f.stop["code"] == "violation"]
     assert stopped, "the unguarded baseline breaks hard invariants"
     for fault in stopped:
@@ -134,7 +131,7 @@ def test_paper_mode_and_a_reference_target_run_the_fixed_plan_by_default() -> No
 
 
 def test_a_fixed_plan_report_reads_as_before_sequential_plans_existed() -> None:
-    report = run_assay(example("typed-repair"), parse_plan({"trials": 5})).to_dict()
+    report = run_assay(load_example("typed-repair"), parse_plan({"trials": 5})).to_dict()
     assert "rule" not in report and "spend" not in report
     assert set(report["plan"]) >= {"trials", "seed"}
     assert "rule" not in report["plan"] and "max_runs" not in report["plan"]["stop"]
