@@ -10,7 +10,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import Session
+import sqlalchemy as sa
+from sqlmodel import Session, col
 
 from service.app.dossiers import record_assay_dossier
 from service.core.faults.plan import parse_plan
@@ -96,8 +97,10 @@ def seed_candidate(
     assay.trials_done = assay.trials_planned
     assay.status = "running"
     session.flush()
-    session.query(AssayShard).filter(AssayShard.assay_id == assay.id).update(  # type: ignore[arg-type]
-        {"status": ShardStatus.DONE.value}
+    session.execute(
+        sa.update(AssayShard)
+        .where(col(AssayShard.assay_id) == assay.id)
+        .values(status=ShardStatus.DONE.value)
     )
     faults = [
         FaultResultValues(

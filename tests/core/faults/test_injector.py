@@ -17,12 +17,11 @@ def test_every_exercised_trial_carries_a_receipt_naming_fault_boundary_phase_and
     assert {f["id"] for f, _ in samples} == {f["id"] for f in report["faults"] if f["exercised"]}
     assert len(samples) >= len(report["faults"]) // 2
     for f, sample in samples:
-        if True:
-            receipt = sample["injections"][0]
-            assert receipt["fault"] == f["id"]
-            assert receipt["boundary"] == f["spec"]["boundary"]
-            assert receipt["phase"] == f["spec"]["phase"]
-            assert receipt["call"].startswith(f["spec"]["boundary"] + "#")
+        receipt = sample["injections"][0]
+        assert receipt["fault"] == f["id"]
+        assert receipt["boundary"] == f["spec"]["boundary"]
+        assert receipt["phase"] == f["spec"]["phase"]
+        assert receipt["call"].startswith(f["spec"]["boundary"] + "#")
 
 
 def test_a_fault_aimed_at_a_call_the_workflow_never_makes_is_not_exercised(
