@@ -41,12 +41,7 @@ class EngineWatch:
         if target is None:
             return None
         now: ShardActivity = target.activity()
-        return ShardActivity(
-            runs_done=now["runs_done"] - self._base,
-            slots=now["slots"],
-            slots_busy=now["slots_busy"],
-            waiting=now["waiting"],
-        )
+        return {**now, "runs_done": now["runs_done"] - self._base}
 
 
 class Heartbeat:
@@ -96,9 +91,7 @@ class Heartbeat:
         if now is None:
             return
         if final:
-            now = ShardActivity(
-                runs_done=now["runs_done"], slots=now["slots"], slots_busy=0, waiting={}
-            )
+            now = {**now, "slots_busy": 0, "waiting": {}}
         with contextlib.suppress(*DATABASE_ERRORS):  # the next beat writes it
             shards.progress(self._ctx.engine, self._assay_id, self._index, self._attempt, now)
 

@@ -66,7 +66,7 @@ class ReportedDecision:
 
     def unattached(self) -> list[ReasonView]:
         ids = {f.id for f in self.faults}
-        return [r for r in self.reasons if r.get("fault") not in ids]
+        return [r for r in self.reasons if r["fault"] not in ids]
 
 
 def _report_rows(report: AssayReport, reasons: Sequence[ReasonView]) -> list[FaultLine]:
@@ -90,7 +90,7 @@ def _run_rows(runs: Sequence[Mapping[str, Any]], reasons: Sequence[ReasonView]) 
 
 
 def _own(reasons: Sequence[ReasonView], fault: str) -> list[ReasonView]:
-    return [r for r in reasons if r.get("fault") == fault]
+    return [r for r in reasons if r["fault"] == fault]
 
 
 def from_report(
@@ -159,17 +159,15 @@ def from_dossier(
 
 
 def _worst(reasons: Sequence[ReasonView]) -> str:
-    return min(
-        (str(r.get("severity", "hold")) for r in reasons), key=lambda s: SEVERITY_ORDER.get(s, 2)
-    )
+    return min((r["severity"] for r in reasons), key=lambda s: SEVERITY_ORDER.get(s, 2))
 
 
 def _failure(case: ET.Element, reasons: Sequence[ReasonView], signature: str | None) -> None:
-    codes = ", ".join(dict.fromkeys(str(r.get("code")) for r in reasons))
+    codes = ", ".join(dict.fromkeys(r["code"] for r in reasons))
     fail = ET.SubElement(
         case, "failure", type=_worst(reasons), message=f"{_worst(reasons)}: {codes}"
     )
-    lines = [f"[{r.get('severity')}] {r.get('code')}: {r.get('message')}" for r in reasons]
+    lines = [f"[{r['severity']}] {r['code']}: {r['message']}" for r in reasons]
     if signature is not None:
         lines.append(f"containment signature: {signature}")
     fail.text = "\n".join(lines)
@@ -243,16 +241,14 @@ def summary_markdown(outcome: ReportedDecision) -> str:
         lines.append("### Reasons")
         lines.append("")
         for r in outcome.reasons:
-            lines.append(
-                f"- **{r.get('severity')}** `{r.get('code')}`: {_cell(str(r.get('message')))}"
-            )
+            lines.append(f"- **{r['severity']}** `{r['code']}`: {_cell(r['message'])}")
         lines.append("")
     lines.append("### Faults")
     lines.append("")
     lines.append("| fault | trials | " + " | ".join(h for h, _ in SIGNATURE) + " | reasons |")
     lines.append("|---|---:|" + "---:|" * len(SIGNATURE) + "---|")
     for f in outcome.faults:
-        codes = ", ".join(f"`{r.get('code')}`" for r in f.reasons) or "—"
+        codes = ", ".join(f"`{r['code']}`" for r in f.reasons) or "—"
         counts = " | ".join(str(int(f.counts.get(k, 0))) for _, k in SIGNATURE)
         lines.append(f"| `{f.id}` | {f.trials} | {counts} | {codes} |")
     return "\n".join(lines) + "\n"

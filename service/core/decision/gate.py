@@ -49,7 +49,7 @@ def reason_view(stored: Mapping[str, object]) -> ReasonView:
     fault = stored.get("fault")
     return ReasonView(
         code=str(stored["code"]),
-        message=str(stored.get("message", "")),
+        message=str(stored["message"]),
         fault=None if fault is None else str(fault),
         severity=str(stored.get("severity", Decision.HOLD.value)),
     )
@@ -69,13 +69,8 @@ class Reason:
 
     @classmethod
     def from_view(cls, d: Mapping[str, object]) -> Reason:
-        fault = d.get("fault")
-        return cls(
-            str(d["code"]),
-            str(d["message"]),
-            None if fault is None else str(fault),
-            Decision(str(d.get("severity", Decision.HOLD.value))),
-        )
+        v = reason_view(d)
+        return cls(v["code"], v["message"], v["fault"], Decision(v["severity"]))
 
 
 @dataclass(frozen=True)
