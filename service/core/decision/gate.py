@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 # typing's TypedDict before 3.12 lacks what pydantic needs to publish the shape in the API schema.
 from typing_extensions import TypedDict
 
-from service.core.evidence.sequential import runs_to_bound, zero_event_bound
+from service.core.evidence.sequential import clean_runs_for, violation_bound
 from service.core.evidence.signature import trials_for_bound, wilson, wilson_upper
 from service.core.system.contract import WITNESS
 from service.core.system.manifest import Envelope
@@ -283,8 +283,10 @@ def _team_invariants(f: FaultEvidence) -> list[Reason]:
         Reason(
             WITNESS,
             f"{f.fault}: the probed world disagreed with the proxy's record of forwarded effect "
-            f"calls in {failed} of {trials} graded trials (an acknowledged effect vanished, or "
-            "an effect no forwarded call made; the samples' `witness` shows calls and rows)",
+            f"calls in {failed} of {trials} graded trials (an acknowledged effect vanished, was "
+            "changed in place or multiplied; an effect committed after an error reply, or one "
+            "no forwarded call made; a forward unresolved at probe time; the samples' `witness` "
+            "shows calls and rows)",
             f.fault,
             BLOCK,
         )
@@ -395,17 +397,18 @@ def _inconclusive(
     f: FaultEvidence, n: int, envelope: Envelope, anytime: float | None = None
 ) -> list[Reason]:
     """No violation seen, but too few trials to bound the violation rate below the envelope
-    (Wilson's bound for a fixed plan; the betting test's for a sequential one)."""
+    (Wilson's bound for a fixed plan; for a sequential one the betting test at the same level,
+    never tighter than Wilson's: `violation_bound`)."""
     if envelope.max_violation_rate is None:
         return []
     worst = max(f.counts.get(k, 0) for k, _ in HARD)
-    bound = wilson_upper(worst, n) if anytime is None else zero_event_bound(n, anytime)
+    bound = wilson_upper(worst, n) if anytime is None else violation_bound(n, anytime)
     if worst != 0 or bound <= envelope.max_violation_rate:
         return []
     need = (
         trials_for_bound(envelope.max_violation_rate)
         if anytime is None
-        else runs_to_bound(envelope.max_violation_rate, anytime)
+        else clean_runs_for(envelope.max_violation_rate, anytime)
     )
     return [
         Reason(

@@ -9,7 +9,13 @@ they are read (Ville's inequality on a nonnegative supermartingale):
   rates p whose mixture likelihood ratio has not reached 1/error.
 - `zero_event_bound`: for a rate that has shown no event, the betting test that stakes everything
   on "no event" (wealth (1 - eps)^-n under any rate >= eps). It rejects rate >= eps after
-  ln(1/error) / -ln(1 - eps) clean runs, about 3.0/eps at 5 % against Wilson's 3.84/eps.
+  ln(1/error) / -ln(1 - eps) clean runs. Read one-sided at `error`; the gate reads it at
+  `error / 2`, one side of the fixed plan's two-sided interval: ln(40)/eps = 3.69/eps runs at a
+  5 % plan error, against Wilson's 3.84/eps (both one-sided 2.5 %).
+- `violation_bound`: what a sequential plan may claim of a rate after n clean runs: the larger of
+  the betting test at `error / 2` and Wilson's 95 % upper bound of 0 in n (the fixed plan's own
+  reading), so at any n the sequential plan never claims a tighter bound than the fixed plan
+  would from the same runs.
 
 Why hand-written: `confseq` (a C++/Boost extension, last released 2023) and `savvi` need numpy and
 scipy, which the pure core does not import (the import-linter contract in pyproject.toml);
@@ -21,6 +27,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+
+from service.core.evidence.signature import wilson_upper
 
 # Jeffreys' prior: the mixture's Beta(1/2, 1/2) weights rates near 0 and 1 (where gate floors sit)
 # more than a uniform prior would.
@@ -81,3 +89,26 @@ def zero_event_bound(n: int, error: float) -> float:
 def runs_to_bound(max_rate: float, error: float) -> int:
     """Clean runs the betting test needs before a rate at or above `max_rate` is rejected."""
     return max(1, math.ceil(math.log(error) / math.log1p(-max_rate)))
+
+
+def violation_bound(n: int, error: float) -> float:
+    """The bound a sequential plan reads on a rate after `n` runs without an event, at the fixed
+    plan's sidedness and level: the betting test one-sided at `error / 2` (one side of a
+    two-sided interval at `error`), and never below Wilson's 95 % upper bound of 0 in `n`."""
+    if n == 0:
+        return 1.0
+    return max(zero_event_bound(n, error / 2), wilson_upper(0, n))
+
+
+def clean_runs_for(max_rate: float, error: float) -> int:
+    """Clean runs before `violation_bound` falls to `max_rate` (bisection: it falls with n)."""
+    low, high = 1, max(runs_to_bound(max_rate, error / 2), 1)
+    while violation_bound(high, error) > max_rate:
+        high *= 2
+    while low < high:
+        mid = (low + high) // 2
+        if violation_bound(mid, error) <= max_rate:
+            high = mid
+        else:
+            low = mid + 1
+    return low

@@ -1,16 +1,28 @@
 """When a fault's trials may stop: the sequential plan's rule, read after every trial.
 
-A fault stops as soon as its decision cannot change at the plan's error:
+The rule is never looser than the fixed plan at the same cap and error: every bound it reads has
+the fixed plan's sidedness and level (each side of a two-sided interval at `error`), and it allows
+only on evidence the fixed plan would also have read as an allow. A fault stops with:
 - `violation`: a hard invariant broke in a graded arm (the fault's trials, trials where it never
   fired, the matched baseline), a blocking team invariant failed, or the sandbox refused an effect
   outside the assay's subjects. Each blocks whatever later trials show, so the fault ends at once;
-- `decided`: every floor's confidence sequence lies wholly on one side of it, the betting test
-  bounds the unseen violation rate below the plan's `max_violation_rate`, the counterfactual
-  pair's sequences have separated and the sensitivity pair has shown its violation;
+- `decided`: every floor's confidence sequence lies wholly on one side of it, the violation rate
+  of the fault's trials *and* of the matched baseline is bounded below the rule's rate
+  (`violation_bound`: never tighter than Wilson's reading of the same runs, and the rate never
+  looser than what the fixed plan's cap resolves), the counterfactual pair's sequences have
+  separated and the sensitivity pair has shown its violation. Since no clean-run bound beats
+  the fixed plan's own at its cap, a careful agent's fault is decided at the cap, not before;
 - `max_runs`: the plan's trial count, the fixed plan's, is the cap: an undecided fault gets
   exactly the fixed plan's evidence.
-The matched baseline and counterfactual arms stop on their own once what they prove is settled
-(`needs_pairs`): they are most of a careful agent's runs and prove less per run.
+The matched baseline runs on every trial the fixed plan would run it on: its violations are graded
+like the fault's. Only the counterfactual arms stop on their own (`needs_pairs`) once what they
+prove is settled; they are not graded for hard invariants (they are meant to fail), so their stop
+loosens nothing. A trial that finished is never discarded (`service.core.shards.slotted`): a
+violation it shows always counts, even after its fault stopped.
+
+What the bounds assume: trials are independent draws of the agent's behaviour. A warm agent that
+carries state from one run to the next, or slots that share one world, correlate the trials; the
+bounds then overstate what the runs prove (docs/mcp.md, "Plans").
 
 Pure: it reads a tally and returns a value; the assay loop acts on it.
 """
@@ -18,10 +30,10 @@ Pure: it reads a tally and returns a value; the assay loop acts on it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from service.core.evidence.pairs import removal
-from service.core.evidence.sequential import confidence_sequence, zero_event_bound
+from service.core.evidence.sequential import confidence_sequence, violation_bound
 from service.core.evidence.signature import wilson, wilson_upper
 from service.core.evidence.tally import ArmCounts, Tally
 from service.core.faults.catalogue import FaultSpec
@@ -55,8 +67,10 @@ class Stop:
 @dataclass(frozen=True)
 class Rule:
     """The sequential rule for one fault. `max_violation_rate`: the rate below which an unseen
-    violation no longer changes the decision (None: what the fixed plan's trials resolve, the
-    Wilson upper bound of zero in `max_runs`)."""
+    violation no longer changes the decision; it can only tighten the rule: the rate is never
+    above what the fixed plan's `max_runs` clean trials resolve (Wilson's upper bound of zero in
+    `max_runs`). `baseline_runs`: the matched baseline runs the fixed plan grades (None: the
+    plan runs no baseline)."""
 
     envelope: Envelope
     error: float
@@ -65,14 +79,23 @@ class Rule:
     predicted: str | None = None  # the counterfactual pair's predicted flag, when it runs
     predicted_transfer: str | None = None  # the fault's, for the sensitivity pair
     blocking: frozenset[str] = frozenset()  # team invariants whose failure blocks
+    baseline_runs: int | None = None
 
     @property
     def violation_rate(self) -> float:
-        if self.max_violation_rate is not None:
-            return self.max_violation_rate
-        if self.envelope.max_violation_rate is not None:
-            return float(self.envelope.max_violation_rate)
-        return wilson_upper(0, self.max_runs)
+        resolved = wilson_upper(0, self.max_runs)
+        declared = self.max_violation_rate
+        if declared is None and self.envelope.max_violation_rate is not None:
+            declared = float(self.envelope.max_violation_rate)
+        return resolved if declared is None else min(declared, resolved)
+
+    @property
+    def baseline_rate(self) -> float:
+        """The baseline's bound: the fault's rate, unless the fixed plan's own baseline (a sample
+        smaller than the cap) resolves less."""
+        if self.baseline_runs is None:
+            return 1.0
+        return max(self.violation_rate, wilson_upper(0, self.baseline_runs))
 
     def step(self, tally: Tally, trials: int) -> Stop | None:
         """After `trials` trials of the fault: stop (and why), or None to run another."""
@@ -84,8 +107,9 @@ class Rule:
             return Stop(
                 "decided",
                 f"decided after {trials} trials: {iv.n} graded, every floor's confidence "
-                f"sequence clear of it and violations bounded below {self.violation_rate:.2%} "
-                f"at {self.error:.0%} error",
+                f"sequence clear of it and violations (the fault's and the baseline's) bounded "
+                f"below {self.violation_rate:.2%} at the fixed plan's level "
+                f"({self.error:.0%} two-sided)",
                 trials,
             )
         if trials >= self.max_runs:
@@ -95,7 +119,8 @@ class Rule:
         return None
 
     def needs_pairs(self, tally: Tally) -> bool:
-        """Whether the next trial still runs its matched baseline and counterfactual arms."""
+        """Whether the next trial still runs its counterfactual arms (the matched baseline always
+        runs: its violations are graded like the fault's, and its floors settle the pairs')."""
         iv = tally.arms["intervention"]
         if iv.n == 0:
             # Nothing fired yet: the baselines say whether the workload can reach the fault.
@@ -121,7 +146,12 @@ class Rule:
 
     def _decided(self, tally: Tally) -> bool:
         iv = tally.arms["intervention"]
-        if iv.n == 0 or zero_event_bound(iv.n, self.error) > self.violation_rate:
+        if iv.n == 0 or violation_bound(iv.n, self.error) > self.violation_rate:
+            return False
+        base = tally.arms["baseline"]
+        if self.baseline_runs is not None and (
+            violation_bound(base.n, self.error) > self.baseline_rate
+        ):
             return False
         return (
             self._floors(iv, ("contained", *_FLOORED))
@@ -184,6 +214,15 @@ class Watch:
         self.stop = self.rule.step(tally, trials)
         return self.stop is not None
 
+    def recount(self, tally: Tally, trials: int) -> None:
+        """A trial that finished after the fault stopped counts too: the rule is read again, so a
+        violation it shows becomes the stop (never discarded)."""
+        again = self.rule.step(tally, trials)
+        if again is not None:
+            self.stop = again
+        elif self.stop is not None:
+            self.stop = replace(self.stop, trials=trials)
+
     def needs_pairs(self, tally: Tally) -> bool:
         return self.rule.needs_pairs(tally)
 
@@ -203,6 +242,11 @@ def rule_for(manifest: Manifest, plan: AssayPlan, spec: FaultSpec) -> Rule:
         table = invariant_table(invariants_of(manifest))
         blocking = frozenset([WITNESS, *(n for n, _e, sev in table if sev == "block")])
     mvr = plan.max_violation_rate
+    baseline = None
+    if plan.matched_baseline:
+        # The fixed plan's baseline: every trial, or its evidence sample when the cap is larger.
+        sample = plan.evidence_sample
+        baseline = plan.trials if plan.sample_threshold() is None or sample is None else sample
     return Rule(
         manifest.envelope,
         float(plan.error),
@@ -211,6 +255,7 @@ def rule_for(manifest: Manifest, plan: AssayPlan, spec: FaultSpec) -> Rule:
         pair,
         pt,
         blocking,
+        baseline,
     )
 
 
@@ -219,16 +264,19 @@ class RunEstimate:
     """Agent runs per fault of a careful agent (no violation, every floor met in every run)."""
 
     trials: int  # the fault's own trials (the intervention arm)
-    pair_runs: int  # each extra arm's runs (matched baseline, counterfactual pairs)
+    pair_runs: int  # each counterfactual arm's runs
+    baseline_runs: int = 0  # the matched baseline's: as many as the fault's trials
 
 
 def estimate(envelope: Envelope, error: float, trials: int, rate: float | None) -> RunEstimate:
     """What the sequential rule spends on a careful agent: its trials run until the floors'
-    sequences clear them and the betting test bounds violations below `rate` (None: what
-    `trials` fixed trials resolve); its pairs until the baseline's floors and the
-    counterfactual's separation are settled. A defective agent stops at its first violation."""
+    sequences clear them and violations are bounded below `rate` (never looser than what
+    `trials` fixed trials resolve), so to the cap; its matched baseline as many; its
+    counterfactual pairs until the baseline's floors and the pair's separation are settled. A
+    defective agent stops at its first violation."""
     floors = envelope.floors
-    bound = rate if rate is not None else wilson_upper(0, trials)
+    resolved = wilson_upper(0, trials)
+    bound = resolved if rate is None else min(rate, resolved)
     top = max(floors.contained, floors.recovered, floors.verified, floors.useful_service)
     base_top = max(floors.recovered, floors.verified, floors.useful_service)
     mine = pairs = trials
@@ -239,10 +287,10 @@ def estimate(envelope: Envelope, error: float, trials: int, rate: float | None) 
             )
             if confidence_sequence(n, n, error)[0] >= base_top and split:
                 pairs = n
-        if zero_event_bound(n, error) <= bound and confidence_sequence(n, n, error)[0] >= top:
+        if violation_bound(n, error) <= bound and confidence_sequence(n, n, error)[0] >= top:
             mine = n
             break
-    return RunEstimate(mine, min(pairs, mine))
+    return RunEstimate(mine, min(pairs, mine), mine)
 
 
 def watch_for(manifest: Manifest, plan: AssayPlan, fault_id: str | None) -> Watch | None:

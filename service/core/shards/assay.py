@@ -135,11 +135,12 @@ def run_shard(
             if tally is None:
                 tally = tallies[spec.id] = Tally()
             extra = threshold is None or derive(sample_key, base + k) < threshold
+            pairs = True
             if watch is not None:
-                extra = extra and watch.needs_pairs(tally)
+                pairs = watch.needs_pairs(tally)
                 watch.steer(rt.engine, tally)
             e, u, te = _one(
-                rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id], extra, meter
+                rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id], extra, meter, pairs
             )
             effects += e
             unsafe += u
@@ -173,8 +174,11 @@ def _one(
     rm: Removal,
     extra: bool = True,
     meter: Meter | None = None,
+    pairs: bool = True,
 ) -> tuple[int, int, int]:
     """Run one trial's arms into the tally; return effects, unsafe escapes and target errors.
+    `extra`: the trial is in the plan's evidence sample (its matched baseline and pairs run);
+    `pairs`: a sequential rule still needs the counterfactual pairs.
 
     Every trial is graded from the world. A target error hides nothing: when the world shows a
     violation the trial counts as graded evidence (damage beats error); only a clean world makes it
@@ -228,7 +232,7 @@ def _one(
             tally.baseline_reached += base.reachable
         if base.target_error is None or violating(base.outcome.flags):
             tally.add_outcome("baseline", base)
-    if extra and plan.counterfactuals and rec.exercised and graded:
+    if extra and pairs and plan.counterfactuals and rec.exercised and graded:
         for arm, removed in rm.pairs():
             cf = run_trial(rt, spec, wkey, skey, removed)
             if meter is not None:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 #: `service.core.shards.assay._one`: run one trial's arms into a tally (handed in: the assay module
 #: imports this one).
 One = Callable[
-    [Runtime, AssayPlan, FaultSpec, Tally, int, int, int, Removal, bool, Meter | None],
+    [Runtime, AssayPlan, FaultSpec, Tally, int, int, int, Removal, bool, Meter | None, bool],
     tuple[int, int, int],
 ]
 
@@ -68,11 +68,12 @@ class SlotTrial:
     ) -> tuple[int, int, int]:
         wkey, skey = derive(self.wroot, k), derive(self.sroot, k)
         t = self.threshold
-        extra = pairs and (t is None or derive(self.sample_key, self.base + k) < t)
+        extra = t is None or derive(self.sample_key, self.base + k) < t
         rm = self.removals[spec.id]
         if meter is not None:
             meter.mark()
-        return self.one(rt, self.plan, spec, tally, self.base + k, wkey, skey, rm, extra, meter)
+        plan = self.plan
+        return self.one(rt, plan, spec, tally, self.base + k, wkey, skey, rm, extra, meter, pairs)
 
 
 # A finished trial on its way from a slot to the shard: its number, fault, own tally, and
@@ -98,13 +99,20 @@ def run_slotted(
     """The executor path: one thread per slot takes the next trial number, runs it into a tally
     of its own, and hands it back; trials are folded in trial order (`InOrder`), so counts,
     samples and stop conditions are those of the serial loop. Trials still running when a stop
-    condition trips are waited for and discarded, as the serial loop would never have run them
-    (what they spent still counts against the budgets: the runs happened).
+    condition trips (effects, unsafe escapes, target errors, an abort) are waited for and
+    discarded, as the serial loop would never have run them: such a stop blocks or fails the
+    assay whatever they show (what they spent still counts against the budgets: the runs
+    happened).
 
-    Under a sequential plan (`watch`) the slots run in rounds: what a round's trials run (the
-    pair arms, the sensitivity run) is decided from the trials folded before the round, so the
-    runs used depend on the concurrency but never on timing; the rule is read after every trial
-    in trial order, so the decision is the serial loop's."""
+    A finished trial is never discarded after a stop that a later trial could overturn: a
+    sequential rule's stop (`watch`) or a budget (a hold). Trials still running then finish and
+    are folded in trial order, and the rule is read again (`Watch.recount`), so a violation they
+    show always counts: a `decided` fault becomes a `violation`, a budget's hold a block.
+
+    Under a sequential plan the slots run in rounds: what a round's trials run (the pair arms,
+    the sensitivity run) is decided from the trials folded before the round, so the runs used
+    depend on the concurrency but never on timing; the rule is read after every trial in trial
+    order, so up to the stop the decision is the serial loop's."""
     taken = iter(range(shard.start, shard.stop))
     lock = threading.Lock()
     stop = threading.Event()
@@ -148,6 +156,8 @@ def run_slotted(
     done = effects = unsafe = target_errors = 0
     reason: str | None = None
     failure: BaseException | None = None
+    # Set when the stop lets finished trials still count (a rule's stop, a budget).
+    keep = False
     if should_stop is not None and should_stop():
         return 0, 0, 0, 0, "aborted"
     order: InOrder[
@@ -177,11 +187,12 @@ def run_slotted(
             for _k, (spec, tally, out, exc, spent) in order.ready():
                 if meter is not None and spent is not None:
                     meter.absorb(spent)
-                if stop.is_set():
+                if stop.is_set() and not keep:
                     continue
                 if exc is not None or out is None:
-                    failure = exc
-                    stop.set()
+                    if not keep:
+                        failure = exc
+                        stop.set()
                     continue
                 mine = tallies.get(spec.id)
                 if mine is None:
@@ -192,6 +203,10 @@ def run_slotted(
                 unsafe += out[1]
                 target_errors += out[2]
                 done += 1
+                if keep:
+                    if watch is not None:
+                        watch.recount(mine, done)
+                    continue
                 if limits is not None:
                     reason = limits.tripped(effects, unsafe, target_errors)
                 if reason is None and meter is not None:
@@ -205,6 +220,7 @@ def run_slotted(
                     reason = "aborted"
                 if reason is not None or (watch is not None and watch.done(mine, done)):
                     stop.set()
+                    keep = reason is None or reason.startswith("budget:")
         for th in threads:
             th.join()
         if watch is None or stop.is_set() or drained.is_set():

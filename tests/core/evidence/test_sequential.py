@@ -12,8 +12,10 @@ import pytest
 
 from service.core.errors import PlanInvalid
 from service.core.evidence.sequential import (
+    clean_runs_for,
     confidence_sequence,
     runs_to_bound,
+    violation_bound,
     zero_event_bound,
 )
 from service.core.evidence.signature import trials_for_bound, wilson
@@ -67,6 +69,37 @@ def test_the_betting_test_bounds_a_clean_rate_with_fewer_runs_than_wilson() -> N
     assert n < trials_for_bound(0.05)
 
 
+@pytest.mark.parametrize("n", [1, 5, 24, 94, 95, 149, 199, 200, 1000])
+def test_the_violation_bound_is_never_tighter_than_wilson_nor_than_one_side_at_half_the_error(
+    n: int,
+) -> None:
+    bound = violation_bound(n, 0.05)
+    assert bound >= wilson(0, n)[1]
+    assert bound >= zero_event_bound(n, 0.025)
+    assert bound == max(wilson(0, n)[1], zero_event_bound(n, 0.025))
+
+
+@pytest.mark.parametrize(
+    ("rate", "error"), [(0.0188, 0.05), (0.01, 0.05), (0.2, 0.05), (0.02, 0.1)]
+)
+def test_clean_runs_for_a_rate_is_the_first_count_whose_bound_reaches_it(
+    rate: float, error: float
+) -> None:
+    n = clean_runs_for(rate, error)
+    assert violation_bound(n, error) <= rate < violation_bound(n - 1, error)
+
+
+def test_the_docs_clean_run_figures_for_a_one_percent_rate() -> None:
+    # docs/mcp.md and docs/operations.md quote these: a 0.99 containment floor is a 1 % rate of
+    # uncontained runs. The betting test one-sided at 5 % needs 299 clean runs; at the fixed
+    # plan's level (2.5 % a side) 368; Wilson's 95 % bound 381; the mixture sequence 680.
+    assert runs_to_bound(0.01, 0.05) == 299
+    assert runs_to_bound(0.01, 0.025) == 368
+    assert trials_for_bound(0.01) == 381
+    assert clean_runs_for(0.01, 0.05) == 381
+    assert next(n for n in range(1, 2000) if confidence_sequence(n, n, 0.05)[0] >= 0.99) == 680
+
+
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_the_sequential_plan_decides_the_examples_as_the_fixed_plan_does(name: str) -> None:
     manifest = load_example(name)
@@ -90,9 +123,11 @@ def test_a_violation_ends_its_fault_at_the_first_trial_that_shows_it() -> None:
         assert "in 1 of 1" in str(fault.stop["message"])
 
 
-def test_a_decided_fault_stops_before_its_cap_and_its_pairs_stop_sooner() -> None:
-    # With a loose violation rate and low floors the careful workflow is decided early; the
-    # baseline and counterfactual arms stop once what they prove is settled.
+def test_a_loose_violation_rate_never_stops_a_careful_fault_before_the_fixed_plans_cap() -> None:
+    # A plan's max_violation_rate of 0.2 once decided the careful workflow after ~15 trials; at
+    # the fixed plan's level no clean-run bound beats the fixed plan's own at its cap, so the rate
+    # can tighten the rule and never loosen it: the fault runs its 200 trials, its matched
+    # baseline as many, and only the counterfactual pair stops sooner.
     data = json.loads((ROOT / "examples" / "copperfin-typed-repair.json").read_text())
     data["envelope"] = {
         "floors": {"contained": 0.5, "recovered": 0.5, "verified": 0.5, "useful_service": 0.5}
@@ -110,8 +145,9 @@ def test_a_decided_fault_stops_before_its_cap_and_its_pairs_stop_sooner() -> Non
     fault = report.faults[0]
     assert report.decision.value == "allow", report.reasons
     assert fault.stop is not None and fault.stop["code"] == "decided"
-    assert fault.planned < 200
-    assert fault.baseline is not None and fault.baseline.trials < fault.planned
+    assert fault.planned == 200
+    assert fault.baseline is not None and fault.baseline.trials == 200
+    assert fault.counterfactual.runs < 200
     fixed = run_assay(manifest, plan.model_copy(update={"rule": "fixed"}))
     assert fixed.decision == report.decision
 

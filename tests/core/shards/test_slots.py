@@ -16,6 +16,7 @@ from service.core.system.manifest import Manifest
 from service.core.trial.engine import SlottedEngine, TrialEngine
 from service.core.trial.harness import Runtime, run_trial
 from service.core.trial.record import TrialRecord
+from tests.core.conftest import load_example
 
 
 class ReferenceSlot:
@@ -145,3 +146,46 @@ def test_slots_are_what_was_asked_but_never_more_than_the_world_offers() -> None
     assert slots_of(4, 8) == 4
     assert slots_of(8, 3) == 3
     assert slots_of(8, 0) == 1
+
+
+def test_a_trial_that_finished_after_its_fault_stopped_still_counts_with_its_violation() -> None:
+    # The unguarded baseline workflow violates on almost every trial: at concurrency 4 a round's
+    # four trials run at once, the first one's violation stops the fault, and the other three,
+    # already finished, are folded too: none of their violations is discarded.
+    manifest = load_example("baseline")
+    plan = AssayPlan(modes=("timeout_after_commit",), trials=40, seed=3, rule="sequential")
+    engine = ReferenceSlots(manifest, plan.resolve_catalogue(), 4)
+    started: list[int] = []
+    lock = threading.Lock()
+    for slot in engine._slots:
+        inner = slot.run_trial
+
+        def counted(
+            spec: FaultSpec | None,
+            workload_key: int,
+            storm_key: int,
+            disabled: frozenset[str],
+            capture: bool,
+            inner: object = inner,
+        ) -> TrialRecord:
+            if spec is not None and not disabled:
+                with lock:
+                    started.append(workload_key)
+            assert callable(inner)
+            record: TrialRecord = inner(spec, workload_key, storm_key, disabled, capture)
+            return record
+
+        slot.run_trial = counted  # type: ignore[method-assign]
+    report = run_assay(manifest, plan, target=engine, concurrency=4)
+    fault = report.faults[0]
+    assert report.decision.value == "block"
+    assert fault.stop is not None and fault.stop["code"] == "violation"
+    assert fault.planned == len(started) == 4
+    assert fault.stop["trials"] == 4
+    serial = run_assay(manifest, plan).faults[0]
+    assert serial.planned == 1
+    # Every violation the four finished trials showed is in the counts: the fixed plan's first
+    # four trials, run serially, show the same.
+    first_four = run_assay(manifest, plan.model_copy(update={"rule": "fixed", "trials": 4}))
+    assert fault.signature.counts == first_four.faults[0].signature.counts
+    assert fault.signature.counts["violation"] > serial.signature.counts["violation"]
