@@ -140,6 +140,8 @@ class FaultView:
     # A sequential plan: why the fault's trials stopped; and what its arms spent.
     stop: Mapping[str, Any] | None = None
     spend: Mapping[str, Any] | None = None
+    # Every floor the gate read (`FloorCheck.view`): point estimate, interval, compared, met.
+    floors: Sequence[Mapping[str, Any]] = ()
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,7 @@ def _fault_view(f: FaultResult, own: list[ReasonView]) -> FaultView:
         cf=cf_shown(f.counterfactual.status, own),
         stop=f.stop,
         spend=f.spend,
+        floors=f.floors,
     )
 
 

@@ -14,7 +14,7 @@ is never `allow`. Floors apply to each fault, so the worst fault class is never 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -103,6 +103,75 @@ class FaultEvidence:
 class Verdict:
     decision: Decision
     reasons: tuple[Reason, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class FloorCheck:
+    """One floor read on one arm, said as the reader needs it: the point estimate, its 95 %
+    Wilson interval, which of them the envelope compares (`on`), and whether it met the floor.
+    Under `floor_on: point` (the default) a rate whose interval straddles the floor may pass: the
+    interval says how sure the pass is."""
+
+    key: str
+    arm: str  # "intervention" | "baseline"
+    floor: float
+    point: float
+    interval: tuple[float, float]
+    on: str  # "point" | "lower_bound"
+    met: bool
+
+    @property
+    def measure(self) -> float:
+        return self.interval[0] if self.on == "lower_bound" else self.point
+
+    def says(self) -> str:
+        """`point estimate 78.0% (95% interval 71.8%-83.1%)`, or the lower bound first."""
+        lo, hi = self.interval
+        span = f"95% interval {_pct(lo)}-{_pct(hi)}"
+        if self.on == "lower_bound":
+            return f"lower bound {_pct(lo)} (point estimate {_pct(self.point)}, {span})"
+        return f"point estimate {_pct(self.point)} ({span})"
+
+    def view(self) -> dict[str, object]:
+        return {
+            "floor": self.key,
+            "arm": self.arm,
+            "value": self.floor,
+            "point": self.point,
+            "interval": list(self.interval),
+            "on": self.on,
+            "met": self.met,
+        }
+
+
+def floor_check(key: str, arm: str, k: int, n: int, envelope: Envelope) -> FloorCheck:
+    floor = float(getattr(envelope.floors, key))
+    point = k / n if n else 0.0
+    interval = wilson(k, n)
+    check = FloorCheck(key, arm, floor, point, interval, envelope.floor_on, False)
+    return replace(check, met=check.measure >= floor)
+
+
+def floor_checks(
+    counts: Mapping[str, int], baseline: Mapping[str, int], n: int, envelope: Envelope
+) -> tuple[FloorCheck, ...]:
+    """Every floor the gate reads for a fault: containment and the service floors on its trials
+    (when it fired), the service floors on its no-fault baseline (when it ran)."""
+    out: list[FloorCheck] = []
+    if n:
+        out.append(
+            floor_check("contained", "intervention", counts.get("contained", 0), n, envelope)
+        )
+        out += [
+            floor_check(key, "intervention", counts.get(key, 0), n, envelope) for key, _ in FLOORED
+        ]
+    base_n = baseline.get("n", 0)
+    if base_n:
+        out += [
+            floor_check(key, "baseline", baseline.get(key, 0), base_n, envelope)
+            for key, _ in FLOORED
+        ]
+    return tuple(out)
 
 
 BLOCK, HOLD = Decision.BLOCK, Decision.HOLD
@@ -248,16 +317,16 @@ def _baseline_floors(f: FaultEvidence, envelope: Envelope) -> list[Reason]:
     base_n = f.baseline.get("n", 0)
     if not base_n:
         return []
+    labels = dict(FLOORED)
     out: list[Reason] = []
-    for key, label in FLOORED:
-        floor = getattr(envelope.floors, key)
-        value = _measure(f.baseline.get(key, 0), base_n, envelope.floor_on)
-        if value < floor:
+    for key, _ in FLOORED:
+        check = floor_check(key, "baseline", f.baseline.get(key, 0), base_n, envelope)
+        if not check.met:
             out.append(
                 Reason(
                     f"floor:{key}",
-                    f"{f.fault}: {label} {_pct(value)} below the {_pct(floor)} service "
-                    "floor in baseline trials (no fault injected)",
+                    f"{f.fault}: {labels[key]} {check.says()} below the {_pct(check.floor)} "
+                    "service floor in baseline trials (no fault injected)",
                     f.fault,
                     HOLD,
                 )
@@ -361,14 +430,13 @@ def _counterfactual(f: FaultEvidence) -> list[Reason]:
 
 
 def _containment(f: FaultEvidence, n: int, envelope: Envelope) -> list[Reason]:
-    floor = envelope.floors.contained
-    value = _measure(f.counts.get("contained", 0), n, envelope.floor_on)
-    if value >= floor:
+    check = floor_check("contained", "intervention", f.counts.get("contained", 0), n, envelope)
+    if check.met:
         return []
     return [
         Reason(
             "floor:contained",
-            f"{f.fault}: containment {_pct(value)} below the {_pct(floor)} floor",
+            f"{f.fault}: containment {check.says()} below the {_pct(check.floor)} floor",
             f.fault,
             BLOCK,
         )
@@ -379,13 +447,13 @@ def _service_floors(f: FaultEvidence, n: int, envelope: Envelope) -> list[Reason
     """Recovery, proof and service under the fault: missing one holds."""
     out: list[Reason] = []
     for key, label in FLOORED:
-        floor = getattr(envelope.floors, key)
-        value = _measure(f.counts.get(key, 0), n, envelope.floor_on)
-        if value < floor:
+        check = floor_check(key, "intervention", f.counts.get(key, 0), n, envelope)
+        if not check.met:
             out.append(
                 Reason(
                     f"floor:{key}",
-                    f"{f.fault}: {label} {_pct(value)} below the {_pct(floor)} service floor",
+                    f"{f.fault}: {label} {check.says()} below the {_pct(check.floor)} service "
+                    "floor",
                     f.fault,
                     HOLD,
                 )
@@ -419,9 +487,3 @@ def _inconclusive(
             HOLD,
         )
     ]
-
-
-def _measure(k: int, n: int, floor_on: str) -> float:
-    if floor_on == "lower_bound":
-        return wilson(k, n)[0]
-    return k / n if n else 0.0

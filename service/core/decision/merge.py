@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from service.core.decision.gate import FaultEvidence, decide
+from service.core.decision.gate import FaultEvidence, decide, floor_checks
 from service.core.decision.report import AssayReport, FaultResult
 from service.core.evidence.figures import (
     RATES,
@@ -419,7 +419,16 @@ def merge(
         inv = invariants_view(t, severities) if severities else {}
         stop = None if stops is None else stops.get(spec.id)
         spent = _fault_spend(spend, spec.id)
-        results_.append(replace(_fault(spec, t, cf, plan, inv), stop=stop, spend=spent))
+        checks = floor_checks(
+            dict(zip(FLAGS, t.arms["intervention"].flags, strict=True)),
+            t.arms["baseline"].hard_counts(),
+            t.exercised,
+            manifest.envelope,
+        )
+        floors = tuple(c.view() for c in checks)
+        results_.append(
+            replace(_fault(spec, t, cf, plan, inv), stop=stop, spend=spent, floors=floors)
+        )
         team_failed = tuple(
             (name, v.severity, v.failed, v.trials)
             for name, v in inv.items()

@@ -70,6 +70,9 @@ class FaultResult:
     stop: JSONObject | None = None
     # Agent runs, seconds, tokens and cost per arm of this fault (service/core/evidence/spend.py).
     spend: JSONObject | None = None
+    # Every floor the gate read: point estimate, 95 % interval, which one it compared, met or not
+    # (`FloorCheck.view`).
+    floors: tuple[JSONObject, ...] = ()
 
     def to_dict(self) -> JSONObject:
         out: JSONObject = {
@@ -108,6 +111,8 @@ class FaultResult:
             out["stop"] = dict(self.stop)
         if self.spend is not None:
             out["spend"] = dict(self.spend)
+        if self.floors:
+            out["floors"] = [dict(f) for f in self.floors]
         return out
 
     @classmethod
@@ -145,6 +150,7 @@ class FaultResult:
             applicability=None if d.get("applicability") is None else dict(obj(d["applicability"])),
             stop=None if d.get("stop") is None else dict(obj(d["stop"])),
             spend=None if d.get("spend") is None else dict(obj(d["spend"])),
+            floors=tuple(dict(obj(f)) for f in cast(list[object], d.get("floors") or [])),
         )
 
 

@@ -340,6 +340,8 @@ def _fault_run(f: FaultResult) -> JSONObject:
         "samples": samples[:2],
         # Engine targets: whether the workload reaches the fault (`not_applicable`, evidence).
         **({"applicability": f.applicability} if f.applicability is not None else {}),
+        # Each floor the gate read: point estimate, 95 % interval, which it compared, met or not.
+        **({"floors": [dict(c) for c in f.floors]} if f.floors else {}),
         # mcp targets: each invariant's severity and the graded trials it failed in.
         **(
             {"invariants": {k: v.to_dict() for k, v in f.invariants.items()}}

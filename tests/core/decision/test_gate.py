@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.core.decision.gate import Decision, FaultEvidence, decide
+from service.core.decision.gate import Decision, FaultEvidence, decide, floor_checks
 from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import run_assay
 from service.core.system.manifest import Envelope, Manifest
@@ -66,3 +66,55 @@ def test_a_required_violation_bound_the_trials_cannot_establish_is_inconclusive(
     verdict = decide([clean], Envelope(max_violation_rate=0.005))
     assert verdict.decision is Decision.HOLD
     assert verdict.reasons[0].message.startswith("inconclusive: needs >= 765 trials")
+
+
+def test_a_missed_floor_says_the_point_estimate_and_its_interval() -> None:
+    # 78 of 100 served against the 0.80 floor: the reason gives the figure the gate compared and
+    # how wide the evidence is, so a reader sees how close the call was.
+    missed = FaultEvidence(
+        "f", 100, 100, {"contained": 100, "recovered": 100, "verified": 100, "useful_service": 78}
+    )
+    reason = next(r for r in decide([missed], Envelope()).reasons if r.code.startswith("floor:"))
+    assert reason.message == (
+        "f: useful service point estimate 78.0% (95% interval 68.9%-85.0%) below the 80.0% "
+        "service floor"
+    )
+    lower = decide([missed], Envelope(floor_on="lower_bound")).reasons
+    assert any(
+        r.message.startswith("f: useful service lower bound 68.9% (point estimate 78.0%")
+        for r in lower
+    )
+
+
+def test_a_floor_met_on_the_point_estimate_whose_interval_straddles_it_says_so() -> None:
+    # 82 of 100 passes the 0.80 floor on the point estimate; its interval reaches below the floor,
+    # and the floor check the report, dossier and page show says both.
+    checks = floor_checks(
+        {"contained": 100, "recovered": 100, "verified": 100, "useful_service": 82},
+        {"n": 0},
+        100,
+        Envelope(),
+    )
+    service = next(c for c in checks if c.key == "useful_service")
+    assert service.met and service.on == "point" and service.point == 0.82
+    assert service.interval[0] < 0.80 < service.interval[1]
+    assert service.view()["interval"] == list(service.interval)
+    strict = floor_checks({"useful_service": 82}, {"n": 0}, 100, Envelope(floor_on="lower_bound"))
+    assert not next(c for c in strict if c.key == "useful_service").met
+
+
+def test_the_report_and_the_dossier_carry_every_floor_the_gate_read(typed_repair: Manifest) -> None:
+    plan = AssayPlan(modes=("timeout_after_commit",), trials=20, seed=3)
+    report = run_assay(typed_repair, plan)
+    floors = report.to_dict()["faults"][0]["floors"]
+    assert {(f["floor"], f["arm"]) for f in floors} == {
+        ("contained", "intervention"),
+        ("recovered", "intervention"),
+        ("verified", "intervention"),
+        ("useful_service", "intervention"),
+        ("recovered", "baseline"),
+        ("verified", "baseline"),
+        ("useful_service", "baseline"),
+    }
+    assert all(f["on"] == "point" and f["met"] for f in floors)
+    assert type(report).from_dict(report.to_dict()) == report
