@@ -38,7 +38,8 @@ def register(sub: Any) -> None:
         "--pairs",
         type=int,
         default=2,
-        help="extra runs per trial (matched baseline, counterfactual pairs; default 2)",
+        help="extra runs per trial: the matched baseline first, then counterfactual or "
+        "sensitivity pairs (default 2)",
     )
     p.add_argument(
         "--error",
@@ -175,7 +176,10 @@ def _plan_runs(args: argparse.Namespace) -> int:
         raise PlanInvalid("must be at least 1", field="--faults")
     est = estimate(Envelope(), error, trials, rate)
     fixed = faults * trials * (1 + pairs)
-    careful = faults * (est.trials + pairs * est.pair_runs)
+    # The first extra arm is the matched baseline: graded like the fault's own trials, it runs as
+    # many; the other pairs stop once settled.
+    base = est.baseline_runs if pairs else 0
+    careful = faults * (est.trials + base + max(pairs - 1, 0) * est.pair_runs)
     # A violation ends a fault at its first trial (and that trial's pairs).
     defective = faults * (1 + pairs)
     out = {
@@ -187,6 +191,7 @@ def _plan_runs(args: argparse.Namespace) -> int:
         "sequential_runs_careful": careful,
         "sequential_runs_defective": defective,
         "sequential_trials_per_fault": est.trials,
+        "sequential_baseline_runs_per_fault": base,
         "sequential_pair_runs_per_fault": est.pair_runs,
     }
     if args.json:
@@ -194,8 +199,8 @@ def _plan_runs(args: argparse.Namespace) -> int:
     else:
         print(
             f"fixed plan: {fixed} agent runs ({faults} faults x {trials} trials x {1 + pairs} "
-            f"arms). sequential plan: about {careful} for a careful agent ({est.trials} trials "
-            f"and {est.pair_runs} runs of each pair arm a fault), {defective} for one that "
-            "violates at once (the default envelope's floors)."
+            f"arms). sequential plan: about {careful} for a careful agent ({est.trials} trials, "
+            f"{base} matched baseline runs and {est.pair_runs} runs of each other pair arm a "
+            f"fault), {defective} for one that violates at once (the default envelope's floors)."
         )
     return 0

@@ -146,10 +146,13 @@ def test_plan_estimates_the_agent_runs_of_the_fixed_and_the_sequential_plan(
     assert main(["plan", "--trials", "200", "--pairs", "2", "--faults", "10", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["fixed_runs"] == 10 * 200 * 3
-    # The careful agent's own trials run to the cap; its pair arms settle after ~25 runs.
+    # The careful agent's own trials run to the cap and its matched baseline as many (graded like
+    # them); its other pair arm settles after ~25 runs.
     assert out["sequential_trials_per_fault"] == 200
+    assert out["sequential_baseline_runs_per_fault"] == 200
     assert 0 < out["sequential_pair_runs_per_fault"] <= 30
-    assert out["sequential_runs_careful"] < out["fixed_runs"] / 2
+    careful = 10 * (200 + 200 + out["sequential_pair_runs_per_fault"])
+    assert out["sequential_runs_careful"] == careful < out["fixed_runs"] * 3 / 4
     assert out["sequential_runs_defective"] == 10 * 3
 
 
