@@ -52,3 +52,10 @@ class SecretUnreadable(AssaygateError):
     the one it was stored under, or the row was copied to another tenant or name."""
 
     code = "secret_unreadable"
+
+
+class ArtifactInvalid(AssaygateError):
+    """An artifact's digest or contents break a rule: a malformed digest, bytes that do not hash
+    to the digest they are stored under, an archive that does not unpack safely."""
+
+    code = "artifact_invalid"

@@ -170,6 +170,37 @@ class System(SQLModel, table=True):
     )
 
 
+class ArtifactRow(SQLModel, table=True):
+    """A tenant's code artifact, stored once per digest: the bytes exactly as uploaded and the
+    SHA-256 the service computed over them. Never updated; the same bytes are the same row."""
+
+    __tablename__ = "artifact"
+
+    tenant_id: uuid.UUID = Field(foreign_key="tenant.id", primary_key=True)
+    sha256: str = Field(primary_key=True, max_length=64)
+    size: int = Field(sa_column=sa.Column(sa.BigInteger(), nullable=False))
+    content: bytes = Field(sa_column=sa.Column(sa.LargeBinary(), nullable=False))
+    # The name of the person (or service account) whose key uploaded it first.
+    uploaded_by: str | None = Field(default=None, max_length=200)
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+
+
+class CandidateArtifact(SQLModel, table=True):
+    """An artifact a candidate ships, as its dossier's subjects name it: `declared` from the
+    submission, `executed` once its assay's workers ran it. The deploy gate finds a candidate by
+    an artifact's digest here."""
+
+    __tablename__ = "candidate_artifact"
+
+    candidate_id: uuid.UUID = Field(foreign_key="candidate.id", primary_key=True)
+    sha256: str = Field(primary_key=True, max_length=64, index=True)
+    name: str = Field(max_length=64)
+    assurance: str = Field(max_length=16)
+    source: str | None = Field(default=None, max_length=32)
+
+
 class ManifestRow(SQLModel, table=True):
     """A manifest stored once per digest: candidates that change nothing share it. (The row; the
     manifest itself is `service.core.system.manifest.Manifest`.)"""
@@ -205,6 +236,9 @@ class Candidate(SQLModel, table=True):
     version: str = Field(max_length=200)
     source_revision: str = Field(max_length=200)
     manifest_digest: str = Field(foreign_key="manifest.digest", max_length=64, index=True)
+    # The SHA-256 (hex) of the code artifact the candidate names (`code: sha256:…`), one of its
+    # tenant's `artifact` rows; None: it names none.
+    code_sha256: str | None = Field(default=None, max_length=64)
     # The id of the API key that submitted it, and the name of the person it belongs to.
     submitter: str | None = Field(default=None, max_length=200)
     submitted_by: str | None = Field(default=None, max_length=200)
@@ -291,6 +325,10 @@ class AssayShard(SQLModel, table=True):
         default=None, sa_column=sa.Column(sa.JSON(none_as_null=True))
     )
     worker: str | None = Field(default=None, max_length=200)
+    # The SHA-256 (hex) of the code the worker ran this shard with, written with its result: the
+    # candidate's artifact it fetched and hashed again, or its operator's folder, packed and
+    # hashed. None: the shard ran no code of the tenant's.
+    code_sha256: str | None = Field(default=None, max_length=64)
     # The running worker's engine activity, written with its heartbeat: runs done, slots busy,
     # what each busy slot waits for (service.mcp.engine.McpEngine.activity).
     progress: dict[str, Any] | None = Field(

@@ -53,6 +53,8 @@ TABLES = (
     "hold",
     "config_change",
     "tenant_secret",
+    "artifact",
+    "candidate_artifact",
 )
 
 

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from service.core.decision.gate import ReasonView, block_first
 from service.core.decision.report import AssayReport, FaultResult
 from service.core.evidence.figures import JSONObject
+from service.core.system.artifact import ArtifactSubject, subjects_of, written
 from service.core.system.manifest import TRIGGER_DEFAULT, canonical
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -84,9 +85,15 @@ class Signer:
 def statement(
     subject_name: str, manifest_digest: str, predicate: Mapping[str, Any]
 ) -> dict[str, Any]:
+    """The in-toto statement: the candidate's manifest first, then each artifact the predicate
+    lists (`artifacts`: the code that ran, by digest, with its assurance). A predicate without
+    artifacts (every dossier signed before them) gives the one-subject statement it always did."""
     return {
         "_type": STATEMENT_TYPE,
-        "subject": [{"name": subject_name, "digest": {"sha256": manifest_digest}}],
+        "subject": [
+            {"name": subject_name, "digest": {"sha256": manifest_digest}},
+            *subjects_of(predicate.get("artifacts")),
+        ],
         "predicateType": PREDICATE_TYPE,
         "predicate": dict(predicate),
     }
@@ -147,9 +154,12 @@ def verify(
     expected_digest: str | None = None,
     previous_digest: str | None = None,
     check_chain: bool = False,
+    artifact: str | None = None,
 ) -> Verification:
     """Check payload type, signature, statement shape, the signing key's validity window
-    against the statement's time, subject digest and chain link.
+    against the statement's time, subject digest, the artifact subjects against the predicate
+    (when there are any), chain link, and (`artifact`: a hex SHA-256) that this artifact is a
+    subject.
 
     Every check is reported; the first failing one names what is wrong.
     """
@@ -192,8 +202,12 @@ def verify(
     if verified_by is not None:
         checks.append(_window(keys[verified_by], predicate.get("issued_at")))
     checks.append(_subject(stmt, predicate, expected_digest))
+    if len(stmt["subject"]) > 1 or predicate.get("artifacts"):
+        checks.append(_artifact_subjects(stmt, predicate))
     if check_chain or previous_digest is not None:
         checks.append(_chain(predicate, previous_digest))
+    if artifact is not None:
+        checks.append(_is_subject(stmt, artifact))
     return Verification(tuple(checks), stmt, digest)
 
 
@@ -232,7 +246,8 @@ def _is_dossier(stmt: object) -> bool:
         and stmt.get("_type") == STATEMENT_TYPE
         and stmt.get("predicateType") == PREDICATE_TYPE
         and isinstance(stmt.get("subject"), list)
-        and len(stmt["subject"]) == 1
+        and len(stmt["subject"]) >= 1
+        and all(isinstance(x, dict) for x in stmt["subject"])
     )
 
 
@@ -248,6 +263,48 @@ def _subject(
         f"subject digest {subject_digest} matches the manifest"
         if subject_digest == want
         else f"subject digest {subject_digest} differs from the manifest digest {want}",
+    )
+
+
+def _artifact_subjects(stmt: Mapping[str, Any], predicate: Mapping[str, Any]) -> Check:
+    """The subjects after the manifest are exactly the artifacts the predicate lists: a subject
+    no evidence speaks of (or an assurance raised in one place only) is refused."""
+    try:
+        expected = subjects_of(predicate.get("artifacts"))
+    except (KeyError, TypeError, ValueError):
+        return Check("artifact_subjects", False, "the predicate's artifacts are malformed")
+    found = list(stmt["subject"][1:])
+    if found != expected:
+        return Check(
+            "artifact_subjects",
+            False,
+            f"{len(found)} artifact subject(s) differ from the {len(expected)} artifact(s) the "
+            "predicate lists",
+        )
+    return Check("artifact_subjects", True, f"{len(found)} artifact subject(s), as listed")
+
+
+def artifact_subjects(stmt: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The statement's artifact subjects: every subject after the manifest."""
+    return [s for s in stmt.get("subject", [])[1:] if isinstance(s, dict)]
+
+
+def _is_subject(stmt: Mapping[str, Any], sha256: str) -> Check:
+    """The artifact (by its hex SHA-256) is one of the statement's artifact subjects; the
+    manifest's own digest is not an artifact and never matches."""
+    for subject in artifact_subjects(stmt):
+        if (subject.get("digest") or {}).get("sha256") == sha256:
+            assurance = (subject.get("annotations") or {}).get("assurance", "unstated")
+            return Check(
+                "artifact",
+                True,
+                f"{written(sha256)} is subject {subject.get('name')} ({assurance})",
+            )
+    return Check(
+        "artifact",
+        False,
+        f"{written(sha256)} is not a subject of this dossier "
+        f"({len(artifact_subjects(stmt))} artifact subject(s))",
     )
 
 
@@ -383,9 +440,11 @@ def predicate_from_report(
     decision: str | None = None,
     reasons: list[ReasonView] | None = None,
     change: str | None = None,
+    artifacts: Sequence[ArtifactSubject] = (),
 ) -> dict[str, Any]:
     """Everything DESIGN.md lists for a dossier, from a merged assay report (typed, or its
-    stored JSON)."""
+    stored JSON). `artifacts`: what the release ships, by digest, with its assurance; they are
+    the statement's subjects beside the manifest (none: the predicate has no `artifacts`)."""
     r = report if isinstance(report, AssayReport) else AssayReport.from_dict(report)
     return {
         "dossier_version": version,
@@ -416,6 +475,7 @@ def predicate_from_report(
         "change_triggers": dict(triggers),
         "interpretation": dict(r.interpretation),
         **_mcp(r),
+        **({"artifacts": [a.view() for a in artifacts]} if artifacts else {}),
     }
 
 

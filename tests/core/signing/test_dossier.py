@@ -13,6 +13,7 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 from securesystemslib.signer._utils import compute_default_keyid
 
+from service.core.errors import ArtifactInvalid
 from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import run_assay
 from service.core.signing.dossier import (
@@ -26,6 +27,8 @@ from service.core.signing.dossier import (
     statement,
     verify,
 )
+from service.core.system.artifact import CODE as CODE_NAME
+from service.core.system.artifact import ArtifactSubject, Assurance, Source, parse_digest
 from service.core.system.manifest import Manifest
 from tests.core.conftest import ASSETS
 
@@ -206,3 +209,101 @@ def test_a_statement_without_a_readable_time_is_refused_by_a_key_with_a_window(
     _, env = seal(statement(cand.subject_name(), report["manifest_digest"], pred), new)
     failed = verify(env, _windowed(old, new)).failed()
     assert failed is not None and failed.name == "key_window"
+
+
+# ------------------------------------------------------------------------ artifact subjects
+
+CODE = "ab" * 32
+
+
+def _with_code(
+    manifest: Manifest, signer: Signer, assurance: Assurance = Assurance.EXECUTED
+) -> dict[str, Any]:
+    report = run_assay(manifest, AssayPlan(catalogue="paper", trials=20, seed=1)).to_dict()
+    cand = CandidateRef("c-1", "copperfin-returns", "1.6.0")
+    pred = predicate_from_report(
+        report,
+        cand,
+        version=1,
+        previous=None,
+        issued_at="2026-12-08T00:00:00Z",
+        triggers={},
+        artifacts=[ArtifactSubject(CODE_NAME, CODE, assurance, Source.ARTIFACT)],
+    )
+    return seal(statement(cand.subject_name(), report["manifest_digest"], pred), signer)[1]
+
+
+def test_the_code_that_ran_is_a_subject_beside_the_manifest_with_its_assurance(
+    typed_repair: Manifest,
+) -> None:
+    signer = _signer()
+    env = _with_code(typed_repair, signer)
+    result = verify(env, _keys(signer), artifact=CODE)
+    assert result.ok, result.failed()
+    assert [c.name for c in result.checks][-2:] == ["artifact_subjects", "artifact"]
+    subjects = result.statement["subject"]  # type: ignore[index]
+    assert subjects[0]["name"] == "assaygate:candidate/c-1"
+    assert subjects[1] == {
+        "name": "assaygate:code",
+        "digest": {"sha256": CODE},
+        "annotations": {"assurance": "executed", "source": "artifact"},
+    }
+    assert "(executed)" in result.checks[-1].detail
+
+
+def test_an_artifact_that_is_not_a_subject_fails_the_artifact_check(
+    typed_repair: Manifest,
+) -> None:
+    signer = _signer()
+    env = _with_code(typed_repair, signer)
+    failed = verify(env, _keys(signer), artifact="cd" * 32).failed()
+    assert failed is not None and failed.name == "artifact"
+    assert "is not a subject" in failed.detail
+    # The manifest's digest is the first subject, never an artifact.
+    manifest_digest = json.loads(base64.b64decode(env["payload"]))["subject"][0]["digest"]
+    failed = verify(env, _keys(signer), artifact=manifest_digest["sha256"]).failed()
+    assert failed is not None and failed.name == "artifact"
+
+
+def test_a_subject_the_predicate_does_not_list_is_refused_even_when_signed(
+    typed_repair: Manifest,
+) -> None:
+    """A signer (or a bug) adding a subject no evidence speaks of does not get it vouched for."""
+    signer = _signer()
+    stmt = json.loads(base64.b64decode(_with_code(typed_repair, signer)["payload"]))
+    stmt["subject"].append({"name": "assaygate:code", "digest": {"sha256": "ef" * 32}})
+    _, forged = seal(stmt, signer)
+    failed = verify(forged, _keys(signer), artifact="ef" * 32).failed()
+    assert failed is not None and failed.name == "artifact_subjects"
+
+
+def test_an_old_dossier_without_artifacts_keeps_one_subject_and_its_checks(
+    typed_repair: Manifest,
+) -> None:
+    signer = _signer()
+    _, env = _dossier(typed_repair, signer)
+    stmt = json.loads(base64.b64decode(env["payload"]))
+    assert len(stmt["subject"]) == 1 and "artifacts" not in stmt["predicate"]
+    failed = verify(env, _keys(signer), artifact=CODE).failed()
+    assert failed is not None and failed.name == "artifact"
+    assert "0 artifact subject(s)" in failed.detail
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "sha256:" + "AB" * 32,
+        "sha512:" + "ab" * 32,
+        "ab" * 32,
+        "sha256:" + "ab" * 31,
+        "sha256:" + "ab" * 32 + "\n",
+        "sha256:../" + "ab" * 30,
+        "refunds-sha256:" + "ab" * 32,
+        17,
+    ],
+)
+def test_a_digest_is_written_one_way_only(text: object) -> None:
+    with pytest.raises(ArtifactInvalid, match="sha256:<64 lowercase hex") as refused:
+        parse_digest(text, "code")
+    assert refused.value.field == "code"
+    assert parse_digest("sha256:" + "ab" * 32, "code") == "ab" * 32
