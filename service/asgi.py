@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from sqlalchemy.engine import Engine
 
 from service.api import app as api
+from service.api.routes.artifacts import ARTIFACTS_PATH
 from service.app.gate import AnswerCache
 from service.db.hotreads import HotReads
 from service.db.session import make_engine
@@ -70,6 +71,10 @@ def create_app(
     api.install(app, settings)
     app.include_router(web.router)
     # Outermost last: the log line sees the 413 the limit sends.
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=settings.max_body_bytes,
+        streamed={("POST", ARTIFACTS_PATH): settings.artifact_max_bytes},
+    )
     app.add_middleware(RequestLog)
     return app

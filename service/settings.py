@@ -124,6 +124,14 @@ class Settings(BaseSettings):
     code_processes: int = Field(default=256, ge=1)
     code_open_files: int = Field(default=512, ge=16)
     code_file_mb: int = Field(default=64, ge=1)
+    # Code artifacts (docs/operations.md, "How code reaches the workers"): the largest upload
+    # (`POST /v1/artifacts`, streamed and refused past it), and what a tenant worker unpacks at
+    # most (bytes and entries) into its cache of unpacked artifacts, one folder per digest.
+    artifact_max_bytes: int = Field(default=64 * MIB, ge=1024)
+    artifact_unpacked_max_bytes: int = Field(default=512 * MIB, ge=1024)
+    artifact_max_entries: int = Field(default=20_000, ge=1)
+    # Default: <data_dir>/code-cache. Only a tenant worker writes it.
+    artifact_cache_dir: Path | None = None
 
     @model_validator(mode="after")
     def _embedded_defaults(self) -> Settings:
@@ -143,6 +151,8 @@ class Settings(BaseSettings):
             self.session_secret_file = self.data_dir / "api" / "session.secret"
         if self.secrets_key_file is None:
             self.secrets_key_file = self.data_dir / "secrets.key"
+        if self.artifact_cache_dir is None:
+            self.artifact_cache_dir = self.data_dir / "code-cache"
         keys = self.keys_dir.expanduser().absolute()
         secret = self.session_secret_file.expanduser().absolute()
         if secret.is_relative_to(keys):

@@ -13,6 +13,7 @@ from service.api.cached_gate import CachedGateRead
 from service.api.openapi import refine
 from service.api.routes import (
     api_keys,
+    artifacts,
     assays,
     candidates,
     dossiers,
@@ -38,6 +39,7 @@ def install(app: FastAPI, settings: Settings) -> None:
     }
     for router in (
         candidates.router,
+        artifacts.router,
         assays.router,
         dossiers.router,
         gate.router,

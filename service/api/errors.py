@@ -75,6 +75,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         404: "Not found",
         409: "Conflict with the resource's state (or an idempotency key reused)",
         413: "Request body too large",
+        415: "The body is not of a type the route takes",
         422: "Invalid field",
         429: "Too many submissions for this key; see Retry-After",
         503: "Database or broker unavailable",

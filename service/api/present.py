@@ -9,7 +9,14 @@ from datetime import UTC, datetime, timedelta
 from fastapi import Response
 
 from service.api.errors import CursorInvalid
-from service.api.schemas import CandidatePublic, DossierRef, GateState, HoldPublic, Progress
+from service.api.schemas import (
+    CandidatePublic,
+    DossierRef,
+    GateState,
+    HoldPublic,
+    Progress,
+    SubjectPublic,
+)
 from service.app import gate
 from service.app.candidates import CandidateView
 from service.app.records import (
@@ -23,6 +30,7 @@ from service.app.records import (
     as_utc_or_none,
 )
 from service.core.decision.gate import ReasonView, block_first, reason_view
+from service.core.system.artifact import ArtifactSubject, written
 
 
 def progress(assay: Assay, live: LiveProgress | None = None) -> Progress:
@@ -66,6 +74,7 @@ def candidate_public(view: CandidateView) -> CandidatePublic:
         system=row.system.name,
         version=row.candidate.version,
         source_revision=row.candidate.source_revision,
+        code=written(row.candidate.code_sha256) if row.candidate.code_sha256 else None,
         manifest_digest=row.candidate.manifest_digest,
         component_hashes=view.component_hashes,
         created_at=as_utc(row.candidate.created_at),
@@ -77,6 +86,15 @@ def candidate_public(view: CandidateView) -> CandidatePublic:
         reasons=reasons(row.assay.reasons),
         gate=gate_state(view.standing),
         error=failure(row.assay),
+    )
+
+
+def subject_public(subject: ArtifactSubject) -> SubjectPublic:
+    return SubjectPublic(
+        name=subject.name,
+        digest=written(subject.sha256),
+        assurance=subject.assurance.value,
+        source=subject.source.value if subject.source is not None else None,
     )
 
 

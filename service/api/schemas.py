@@ -70,11 +70,39 @@ class GateState(BaseModel):
     )
 
 
+class ArtifactPublic(BaseModel):
+    """A stored artifact: the digest the service computed over the bytes it received."""
+
+    digest: str = Field(
+        description="`sha256:` and the SHA-256 of the bytes, as the service hashed them"
+    )
+    size: int = Field(description="bytes")
+    created_at: datetime = Field(description="when these bytes were first stored for the tenant")
+    created: bool = Field(description="this upload stored them (false: the same bytes were there)")
+
+
+class SubjectPublic(BaseModel):
+    """An artifact a candidate ships, as its dossier names it (docs/dossier.md, "Subjects")."""
+
+    name: str
+    digest: str = Field(description="`sha256:…`")
+    assurance: Literal["executed", "reported", "declared"] = Field(
+        description="executed: the gate ran these bytes, checked by digest; declared: the "
+        "candidate names them, nothing the gate ran vouches for them"
+    )
+    source: str | None = Field(
+        default=None, description="artifact (uploaded) or operator_dir (a worker's folder)"
+    )
+
+
 class CandidatePublic(BaseModel):
     id: uuid.UUID
     system: str
     version: str
     source_revision: str
+    code: str | None = Field(
+        default=None, description="the code artifact the candidate names (`sha256:…`)"
+    )
     manifest_digest: str
     component_hashes: dict[str, str]
     created_at: datetime
@@ -232,6 +260,11 @@ class GatePublic(BaseModel):
     basis: GateBasis = Field(description="what the answer rests on")
     until: datetime | None = Field(
         default=None, description="when the waiver or rejection it rests on lapses"
+    )
+    artifacts: list[SubjectPublic] = Field(
+        default_factory=list,
+        description="what the candidate ships, by digest, with its assurance (its dossier's "
+        "subjects beside the manifest; `declared` before its assay ran the code)",
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlmodel import Session
 
+from service.app.artifacts import subjects_after
 from service.app.errors import NotFound
 from service.core.decision.gate import Decision, Reason, ReasonView
 from service.core.faults.plan import AssayPlan
@@ -89,6 +90,9 @@ def record_assay_dossier(
     candidate = dossiers.lock(session, assay.candidate_id)
     before = dossiers.latest(session, candidate.id)
     triggers = _triggers(session, system, report)
+    # What the release ships, by digest: the code this assay's workers ran, and what the
+    # candidate names besides.
+    shipped = subjects_after(session, candidate.id, candidate.code_sha256, assay_id)
     dossiers.supersede_reviews(session, candidate.id)
     decision = str(report["decision"])
     dossier_id = uuid.uuid4()
@@ -112,6 +116,7 @@ def record_assay_dossier(
         change=f"assay {assay_id} finished"
         if before is None
         else f"re-run: assay {assay_id} replaces the evidence of version {before.version}",
+        artifacts=shipped,
     )
     dossier = dossiers.store(
         session,

@@ -98,3 +98,9 @@ class CodeNotAllowed(AppError):
 
     kind = Kind.REFUSED
     code = "code_not_allowed"
+
+
+class DigestMismatch(Conflict):
+    """The bytes received hash to another digest than the one the client claimed."""
+
+    code = "digest_mismatch"

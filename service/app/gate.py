@@ -24,10 +24,14 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service.app import changes, reviews
+from service.app.artifacts import subjects_of
 from service.app.dossiers import config_changed_reason, unmet
-from service.app.errors import NotFound
+from service.app.errors import FieldInvalid, NotFound
 from service.core.decision.gate import Reason, ReasonView, block_first, reason_view
+from service.core.errors import ArtifactInvalid
 from service.core.signing.dossier import compare_triggers, trigger_hashes
+from service.core.system.artifact import ArtifactSubject, parse_digest
+from service.db import artifact as artifact_rows
 from service.db import dossier as dossiers
 from service.db import queries
 from service.db.apikey import Principal
@@ -85,6 +89,8 @@ class Answer:
     candidate: Candidate
     standing: Standing
     triggers: dict[str, Any] = field(default_factory=dict)
+    # What the candidate ships, by digest, with its assurance (its dossier's subjects).
+    artifacts: Sequence[ArtifactSubject] = ()
 
 
 def standing(
@@ -152,7 +158,7 @@ def answer(
         # or not: `changed` names only the trigger components.
         "components_changed": since.components,
     }
-    return Answer(system.name, candidate, found, triggers)
+    return Answer(system.name, candidate, found, triggers, subjects_of(session, candidate.id))
 
 
 def read(
@@ -162,18 +168,32 @@ def read(
     version: str | None,
     answers: AnswerCache,
     render: Callable[[Answer], bytes],
+    artifact: str | None = None,
 ) -> bytes:
-    """The gate's answer for `version` of the tenant's `system` (default: its newest candidate)
-    as `render` writes it, cached for the system's epoch. One snapshot for the whole answer: its
-    epoch, the dossier and the holds it rests on agree."""
+    """The gate's answer for `version` of the tenant's `system` (default: its newest candidate),
+    or for the newest candidate that ships `artifact` (`sha256:…`: a subject of its dossier, or
+    the code it names while its assay runs), as `render` writes it, cached for the system's
+    epoch. One snapshot for the whole answer: its epoch, the dossier and the holds it rests on
+    agree."""
+    sha256 = _asked_artifact(artifact)
     with snapshot(engine) as session:
         # First, and alone: the epoch the answer is cached under is read before the answer.
         row = changes.system_of(session, principal, system)
         now = utcnow()
-        cached = answers.get(row, version, now)
+        cached = answers.get(row, version, now, artifact=sha256)
         if cached is not None:
             return cached
-        candidate = dossiers.gate_candidate(session, row, version)
+        if sha256 is not None:
+            candidate = artifact_rows.candidate_shipping(session, row, sha256, version)
+            if candidate is None:
+                of = f"system {system}" + (f" with version {version}" if version else "")
+                raise NotFound(
+                    f"no candidate of {of} ships {artifact}: it is not a subject of any of its "
+                    "dossiers, nor the code any of its candidates names",
+                    field="artifact",
+                )
+        else:
+            candidate = dossiers.gate_candidate(session, row, version)
         if candidate is None:
             raise NotFound(
                 f"system {system} has no candidate"
@@ -182,8 +202,18 @@ def read(
             )
         found = answer(session, row, candidate, now=now)
         body = render(found)
-        answers.put(row, version, found.standing, body)
+        answers.put(row, version, found.standing, body, artifact=sha256)
         return body
+
+
+def _asked_artifact(artifact: str | None) -> str | None:
+    """The hex digest a gate read asks by, or None; refused naming `artifact`."""
+    if artifact is None:
+        return None
+    try:
+        return parse_digest(artifact, "artifact")
+    except ArtifactInvalid as exc:
+        raise FieldInvalid(exc.message, field="artifact") from None
 
 
 @dataclass(frozen=True)
@@ -289,10 +319,19 @@ class AnswerCache:
     def __init__(self, size: int = 4096) -> None:
         self.size = size
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[uuid.UUID, str | None], _Cached] = OrderedDict()
+        self._entries: OrderedDict[tuple[uuid.UUID, str | None, str | None], _Cached] = (
+            OrderedDict()
+        )
 
-    def get(self, system: Epoched, version: str | None, now: datetime) -> bytes | None:
-        key = (system.id, version)
+    def get(
+        self,
+        system: Epoched,
+        version: str | None,
+        now: datetime,
+        *,
+        artifact: str | None = None,
+    ) -> bytes | None:
+        key = (system.id, version, artifact)
         with self._lock:
             found = self._entries.get(key)
             if found is None or found.epoch != system.gate_epoch:
@@ -302,8 +341,16 @@ class AnswerCache:
             self._entries.move_to_end(key)
             return found.body
 
-    def put(self, system: Epoched, version: str | None, standing: Standing, body: bytes) -> None:
-        key = (system.id, version)
+    def put(
+        self,
+        system: Epoched,
+        version: str | None,
+        standing: Standing,
+        body: bytes,
+        *,
+        artifact: str | None = None,
+    ) -> None:
+        key = (system.id, version, artifact)
         with self._lock:
             self._entries[key] = _Cached(system.gate_epoch, standing.changes_at, body)
             self._entries.move_to_end(key)

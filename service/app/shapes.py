@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.core.faults.catalogue import DOMAINS, catalogue_named
 from service.core.faults.plan import MAX_FAMILIES, MAX_MODES, MAX_SEED, StopConditions
+from service.core.system.artifact import DIGEST_PATTERN
 from service.core.system.manifest import COMPONENTS
 from service.core.system.text import (
     LINE_PATTERN,
@@ -93,3 +94,10 @@ class CandidateCreate(BaseModel):
     source_revision: Name = Field(description="the commit the candidate was built from")
     manifest: dict[str, Any] = Field(description="the configuration manifest")
     plan: PlanCreate | None = None
+    code: str | None = Field(
+        default=None,
+        pattern=DIGEST_PATTERN,
+        description="the candidate's code: the digest (`sha256:…`) `POST /v1/artifacts` "
+        "answered for it, an artifact of the submitting tenant's. A manifest that runs code "
+        "runs exactly these bytes; the dossier names it as a subject",
+    )

@@ -179,10 +179,20 @@ def refuse_credential(
         request_stop(session, inputs.assay_id, reason, kind="assay.stopped", data={})
 
 
-def store(engine: Engine, inputs: AssayInputs, index: int, result: ShardResult) -> Stored:
-    """Store the shard's result; only the run that stores first adds the injector's totals."""
+def store(
+    engine: Engine,
+    inputs: AssayInputs,
+    index: int,
+    result: ShardResult,
+    code_sha256: str | None = None,
+) -> Stored:
+    """Store the shard's result, and the code it ran (`code_sha256`: the hex digest the worker
+    checked; None when it ran none); only the run that stores first adds the injector's
+    totals."""
     with session_scope(engine) as session:
-        stored = assays.store_shard_result(session, inputs, index, result.to_dict(), result.trials)
+        stored = assays.store_shard_result(
+            session, inputs, index, result.to_dict(), result.trials, code_sha256
+        )
         if stored.written:
             _record_injector(session, inputs, index, result)
         return stored

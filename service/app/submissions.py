@@ -23,6 +23,7 @@ import rfc8785
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from service.app.artifacts import check_named as check_artifact
 from service.app.errors import BrokerUnavailable, FieldInvalid, IdempotencyConflict
 from service.app.ports import Limit, Queue
 from service.app.secrets import check_named
@@ -167,6 +168,7 @@ def submit(
     """Record a release candidate and queue its assay; answers before the assay runs."""
     checked = _check(body, services.settings)
     check_code(session, principal.tenant_id, principal.tenant, checked.manifest)
+    code = check_artifact(session, principal.tenant_id, principal.tenant, body.code)
     digest = request_digest(body)
     # Stored per tenant: one tenant's key never replays (or reveals) another tenant's response.
     key = idempotency_key
@@ -187,7 +189,7 @@ def submit(
         try:
             claim = (stored_key, digest) if stored_key is not None else None
             recorded, response = _record(
-                session, services, principal, body, checked, claim, present
+                session, services, principal, body, checked, claim, present, code
             )
             break
         except sa.exc.IntegrityError:
@@ -226,9 +228,11 @@ def _record(
     checked: _Checked,
     key: tuple[str, str] | None,
     present: Present | None,
+    code: str | None = None,
 ) -> tuple[Recorded, dict[str, Any]]:
     """One attempt at the submission's transaction; committed when it returns. `key`: the
-    stored idempotency key and the request's digest, to claim."""
+    stored idempotency key and the request's digest, to claim; `code`: the hex digest of the
+    tenant's code artifact the candidate names."""
     recorded = record_submission(
         session,
         tenant_id=principal.tenant_id,
@@ -242,6 +246,7 @@ def _record(
         submitter=principal.actor,
         submitted_by=principal.person,
         lease_s=services.settings.shard_lease_s,
+        code_sha256=code,
     )
     claim = _claim(session, services, principal, recorded, key) if key is not None else None
     issue_for(

@@ -49,6 +49,9 @@ class AssayInputs:
     # and an mcp target's sandbox lock is per tenant and world.
     tenant_id: uuid.UUID
     tenant: str
+    # The hex SHA-256 of the code artifact the candidate names (None: none; a worker then runs
+    # its operator's folder, if the manifest runs code at all).
+    code_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ def assay_inputs(session: Session, assay_id: uuid.UUID) -> AssayInputs | None:
             col(ManifestRow.document),
             col(Tenant.id),
             col(Tenant.name),
+            col(Candidate.code_sha256),
         )
         .join(Candidate, col(Candidate.id) == col(Assay.candidate_id))
         .join(ManifestRow, col(ManifestRow.digest) == col(Candidate.manifest_digest))
@@ -92,8 +96,8 @@ def assay_inputs(session: Session, assay_id: uuid.UUID) -> AssayInputs | None:
     ).first()
     if row is None:
         return None
-    candidate_id, plan, digest, document, tenant_id, tenant = row
-    return AssayInputs(assay_id, candidate_id, digest, document, plan, tenant_id, tenant)
+    candidate_id, plan, digest, document, tenant_id, tenant, code = row
+    return AssayInputs(assay_id, candidate_id, digest, document, plan, tenant_id, tenant, code)
 
 
 def record_waiting(session: Session, inputs: AssayInputs, note: str) -> None:
@@ -185,8 +189,9 @@ def store_shard_result(
     shard_index: int,
     result: dict[str, Any],
     trials: int,
+    code_sha256: str | None = None,
 ) -> Stored:
-    """Write a shard's result if it has none yet."""
+    """Write a shard's result if it has none yet, with the code its worker ran (if any)."""
     written = session.execute(
         sa.update(AssayShard)
         .where(
@@ -200,6 +205,7 @@ def store_shard_result(
             trials=trials,
             finished_at=utcnow(),
             lease_expires_at=None,
+            code_sha256=code_sha256,
         )
     )
     if written.rowcount != 1:  # type: ignore[attr-defined]
@@ -220,7 +226,7 @@ def store_shard_result(
             candidate_id=inputs.candidate_id,
             assay_id=inputs.assay_id,
             shard_index=shard_index,
-            data={"trials": trials},
+            data={"trials": trials, **({"code": f"sha256:{code_sha256}"} if code_sha256 else {})},
         )
     )
     return Stored(written=True, complete=done == total)

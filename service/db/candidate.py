@@ -11,8 +11,10 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from service.core.shards.assay import ShardSpec
+from service.core.system.artifact import CODE, ArtifactSubject, Assurance, Source, written
 from service.core.system.manifest import Manifest as CoreManifest
 from service.core.system.text import check_system_name
+from service.db.artifact import set_subjects
 from service.db.assay import lease_until
 from service.db.models import (
     Assay,
@@ -53,8 +55,10 @@ def record_submission(
     submitter: str | None = None,
     submitted_by: str | None = None,
     lease_s: float = DEFAULT_LEASE_S,
+    code_sha256: str | None = None,
 ) -> Recorded:
-    """Stage every row of one submission in `session`; the caller commits or rolls back."""
+    """Stage every row of one submission in `session`; the caller commits or rolls back.
+    `code_sha256`: the tenant's code artifact the candidate names (checked by the caller)."""
     system, created_system = _stage_system(session, system_name, tenant_id)
     digest = manifest.digest()
     created_manifest = _stage_manifest(session, manifest, digest)
@@ -65,11 +69,16 @@ def record_submission(
         manifest_digest=digest,
         submitter=submitter,
         submitted_by=submitted_by,
+        code_sha256=code_sha256,
     )
     # Without ORM relationships the unit of work does not order inserts by foreign key: flush
     # each parent before its children.
     session.add(candidate)
     session.flush()
+    if code_sha256 is not None:
+        # A subject from the start, `declared` until its assay's workers run it.
+        declared = ArtifactSubject(CODE, code_sha256, Assurance.DECLARED, Source.ARTIFACT)
+        set_subjects(session, candidate.id, [declared])
     assay = _stage_assay(session, candidate, plan_document, catalogue, shards, lease_s)
     session.add(
         Event(
@@ -82,6 +91,7 @@ def record_submission(
                 "source_revision": source_revision,
                 "manifest_digest": digest,
                 "shards": len(shards),
+                **({"code": written(code_sha256)} if code_sha256 is not None else {}),
             },
         )
     )

@@ -35,6 +35,8 @@ PUBLIC: frozenset[tuple[str, str]] = frozenset(
 #: Every authenticated route and the roles that may call it.
 ROUTE_ROLES: dict[tuple[str, str], frozenset[KeyRole]] = {
     ("POST", "/v1/candidates"): frozenset({SUBMITTER}),
+    ("POST", "/v1/artifacts"): frozenset({SUBMITTER}),
+    ("GET", "/v1/artifacts/{digest}"): ANY_ROLE,
     ("GET", "/v1/candidates"): ANY_ROLE,
     ("GET", "/v1/candidates/{candidate_id}"): ANY_ROLE,
     ("GET", "/v1/candidates/{candidate_id}/dossier"): ANY_ROLE,

@@ -75,3 +75,13 @@ class Forbidden(ApiError):
 
     def __init__(self, message: str, field: str | None = "Authorization") -> None:
         super().__init__(message, field)
+
+
+class BodyTooLarge(ApiError):
+    """A streamed body (an artifact) past its cap, refused as soon as the cap is passed."""
+
+    status_code = 413
+    code = "body_too_large"
+
+    def __init__(self, message: str, field: str | None = "body") -> None:
+        super().__init__(message, field)

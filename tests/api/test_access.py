@@ -34,6 +34,7 @@ PARAMS = {
     "key_id": str(uuid.UUID(int=5)),
     "system": "no-such-system",
     "name": "NO_SUCH_SECRET",
+    "digest": "sha256:" + "0" * 64,
 }
 # Bodies that an allowed role sends: invalid on purpose where a valid one would change state.
 BODIES: dict[tuple[str, str], Any] = {

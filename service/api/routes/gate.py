@@ -20,7 +20,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from service.api.errors import ERROR_RESPONSES
-from service.api.present import dossier_ref
+from service.api.present import dossier_ref, subject_public
 from service.api.schemas import (
     ConfigChangeCreate,
     ConfigChangePublic,
@@ -30,6 +30,7 @@ from service.api.schemas import (
 )
 from service.app import changes, gate
 from service.app.records import System, Unavailable, as_utc_or_none, utcnow
+from service.core.system.artifact import DIGEST_PATTERN
 from service.http.access import system_looked_up
 from service.http.deps import (
     GateReadDep,
@@ -57,11 +58,20 @@ async def get_gate(
     state: GateReadDep,
     principal: PrincipalDep,
     version: Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)] = None,
+    artifact: Annotated[
+        str | None,
+        Query(
+            pattern=DIGEST_PATTERN,
+            description="ask about the newest candidate that ships this artifact (`sha256:…`, "
+            "the digest `POST /v1/artifacts` answered): a subject of its dossier, or its code "
+            "while its assay runs. With `version`, that version's candidate must ship it",
+        ),
+    ] = None,
 ) -> Response:
-    """May this version ship? `allow` only on a signed dossier that allows it, and never while a
-    reported production change this candidate does not carry is open."""
+    """May this version (or this artifact) ship? `allow` only on a signed dossier that allows
+    it, and never while a reported production change this candidate does not carry is open."""
     engine, metrics, answers, reads = state.engine, state.metrics, state.answers, state.reads
-    if reads is not None:
+    if reads is not None and artifact is None:
         with metrics.gate_check_seconds.time(), contextlib.suppress(Unavailable):
             lookup = system_looked_up(request)
             found = (
@@ -78,7 +88,7 @@ async def get_gate(
     # Computing an answer reads afresh, epoch first, on one worker thread for the whole read.
     def read() -> Response:
         with metrics.gate_check_seconds.time():
-            body = gate.read(engine, principal, system, version, answers, _rendered)
+            body = gate.read(engine, principal, system, version, answers, _rendered, artifact)
         return Response(body, media_type="application/json")
 
     return await run_in_threadpool(read)
@@ -97,6 +107,7 @@ def _rendered(found: gate.Answer) -> bytes:
         hold_id=standing.hold_id,
         basis=standing.basis.value,
         until=as_utc_or_none(standing.until),
+        artifacts=[subject_public(a) for a in found.artifacts],
     )
     return bytes(JSONResponse(public.model_dump(mode="json", by_alias=True)).body)
 

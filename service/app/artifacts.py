@@ -1,0 +1,153 @@
+"""Code artifacts: what a candidate ships, stored by the SHA-256 the service computes
+(DESIGN.md §9; docs/operations.md, "How code reaches the workers").
+
+A tenant uploads its packed code (`POST /v1/artifacts`, `assaygate submit --code`); the service
+hashes the bytes it received and stores them once per tenant and digest, so the same bytes give
+the same digest and one row, and no name a client sends can point a digest at other bytes. A
+candidate names its code by that digest (`code: sha256:…`), and only a digest its own tenant
+stored. A tenant worker fetches the bytes by digest and hashes them again before anything runs
+(`worker.code`). A candidate's dossier names the artifacts as subjects with their assurance:
+`declared` when it is submitted, `executed` once its assay's workers ran it (`subjects_after`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from service.app.errors import Conflict, DigestMismatch, FieldInvalid, NotFound
+from service.core.errors import ArtifactInvalid
+from service.core.system.artifact import (
+    CODE,
+    ArtifactSubject,
+    Assurance,
+    Source,
+    parse_digest,
+    written,
+)
+from service.db import artifact as artifacts
+from service.db.apikey import Principal, audit
+from service.db.session import session_scope
+
+log = logging.getLogger("assaygate.api")
+
+
+@dataclass(frozen=True)
+class Uploaded:
+    """An artifact as the tenant stored it; `created`: this upload wrote it (else the same
+    bytes were already there)."""
+
+    digest: str
+    size: int
+    created_at: datetime
+    created: bool
+
+
+def upload(
+    session: Session, principal: Principal, data: bytes, claimed: str | None = None
+) -> Uploaded:
+    """Store the bytes under the SHA-256 computed here. `claimed` (`sha256:…`, optional): the
+    digest the client computed; bytes that hash to anything else are refused, naming it."""
+    sha256 = hashlib.sha256(data).hexdigest()
+    if claimed is not None:
+        try:
+            wanted = parse_digest(claimed, "digest")
+        except ArtifactInvalid as exc:
+            raise FieldInvalid(exc.message, field="digest") from None
+        if wanted != sha256:
+            raise DigestMismatch(
+                f"the bytes received hash to {written(sha256)}, not to the {claimed} claimed: a "
+                "digest is computed from the bytes, never taken from a name",
+                field="digest",
+            )
+    found = artifacts.find(session, principal.tenant_id, sha256)
+    if found is not None:
+        return Uploaded(written(sha256), found.size, found.created_at, False)
+    try:
+        artifacts.stage(session, principal.tenant_id, sha256, data, principal.person)
+        audit(session, principal, "artifact.upload", written(sha256), size=len(data))
+        session.commit()
+    except sa.exc.IntegrityError:
+        # The same bytes, uploaded at the same moment: theirs is the row.
+        session.rollback()
+    stored = artifacts.find(session, principal.tenant_id, sha256)
+    if stored is None:
+        raise Conflict(f"{written(sha256)} could not be stored; try again", field="body")
+    log.info("artifact stored", extra={"path": written(sha256)})
+    return Uploaded(written(sha256), stored.size, stored.created_at, True)
+
+
+def store(engine: Engine, principal: Principal, data: bytes, claimed: str | None) -> Uploaded:
+    """`upload` in a transaction of its own (the streamed route has no request session)."""
+    with Session(engine) as session:
+        return upload(session, principal, data, claimed)
+
+
+def download(session: Session, principal: Principal, digest: str) -> bytes:
+    """The tenant's artifact, exactly as stored; NotFound for another tenant's or none."""
+    sha256 = _digest(digest, "digest")
+    data = artifacts.content(session, principal.tenant_id, sha256)
+    if data is None:
+        raise NotFound(f"tenant {principal.tenant} has no artifact {digest}", field="digest")
+    return data
+
+
+def _digest(text: str, field: str) -> str:
+    try:
+        return parse_digest(text, field)
+    except ArtifactInvalid as exc:
+        raise FieldInvalid(exc.message, field=field) from None
+
+
+def check_named(
+    session: Session, tenant_id: uuid.UUID, tenant: str, code: str | None
+) -> str | None:
+    """The hex SHA-256 of the code artifact a submission names, which its own tenant must have
+    stored (None: it names none)."""
+    if code is None:
+        return None
+    sha256 = _digest(code, "code")
+    if artifacts.find(session, tenant_id, sha256) is None:
+        raise FieldInvalid(
+            f"tenant {tenant} has no artifact {code}: upload the code first (`POST "
+            "/v1/artifacts`, or `assaygate submit --code PATH`), then name the digest the "
+            "upload answered",
+            field="code",
+        )
+    return sha256
+
+
+def fetch(engine: Engine, tenant_id: uuid.UUID, sha256: str) -> bytes | None:
+    """A worker's read of the tenant's artifact, exactly as stored (it hashes them itself)."""
+    with session_scope(engine) as session:
+        return artifacts.content(session, tenant_id, sha256)
+
+
+def subjects_after(
+    session: Session, candidate_id: uuid.UUID, code: str | None, assay_id: uuid.UUID
+) -> list[ArtifactSubject]:
+    """The artifact subjects of a finished assay's dossier, recorded for the gate's asking by
+    digest: what its shards ran is `executed` (the candidate's artifact, or an operator's
+    folder); the candidate's artifact, if no shard ran it, stays `declared`."""
+    ran = artifacts.ran(session, assay_id)
+    found: list[ArtifactSubject] = []
+    for sha256 in ran:
+        source = Source.ARTIFACT if sha256 == code else Source.OPERATOR_DIR
+        name = CODE if source is Source.ARTIFACT else f"{CODE}/operator"
+        found.append(ArtifactSubject(name, sha256, Assurance.EXECUTED, source))
+    if code is not None and code not in ran:
+        found.append(ArtifactSubject(CODE, code, Assurance.DECLARED, Source.ARTIFACT))
+    artifacts.set_subjects(session, candidate_id, found)
+    return found
+
+
+def subjects_of(session: Session, candidate_id: uuid.UUID) -> Sequence[ArtifactSubject]:
+    return artifacts.subjects(session, candidate_id)
