@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from service.core.errors import ArtifactInvalid
 
@@ -43,13 +44,17 @@ _SKIPPED = frozenset({".git"})
 
 @dataclass(frozen=True)
 class Entry:
-    """One entry of an archive before packing: a path relative to the root (`/`-separated)."""
+    """One entry of an archive before packing: a path relative to the root (`/`-separated).
+    A file's bytes are `data`, or read from `source` as it is written (a folder of any size
+    packs without holding it in memory)."""
 
     path: str
     kind: str  # "file", "dir" or "symlink"
     data: bytes = b""
     executable: bool = False
     target: str = ""  # a symlink's target
+    source: Path | None = None
+    size: int = 0
 
 
 @dataclass(frozen=True)
@@ -69,8 +74,31 @@ class Packed:
 
 def archive(entries: Iterable[Entry]) -> bytes:
     """The deterministic `tar.gz` of these entries (see the module)."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    out = io.BytesIO()
+    write_archive(entries, out)
+    return out.getvalue()
+
+
+class _Hashing(io.RawIOBase):
+    """A sink that only hashes (and counts) what is written to it."""
+
+    def __init__(self) -> None:
+        self.hash = hashlib.sha256()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.hash.update(data)
+        return len(data)
+
+
+def write_archive(entries: Iterable[Entry], sink: IO[bytes] | io.RawIOBase) -> None:
+    """Write the deterministic `tar.gz` of these entries to `sink`, file by file."""
+    with (
+        gzip.GzipFile(filename="", mode="wb", fileobj=sink, compresslevel=9, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for entry in sorted(entries, key=lambda e: e.path):
             info = tarfile.TarInfo(entry.path)
             info.mtime = 0
@@ -82,18 +110,29 @@ def archive(entries: Iterable[Entry]) -> bytes:
             elif entry.kind == "symlink":
                 info.type, info.mode, info.linkname = tarfile.SYMTYPE, 0o777, entry.target
                 tar.addfile(info)
+            elif entry.source is not None:
+                info.mode = 0o755 if entry.executable else 0o644
+                info.size = entry.size
+                with entry.source.open("rb") as data:
+                    tar.addfile(info, data)
             else:
                 info.mode = 0o755 if entry.executable else 0o644
                 info.size = len(entry.data)
                 tar.addfile(info, io.BytesIO(entry.data))
-    out = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=out, compresslevel=9, mtime=0) as gz:
-        gz.write(raw.getvalue())
-    return out.getvalue()
 
 
-def folder_entries(root: Path) -> Iterator[Entry]:
-    """Every file, folder and symlink under `root` (not `.git`), never following a link."""
+def folder_digest(root: Path) -> tuple[str, int]:
+    """The digest `pack_folder` would give, streamed (nothing held in memory), and the entries:
+    how a worker records its operator's folder."""
+    sink = _Hashing()
+    entries = list(folder_entries(root, lazy=True))
+    write_archive(entries, sink)
+    return sink.hash.hexdigest(), len(entries)
+
+
+def folder_entries(root: Path, *, lazy: bool = False) -> Iterator[Entry]:
+    """Every file, folder and symlink under `root` (not `.git`), never following a link;
+    `lazy`: files are read when they are written into the archive, not now."""
     for here, dirs, files in os.walk(root, followlinks=False):
         dirs[:] = sorted(d for d in dirs if d not in _SKIPPED)
         base = Path(here)
@@ -110,6 +149,9 @@ def folder_entries(root: Path) -> Iterator[Entry]:
             mode = path.lstat().st_mode
             if stat.S_ISLNK(mode):
                 yield Entry(rel, "symlink", target=os.readlink(path))
+            elif stat.S_ISREG(mode) and lazy:
+                size = path.lstat().st_size
+                yield Entry(rel, "file", executable=bool(mode & 0o111), source=path, size=size)
             elif stat.S_ISREG(mode):
                 yield Entry(rel, "file", path.read_bytes(), bool(mode & 0o111))
 

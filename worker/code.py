@@ -1,23 +1,56 @@
-"""Whether this worker may run an assay's tenant code, and how it confines it (DESIGN.md §7).
+"""Whether this worker may run an assay's tenant code, which code, and how it confines it
+(DESIGN.md §7, §9).
 
 Shards of a manifest that names code are queued on the tenant's own queue, which only that
 tenant's workers consume (`Settings.worker_queue`). Defence in depth, here: such a shard runs only
-on a worker started for its tenant (`ASSAYGATE_WORKER_TENANT`), with the tenant's code
-(`ASSAYGATE_TENANT_CODE_DIR`), while an operator still allows the tenant's code; otherwise its
-assay fails with the reason and the code never runs. The code runs inside the OS sandbox
-(`service.sandbox.Confinement`) that the worker hands `service.targets.load_target`; it is
-never run unconfined by a worker.
+on a worker started for its tenant (`ASSAYGATE_WORKER_TENANT`), while an operator still allows the
+tenant's code; otherwise its assay fails with the reason and the code never runs.
+
+Which code: the candidate's artifact when it names one (`code: sha256:…`). The worker fetches the
+bytes by digest, hashes them again (bytes that do not hash to their digest fail the assay: nothing
+of them runs), and unpacks them safely, read-only, into its cache, one folder per digest
+(`service.packing`); that folder is the sandbox's code dir. A candidate that names none runs the
+operator's folder (`ASSAYGATE_TENANT_CODE_DIR`), hashed the same way when the worker loads it.
+Either digest is recorded with each shard the code ran, and the dossier names it as an `executed`
+subject. The code runs inside the OS sandbox (`service.sandbox.Confinement`) that the worker
+hands `service.targets.load_target`; it is never run unconfined by a worker.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
 from service.app.records import AssayInputs
+from service.core.errors import ArtifactInvalid
+from service.core.system.artifact import Source, check_bytes, written
 from service.core.system.manifest import Manifest, code_parts
 from service.core.system.secret import code_env
+from service.packing import UnpackLimits, folder_digest, materialise
 from service.sandbox import Confinement, ProcessLimits
 from service.settings import Settings
+
+
+@dataclass(frozen=True)
+class Code:
+    """The tenant's code an assay runs: the folder the sandbox sees, and the SHA-256 of its
+    deterministic packing (the artifact's digest, or the operator's folder's)."""
+
+    folder: Path
+    sha256: str
+    source: Source
+
+
+class CodeRefused(Exception):
+    """The code an assay names cannot be run: its assay fails with `reason`."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def refusal(
@@ -46,12 +79,72 @@ def refusal(
             f"runs it; it runs only on a worker started with ASSAYGATE_WORKER_TENANT="
             f"{inputs.tenant}"
         )
-    if settings.tenant_code_dir is None:
+    if settings.tenant_code_dir is None and inputs.code_sha256 is None:
         return (
-            f"tenant code refused: {first} is code, and tenant {inputs.tenant}'s worker was "
-            "started without ASSAYGATE_TENANT_CODE_DIR (where the tenant's code lives)"
+            f"tenant code refused: {first} is code, the candidate names no code artifact "
+            f"(`assaygate submit --code PATH`), and tenant {inputs.tenant}'s worker was started "
+            "without ASSAYGATE_TENANT_CODE_DIR (an operator's folder of the tenant's code)"
         )
     return None
+
+
+def unpack_limits(settings: Settings) -> UnpackLimits:
+    return UnpackLimits(settings.artifact_unpacked_max_bytes, settings.artifact_max_entries)
+
+
+def prepare(settings: Settings, inputs: AssayInputs, fetch: Callable[[], bytes | None]) -> Code:
+    """The code this assay runs (call only after `refusal` returned None). The candidate's
+    artifact: `fetch()` reads its bytes as stored, they are hashed again and unpacked into the
+    cache; or the operator's folder, hashed. Raises `CodeRefused` with the reason otherwise."""
+    sha256 = inputs.code_sha256
+    if sha256 is None:
+        assert settings.tenant_code_dir is not None  # `refusal` refuses a worker without one
+        return Code(
+            settings.tenant_code_dir, operator_digest(settings.tenant_code_dir), Source.OPERATOR_DIR
+        )
+    named = written(sha256)
+    data = fetch()
+    if data is None:
+        raise CodeRefused(
+            f"tenant code refused: the candidate names artifact {named}, which tenant "
+            f"{inputs.tenant} does not hold"
+        )
+    try:
+        check_bytes(data, sha256)
+        assert settings.artifact_cache_dir is not None  # settings derive it
+        folder = materialise(data, sha256, settings.artifact_cache_dir, unpack_limits(settings))
+    except ArtifactInvalid as exc:
+        raise CodeRefused(f"tenant code refused: artifact {named}: {exc.message}") from None
+    return Code(folder, sha256, Source.ARTIFACT)
+
+
+_digests: dict[tuple[str, str], str] = {}
+_digests_lock = threading.Lock()
+
+
+def _stamp(folder: Path) -> str:
+    """What changes when any file under the folder does (paths, sizes, times, modes): a stat
+    walk, so an unchanged folder is not hashed again."""
+    h = hashlib.sha256()
+    for here, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files) + dirs:
+            st = os.lstat(os.path.join(here, name))
+            h.update(f"{here}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\0".encode())
+    return h.hexdigest()
+
+
+def operator_digest(folder: Path) -> str:
+    """The operator's folder's digest, as `assaygate pack` gives it outside git (every file
+    but `.git`), computed once per process for each state of the folder."""
+    key = (str(folder), _stamp(folder))
+    with _digests_lock:
+        found = _digests.get(key)
+    if found is None:
+        found, _ = folder_digest(folder)
+        with _digests_lock:
+            _digests[key] = found
+    return found
 
 
 def limits(settings: Settings) -> ProcessLimits:
@@ -69,17 +162,18 @@ def confinement_for(
     manifest: Manifest,
     secrets: Mapping[str, str],
     egress: Callable[[str, int], str] | None,
+    code: Code,
 ) -> Confinement | None:
     """How this worker confines the assay's code; None when the manifest names no code (a
     remote or reference target runs nothing of the tenant's). Call only after `refusal`
     returned None. `secrets`: the tenant's named secrets the manifest asks for, decrypted;
     with the manifest's declared `target.env` they are the only variables the code sees.
-    `egress`: the connection-time check of the sandbox's forward proxy."""
+    `egress`: the connection-time check of the sandbox's forward proxy. `code`: what
+    `prepare` found; its folder is the sandbox's code dir."""
     if not code_parts(manifest):
         return None
-    assert settings.tenant_code_dir is not None  # `refusal` refuses a worker without one
     return Confinement(
-        code_dir=settings.tenant_code_dir,
+        code_dir=code.folder,
         env=code_env(manifest.target.env, secrets),
         limits=limits(settings),
         egress=egress,

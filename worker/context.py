@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from service.app import shards
+from service.app import artifacts, shards
 from service.app.records import DATABASE_ERRORS, AssayInputs
 from service.app.secrets import secrets_for
 from service.core.faults.plan import AssayPlan, parse_plan
@@ -33,7 +33,7 @@ from service.keys import KeyRing, load_secrets_key
 from service.net.egress import EgressPolicy
 from service.settings import Settings
 from service.targets import close_target, load_target
-from worker.code import confinement_for
+from worker.code import Code, confinement_for, prepare
 
 log = logging.getLogger("assaygate.worker")
 
@@ -64,6 +64,30 @@ class WorkerContext:
         self._targets: OrderedDict[str, Target | TrialEngine | None] = OrderedDict()
         self._egress: EgressPolicy | None = None
         self._secrets_key: SecretsKey | None = None
+        # The code each recent assay runs, fetched, checked and unpacked once per assay.
+        self._code: OrderedDict[uuid.UUID, Code] = OrderedDict()
+
+    def code(self, assay_id: uuid.UUID, inputs: AssayInputs) -> Code:
+        """The tenant's code this assay runs (`worker.code.prepare`: the candidate's artifact,
+        fetched by digest and hashed again, or the operator's folder); raises
+        `worker.code.CodeRefused`. Once per assay per process."""
+        found = self._code.get(assay_id)
+        if found is not None:
+            return found
+        sha256 = inputs.code_sha256
+
+        def fetch() -> bytes | None:
+            assert sha256 is not None
+            return artifacts.fetch(self.engine, inputs.tenant_id, sha256)
+
+        found = self._code[assay_id] = prepare(self.settings, inputs, fetch)
+        while len(self._code) > 256:
+            self._code.popitem(last=False)
+        return found
+
+    def code_ran(self, assay_id: uuid.UUID) -> Code | None:
+        """The code this process prepared for the assay, if it runs any."""
+        return self._code.get(assay_id)
 
     @property
     def engine(self) -> Engine:
@@ -99,9 +123,11 @@ class WorkerContext:
         process. Its connections to the manifest's URLs are checked against the egress policy;
         an mcp target's world lock is the tenant's and names this assay while a trial holds it;
         a manifest naming the tenant's code gets its confinement (the OS sandbox, the tenant's
-        named secrets, the egress check) and never runs without one."""
+        named secrets, the egress check) and never runs without one; the same manifest with
+        other code is another target."""
         tenant = inputs.tenant_id.hex
-        key = f"{tenant}:{manifest.digest()}"
+        code = self.code(assay_id, inputs) if runs_code(manifest) else None
+        key = f"{tenant}:{manifest.digest()}:{code.sha256 if code is not None else ''}"
         if key in self._targets:
             self._targets.move_to_end(key)
             target = self._targets[key]
@@ -109,9 +135,13 @@ class WorkerContext:
             if self._egress is None:
                 self._egress = EgressPolicy.from_settings(self.settings)
             confinement = None
-            if runs_code(manifest):
+            if code is not None:
                 confinement = confinement_for(
-                    self.settings, manifest, self.secrets(inputs, manifest), self._egress.resolve
+                    self.settings,
+                    manifest,
+                    self.secrets(inputs, manifest),
+                    self._egress.resolve,
+                    code,
                 )
             target = self._targets[key] = load_target(
                 manifest,

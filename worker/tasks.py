@@ -31,7 +31,7 @@ from service.core.signing.dossier import Signer
 from service.core.system.manifest import runs_code
 from service.core.trial.engine import TrialEngine
 from service.keys import ActiveKey, KeyRing
-from worker.code import refusal
+from worker.code import CodeRefused, refusal
 from worker.context import Parsed, WorkerContext
 from worker.heartbeat import EngineWatch, Heartbeat
 
@@ -148,11 +148,26 @@ def execute_shard(
 
 def code_refusal(ctx: WorkerContext, parsed: Parsed) -> Callable[[bool], str | None] | None:
     """For a shard naming the tenant's code: why this worker must not run it, given whether the
-    tenant's code is allowed (worker.code); its assay then fails with the reason and the shard
-    never starts. None for a shard that runs no code."""
+    tenant's code is allowed (worker.code), or why the code cannot run (an artifact missing, or
+    whose bytes do not hash to its digest, or that does not unpack safely); its assay then fails
+    with the reason and the shard never starts. None for a shard that runs no code.
+
+    The code is fetched and checked here, before the shard's transaction (which the refusal
+    runs in), and only by the tenant's own worker: a shared worker never reads it."""
     if not runs_code(parsed.manifest):
         return None
-    return lambda allowed: refusal(ctx.settings, parsed.inputs, parsed.manifest, allowed)
+    settings, inputs = ctx.settings, parsed.inputs
+    unusable: str | None = None
+    if refusal(settings, inputs, parsed.manifest, True) is None:
+        try:
+            ctx.code(inputs.assay_id, inputs)
+        except CodeRefused as exc:
+            unusable = exc.reason
+
+    def refuse(allowed: bool) -> str | None:
+        return refusal(settings, inputs, parsed.manifest, allowed) or unusable
+
+    return refuse
 
 
 def run_and_store(
@@ -182,8 +197,12 @@ def run_and_store(
             )
             raise
 
+        # The code this shard ran, by digest, when it ran any trial of it.
+        code = ctx.code_ran(assay_id) if result.trials else None
+        code_sha256 = code.sha256 if code is not None else None
+
         def store() -> Stored:
-            return shards.store(ctx.engine, parsed.inputs, index, result)
+            return shards.store(ctx.engine, parsed.inputs, index, result, code_sha256)
 
         stored = retrying(ctx, "store the shard", ids, store)
     log.info(

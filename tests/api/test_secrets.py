@@ -27,12 +27,12 @@ from service.keys import load_secrets_key
 from service.settings import Settings
 from tests.support.keys import KeyBook
 from tests.support.service import (
-    ROOT,
     WorkerProcess,
     candidate_body,
     example,
     quiet,
     row_counts,
+    tenant_code,
     wait_decided,
 )
 
@@ -219,7 +219,7 @@ def test_the_signed_dossier_of_an_assay_naming_a_secret_never_holds_its_value_an
         env={"MODE": "test", "EXPECTED_SHA": digest},
     )
     # The tenant's own worker runs its code, in the sandbox, with the secret it asked for.
-    worker = WorkerProcess(settings, "tw-vault", tmp_path, tenant="vault", code_dir=ROOT)
+    worker = WorkerProcess(settings, "tw-vault", tmp_path, tenant="vault", code_dir=tenant_code())
     try:
         submitted = client.post("/v1/candidates", json=body, headers=headers)
         assert submitted.status_code == 202, submitted.text

@@ -29,6 +29,7 @@ from tests.support.service import (
     ROOT,
     WorkerProcess,
     example,
+    tenant_code,
     wait_decided,
     wait_for,
 )
@@ -155,7 +156,9 @@ def tenant_worker(
     started: list[WorkerProcess] = []
 
     def start(tenant: str) -> WorkerProcess:
-        worker = WorkerProcess(settings, f"tw-{tenant}", tmp_path, tenant=tenant, code_dir=ROOT)
+        worker = WorkerProcess(
+            settings, f"tw-{tenant}", tmp_path, tenant=tenant, code_dir=tenant_code()
+        )
         started.append(worker)
         worker.wait_ready()
         return worker

@@ -71,7 +71,7 @@ def tenant_code_worker(
     broker); stopped when the block ends."""
     import sys
 
-    from tests.support.service import ROOT
+    from tests.support.service import ROOT, tenant_code
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
     env.update({"PGHOST": "127.0.0.1", "PGPORT": "1", "PYTHONPATH": str(ROOT)})
@@ -84,7 +84,9 @@ def tenant_code_worker(
     )
     assert allowed.returncode == 0, allowed.stderr
     log_path = running.data_dir / f"tenant-worker-{tenant}.log"
-    env.update(ASSAYGATE_WORKER_TENANT=tenant, ASSAYGATE_TENANT_CODE_DIR=str(code_dir or ROOT))
+    env.update(
+        ASSAYGATE_WORKER_TENANT=tenant, ASSAYGATE_TENANT_CODE_DIR=str(code_dir or tenant_code())
+    )
     with log_path.open("wb") as log:
         worker = subprocess.Popen(
             [sys.executable, "-m", "worker", "--hostname", f"tenant-{tenant}@%h"],

@@ -30,6 +30,26 @@ from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+_TENANT_CODE: list[Path] = []
+
+
+def tenant_code() -> Path:
+    """An operator's folder of tenant code for the tests' tenant workers: a copy of the
+    checkout's `tests` and `examples` (every agent, runner and server they name), made once per
+    test process. Not the checkout itself: a worker hashes its operator's folder when it loads it
+    (docs/operations.md), and the checkout's virtualenv would take a minute to hash."""
+    if not _TENANT_CODE:
+        import shutil
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="assaygate-tenant-code-"))
+        folder.chmod(0o755)  # the sandbox's user reads it
+        skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+        for name in ("tests", "examples"):
+            shutil.copytree(ROOT / name, folder / name, ignore=skip, symlinks=True)
+        _TENANT_CODE.append(folder)
+    return _TENANT_CODE[0]
+
 
 PG_ADMIN_DSN = os.environ.get("ASSAYGATE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 # A Redis database of its own, so tests never touch the keys of a real deployment.
@@ -187,7 +207,7 @@ class WorkerProcess:
         if tenant is not None:
             # A tenant's worker: only its code queue, its code from `code_dir`.
             env["ASSAYGATE_WORKER_TENANT"] = tenant
-            env["ASSAYGATE_TENANT_CODE_DIR"] = str(code_dir or ROOT)
+            env["ASSAYGATE_TENANT_CODE_DIR"] = str(code_dir or tenant_code())
         self._log = self.log_path.open("wb")
         pool_args = ["--pool", pool] + (["--concurrency", "1"] if pool == "prefork" else [])
         self.process = subprocess.Popen(

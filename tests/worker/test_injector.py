@@ -18,7 +18,7 @@ from service.db.models import Assay, AssayShard, AssayStatus, Event
 from service.db.session import session_scope
 from service.db.tenant import set_code_allowed
 from service.settings import Settings
-from tests.support.service import ROOT, example
+from tests.support.service import example, tenant_code
 from tests.support.worker import record_assay
 from worker.context import WorkerContext
 from worker.tasks import execute_shard
@@ -139,7 +139,7 @@ def test_a_target_acting_outside_the_synthetic_namespace_is_refused_counted_repo
 ) -> None:
     # A python target is acme's code: allowed, and run on acme's own worker (worker.code).
     ctx = WorkerContext(
-        settings.model_copy(update={"worker_tenant": "acme", "tenant_code_dir": ROOT})
+        settings.model_copy(update={"worker_tenant": "acme", "tenant_code_dir": tenant_code()})
     )
     manifest = {
         **example("typed"),

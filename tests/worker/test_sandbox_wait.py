@@ -23,8 +23,8 @@ from service.mcp.engine import McpEngine
 from service.mcp.lock import sandbox_lock, world_key
 from service.settings import Settings
 from service.targets import close_target
-from tests.mcp.conftest import ROOT, Sandbox
-from tests.support.service import grant_injector
+from tests.mcp.conftest import Sandbox
+from tests.support.service import grant_injector, tenant_code
 from worker.context import WorkerContext
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -38,7 +38,7 @@ def world(sandbox: Sandbox) -> Sandbox:
 
 def tenant_worker(settings: Settings) -> Settings:
     """acme's own worker: the manifests here run its code (a command runner), in the sandbox."""
-    return settings.model_copy(update={"worker_tenant": "acme", "tenant_code_dir": ROOT})
+    return settings.model_copy(update={"worker_tenant": "acme", "tenant_code_dir": tenant_code()})
 
 
 def submitted(engine: sa.Engine, settings: Settings, manifest: Manifest) -> AssayInputs:

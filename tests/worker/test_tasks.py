@@ -20,7 +20,7 @@ from service.db.models import Assay, AssayShard, AssayStatus, Event, FaultResult
 from service.db.session import session_scope
 from service.settings import Settings
 from service.targets import PythonTarget, close_target
-from tests.support.service import ROOT, example
+from tests.support.service import example, tenant_code
 from tests.support.worker import record_assay
 from worker.context import MAX_TARGETS, WorkerContext
 from worker.tasks import execute_shard, finalize
@@ -150,7 +150,7 @@ def test_a_worker_keeps_a_few_target_adapters_and_stops_the_child_of_the_one_it_
     settings: Settings,
 ) -> None:
     # The tenant's own worker: a python target is the tenant's code, run in the sandbox.
-    tenant_worker = {"worker_tenant": "acme", "tenant_code_dir": ROOT}
+    tenant_worker = {"worker_tenant": "acme", "tenant_code_dir": tenant_code()}
     ctx = WorkerContext(settings.model_copy(update=tenant_worker))
     manifests = [
         parse_manifest(
