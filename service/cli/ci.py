@@ -21,6 +21,7 @@ import httpx
 
 from service.app.errors import AppError
 from service.cli import reports
+from service.cli.artifacts import code_bytes, digest_of, upload
 from service.cli.common import (
     auth_headers,
     client_options,
@@ -32,8 +33,10 @@ from service.cli.common import (
 )
 from service.cli.engine import report_args
 from service.cli.errors import DECISION_EXIT, EXIT_ERROR, UsageError
+from service.cli.progress import ProgressLines, ShardProgress
 from service.core.decision.gate import reason_view
 from service.core.errors import AssaygateError
+from service.core.system.artifact import written
 
 
 def register(sub: Any) -> None:
@@ -70,6 +73,14 @@ def register(sub: Any) -> None:
         help="resubmitting with the same key returns the first candidate instead of a second "
         "(default: a new random key each run; pass e.g. the commit to make a retried job safe)",
     )
+    submit.add_argument(
+        "--code",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="the candidate's code: a folder (packed as `assaygate pack` packs it: HEAD inside "
+        "a git work tree) or a packed file; uploaded, and the candidate names its digest",
+    )
     submit.add_argument("--wait", action="store_true", help="wait for the decision")
     submit.add_argument(
         "--timeout", type=float, default=3600.0, help="seconds to wait (default 3600); then exit 3"
@@ -104,6 +115,13 @@ def register(sub: Any) -> None:
         default=None,
         metavar="VERSION",
         help="the candidate's version (default: the system's last submitted candidate)",
+    )
+    gate.add_argument(
+        "--artifact",
+        default=None,
+        metavar="DIGEST|PATH",
+        help="ask about the candidate that ships this artifact: its digest (sha256:…), or a "
+        "packed file or a folder to digest as `submit --code` does",
     )
     gate.add_argument("--json", action="store_true", help="print the whole answer as JSON")
     gate.add_argument(
@@ -175,111 +193,8 @@ def wait_for_decision(
         time.sleep(interval)
 
 
-def activity_text(p: dict[str, Any]) -> str:
-    """What the busy slots wait for, shortly (`agent 2, reset 1`); empty when none is busy."""
-    waiting = p.get("waiting") or {}
-    return ", ".join(f"{k} {v}" for k, v in sorted(waiting.items()))
-
-
-def progress_text(p: dict[str, Any]) -> str:
-    """An assay's progress in a line: shards and trials, agent runs, and what busy slots wait
-    for (`3 slots busy: agent 2, reset 1`)."""
-    text = (
-        f"{p.get('shards_done', 0)}/{p.get('shard_count', '?')} shards, "
-        f"{p.get('trials_done', 0)}/{p.get('trials_planned', '?')} trials"
-    )
-    if p.get("runs_done"):
-        text += f", {p['runs_done']} runs"
-    busy = int(p.get("slots_busy") or 0)
-    if busy:
-        what = activity_text(p)
-        text += f", {busy} slot{'s' if busy != 1 else ''} busy" + (f": {what}" if what else "")
-    return text
-
-
-class ProgressLines:
-    """Without a terminal, `submit --wait` prints a progress line on stderr when the progress
-    moved, at most every `every_s` (and whenever a shard finished): a CI log shows where a slow
-    assay is. stdout keeps only the result."""
-
-    def __init__(self, every_s: float = 10.0) -> None:
-        self.every_s = every_s
-        self._last_text = ""
-        self._last_at = -1e9
-        self._shards = -1
-
-    def __call__(self, candidate: dict[str, Any]) -> None:
-        p = candidate.get("progress") or {}
-        text = progress_text(p)
-        shards = int(p.get("shards_done") or 0)
-        now = time.monotonic()
-        if text == self._last_text or (
-            now - self._last_at < self.every_s and shards == self._shards
-        ):
-            return
-        self._last_text, self._last_at, self._shards = text, now, shards
-        print(
-            f"assaygate: assay {candidate.get('status', '')}: {text}", file=sys.stderr, flush=True
-        )
-
-
 def dashboard_url(base: str, candidate_id: str) -> str:
     return f"{base.rstrip('/')}/candidates/{candidate_id}"
-
-
-class ShardProgress:
-    """A progress bar on stderr while `submit --wait` waits on a terminal: the assay's shards
-    done, and each fault's. Polls `GET /v1/assays/{id}` at most once a second."""
-
-    def __init__(self, client: httpx.Client, assay_id: str) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-        self._client = client
-        self._assay = assay_id
-        self._last = 0.0
-        self._bar = Progress(
-            TextColumn("{task.description:<28}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("shards"),
-            console=Console(stderr=True),
-            transient=True,
-        )
-        self._overall = self._bar.add_task("assay", total=None)
-        self._faults: dict[str, Any] = {}
-
-    def __enter__(self) -> ShardProgress:
-        self._bar.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._bar.stop()
-
-    def __call__(self, candidate: dict[str, Any]) -> None:
-        p = candidate.get("progress") or {}
-        self._bar.update(
-            self._overall,
-            completed=p.get("shards_done", 0),
-            total=p.get("shard_count") or None,
-            description=f"assay {candidate.get('status', '')} {activity_text(p)}".rstrip(),
-        )
-        if time.monotonic() - self._last < 1.0:
-            return
-        self._last = time.monotonic()
-        response = self._client.get(f"/v1/assays/{self._assay}")
-        if response.status_code != 200:
-            return
-        for fault in response.json().get("faults", []):
-            name = str(fault.get("id") or "all faults")
-            fp = fault.get("progress") or {}
-            if name not in self._faults:
-                self._faults[name] = self._bar.add_task(f"  {name}", total=fp.get("shard_count"))
-            self._bar.update(
-                self._faults[name],
-                completed=fp.get("shards_done", 0),
-                total=fp.get("shard_count") or None,
-            )
 
 
 def _reports_on_every_exit(run: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
@@ -333,9 +248,15 @@ def _submit(args: argparse.Namespace) -> int:
     )
     args.system_name = body.get("system")
     args.candidate_version = args.candidate_version or body.get("version")
+    code = code_bytes(args.code, "--code") if args.code is not None else None
     headers = {"Idempotency-Key": args.idempotency_key or str(uuid.uuid4()), **auth_headers(args)}
     deadline = time.monotonic() + args.timeout
     with service_client(args, headers) as client:
+        if code is not None:
+            uploaded, body["code"] = upload(client, code)
+            if uploaded.status_code >= 400:
+                return _refused(args, uploaded)
+            print(f"assaygate: code {body['code']} uploaded", file=sys.stderr, flush=True)
         response = client.post("/v1/candidates", json=body)
         if response.status_code >= 400:
             return _refused(args, response)
@@ -445,6 +366,8 @@ def _gate(args: argparse.Namespace) -> int:
     system = gate_system(args)
     args.system_name = system
     params = {"version": args.candidate_version} if args.candidate_version else {}
+    if args.artifact is not None:
+        params["artifact"] = written(digest_of(args.artifact, "--artifact"))
     wants_dossier = any(p is not None for p in (args.dossier_out, args.junit, args.summary))
     with service_client(args, auth_headers(args)) as client:
         response = client.get(f"/v1/gate/{system}", params=params)

@@ -16,6 +16,14 @@ def register(sub: Any) -> None:
     v.add_argument("dossier", help="a DSSE envelope (or a dossier document holding one)")
     v.add_argument("--keys", required=True, help="the published keys (GET /v1/keys)")
     v.add_argument("--previous", help="the previous dossier version, to check the chain link")
+    v.add_argument(
+        "--artifact",
+        default=None,
+        metavar="FILE",
+        help="also check that this artifact is one of the dossier's subjects: a packed file "
+        "(as `assaygate pack --out` writes it), a folder (packed as `submit --code` packs it), "
+        "or a digest (sha256:…)",
+    )
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
 
@@ -98,7 +106,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
         prev_env = _envelope(_json_file(args.previous, "previous"))
         previous = hashlib.sha256(base64.b64decode(prev_env["payload"])).hexdigest()
-    result = verify(envelope, keys, previous_digest=previous, check_chain=bool(args.previous))
+    artifact = None
+    if args.artifact is not None:
+        from service.cli.artifacts import digest_of
+
+        artifact = digest_of(args.artifact, "--artifact")
+    result = verify(
+        envelope,
+        keys,
+        previous_digest=previous,
+        check_chain=bool(args.previous),
+        artifact=artifact,
+    )
     if args.json:
         print(
             json.dumps(
