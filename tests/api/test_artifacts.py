@@ -1,0 +1,343 @@
+"""The service assays the commit it signs for: code reaches the tenant's worker as an artifact,
+by digest, and the deploy asks by digest. Real PostgreSQL, Redis, the API on a real port, a
+tenant worker process running the code in its sandbox, and the `assaygate` command as CI runs it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from service.asgi import create_app
+from service.db.models import ArtifactRow
+from service.db.session import session_scope
+from service.packing import pack
+from service.settings import Settings
+from tests.api.test_bad_input import refused
+from tests.support.keys import Key, KeyBook
+from tests.support.service import (
+    ROOT,
+    WorkerProcess,
+    allow_code,
+    example,
+    wait_decided,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+#: The team's agent: the reference workflow as the team's own settings file configures it. A
+#: commit that switches its idempotency off (and the two controls that would hide that) is the
+#: "quietly broken" commit: the manifest, which declares the controls, does not change.
+AGENT = '''"""The team's refund agent: the reference workflow, as its settings configure it."""
+
+from pathlib import Path
+
+from service.core.system.manifest import parse_manifest_json
+from service.core.trial.copperfin import copperfin
+
+run = copperfin(parse_manifest_json(Path(__file__).with_name("workflow.json").read_text()))
+'''
+BROKEN = ("idempotency", "state_precondition", "effect_readback")
+PLAN = {"catalogue": "full", "modes": ["timeout_after_commit"], "trials": 10, "seed": 3}
+
+
+def manifest() -> dict[str, Any]:
+    data = example("typed-repair")
+    data["target"] = {"kind": "python", "entrypoint": "agent:run", "cannot_disable": []}
+    return data
+
+
+def write_code(folder: Path, *, broken: bool = False) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "agent.py").write_text(AGENT)
+    settings = copy.deepcopy(example("typed-repair"))
+    for control in BROKEN if broken else ():
+        settings["controls"][control] = False
+    (folder / "workflow.json").write_text(json.dumps(settings, indent=1) + "\n")
+    return folder
+
+
+def git(folder: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.email=ci@example.com", "-c", "user.name=ci", *args],
+        cwd=folder,
+        check=True,
+        capture_output=True,
+    )
+
+
+def assaygate(key: Key, api_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "ASSAYGATE_URL": api_url, "ASSAYGATE_API_KEY": key.secret}
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+class Team:
+    """A tenant allowed to run code, its CI key and client, and its worker process."""
+
+    def __init__(self, name: str, key: Key, client: httpx.Client) -> None:
+        self.name, self.key, self.client = name, key, client
+
+    def upload(self, data: bytes, **params: str) -> httpx.Response:
+        return self.client.post(
+            "/v1/artifacts",
+            content=data,
+            params=params,
+            headers={"Content-Type": "application/gzip"},
+        )
+
+
+@pytest.fixture(scope="module")
+def team(
+    settings: Settings,
+    engine: sa.Engine,
+    api_url: str,
+    keys: KeyBook,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Team]:
+    name = f"team-{uuid.uuid4().hex[:8]}"
+    key = keys.key(f"ci-{name}", tenant=name)
+    allow_code(engine, name)
+    worker = WorkerProcess(settings, f"tw-{name}", tmp_path_factory.mktemp("tw"), tenant=name)
+    try:
+        worker.wait_ready()
+        with httpx.Client(base_url=api_url, timeout=30.0, headers=key.headers) as client:
+            yield Team(name, key, client)
+    finally:
+        worker.stop()
+
+
+def body_file(folder: Path, system: str) -> Path:
+    path = folder / "candidate.json"
+    path.write_text(json.dumps({"system": system, "manifest": manifest(), "plan": PLAN}))
+    return path
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def test_a_broken_commits_artifact_is_blocked_while_the_previous_artifact_stays_allowed(
+    team: Team, api_url: str, tmp_path: Path
+) -> None:
+    system = f"refunds-{uuid.uuid4().hex[:6]}"
+    repo = write_code(tmp_path / "repo")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "the careful agent")
+    body = body_file(tmp_path, system)
+    good = assaygate(
+        team.key, api_url, "submit", str(body), "--code", str(repo), "--version", "1", "--wait"
+    )
+    assert good.returncode == 0, good.stderr
+    good_digest = json.loads(good.stdout)["code"]
+    assert good_digest == f"sha256:{pack(repo).sha256}"
+
+    write_code(repo, broken=True)  # the commit that quietly broke idempotency
+    git(repo, "commit", "-qam", "faster refunds")
+    broken = assaygate(
+        team.key, api_url, "submit", str(body), "--code", str(repo), "--version", "2", "--wait"
+    )
+    assert broken.returncode == 1, broken.stderr  # block
+    broken_digest = json.loads(broken.stdout)["code"]
+    assert broken_digest != good_digest
+
+    # The deploy asks by digest: the previous artifact stays allowed, the broken one is blocked,
+    # whatever the system's newest candidate is.
+    asked = assaygate(team.key, api_url, "gate", system, "--artifact", good_digest, "--json")
+    assert asked.returncode == 0, asked.stdout
+    answer = json.loads(asked.stdout)
+    assert answer["decision"] == "allow" and answer["version"] == "1"
+    assert answer["artifacts"] == [
+        {"name": "code", "digest": good_digest, "assurance": "executed", "source": "artifact"}
+    ]
+    asked = assaygate(team.key, api_url, "gate", system, "--artifact", str(repo))  # HEAD
+    assert asked.returncode == 1, asked.stdout
+    assert asked.stdout.startswith(f"block: {system} 2")
+    by_version = team.client.get(f"/v1/gate/{system}", params={"version": "1"}).json()
+    assert by_version["candidate_id"] == answer["candidate_id"]
+
+    # Offline, from the dossier: the good artifact is a subject of its dossier, the broken not.
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps(team.client.get("/v1/keys").json()))
+    dossier = tmp_path / "dossier.json"
+    envelope = team.client.get(f"/v1/dossiers/{answer['dossier']['id']}/envelope").json()
+    dossier.write_text(json.dumps(envelope))
+    good_file = tmp_path / "good.tar.gz"
+    good_file.write_bytes(team.client.get(f"/v1/artifacts/{good_digest}").content)
+    verified = assaygate(
+        team.key, api_url, "verify", str(dossier), "--keys", str(keys), "--artifact", str(good_file)
+    )
+    assert verified.returncode == 0, verified.stdout
+    not_it = assaygate(
+        team.key, api_url, "verify", str(dossier), "--keys", str(keys), "--artifact", str(repo)
+    )
+    assert not_it.returncode == 1 and "NOT VERIFIED: artifact failed" in not_it.stdout
+
+
+def test_a_submitter_swapping_the_artifact_after_submission_cannot_change_what_ran(
+    team: Team, tmp_path: Path
+) -> None:
+    careful = pack(write_code(tmp_path / "careful"))
+    swap = pack(write_code(tmp_path / "swap", broken=True))
+    stored = team.upload(careful.data)
+    assert stored.status_code in (200, 201), stored.text
+    digest = stored.json()["digest"]
+    system = f"swap-{uuid.uuid4().hex[:6]}"
+    submitted = team.client.post(
+        "/v1/candidates",
+        json={
+            "system": system,
+            "version": "1",
+            "source_revision": "abc",
+            "manifest": manifest(),
+            "plan": PLAN,
+            "code": digest,
+        },
+    )
+    assert submitted.status_code == 202, submitted.text
+    assert submitted.json()["code"] == digest
+    # Other bytes under the same digest: refused, whatever the client claims.
+    claimed = team.upload(swap.data, digest=digest)
+    assert refused(claimed, 409, "digest")["code"] == "digest_mismatch"
+    # The same bytes again: the same row, nothing new.
+    again = team.upload(careful.data)
+    assert again.status_code == 200 and again.json()["digest"] == digest
+    assert again.json()["created"] is False
+    done = wait_decided(team.client, submitted.json()["id"])
+    assert done["decision"] == "allow", done
+    assert team.client.get(f"/v1/artifacts/{digest}").content == careful.data
+    gate = team.client.get(f"/v1/gate/{system}", params={"artifact": digest}).json()
+    assert gate["artifacts"][0]["assurance"] == "executed"
+    swapped = f"sha256:{swap.sha256}"
+    missing = team.client.get(f"/v1/gate/{system}", params={"artifact": swapped})
+    assert refused(missing, 404, "artifact")["code"] == "not_found"
+
+
+def test_an_artifact_whose_stored_bytes_do_not_match_its_digest_is_refused_by_the_worker(
+    team: Team, engine: sa.Engine, tmp_path: Path
+) -> None:
+    packed = pack(write_code(tmp_path / "code"))
+    digest = team.upload(packed.data).json()["digest"]
+    evil = pack(write_code(tmp_path / "evil", broken=True)).data
+    with session_scope(engine) as session:
+        row = session.exec(sa.select(ArtifactRow).where(ArtifactRow.sha256 == packed.sha256))
+        stored = row.scalars().one()
+        stored.content = evil  # someone with the database swaps the bytes
+        session.add(stored)
+    system = f"tamper-{uuid.uuid4().hex[:6]}"
+    submitted = team.client.post(
+        "/v1/candidates",
+        json={
+            "system": system,
+            "version": "1",
+            "source_revision": "abc",
+            "manifest": manifest(),
+            "plan": PLAN,
+            "code": digest,
+        },
+    )
+    assert submitted.status_code == 202, submitted.text
+    failed = wait_decided(team.client, submitted.json()["id"])
+    assert failed["status"] == "failed"
+    assert f"artifact {digest}" in failed["error"] and "nothing of it runs" in failed["error"]
+    gate = team.client.get(f"/v1/gate/{system}", params={"artifact": digest}).json()
+    assert gate["decision"] == "hold" and gate["basis"] == "failed"
+    assert gate["artifacts"][0]["assurance"] == "declared"  # it never ran
+
+
+# ------------------------------------------------------------------ per tenant, by name
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "sha256:" + "AB" * 32,
+        "sha512:" + "ab" * 32,
+        "ab" * 32,
+        "sha256:../../" + "ab" * 29,
+        "refunds/sha256:" + "ab" * 32,
+    ],
+)
+def test_a_candidate_naming_code_by_anything_but_a_digest_is_refused_naming_code(
+    client: httpx.Client, unchanged: None, code: str
+) -> None:
+    body = {"source_revision": "x", "manifest": example("typed"), "code": code}
+    refused(client.post("/v1/candidates", json=body), 422, "code")
+
+
+def test_a_digest_is_the_tenants_own_another_tenants_digest_is_not_found(
+    team: Team, client: httpx.Client, tmp_path: Path
+) -> None:
+    """A digest collision attempt by name: another tenant that learned a digest can neither
+    read those bytes nor have its candidate run them."""
+    packed = pack(write_code(tmp_path / "code"))
+    digest = team.upload(packed.data).json()["digest"]
+    assert refused(client.get(f"/v1/artifacts/{digest}"), 404, "digest")["code"] == "not_found"
+    body = {"source_revision": "x", "manifest": example("typed"), "code": digest}
+    error = refused(client.post("/v1/candidates", json=body), 422, "code")
+    assert "has no artifact" in error["message"] and "POST /v1/artifacts" in error["message"]
+
+
+def test_upload_answers_the_digest_the_service_computed_and_refuses_what_it_cannot_take(
+    team: Team,
+) -> None:
+    data = b"not even an archive: bytes are bytes"
+    first = team.upload(data)
+    assert first.status_code == 201, first.text
+    shown = first.json()
+    assert shown["digest"].startswith("sha256:") and shown["size"] == len(data)
+    assert first.headers["location"] == f"/v1/artifacts/{shown['digest']}"
+    assert team.upload(data).json() == {**shown, "created": False}
+    as_json = team.client.post("/v1/artifacts", json={"bytes": "x"})
+    assert refused(as_json, 415, "Content-Type")["code"] == "unsupported_media_type"
+    bad_claim = team.upload(data, digest="sha256:" + "AB" * 32)
+    refused(bad_claim, 422, "digest")
+    bad_read = team.client.get("/v1/artifacts/sha256:" + "g" * 64)
+    refused(bad_read, 422, "digest")
+    bad_gate = team.client.get("/v1/gate/any", params={"artifact": "sha256:short"})
+    refused(bad_gate, 422, "artifact")
+
+
+def test_an_upload_past_the_cap_is_413_whether_or_not_it_declares_its_length(
+    settings: Settings,
+) -> None:
+    capped = settings.model_copy(update={"artifact_max_bytes": 4096})
+    key_book = KeyBook(create_engine_for(capped))
+    key = key_book.key("cap-ci", tenant=f"cap-{uuid.uuid4().hex[:6]}")
+    with TestClient(create_app(capped)) as api:
+        headers = {**key.headers, "Content-Type": "application/gzip"}
+        declared = api.post("/v1/artifacts", content=b"x" * 5000, headers=headers)
+        assert refused(declared, 413, "body")["code"] == "body_too_large"
+
+        def chunks() -> Iterator[bytes]:
+            for _ in range(5):
+                yield b"x" * 1000
+
+        streamed = api.post("/v1/artifacts", content=chunks(), headers=headers)
+        assert refused(streamed, 413, "body")["code"] == "body_too_large"
+        fits = api.post("/v1/artifacts", content=b"x" * 4096, headers=headers)
+        assert fits.status_code == 201, fits.text
+
+
+def create_engine_for(settings: Settings) -> sa.Engine:
+    from service.db.session import make_engine
+
+    return make_engine(settings)
