@@ -322,7 +322,7 @@ class PythonRunner(HttpRunner):
             sandbox = Sandbox(
                 self.confinement,
                 self.argv,
-                env={"PYTHONPATH": str(self.confinement.code_dir)},
+                env={"PYTHONPATH": self.confinement.python_path()},
                 reach=self.reach,
                 serve=True,
                 gate_code=True,

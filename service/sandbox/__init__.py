@@ -41,3 +41,15 @@ class Confinement:
     # to connect to, or raises (service.net.egress.EgressRefused). None: no egress beyond the
     # gate's own relays (the proxy, the tool server).
     egress: Callable[[str, int], str] | None = None
+
+    def python_path(self) -> str:
+        """The import path of the gate's python hosts in the sandbox: the code dir, then its
+        `vendor/` folder when it has one (the team's pinned dependencies, inside the artifact
+        and so inside its digest; docs/operations.md, "How code reaches the workers")."""
+        vendor = self.code_dir / VENDOR
+        paths = [self.code_dir, vendor] if vendor.is_dir() else [self.code_dir]
+        return ":".join(str(p) for p in paths)
+
+
+#: The folder of a team's code that holds its vendored dependencies.
+VENDOR = "vendor"

@@ -91,7 +91,7 @@ def _sandbox(
     return Sandbox(
         confinement,
         argv,
-        env={"PYTHONPATH": str(confinement.code_dir)},
+        env={"PYTHONPATH": confinement.python_path()},
         reach=[reach] if reach else [],
         serve=reach is not None,
         gate_code=True,

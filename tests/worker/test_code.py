@@ -305,3 +305,27 @@ def test_the_same_manifest_with_other_code_is_another_target_of_the_worker(
     finally:
         for target in targets:
             close_target(target)
+
+
+def test_dependencies_vendored_in_the_artifact_are_what_its_code_imports(
+    engine: sa.Engine, settings: Settings
+) -> None:
+    """Pinned dependencies travel inside the artifact (`vendor/`), so its digest covers them."""
+    future = b"from __future__ import annotations\n"
+    agent = TEAM_AGENT.replace(future, future + b"import teamlib\n").replace(
+        b'"prod/O-1"', b"teamlib.refund_subject()"
+    )
+    assert agent.count(b"teamlib") == 2  # imported when the entrypoint loads
+    data = archive(
+        [
+            Entry("team_agent.py", "file", agent),
+            Entry("vendor", "dir"),
+            Entry("vendor/teamlib.py", "file", b"def refund_subject():\n    return 'prod/O-1'\n"),
+        ]
+    )
+    tenant = f"team-{uuid.uuid4().hex[:8]}"
+    assay_id = code_assay(engine, settings, tenant, allowed=True, code=data)
+    run_all(worker_of(settings, tenant, None), engine, assay_id)
+    assay, shard = outcome(engine, assay_id)
+    assert assay.status == AssayStatus.DONE, assay.report
+    assert shard.code_sha256 == hashlib.sha256(data).hexdigest()
