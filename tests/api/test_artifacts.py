@@ -25,6 +25,7 @@ from service.db.session import session_scope
 from service.packing import pack
 from service.settings import Settings
 from tests.api.test_bad_input import refused
+from tests.deploy.test_ci_examples import argo_metric, argo_reads
 from tests.support.keys import Key, KeyBook
 from tests.support.service import (
     ROOT,
@@ -88,6 +89,23 @@ def assaygate(key: Key, api_url: str, *args: str) -> subprocess.CompletedProcess
         timeout=600,
         check=False,
     )
+
+
+def argo_result(team: Team, api_url: str, system: str, artifact: str) -> Any:
+    """The analysis template's web metric against the live API: its URL and header with the
+    rollout's arguments, and the value its `jsonPath` reads from the answer."""
+    web = argo_metric()["provider"]["web"]
+    args = {"assaygate-url": api_url, "system": system, "artifact": artifact}
+    args["api-key"] = team.key.secret
+    url = web["url"]
+    for name, value in args.items():
+        url = url.replace("{{args.%s}}" % name, value)
+    headers = {
+        h["key"]: h["value"].replace("{{args.api-key}}", args["api-key"]) for h in web["headers"]
+    }
+    response = httpx.get(url, headers=headers, timeout=web["timeoutSeconds"])
+    assert response.status_code == 200, response.text
+    return argo_reads(response.json())
 
 
 class Team:
@@ -173,6 +191,10 @@ def test_a_broken_commits_artifact_is_blocked_while_the_previous_artifact_stays_
     assert asked.stdout.startswith(f"block: {system} 2")
     by_version = team.client.get(f"/v1/gate/{system}", params={"version": "1"}).json()
     assert by_version["candidate_id"] == answer["candidate_id"]
+
+    # Argo Rollouts' analysis, as deploy/ci/argo-analysis-template.yaml asks and reads it.
+    for digest, result in ((good_digest, "allow"), (broken_digest, "block")):
+        assert argo_result(team, api_url, system, digest) == result
 
     # Offline, from the dossier: the good artifact is a subject of its dossier, the broken not.
     keys = tmp_path / "keys.json"

@@ -97,9 +97,49 @@ def test_the_composite_action_sets_up_python_and_takes_extras_by_input() -> None
     assert steps[-1]["if"] == "always()"
 
 
-def test_the_argo_template_reads_the_gate_endpoint() -> None:
+def argo_metric() -> dict[str, Any]:
     template = yaml.safe_load((CI / "argo-analysis-template.yaml").read_text())
-    metric = template["spec"]["metrics"][0]
-    assert "/v1/gate/" in metric["provider"]["web"]["url"]
-    assert metric["provider"]["web"]["jsonPath"] == "{$.decision}"
+    metric: dict[str, Any] = template["spec"]["metrics"][0]
+    return metric
+
+
+def argo_reads(answer: dict[str, Any]) -> Any:
+    """What the template's `jsonPath` reads from a gate answer (`{$.a.b}`: keys, in order)."""
+    path = argo_metric()["provider"]["web"]["jsonPath"]
+    assert path.startswith("{$.") and path.endswith("}"), path
+    value: Any = answer
+    for key in path[3:-1].split("."):
+        value = value[key]
+    return value
+
+
+def test_the_argo_template_asks_the_gate_by_artifact_digest_and_reads_a_published_field(
+    tmp_path: Path,
+) -> None:
+    from service.asgi import create_app
+    from service.settings import Settings
+
+    metric = argo_metric()
+    web = metric["provider"]["web"]
+    assert web["url"].endswith("/v1/gate/{{args.system}}?artifact={{args.artifact}}")
     assert metric["successCondition"] == 'result == "allow"'
+    assert metric["failureCondition"] == 'result == "block"'
+    # The field it reads is one the gate's published answer has, and the values the conditions
+    # compare with are the decisions that answer can hold.
+    document = create_app(Settings(data_dir=tmp_path)).openapi()
+    answer = document["components"]["schemas"]["GatePublic"]
+    field = web["jsonPath"][3:-1]
+    assert field in answer["required"]
+    assert {"allow", "block"} <= set(answer["properties"][field]["enum"])
+    assert "artifact" in {
+        p["name"] for p in document["paths"]["/v1/gate/{system}"]["get"]["parameters"]
+    }
+
+
+@pytest.mark.parametrize("name", ["github-actions.yml", "gitlab-ci.yml"])
+def test_the_ci_example_uploads_the_code_and_the_deploy_asks_by_its_digest(name: str) -> None:
+    calls = assaygate_calls(CI / name)
+    submit = next(c for c in calls if c[0] == "submit")
+    gate = next(c for c in calls if c[0] == "gate")
+    assert submit[submit.index("--code") + 1] == "$ASSAYGATE_CODE"
+    assert gate[gate.index("--artifact") + 1] == "$ASSAYGATE_CODE"  # the same commit, packed
