@@ -97,12 +97,14 @@ def argo_result(team: Team, api_url: str, system: str, artifact: str) -> Any:
     web = argo_metric()["provider"]["web"]
     args = {"assaygate-url": api_url, "system": system, "artifact": artifact}
     args["api-key"] = team.key.secret
-    url = web["url"]
-    for name, value in args.items():
-        url = url.replace("{{args.%s}}" % name, value)
-    headers = {
-        h["key"]: h["value"].replace("{{args.api-key}}", args["api-key"]) for h in web["headers"]
-    }
+
+    def filled(template: str) -> str:
+        for name, value in args.items():
+            template = template.replace("{{args." + name + "}}", value)
+        return template
+
+    url = filled(web["url"])
+    headers = {h["key"]: filled(h["value"]) for h in web["headers"]}
     response = httpx.get(url, headers=headers, timeout=web["timeoutSeconds"])
     assert response.status_code == 200, response.text
     return argo_reads(response.json())
