@@ -34,6 +34,10 @@ NOT_RUN = {
     "export ASSAYGATE_URL=": "the test exports both, with the key the service printed",
     "ASSAYGATE_WORKER_TENANT=": "a tenant's worker runs until stopped; "
     "tests/mcp/test_frameworks.py starts one as written (tests/support/embedded.py)",
+    "python -m pip install --require-hashes": "installs a team's pinned dependencies from an "
+    "index into its own code folder (the team's lock file, the network)",
+    "assaygate submit manifest.json --code agent/": "the team's own manifest and code; "
+    "tests/api/test_artifacts.py submits code as written",
 }
 # Commands whose documented exit code is not 0 (a decision, not an error).
 EXIT_CODES = {
