@@ -107,6 +107,11 @@ def _digest(text: str, field: str) -> str:
         raise FieldInvalid(exc.message, field=field) from None
 
 
+def asked(artifact: str | None) -> str | None:
+    """The hex digest a gate read asks by (`?artifact=`), or None; refused naming `artifact`."""
+    return _digest(artifact, "artifact") if artifact is not None else None
+
+
 def check_named(
     session: Session, tenant_id: uuid.UUID, tenant: str, code: str | None
 ) -> str | None:

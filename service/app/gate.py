@@ -24,13 +24,12 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service.app import changes, reviews
-from service.app.artifacts import subjects_of
+from service.app.artifacts import asked, subjects_of
 from service.app.dossiers import config_changed_reason, unmet
-from service.app.errors import FieldInvalid, NotFound
+from service.app.errors import NotFound
 from service.core.decision.gate import Reason, ReasonView, block_first, reason_view
-from service.core.errors import ArtifactInvalid
 from service.core.signing.dossier import compare_triggers, trigger_hashes
-from service.core.system.artifact import ArtifactSubject, parse_digest
+from service.core.system.artifact import ArtifactSubject
 from service.db import artifact as artifact_rows
 from service.db import dossier as dossiers
 from service.db import queries
@@ -175,7 +174,7 @@ def read(
     the code it names while its assay runs), as `render` writes it, cached for the system's
     epoch. One snapshot for the whole answer: its epoch, the dossier and the holds it rests on
     agree."""
-    sha256 = _asked_artifact(artifact)
+    sha256 = asked(artifact)
     with snapshot(engine) as session:
         # First, and alone: the epoch the answer is cached under is read before the answer.
         row = changes.system_of(session, principal, system)
@@ -204,16 +203,6 @@ def read(
         body = render(found)
         answers.put(row, version, found.standing, body, artifact=sha256)
         return body
-
-
-def _asked_artifact(artifact: str | None) -> str | None:
-    """The hex digest a gate read asks by, or None; refused naming `artifact`."""
-    if artifact is None:
-        return None
-    try:
-        return parse_digest(artifact, "artifact")
-    except ArtifactInvalid as exc:
-        raise FieldInvalid(exc.message, field="artifact") from None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -25,7 +24,15 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from service.core.decision.gate import ReasonView, block_first
 from service.core.decision.report import AssayReport, FaultResult
 from service.core.evidence.figures import JSONObject
-from service.core.system.artifact import ArtifactSubject, subjects_of, written
+from service.core.signing.checks import (
+    Check,
+    artifact_subjects_match,
+    chain,
+    is_subject,
+    subject,
+    window,
+)
+from service.core.system.artifact import ArtifactSubject, subjects_of
 from service.core.system.manifest import TRIGGER_DEFAULT, canonical
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -117,16 +124,6 @@ def payload_digest(payload: bytes) -> str:
 
 
 @dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-
-    def view(self) -> JSONObject:
-        return {"check": self.name, "ok": self.ok, "detail": self.detail}
-
-
-@dataclass(frozen=True)
 class Verification:
     checks: tuple[Check, ...]
     statement: dict[str, Any] | None
@@ -200,14 +197,14 @@ def verify(
         return Verification(tuple(checks), None, digest)
     predicate = stmt.get("predicate") or {}
     if verified_by is not None:
-        checks.append(_window(keys[verified_by], predicate.get("issued_at")))
-    checks.append(_subject(stmt, predicate, expected_digest))
+        checks.append(window(keys[verified_by], predicate.get("issued_at")))
+    checks.append(subject(stmt, predicate, expected_digest))
     if len(stmt["subject"]) > 1 or predicate.get("artifacts"):
-        checks.append(_artifact_subjects(stmt, predicate))
+        checks.append(artifact_subjects_match(stmt, predicate))
     if check_chain or previous_digest is not None:
-        checks.append(_chain(predicate, previous_digest))
+        checks.append(chain(predicate, previous_digest))
     if artifact is not None:
-        checks.append(_is_subject(stmt, artifact))
+        checks.append(is_subject(stmt, artifact))
     return Verification(tuple(checks), stmt, digest)
 
 
@@ -249,111 +246,6 @@ def _is_dossier(stmt: object) -> bool:
         and len(stmt["subject"]) >= 1
         and all(isinstance(x, dict) for x in stmt["subject"])
     )
-
-
-def _subject(
-    stmt: Mapping[str, Any], predicate: Mapping[str, Any], expected_digest: str | None
-) -> Check:
-    """The statement's subject is the manifest it claims (or the one the caller expects)."""
-    subject_digest = stmt["subject"][0].get("digest", {}).get("sha256")
-    want = expected_digest or (predicate.get("manifest") or {}).get("digest")
-    return Check(
-        "subject_digest",
-        subject_digest == want and subject_digest is not None,
-        f"subject digest {subject_digest} matches the manifest"
-        if subject_digest == want
-        else f"subject digest {subject_digest} differs from the manifest digest {want}",
-    )
-
-
-def _artifact_subjects(stmt: Mapping[str, Any], predicate: Mapping[str, Any]) -> Check:
-    """The subjects after the manifest are exactly the artifacts the predicate lists: a subject
-    no evidence speaks of (or an assurance raised in one place only) is refused."""
-    try:
-        expected = subjects_of(predicate.get("artifacts"))
-    except (KeyError, TypeError, ValueError):
-        return Check("artifact_subjects", False, "the predicate's artifacts are malformed")
-    found = list(stmt["subject"][1:])
-    if found != expected:
-        return Check(
-            "artifact_subjects",
-            False,
-            f"{len(found)} artifact subject(s) differ from the {len(expected)} artifact(s) the "
-            "predicate lists",
-        )
-    return Check("artifact_subjects", True, f"{len(found)} artifact subject(s), as listed")
-
-
-def artifact_subjects(stmt: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The statement's artifact subjects: every subject after the manifest."""
-    return [s for s in stmt.get("subject", [])[1:] if isinstance(s, dict)]
-
-
-def _is_subject(stmt: Mapping[str, Any], sha256: str) -> Check:
-    """The artifact (by its hex SHA-256) is one of the statement's artifact subjects; the
-    manifest's own digest is not an artifact and never matches."""
-    for subject in artifact_subjects(stmt):
-        if (subject.get("digest") or {}).get("sha256") == sha256:
-            assurance = (subject.get("annotations") or {}).get("assurance", "unstated")
-            return Check(
-                "artifact",
-                True,
-                f"{written(sha256)} is subject {subject.get('name')} ({assurance})",
-            )
-    return Check(
-        "artifact",
-        False,
-        f"{written(sha256)} is not a subject of this dossier "
-        f"({len(artifact_subjects(stmt))} artifact subject(s))",
-    )
-
-
-def _chain(predicate: Mapping[str, Any], previous_digest: str | None) -> Check:
-    prev = predicate.get("previous")
-    ok = prev == previous_digest
-    return Check(
-        "chain",
-        ok,
-        f"links to {prev}"
-        if ok
-        else f"links to {prev}, but the previous version's digest is {previous_digest}",
-    )
-
-
-def _instant(text: object) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def _window(key: PublicKey, issued_at: object) -> Check:
-    """A key vouches only for statements dated inside its window: a retired key's signature on
-    a statement dated after its retirement is refused, as is one dated before it existed."""
-    if key.not_before is None and key.not_after is None:
-        return Check("key_window", True, f"key {key.keyid[:16]}… has no validity window")
-    when = _instant(issued_at)
-    if when is None:
-        return Check(
-            "key_window", False, "the statement carries no issued_at to hold against the key"
-        )
-    start, end = _instant(key.not_before), _instant(key.not_after)
-    if start is not None and when < start:
-        return Check(
-            "key_window",
-            False,
-            f"issued at {issued_at}, before key {key.keyid[:16]}… became valid ({key.not_before})",
-        )
-    if end is not None and when > end:
-        return Check(
-            "key_window",
-            False,
-            f"issued at {issued_at}, after key {key.keyid[:16]}… was retired ({key.not_after})",
-        )
-    return Check("key_window", True, f"issued at {issued_at}, inside the key's window")
 
 
 @dataclass(frozen=True)
