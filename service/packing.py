@@ -4,7 +4,8 @@
 folder) gives the same bytes for the same files wherever it runs: a `tar` (POSIX pax format) of
 the entries sorted by path, every one owned by uid/gid 0 with no user or group name, modified at
 time 0, mode 0644 or 0755 for files (executable or not) and 0755 for folders, then gzip at level
-9 with no file name and time 0 in its header. Inside a git work tree the files are those of
+1 (code is small; a worker hashing its operator's folder should not wait on compression) with
+no file name and time 0 in its header. Inside a git work tree the files are those of
 `HEAD` (`git archive`, so untracked and uncommitted files are not in it), re-packed the same way;
 elsewhere every file under the folder, skipping only `.git`. The digest is the SHA-256 of those
 bytes. (The same zlib gives the same bytes: carry the digest `submit` printed to the deploy job,
@@ -96,7 +97,7 @@ class _Hashing(io.RawIOBase):
 def write_archive(entries: Iterable[Entry], sink: IO[bytes] | io.RawIOBase) -> None:
     """Write the deterministic `tar.gz` of these entries to `sink`, file by file."""
     with (
-        gzip.GzipFile(filename="", mode="wb", fileobj=sink, compresslevel=9, mtime=0) as gz,
+        gzip.GzipFile(filename="", mode="wb", fileobj=sink, compresslevel=1, mtime=0) as gz,
         tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
         for entry in sorted(entries, key=lambda e: e.path):

@@ -16,7 +16,7 @@ from service.settings import Settings
 from tests.mcp.conftest import Sandbox, sandbox  # noqa: F401 - the fixture
 from tests.support.api import decided, dossier, predicate, submit, system_name
 from tests.support.keys import KeyBook
-from tests.support.service import WorkerProcess, allow_code, wait_decided
+from tests.support.service import ROOT, WorkerProcess, allow_code, wait_decided
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -33,8 +33,14 @@ def code_worker(
     shards run on the tenant's own worker (the shared workers never receive them)."""
     keys.key("ci")  # the tenant exists once it has a key
     allow_code(engine, keys.tenant)
+    # The checkout as the operator's folder: the manifests name the example's agents by their
+    # absolute paths in it (the worker hashes it once, when it loads it).
     worker = WorkerProcess(
-        settings, f"code-{keys.tenant}", tmp_path_factory.mktemp("code-worker"), tenant=keys.tenant
+        settings,
+        f"code-{keys.tenant}",
+        tmp_path_factory.mktemp("code-worker"),
+        tenant=keys.tenant,
+        code_dir=ROOT,
     )
     try:
         worker.wait_ready()
