@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import xmlschema
 import yaml
@@ -113,9 +114,19 @@ def runner_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv / "bin"
 
 
+def cloned(checkout: Path) -> Path:
+    """The checkout as `actions/checkout` and GitLab leave it: a git work tree at the commit, so
+    `submit --code .` and the deploy job's `gate --artifact .` pack the same HEAD, whatever the
+    jobs wrote beside it (a wheel, reports)."""
+    git = ["git", "-c", "user.email=ci@example.com", "-c", "user.name=ci"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "the commit CI builds"]):
+        subprocess.run([*git, *args], cwd=checkout, check=True, capture_output=True)
+    return checkout
+
+
 @pytest.fixture
 def runner(service: Embedded, runner_python: Path, tmp_path: Path) -> Runner:
-    checkout = fresh_checkout(tmp_path / "checkout")
+    checkout = cloned(fresh_checkout(tmp_path / "checkout"))
     temp = tmp_path / "runner-temp"
     temp.mkdir()
     return Runner(checkout, runner_python, service, temp)
@@ -179,6 +190,7 @@ def test_the_composite_action_installs_from_its_checkout_and_reports_the_decisio
         "url",
         "api-key",
         "version",
+        "code",
         "extras",
         "python-version",
     }
@@ -191,12 +203,23 @@ def test_the_composite_action_installs_from_its_checkout_and_reports_the_decisio
             "inputs.url": runner.service.url,
             "inputs.api-key": runner.service.key,
             "inputs.version": "action-1",
+            "inputs.code": "examples",
             "inputs.extras": "",
             "github.action_path": str(runner.checkout / "deploy" / "ci" / "action"),
         }
     )
     assert runner.github_job(action["runs"]["steps"], env, ctx) == 0
-    assert "decision=allow" in output.read_text()
+    outputs = output.read_text()
+    assert "decision=allow" in outputs
+    # The code it uploaded, by the digest the deploy asks about.
+    digest = next(line for line in outputs.splitlines() if line.startswith("artifact="))[9:]
+    gate = httpx.get(
+        f"{runner.service.url}/v1/gate/copperfin-returns",
+        params={"artifact": digest},
+        headers={"Authorization": f"Bearer {runner.service.key}"},
+    )
+    assert gate.status_code == 200, gate.text
+    assert gate.json()["version"] == "action-1" and gate.json()["decision"] == "allow"
     assert {p.name for p in runner.uploaded} == {"assaygate-dossier.json", "assaygate-junit.xml"}
     assert_junit(runner.checkout / "assaygate-junit.xml")
 
