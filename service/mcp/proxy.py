@@ -10,6 +10,7 @@ receipt is written (through the core's `Injector`) only after a disturbance took
 from __future__ import annotations
 
 import asyncio
+import math
 import secrets
 import socket
 import threading
@@ -22,6 +23,7 @@ import mcp_types as types
 import uvicorn
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED
 
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.disturbance import Disturbance
@@ -30,9 +32,14 @@ from service.core.system.contract import Contract, Tool, ToolRole
 from service.mcp.cost import MAX_CALLS
 from service.mcp.hooks import Upstreams
 from service.mcp.wire import json_reply, reply_json, text_reply
+from service.mcp.witness import Forwarded, Reply
 
 REQUEST_TIMEOUT = -32001  # the JSON-RPC error a timed-out request is answered with
 INVALID_REQUEST = -32600
+# How long the proxy waits, after the agent's last run, for forwards still in flight before it
+# cancels them and the world is probed: a call the agent abandoned may still commit, and one that
+# commits after the probe is seen by no witness.
+DRAIN_S = 5.0
 
 
 @dataclass
@@ -69,6 +76,14 @@ class Limiter:
         self.refused += 1
         return False
 
+    def retry_after_ms(self, now: float) -> int:
+        """The wait after which an attempt made `now` would be admitted: what a refusal tells
+        the agent, so an agent that honours the hint gets through. Rounded up, and a millisecond
+        more: a sleep of exactly the hint must not land a hair before the limit opens."""
+        first = now if self.first is None else self.first
+        left_ms = round((first + self.fair_share_s - now) * 1000, 3)  # float noise: not a ms
+        return max(0, math.ceil(left_ms)) + 1
+
 
 @dataclass
 class TrialState:
@@ -90,14 +105,29 @@ class TrialState:
     read_done: bool = False
     crashed: threading.Event = field(default_factory=threading.Event)
     # The proxy's own record of every effect call it forwarded, in every run, with what the
-    # server answered: the second witness the probed world must
-    # agree with (engine.witness).
-    forwarded_effects: list[dict[str, Any]] = field(default_factory=list)
+    # server answered: the second witness the probed world must agree with (service.mcp.witness).
+    forwarded_effects: list[Forwarded] = field(default_factory=list)
+    # Upstream calls not answered yet; after `drain` nothing more is forwarded.
+    inflight: set[asyncio.Future[types.CallToolResult]] = field(default_factory=set)
+    drained: bool = False
     step: int = 0
 
     def tick(self) -> int:
         self.step += 1
         return self.step
+
+    async def drain(self, timeout_s: float = DRAIN_S) -> None:
+        """Let the upstream calls still in flight answer, for at most `timeout_s`, then cancel
+        the rest: the world is probed next, and a call answered later would never be graded. A
+        cancelled effect call stays `pending`, which the witness counts as a disagreement."""
+        self.drained = True
+        if not self.inflight:
+            return
+        _done, late = await asyncio.wait(set(self.inflight), timeout=timeout_s)
+        for call in late:
+            call.cancel()
+        if late:
+            await asyncio.wait(late, timeout=1.0)
 
 
 @dataclass
@@ -113,18 +143,48 @@ Handler = Callable[
 ]
 
 
-def _effect_record(run: Run, call: dict[str, Any], tool: Tool) -> dict[str, Any]:
+def _effect_record(run: Run, call: dict[str, Any], tool: Tool) -> Forwarded:
     args = call["arguments"]
     key = args.get(tool.idempotency_key) if tool.idempotency_key else None
-    return {
-        "seq": call["seq"],
-        "run": run.number,
-        "tool": call["tool"],
-        "subject": args.get(str(tool.subject)),
-        "key": None if key is None else str(key),
-        "acknowledged": False,
-        "id": None,
-    }
+    return Forwarded(
+        seq=call["seq"],
+        run=run.number,
+        tool=call["tool"],
+        subject=args.get(str(tool.subject)),
+        key=None if key is None else str(key),
+        amount=args.get(tool.amount) if tool.amount else None,
+        errors_may_commit=tool.errors_may_commit,
+    )
+
+
+def _settled(t: TrialState, call: asyncio.Future[types.CallToolResult]) -> None:
+    t.inflight.discard(call)
+    if not call.cancelled():
+        call.exception()  # retrieved here: the agent that asked may have hung up
+
+
+def _answered(record: Forwarded, tool: Tool, call: asyncio.Future[types.CallToolResult]) -> None:
+    """Write down how the server answered `record`'s call, before any fault changes what the
+    agent sees. A done callback, not code after the await: the agent's request may be gone (its
+    process exited) while the server's answer is still worth recording."""
+    if call.cancelled():
+        return  # never answered: stays pending
+    exc = call.exception()
+    if exc is None:
+        result = call.result()
+        value = reply_json(result)
+        ident = value.get(str(tool.reply_field)) if isinstance(value, dict) else None
+        if result.is_error:
+            record.reply = Reply.ERROR
+        elif ident is None:
+            record.reply = Reply.UNACKNOWLEDGED
+        else:
+            record.reply = Reply.ACKNOWLEDGED
+        record.id = None if ident is None else str(ident)
+    elif isinstance(exc, MCPError) and exc.error.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
+        record.reply = Reply.ERROR  # the server's own JSON-RPC error answer
+    else:
+        record.reply = Reply.LOST
 
 
 def _timeout(message: str) -> MCPError:
@@ -214,7 +274,10 @@ async def _storm(
         return await fwd()
     if spec.id not in t.injector.fired:
         _fire(t, spec, call)
-    return json_reply({"error": "rate_limited", "retry_after_ms": 0}, is_error=True)
+    # The hint is the model's own: the wait that gets this run admitted, never a wait that would
+    # be refused again.
+    wait = t.limiter.retry_after_ms(now)
+    return json_reply({"error": "rate_limited", "retry_after_ms": wait}, is_error=True)
 
 
 async def _stale(
@@ -415,18 +478,19 @@ class Proxy:
         t.calls.append(call)
 
         async def forward() -> types.CallToolResult:
+            if t.drained:
+                raise _timeout("the trial is over: nothing more is forwarded")
             call["forwarded"] = True
-            if role is not ToolRole.EFFECT or tool is None:
-                return await self.upstreams.call(name, call["arguments"])
-            record = _effect_record(run, call, tool)
-            t.forwarded_effects.append(record)
-            result = await self.upstreams.call(name, call["arguments"])
-            # What the server said, before any fault changes what the agent sees.
-            value = reply_json(result)
-            ident = value.get(str(tool.reply_field)) if isinstance(value, dict) else None
-            record["acknowledged"] = not result.is_error and ident is not None
-            record["id"] = None if ident is None else str(ident)
-            return result
+            upstream = asyncio.ensure_future(self.upstreams.call(name, call["arguments"]))
+            t.inflight.add(upstream)
+            upstream.add_done_callback(lambda done: _settled(t, done))
+            if role is ToolRole.EFFECT and tool is not None:
+                record = _effect_record(run, call, tool)
+                t.forwarded_effects.append(record)
+                upstream.add_done_callback(lambda done: _answered(record, tool, done))
+            # Shielded: an agent that hangs up does not cancel the server's work under it; the
+            # drain waits for it (or cancels it) before the probe.
+            return await asyncio.shield(upstream)
 
         try:
             result = await self._apply(t, run, call, role, forward)
