@@ -51,6 +51,12 @@ class IdempotencyConflict(Conflict):
     code = "idempotency_conflict"
 
 
+class VersionTaken(Conflict):
+    """A system's version already names another manifest: one version, one manifest."""
+
+    code = "version_taken"
+
+
 class ExpiryPassed(Conflict):
     """A review's expiry that the clock has already passed: it would lapse at once."""
 

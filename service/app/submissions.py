@@ -23,7 +23,12 @@ import rfc8785
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from service.app.errors import BrokerUnavailable, FieldInvalid, IdempotencyConflict
+from service.app.errors import (
+    BrokerUnavailable,
+    FieldInvalid,
+    IdempotencyConflict,
+    VersionTaken,
+)
 from service.app.ports import Limit, Queue
 from service.app.secrets import check_named
 from service.app.shapes import CandidateCreate
@@ -39,6 +44,7 @@ from service.db.apikey import Principal, audit
 from service.db.candidate import (
     Recorded,
     find_idempotency_key,
+    first_of_version,
     record_submission,
     withdraw_submission,
 )
@@ -229,6 +235,7 @@ def _record(
 ) -> tuple[Recorded, dict[str, Any]]:
     """One attempt at the submission's transaction; committed when it returns. `key`: the
     stored idempotency key and the request's digest, to claim."""
+    _one_manifest_per_version(session, principal, checked)
     recorded = record_submission(
         session,
         tenant_id=principal.tenant_id,
@@ -268,6 +275,20 @@ def _record(
         session.add(claim)
     session.commit()
     return recorded, response
+
+
+def _one_manifest_per_version(session: Session, principal: Principal, checked: _Checked) -> None:
+    """A version names one manifest: a second, different manifest under a system's version would
+    leave two answers for one `gate --version` (the same manifest again is a new candidate of it:
+    a re-run)."""
+    first = first_of_version(session, principal.tenant_id, checked.system, checked.version)
+    if first is not None and first.manifest_digest != checked.manifest.digest():
+        raise VersionTaken(
+            f"version {checked.version} of {checked.system} was submitted with another manifest "
+            f"(candidate {first.id}, manifest {first.manifest_digest[:12]}); a changed manifest "
+            "is a new version",
+            field="version",
+        )
 
 
 def _claim(

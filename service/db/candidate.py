@@ -89,6 +89,27 @@ def record_submission(
     return Recorded(candidate, assay, system, created_system, created_manifest)
 
 
+def first_of_version(
+    session: Session, tenant_id: uuid.UUID, system_name: str, version: str
+) -> Candidate | None:
+    """The first candidate recorded for a system's version. The system's row is locked until the
+    transaction ends (PostgreSQL), so concurrent submissions of one system take turns and a
+    second manifest under one version cannot slip in beside the first."""
+    system = session.exec(
+        select(System)
+        .where(System.name == system_name, System.tenant_id == tenant_id)
+        .with_for_update()
+    ).first()
+    if system is None:
+        return None
+    return session.exec(
+        select(Candidate)
+        .where(Candidate.system_id == system.id, Candidate.version == version)
+        .order_by(col(Candidate.created_at), col(Candidate.id))
+        .limit(1)
+    ).first()
+
+
 def _stage_system(session: Session, system_name: str, tenant_id: uuid.UUID) -> tuple[System, bool]:
     """The tenant's system of that name, created if new (and whether it was)."""
     system = session.exec(
