@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ from service.core.faults.plan import AssayPlan, parse_plan, validate_plan
 from service.core.shards.assay import AssayReport, StopLimits, replay_trial, run_assay
 from service.core.system.contract import MAX_SLOTS
 from service.core.system.manifest import Manifest, parse_manifest_json
+from service.core.system.secret import code_env
 from service.net.egress import EgressPolicy
+from service.sandbox.local import declare as declare_code_env
 from service.targets import DEFAULT_TIMEOUT_S, close_target, load_target
 
 
@@ -90,6 +93,21 @@ def _assay_args(p: argparse.ArgumentParser) -> None:
         help="run N trials at once in isolated copies of an mcp target's world, as many as "
         "it offers (tools.slots; a world without slots runs one at a time); the counts are "
         "the same at any N",
+    )
+    p.add_argument(
+        "--secrets",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a JSON object of the values of the secrets the manifest names (target.secrets); "
+        "without it each is read from the environment variable of its name",
+    )
+    p.add_argument(
+        "--inherit-env",
+        action="store_true",
+        help="give the team's code this whole environment, not only what the manifest declares "
+        "(target.env, target.secrets) as a worker does: a decision may then differ from the "
+        "service's",
     )
     report_args(p)
     p.add_argument(
@@ -232,6 +250,60 @@ def cmd_mcp_proxy(args: argparse.Namespace) -> int:
     return main(args.url)
 
 
+def local_secrets(manifest: Manifest, path: Path | None) -> dict[str, str]:
+    """The values of the secrets the manifest names, for a local run: from `path` (a JSON object
+    of names to values) or else each from the environment variable of its name."""
+    names = manifest.target.secrets
+    if not names:
+        return {}
+    source: Mapping[str, object] = os.environ
+    where = "the environment"
+    if path is not None:
+        try:
+            loaded = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ManifestInvalid(f"cannot read {path} as JSON: {exc}", field="--secrets") from None
+        if not isinstance(loaded, dict):
+            raise ManifestInvalid(f"{path} is not a JSON object of names", field="--secrets")
+        source, where = loaded, str(path)
+    out: dict[str, str] = {}
+    for i, name in enumerate(names):
+        value = source.get(name)
+        if not isinstance(value, str):
+            raise ManifestInvalid(
+                f"the secret {name} is not set in {where} (pass --secrets FILE, or set it)",
+                field=f"target.secrets.{i}",
+            )
+        out[name] = value
+    return out
+
+
+def _assay_here(
+    args: argparse.Namespace, manifest: Manifest, plan: AssayPlan, limits: StopLimits
+) -> AssayReport:
+    # The user's own machine: loopback and private addresses are theirs; metadata never.
+    target = load_target(
+        manifest,
+        http_timeout_s=args.trial_timeout,
+        egress=EgressPolicy.local(),
+        slots=args.concurrency,
+    )
+    notice = getattr(target, "notice", None)  # an mcp world with fewer slots than asked for
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
+    try:
+        return _run(
+            manifest,
+            plan,
+            target,
+            limits,
+            progress_bar=not args.json and sys.stdout.isatty(),
+            concurrency=args.concurrency,
+        )
+    finally:
+        close_target(target)
+
+
 def cmd_assay(args: argparse.Namespace) -> int:
     from service.cli import reports
 
@@ -240,29 +312,19 @@ def cmd_assay(args: argparse.Namespace) -> int:
         manifest = load_manifest(args.manifest)
         plan = build_plan(args, manifest)
         limits = _limits(args)
+        # As on a worker: the code sees its declared variables and named secrets only.
+        declared = (
+            None
+            if args.inherit_env
+            else code_env(manifest.target.env, local_secrets(manifest, args.secrets))
+        )
         if not 1 <= args.concurrency <= MAX_SLOTS:
             raise PlanInvalid(f"must be from 1 to {MAX_SLOTS}", field="--concurrency")
-        # The user's own machine: loopback and private addresses are theirs; metadata never.
-        target = load_target(
-            manifest,
-            http_timeout_s=args.trial_timeout,
-            egress=EgressPolicy.local(),
-            slots=args.concurrency,
-        )
-        notice = getattr(target, "notice", None)  # an mcp world with fewer slots than asked for
-        if notice:
-            print(notice, file=sys.stderr, flush=True)
+        declare_code_env(declared)
         try:
-            report = _run(
-                manifest,
-                plan,
-                target,
-                limits,
-                progress_bar=not args.json and sys.stdout.isatty(),
-                concurrency=args.concurrency,
-            )
+            report = _assay_here(args, manifest, plan, limits)
         finally:
-            close_target(target)
+            declare_code_env(None)
     except AssaygateError as exc:
         # Exit 3 writes its reports too: the CI step that uploads them finds the error.
         outcome = reports.error_outcome(Path(args.manifest).stem, "", str(exc))
