@@ -14,6 +14,7 @@ from service.core.faults.catalogue import (
     FaultSpec,
     catalogue_named,
 )
+from service.core.system.manifest import Envelope, Manifest
 from service.core.system.values import INTEGRAL, Number
 
 MAX_TRIALS = 10_000_000
@@ -70,6 +71,14 @@ class AssayPlan(BaseModel):
     # The violation rate below which an unseen violation no longer changes a fault's decision
     # (None: the envelope's, else what the fixed plan's `trials` would resolve).
     max_violation_rate: Annotated[Number, Field(gt=0.0, lt=1.0)] | None = None
+    # The envelope the assay decides under when the organisation's policy tightened the
+    # manifest's (service/core/decision/policy.py `tighten`); None: the manifest's own. Set by the
+    # service, never by a submission (the API's plan shape has no such field).
+    envelope: Envelope | None = None
+
+    def envelope_for(self, manifest: Manifest) -> Envelope:
+        """The envelope this assay of `manifest` decides under."""
+        return self.envelope if self.envelope is not None else manifest.envelope
 
     def rule_for(self, target_kind: str) -> Literal["sequential", "fixed"]:
         """The rule this plan runs for a target of `target_kind`."""
