@@ -50,6 +50,7 @@ GateBasis = Literal[
     "rejected",
     "expired",
     "config_changed",
+    "policy_changed",
     "trigger_changed",
     "pending",
     "failed",

@@ -69,6 +69,7 @@ NOTES = {
     "rejected": "rejected",
     "expired": "review expired",
     "config_changed": "production config changed",
+    "policy_changed": "organisation policy changed",
     "trigger_changed": "triggers changed",
     "pending": "assay pending",
     "failed": "assay failed",
