@@ -31,7 +31,7 @@ from service.core.evidence.signature import newcombe, wilson
 from service.core.evidence.spend import from_views
 from service.core.evidence.stopping import Stop, rule_for
 from service.core.evidence.tally import ArmCounts, ShardResult, StormTally, Tally, add_cause
-from service.core.faults.catalogue import Catalogue, FaultSpec
+from service.core.faults.catalogue import FaultSpec
 from service.core.faults.disturbance import Disturbance
 from service.core.faults.plan import AssayPlan
 from service.core.system.contract import WITNESS, invariant_table
@@ -440,22 +440,6 @@ def merge(
     anytime = float(plan.error) if rule == "sequential" else None
     verdict = decide(evidence, envelope, stopped, anytime=anytime)
     visited = {spec.coverage_key() for spec in faults if tallies[spec.id].exercised}
-    plan_dump = plan.model_dump(mode="json")
-    # Plan keys added with sequential plans and budgets are written only when set, so a plan that
-    # sets none signs the same bytes as before they existed (the golden dossier).
-    for key, default in (
-        ("rule", None),
-        ("error", 0.05),
-        ("max_violation_rate", None),
-        ("envelope", None),
-    ):
-        if plan_dump.get(key) == default:
-            del plan_dump[key]
-    for key in ("max_runs", "max_seconds", "max_tokens", "max_cost"):
-        if plan_dump["stop"].get(key) is None:
-            del plan_dump["stop"][key]
-    if isinstance(plan.catalogue, Catalogue):
-        plan_dump["catalogue"] = {"version": cat.version}
     return AssayReport(
         decision=verdict.decision,
         reasons=verdict.reasons,
@@ -472,7 +456,7 @@ def merge(
         catalogue_version=cat.version,
         manifest_digest=manifest.digest(),
         component_hashes=manifest.component_hashes(),
-        plan=plan_dump,
+        plan=plan.signed(),
         seed=plan.seed,
         trials_executed=executed,
         target_errors_total=sum(t.all_errors for t in tallies.values()),
