@@ -67,7 +67,7 @@ class OrgPolicy(StrictModel):
     counterfactuals: Literal[True] | None = None
     # The smallest evidence sample the extra arms may run on (a plan's `null`, every trial, is
     # always enough).
-    evidence_sample: Annotated[int, Field(strict=True, ge=1), INTEGRAL] | None = None
+    evidence_sample: Annotated[int, Field(strict=True, ge=1, le=MAX_TRIALS), INTEGRAL] | None = None
 
     @field_validator("rules", "families", "coverage")
     @classmethod
