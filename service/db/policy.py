@@ -40,8 +40,11 @@ def newest_of_tenant(session: Session, tenant_id: uuid.UUID) -> Sequence[OrgPoli
 
 
 def lock_tenant(session: Session, tenant_id: uuid.UUID) -> Tenant:
-    """Serialise policy versions of one tenant (SQLite serialises every writer anyway)."""
-    return session.exec(select(Tenant).where(Tenant.id == tenant_id).with_for_update()).one()
+    """Serialise policy versions of one tenant (SQLite serialises every writer anyway). `FOR NO
+    KEY UPDATE`: submissions, whose new rows only reference the tenant, are not held up."""
+    return session.exec(
+        select(Tenant).where(Tenant.id == tenant_id).with_for_update(key_share=True)
+    ).one()
 
 
 def add(
