@@ -14,7 +14,7 @@ from sqlmodel import Session
 
 from service.app import policies
 from service.app.dossiers import policy_digest, reopen, reopen_for_policy
-from service.app.errors import FieldInvalid, NotFound, PolicyLowered
+from service.app.errors import Conflict, FieldInvalid, NotFound, PolicyLowered
 from service.core.decision.gate import Decision
 from service.core.decision.policy import EMPTY, OrgPolicy, combine, loosened, parse_policy
 from service.core.errors import AssaygateError
@@ -261,10 +261,11 @@ def _write(
 def _check_combines(
     session: Session, tenant: Tenant, system: str | None, policy: OrgPolicy
 ) -> None:
-    """Refuse a version that leaves some system of the tenant no plan rule to run."""
+    """Refuse a version that leaves some system of the tenant no plan rule to run (a conflict
+    with the other scope's policy, not a bad document)."""
     if system is not None:
         own = policy_rows.latest(session, tenant.id)
-        others = [(system, parse_policy(own.document))] if own else []
+        others = [("", parse_policy(own.document))] if own else []
     else:
         others = [
             (row.system, parse_policy(row.document))
@@ -275,8 +276,9 @@ def _check_combines(
         try:
             combine(other, policy)
         except AssaygateError as exc:
-            raise FieldInvalid(
-                f"{exc.message} (with the policy of system {name})", field=exc.field
+            raise Conflict(
+                f"{exc.message} (with the policy of {f'system {name}' if name else 'the tenant'})",
+                field=exc.field,
             ) from None
 
 

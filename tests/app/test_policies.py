@@ -12,7 +12,7 @@ from sqlmodel import Session, col, select
 
 from service.app import changes, policies
 from service.app.dossiers import policy_digest, record_assay_dossier
-from service.app.errors import FieldInvalid, NotFound, PolicyLowered
+from service.app.errors import Conflict, FieldInvalid, NotFound, PolicyLowered
 from service.core.decision.policy import EMPTY
 from service.core.signing.dossier import Signer
 from service.db import dossier as dossiers
@@ -114,7 +114,7 @@ def test_a_systems_policy_that_leaves_no_plan_rule_to_run_is_refused(
     name = tenant()
     ensure_tenant(session, name)
     put(session, signer, name, {"rules": ["fixed"]})
-    with pytest.raises(FieldInvalid) as exc:
+    with pytest.raises(Conflict) as exc:
         put(session, signer, name, {"rules": ["sequential"]}, "refunds")
     assert exc.value.field == "rules"
 

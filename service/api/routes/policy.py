@@ -61,7 +61,7 @@ def get_policy(
 @router.put(
     "",
     response_model=PolicySetPublic,
-    responses={k: ERROR_RESPONSES[k] for k in (403, 422, 503)},
+    responses={k: ERROR_RESPONSES[k] for k in (403, 409, 422, 503)},
 )
 def put_policy(
     body: OrgPolicy,
@@ -72,7 +72,8 @@ def put_policy(
 ) -> PolicySetPublic:
     """Raise the tenant's policy (or one system's) to `body`: a new version, audited, that
     reopens each standing dossier assayed under another policy. A field looser than the current
-    version is `403 policy_lowered`: only an operator lowers the bar."""
+    version is `403 policy_lowered`: only an operator lowers the bar; one that leaves a system
+    no plan rule its tenant's policy allows is `409`."""
     done = changes.raise_policy(
         session, signer, principal, system, body.model_dump(mode="json", exclude_none=True)
     )
