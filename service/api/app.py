@@ -20,6 +20,7 @@ from service.api.routes import (
     gate,
     health,
     holds,
+    policy,
     secrets,
     systems,
     tenants,
@@ -47,6 +48,7 @@ def install(app: FastAPI, settings: Settings) -> None:
         api_keys.router,
         secrets.router,
         tenants.router,
+        policy.router,
         health.router,
     ):
         app.include_router(

@@ -104,3 +104,18 @@ class CodeNotAllowed(AppError):
 
     kind = Kind.REFUSED
     code = "code_not_allowed"
+
+
+class PolicyRefused(AppError):
+    """A submission or re-run sets a field looser than the organisation's policy allows; the
+    message names the policy (its scope, versions and digest) and the policy's field."""
+
+    kind = Kind.INVALID
+    code = "policy_violation"
+
+
+class PolicyLowered(AppError):
+    """A tenant's admin may raise the tenant's bar, never lower it: lowering is an operator's."""
+
+    kind = Kind.REFUSED
+    code = "policy_lowered"

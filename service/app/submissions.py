@@ -23,6 +23,7 @@ import rfc8785
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from service.app import policies
 from service.app.errors import (
     BrokerUnavailable,
     FieldInvalid,
@@ -131,8 +132,18 @@ class _Checked:
     manifest: Manifest
     system: str
     version: str
+    # The plan as submitted; `admitted` raises it to the organisation's policy.
+    plan: AssayPlan
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    """A checked submission under the policy in force: the effective plan (its envelope
+    included) and its shards, and the policy it is held to."""
+
     plan: AssayPlan
     shards: list[ShardSpec]
+    policy: policies.InForce
 
 
 def _check(body: CandidateCreate, settings: Settings) -> _Checked:
@@ -156,9 +167,24 @@ def _check(body: CandidateCreate, settings: Settings) -> _Checked:
     plan = parse_plan(
         plan_data_for(manifest, body.plan.model_dump(exclude_none=True) if body.plan else {})
     )
-    shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
+    # Within the limits as submitted, before the database is read (the policy may raise them).
+    check_trial_limits(
+        plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings)), settings
+    )
+    return _Checked(manifest, system, version, plan)
+
+
+def admitted(
+    session: Session, principal: Principal, checked: _Checked, settings: Settings
+) -> _Admitted:
+    """The submission under the organisation's policy for its system: refused (PolicyRefused,
+    naming the field and the policy) where it sets a field looser; raised where it says
+    nothing. The assay runs, and the dossier records, what comes out."""
+    force = policies.in_force(session, principal.tenant_id, principal.tenant, checked.system)
+    plan = policies.admit(force, checked.manifest, checked.plan).plan
+    shards = plan_shards(checked.manifest, plan, trials_per_shard=shard_size(plan, settings))
     check_trial_limits(shards, settings)
-    return _Checked(manifest, system, version, plan, shards)
+    return _Admitted(plan, shards, force)
 
 
 def submit(
@@ -186,6 +212,7 @@ def submit(
     check_named(
         session, principal.tenant_id, checked.manifest.target.secrets, "manifest.target.secrets"
     )
+    admission = admitted(session, principal, checked, services.settings)
     services.queue.ping()
     if services.limit is not None and stored_key is None:
         services.limit.check(principal.key_id)
@@ -193,7 +220,7 @@ def submit(
         try:
             claim = (stored_key, digest) if stored_key is not None else None
             recorded, response = _record(
-                session, services, principal, body, checked, claim, present
+                session, services, principal, body, checked, admission, claim, present
             )
             break
         except sa.exc.IntegrityError:
@@ -207,7 +234,7 @@ def submit(
     try:
         services.queue.enqueue_shards(
             recorded.assay.id,
-            [s.index for s in checked.shards],
+            [s.index for s in admission.shards],
             queue_for(services.settings, principal.tenant, checked.manifest),
         )
     except BrokerUnavailable:
@@ -230,6 +257,7 @@ def _record(
     principal: Principal,
     body: CandidateCreate,
     checked: _Checked,
+    admission: _Admitted,
     key: tuple[str, str] | None,
     present: Present | None,
 ) -> tuple[Recorded, dict[str, Any]]:
@@ -243,19 +271,20 @@ def _record(
         version=checked.version,
         source_revision=body.source_revision,
         manifest=checked.manifest,
-        plan_document=checked.plan.model_dump(mode="json"),
-        catalogue=checked.plan.resolve_catalogue().version,
-        shards=checked.shards,
+        plan_document=admission.plan.model_dump(mode="json"),
+        catalogue=admission.plan.resolve_catalogue().version,
+        shards=admission.shards,
         submitter=principal.actor,
         submitted_by=principal.person,
         lease_s=services.settings.shard_lease_s,
+        policy=admission.policy.record(),
     )
     claim = _claim(session, services, principal, recorded, key) if key is not None else None
     issue_for(
         session,
         recorded.assay,
         tenant=principal.tenant,
-        plan=checked.plan,
+        plan=admission.plan,
         signer=services.injector_signer,
         settings=services.settings,
     )

@@ -29,7 +29,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from service.cli import ci, database, demo, engine, evidence, keys, secrets, serve, tenants
+    from service.cli import (
+        ci,
+        database,
+        demo,
+        engine,
+        evidence,
+        keys,
+        policy,
+        secrets,
+        serve,
+        tenants,
+    )
 
     parser = _Parser(
         prog="assaygate",
@@ -39,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"assaygate {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     engine.register(sub)
-    for commands in (evidence, serve, demo, ci, keys, secrets, tenants, database):
+    for commands in (evidence, serve, demo, ci, keys, secrets, tenants, policy, database):
         commands.register(sub)
     _with_exit_codes(parser)
     return parser

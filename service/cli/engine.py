@@ -14,7 +14,8 @@ from typing import Any
 from service.cli.errors import DECISION_EXIT, EXIT_ERROR
 from service.cli.plans import rule_args, rule_overrides
 from service.cli.printing import print_report
-from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
+from service.core.decision.policy import OrgPolicy, parse_policy, tighten
+from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid, PolicyInvalid
 from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.faults.contract_catalogue import catalogue_for
@@ -58,6 +59,14 @@ def _assay_args(p: argparse.ArgumentParser) -> None:
     _plan_args(p)
     rule_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--policy",
+        default=None,
+        metavar="FILE",
+        help="hold the manifest and plan to an organisation's policy, as the service does (the "
+        "`policy` that `GET /v1/policy?system=NAME` answers): a looser field is an error, one "
+        "left out takes the policy's value",
+    )
     p.add_argument("--no-baseline", action="store_true", help="skip the matched baseline runs")
     p.add_argument(
         "--no-counterfactual", action="store_true", help="skip the counterfactual containment pairs"
@@ -205,14 +214,15 @@ def build_plan(args: argparse.Namespace, manifest: Manifest | None = None) -> As
         catalogue = catalogue_for(manifest)
     if args.trials is not None and args.trials < 1:
         raise PlanInvalid("must be at least 1", field="--trials")
-    trials = args.trials if args.trials is not None else (2000 if catalogue == "paper" else 200)
     data: dict[str, object] = {
         "catalogue": catalogue,
         "families": tuple(args.fault),
         "modes": tuple(args.mode),
-        "trials": trials,
         "seed": args.seed,
     }
+    # Only what was asked for is set: an organisation's policy raises what was left out.
+    if args.trials is not None or catalogue == "paper":
+        data["trials"] = args.trials if args.trials is not None else 2000
     if getattr(args, "no_baseline", False):
         data["matched_baseline"] = False
     if getattr(args, "no_counterfactual", False):
@@ -224,6 +234,19 @@ def build_plan(args: argparse.Namespace, manifest: Manifest | None = None) -> As
         plan.rule_for("reference")
         return plan
     return parse_plan(data)
+
+
+def load_policy(path: str) -> OrgPolicy:
+    try:
+        data = json.loads(read_text(path, "policy"))
+    except json.JSONDecodeError as exc:
+        raise PolicyInvalid(f"malformed policy JSON: {exc}", field="--policy") from None
+    return parse_policy(data)
+
+
+def held_to(policy: OrgPolicy, manifest: Manifest, plan: AssayPlan) -> AssayPlan:
+    """The plan (its envelope included) the service would run under `policy`."""
+    return tighten(policy, manifest.envelope, plan, manifest.target.kind).plan
 
 
 # `assay` exits like `gate`: the decision as the exit code, 3 for an error.
@@ -311,6 +334,8 @@ def cmd_assay(args: argparse.Namespace) -> int:
     try:
         manifest = load_manifest(args.manifest)
         plan = build_plan(args, manifest)
+        if getattr(args, "policy", None) is not None:
+            plan = held_to(load_policy(args.policy), manifest, plan)
         limits = _limits(args)
         # As on a worker: the code sees its declared variables and named secrets only.
         declared = (

@@ -52,3 +52,20 @@ class SecretUnreadable(AssaygateError):
     the one it was stored under, or the row was copied to another tenant or name."""
 
     code = "secret_unreadable"
+
+
+class PolicyViolation(AssaygateError):
+    """A submission (its manifest's `envelope`, or its plan) sets a field looser than the
+    organisation's policy allows. `field` names the submitted field, `policy` the policy's."""
+
+    code = "policy_violation"
+
+    def __init__(self, message: str, field: str, policy: str) -> None:
+        super().__init__(message, field)
+        self.policy = policy
+
+
+class PolicyInvalid(AssaygateError):
+    """A policy document breaks a rule of its own (an unknown key, a rule that allows nothing)."""
+
+    code = "policy_invalid"

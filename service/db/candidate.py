@@ -53,6 +53,7 @@ def record_submission(
     submitter: str | None = None,
     submitted_by: str | None = None,
     lease_s: float = DEFAULT_LEASE_S,
+    policy: dict[str, Any] | None = None,
 ) -> Recorded:
     """Stage every row of one submission in `session`; the caller commits or rolls back."""
     system, created_system = _stage_system(session, system_name, tenant_id)
@@ -70,7 +71,7 @@ def record_submission(
     # each parent before its children.
     session.add(candidate)
     session.flush()
-    assay = _stage_assay(session, candidate, plan_document, catalogue, shards, lease_s)
+    assay = _stage_assay(session, candidate, plan_document, catalogue, shards, lease_s, policy)
     session.add(
         Event(
             kind="candidate.submitted",
@@ -142,14 +143,17 @@ def _stage_assay(
     catalogue: str,
     shards: Sequence[ShardSpec],
     lease_s: float,
+    policy: dict[str, Any] | None,
 ) -> Assay:
     """An assay of `candidate` and one row per shard, flushed parent first. The caller sends one
     message per shard once this commits: each shard counts it, under a lease to be picked up in.
+    `policy`: the organisation's policy it was planned under (`service.app.policies`).
     """
     assay = Assay(
         candidate_id=candidate.id,
         catalogue=catalogue,
         plan=plan_document,
+        policy=policy,
         shard_count=len(shards),
         trials_planned=sum(s.stop - s.start for s in shards),
     )
@@ -182,10 +186,11 @@ def record_rerun(
     requested_by: str | None,
     person: str | None = None,
     lease_s: float = DEFAULT_LEASE_S,
+    policy: dict[str, Any] | None = None,
 ) -> Assay:
     """A new assay of an existing candidate: its evidence will be a new dossier version with its
     own trial counts (never merged with, or chosen over, the run before)."""
-    assay = _stage_assay(session, candidate, plan_document, catalogue, shards, lease_s)
+    assay = _stage_assay(session, candidate, plan_document, catalogue, shards, lease_s, policy)
     session.add(
         Event(
             kind="candidate.rerun",

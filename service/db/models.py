@@ -88,6 +88,27 @@ class TenantSecret(SQLModel, table=True):
     )
 
 
+class OrgPolicyRow(SQLModel, table=True):
+    """One version of an organisation's policy for a tenant (`system` empty) or for one system
+    of it (by name: it may be set before the system's first candidate). Rows are only ever
+    added: a change is a new version. (The row; the policy is `core.decision.policy.OrgPolicy`.)"""
+
+    __tablename__ = "org_policy"
+    __table_args__ = (sa.UniqueConstraint("tenant_id", "system", "version"),)
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    tenant_id: uuid.UUID = Field(foreign_key="tenant.id", index=True)
+    system: str = Field(default="", max_length=200)
+    version: int
+    document: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    digest: str = Field(max_length=64)
+    # "operator:<name>" for the command line, else the key's actor.
+    set_by: str = Field(max_length=200)
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+
+
 class PersonKind(StrEnum):
     PERSON = "person"
     SERVICE = "service"  # a service account: CI, a deploy bot
@@ -259,6 +280,11 @@ class Assay(SQLModel, table=True):
     stop_reason: str | None = Field(default=None, max_length=300)
     aborted_at: datetime | None = Field(
         default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
+    )
+    # The organisation's policy in force when the assay was planned (its digest, the versions it
+    # combines and its document: `service.app.policies.InForce.record`); None before policies.
+    policy: dict[str, Any] | None = Field(
+        default=None, sa_column=sa.Column(sa.JSON(none_as_null=True))
     )
 
 

@@ -340,3 +340,24 @@ def test_a_named_secret_missing_locally_is_one_line_naming_it(tmp_path: Path) ->
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "target.secrets.0" in lines[0] and "REFUND_TOKEN" in lines[0]
     assert "Traceback" not in done.stderr
+
+
+def test_a_local_assay_held_to_a_policy_refuses_a_looser_manifest_and_raises_a_silent_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"floors": {"recovered": 0.9}, "trials": 6}))
+    lowered = json.loads(Path(TYPED).read_text())
+    lowered["envelope"] = {"floors": {"recovered": 0.0}}
+    loose = tmp_path / "lowered.json"
+    loose.write_text(json.dumps(lowered))
+    args = ["--fault", "tool", "--seed", "3", "--policy", str(policy), "--json"]
+    # What the service would refuse, the local assay refuses: one line, exit 3 (never a decision).
+    assert main(["assay", str(loose), *args]) == 3
+    assert "manifest.envelope.floors.recovered" in capsys.readouterr().err
+    assert main(["assay", TYPED, "--trials", "5", *args]) == 3
+    assert "plan.trials: 5 trials are fewer than the policy's minimum 6" in capsys.readouterr().err
+    # Silent: the policy's floor applies, and the report's plan says so.
+    main(["assay", TYPED, "--trials", "6", *args])
+    report = json.loads(capsys.readouterr().out)
+    assert report["plan"]["envelope"]["floors"]["recovered"] == 0.9

@@ -53,6 +53,7 @@ TABLES = (
     "hold",
     "config_change",
     "tenant_secret",
+    "org_policy",
 )
 
 

@@ -383,11 +383,13 @@ def predicate_from_report(
     decision: str | None = None,
     reasons: list[ReasonView] | None = None,
     change: str | None = None,
+    policy: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything DESIGN.md lists for a dossier, from a merged assay report (typed, or its
-    stored JSON)."""
+    stored JSON). `policy`: the organisation's policy the assay ran under (its digest, versions
+    and document), signed as `organisation_policy` when there is one."""
     r = report if isinstance(report, AssayReport) else AssayReport.from_dict(report)
-    return {
+    found = {
         "dossier_version": version,
         "previous": previous,
         "issued_at": issued_at,
@@ -417,6 +419,9 @@ def predicate_from_report(
         "interpretation": dict(r.interpretation),
         **_mcp(r),
     }
+    if policy is not None:
+        found["organisation_policy"] = dict(policy)
+    return found
 
 
 def _without_intervals(summary: JSONObject) -> JSONObject:
