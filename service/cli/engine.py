@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from service.cli.errors import DECISION_EXIT, EXIT_ERROR
-from service.cli.plans import rule_args, rule_overrides
+from service.cli.plans import held_to, load_policy, read_text, rule_args, rule_overrides
 from service.cli.printing import print_report
-from service.core.decision.policy import OrgPolicy, parse_policy, tighten
-from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid, PolicyInvalid
+from service.core.errors import AssaygateError, PlanInvalid
 from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.faults.contract_catalogue import catalogue_for
@@ -26,6 +24,7 @@ from service.core.system.manifest import Manifest, parse_manifest_json
 from service.core.system.secret import code_env
 from service.net.egress import EgressPolicy
 from service.sandbox.local import declare as declare_code_env
+from service.sandbox.local import secrets_from
 from service.targets import DEFAULT_TIMEOUT_S, close_target, load_target
 
 
@@ -183,15 +182,6 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def read_text(path: str, what: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ManifestInvalid(f"cannot read {what} {path}: {exc.strerror}", field=what) from None
-    except UnicodeDecodeError:
-        raise ManifestInvalid(f"{path} is not UTF-8 text", field=what) from None
-
-
 def load_manifest(path: str) -> Manifest:
     return parse_manifest_json(read_text(path, "manifest"))
 
@@ -236,19 +226,6 @@ def build_plan(args: argparse.Namespace, manifest: Manifest | None = None) -> As
     return parse_plan(data)
 
 
-def load_policy(path: str) -> OrgPolicy:
-    try:
-        data = json.loads(read_text(path, "policy"))
-    except json.JSONDecodeError as exc:
-        raise PolicyInvalid(f"malformed policy JSON: {exc}", field="--policy") from None
-    return parse_policy(data)
-
-
-def held_to(policy: OrgPolicy, manifest: Manifest, plan: AssayPlan) -> AssayPlan:
-    """The plan (its envelope included) the service would run under `policy`."""
-    return tighten(policy, manifest.envelope, plan, manifest.target.kind).plan
-
-
 # `assay` exits like `gate`: the decision as the exit code, 3 for an error.
 DEFAULT_MAX_TARGET_ERRORS = 20
 
@@ -271,34 +248,6 @@ def cmd_mcp_proxy(args: argparse.Namespace) -> int:
     from service.mcp.stdio import main
 
     return main(args.url)
-
-
-def local_secrets(manifest: Manifest, path: Path | None) -> dict[str, str]:
-    """The values of the secrets the manifest names, for a local run: from `path` (a JSON object
-    of names to values) or else each from the environment variable of its name."""
-    names = manifest.target.secrets
-    if not names:
-        return {}
-    source: Mapping[str, object] = os.environ
-    where = "the environment"
-    if path is not None:
-        try:
-            loaded = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ManifestInvalid(f"cannot read {path} as JSON: {exc}", field="--secrets") from None
-        if not isinstance(loaded, dict):
-            raise ManifestInvalid(f"{path} is not a JSON object of names", field="--secrets")
-        source, where = loaded, str(path)
-    out: dict[str, str] = {}
-    for i, name in enumerate(names):
-        value = source.get(name)
-        if not isinstance(value, str):
-            raise ManifestInvalid(
-                f"the secret {name} is not set in {where} (pass --secrets FILE, or set it)",
-                field=f"target.secrets.{i}",
-            )
-        out[name] = value
-    return out
 
 
 def _assay_here(
@@ -341,7 +290,7 @@ def cmd_assay(args: argparse.Namespace) -> int:
         declared = (
             None
             if args.inherit_env
-            else code_env(manifest.target.env, local_secrets(manifest, args.secrets))
+            else code_env(manifest.target.env, secrets_from(manifest.target.secrets, args.secrets))
         )
         if not 1 <= args.concurrency <= MAX_SLOTS:
             raise PlanInvalid(f"must be from 1 to {MAX_SLOTS}", field="--concurrency")

@@ -10,7 +10,6 @@ receipt is written (through the core's `Injector`) only after a disturbance took
 from __future__ import annotations
 
 import asyncio
-import math
 import secrets
 import socket
 import threading
@@ -23,66 +22,25 @@ import mcp_types as types
 import uvicorn
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED
 
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.disturbance import Disturbance
 from service.core.faults.injector import Injector
-from service.core.system.contract import Contract, Tool, ToolRole
+from service.core.system.contract import Contract, ToolRole
 from service.mcp.cost import MAX_CALLS
+from service.mcp.forwards import REQUEST_TIMEOUT, answered, effect_record
 from service.mcp.hooks import Upstreams
+from service.mcp.limiter import Limiter
 from service.mcp.wire import json_reply, reply_json, text_reply
-from service.mcp.witness import Forwarded, Reply
+from service.mcp.witness import Forwarded
 
-REQUEST_TIMEOUT = -32001  # the JSON-RPC error a timed-out request is answered with
+__all__ = ["DRAIN_S", "REQUEST_TIMEOUT", "Limiter", "Proxy", "TrialState"]
+
 INVALID_REQUEST = -32600
 # How long the proxy waits, after the agent's last run, for forwards still in flight before it
 # cancels them and the world is probed: a call the agent abandoned may still commit, and one that
 # commits after the probe is seen by no witness.
 DRAIN_S = 5.0
-
-
-@dataclass
-class Limiter:
-    """One shared rate limit at the proxy, `capacity` effect calls a tick, behind which a fleet of
-    `agents` synchronised copies of the system retries (DESIGN.md: synchronised retries under a
-    shared rate limit).
-
-    The fleet is the proxy's own model, not copies of the agent racing on the wall clock (which
-    fired the storm 4 of 4 times in one assay and 0 of 4 in the next): its burst always lands with
-    the graded run's first attempt, so that attempt is refused whenever the fleet does not fit the
-    limit — the storm fires on every trial that reaches the tool, the same for the same agent run
-    after run. A later attempt is admitted once the run has waited its fair share of the limit
-    since, `ceil(agents / capacity)` ticks on the proxy's clock: an agent that backs off gets
-    through, one that hammers the limit does not."""
-
-    agents: int
-    capacity: int
-    tick_s: float
-    first: float | None = None
-    refused: int = 0
-
-    @property
-    def fair_share_s(self) -> float:
-        return -(-self.agents // self.capacity) * self.tick_s
-
-    def admit(self, now: float) -> bool:
-        if self.agents <= self.capacity:
-            return True  # the whole fleet fits the limit: nothing to wait for
-        if self.first is None:
-            self.first = now
-        elif now - self.first >= self.fair_share_s:
-            return True
-        self.refused += 1
-        return False
-
-    def retry_after_ms(self, now: float) -> int:
-        """The wait after which an attempt made `now` would be admitted: what a refusal tells
-        the agent, so an agent that honours the hint gets through. Rounded up, and a millisecond
-        more: a sleep of exactly the hint must not land a hair before the limit opens."""
-        first = now if self.first is None else self.first
-        left_ms = round((first + self.fair_share_s - now) * 1000, 3)  # float noise: not a ms
-        return max(0, math.ceil(left_ms)) + 1
 
 
 @dataclass
@@ -143,48 +101,10 @@ Handler = Callable[
 ]
 
 
-def _effect_record(run: Run, call: dict[str, Any], tool: Tool) -> Forwarded:
-    args = call["arguments"]
-    key = args.get(tool.idempotency_key) if tool.idempotency_key else None
-    return Forwarded(
-        seq=call["seq"],
-        run=run.number,
-        tool=call["tool"],
-        subject=args.get(str(tool.subject)),
-        key=None if key is None else str(key),
-        amount=args.get(tool.amount) if tool.amount else None,
-        errors_may_commit=tool.errors_may_commit,
-    )
-
-
 def _settled(t: TrialState, call: asyncio.Future[types.CallToolResult]) -> None:
     t.inflight.discard(call)
     if not call.cancelled():
         call.exception()  # retrieved here: the agent that asked may have hung up
-
-
-def _answered(record: Forwarded, tool: Tool, call: asyncio.Future[types.CallToolResult]) -> None:
-    """Write down how the server answered `record`'s call, before any fault changes what the
-    agent sees. A done callback, not code after the await: the agent's request may be gone (its
-    process exited) while the server's answer is still worth recording."""
-    if call.cancelled():
-        return  # never answered: stays pending
-    exc = call.exception()
-    if exc is None:
-        result = call.result()
-        value = reply_json(result)
-        ident = value.get(str(tool.reply_field)) if isinstance(value, dict) else None
-        if result.is_error:
-            record.reply = Reply.ERROR
-        elif ident is None:
-            record.reply = Reply.UNACKNOWLEDGED
-        else:
-            record.reply = Reply.ACKNOWLEDGED
-        record.id = None if ident is None else str(ident)
-    elif isinstance(exc, MCPError) and exc.error.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
-        record.reply = Reply.ERROR  # the server's own JSON-RPC error answer
-    else:
-        record.reply = Reply.LOST
 
 
 def _timeout(message: str) -> MCPError:
@@ -485,9 +405,9 @@ class Proxy:
             t.inflight.add(upstream)
             upstream.add_done_callback(lambda done: _settled(t, done))
             if role is ToolRole.EFFECT and tool is not None:
-                record = _effect_record(run, call, tool)
+                record = effect_record(run.number, call, tool)
                 t.forwarded_effects.append(record)
-                upstream.add_done_callback(lambda done: _answered(record, tool, done))
+                upstream.add_done_callback(lambda done: answered(record, tool, done))
             # Shielded: an agent that hangs up does not cancel the server's work under it; the
             # drain waits for it (or cancels it) before the probe.
             return await asyncio.shield(upstream)

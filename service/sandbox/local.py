@@ -12,8 +12,12 @@ the engine's slot threads, which no context variable would reach.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from service.core.errors import ManifestInvalid
 
 #: Kept from the user's environment in a declared run: what any process needs to start, find its
 #: interpreter and files, and speak the user's language (the sandbox sets its own of each).
@@ -36,3 +40,31 @@ def environ() -> dict[str, str]:
         return {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
     base = {k: os.environ[k] for k in ESSENTIAL if k in os.environ}
     return {**base, **_declared}
+
+
+def secrets_from(names: Sequence[str], path: Path | None) -> dict[str, str]:
+    """The values of the secrets a manifest names (`target.secrets`), for a local run: from
+    `path` (a JSON object of names to values) or else each from the environment variable of its
+    name; one not found is a `ManifestInvalid` naming it."""
+    if not names:
+        return {}
+    source: Mapping[str, object] = os.environ
+    where = "the environment"
+    if path is not None:
+        try:
+            loaded = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ManifestInvalid(f"cannot read {path} as JSON: {exc}", field="--secrets") from None
+        if not isinstance(loaded, dict):
+            raise ManifestInvalid(f"{path} is not a JSON object of names", field="--secrets")
+        source, where = loaded, str(path)
+    out: dict[str, str] = {}
+    for i, name in enumerate(names):
+        value = source.get(name)
+        if not isinstance(value, str):
+            raise ManifestInvalid(
+                f"the secret {name} is not set in {where} (pass --secrets FILE, or set it)",
+                field=f"target.secrets.{i}",
+            )
+        out[name] = value
+    return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.cli.ci import ProgressLines, progress_text
+from service.cli.progress import ProgressLines, progress_text
 
 RUNNING = {
     "shard_count": 3,

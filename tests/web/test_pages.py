@@ -106,11 +106,10 @@ def test_each_fault_shows_its_floors_point_estimate_interval_and_what_was_compar
     web_client: TestClient, seeded: Seeded
 ) -> None:
     page = web_client.get(f"/candidates/{seeded.typed}").text
-    table = page[page.index('class="grid compact floors"') :]
-    table = table[: table.index("</table>")]
-    assert "Point estimate" in table and "95 % interval" in table and "Compared" in table
-    assert "useful service ≥ 80.0%" in table and "point estimate" in table
-    assert "baseline" in table and "intervention" in table
+    floors = page[page.index('class="small floors"') :]
+    floors = floors[: floors.index("</ul>")]
+    assert "useful service ≥ 80.0% (intervention): met — point estimate" in floors
+    assert "95 % interval" in floors and "(baseline)" in floors
 
 
 def test_a_running_candidate_polls_for_progress(web_client: TestClient, seeded: Seeded) -> None:
