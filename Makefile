@@ -43,7 +43,7 @@ sandbox:
 # Two test processes, a file each at a time: most tests wait on processes they started, so the
 # 2-core machine runs the suite in about half the time (module fixtures stay in one process).
 test: venv services browser sandbox lint typecheck imports
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile --durations=25
 
 # Keeps its data in a new folder and ends by saying how to browse it (serve + a reviewer key).
 demo: venv

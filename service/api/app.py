@@ -21,6 +21,7 @@ from service.api.routes import (
     gate,
     health,
     holds,
+    policy,
     secrets,
     systems,
     tenants,
@@ -49,6 +50,7 @@ def install(app: FastAPI, settings: Settings) -> None:
         api_keys.router,
         secrets.router,
         tenants.router,
+        policy.router,
         health.router,
     ):
         app.include_router(

@@ -50,6 +50,7 @@ GateBasis = Literal[
     "rejected",
     "expired",
     "config_changed",
+    "policy_changed",
     "trigger_changed",
     "pending",
     "failed",
@@ -77,7 +78,6 @@ class ArtifactPublic(BaseModel):
         description="`sha256:` and the SHA-256 of the bytes, as the service hashed them"
     )
     size: int = Field(description="bytes")
-    created_at: datetime = Field(description="when these bytes were first stored for the tenant")
     created: bool = Field(description="this upload stored them (false: the same bytes were there)")
 
 
@@ -442,3 +442,38 @@ class TenantPublic(BaseModel):
     code_queue: str = Field(
         description="the queue the tenant's code shards go to, consumed only by its own workers"
     )
+
+
+class PolicyLayerPublic(BaseModel):
+    """One scope's newest policy version: the tenant's own (`system` null) or one system's."""
+
+    system: str | None = Field(description="null: the tenant's own policy")
+    version: int
+    digest: str = Field(description="SHA-256 over the policy's RFC 8785 JSON")
+    policy: dict[str, Any] = Field(description="what it requires (docs/operations.md)")
+    set_by: str = Field(description="`operator:<name>`, or the id of the admin key that raised it")
+    set_at: datetime
+
+
+class PolicyPublic(BaseModel):
+    """The organisation's policy in force for the tenant (or one of its systems), and each
+    scope's newest version. A manifest's envelope and a plan may tighten it, never loosen it."""
+
+    tenant: str
+    system: str | None = Field(description="the system asked about; null: the tenant's own")
+    digest: str = Field(
+        description="of the policy in force; signed into every dossier as "
+        "`organisation_policy.digest`, and a change of it reopens the gate"
+    )
+    versions: dict[str, int] = Field(
+        description="the tenant's and the system's versions it combines (0: never set)"
+    )
+    policy: dict[str, Any] = Field(
+        description="in force: the tenant's and the system's combined, each field the stricter"
+    )
+    layers: list[PolicyLayerPublic]
+
+
+class PolicySetPublic(PolicyPublic):
+    changed: bool = Field(description="false: the same policy again, nothing written")
+    reopened: int = Field(description="dossiers whose gate the change reopened")

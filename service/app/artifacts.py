@@ -17,7 +17,6 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -47,7 +46,6 @@ class Uploaded:
 
     digest: str
     size: int
-    created_at: datetime
     created: bool
 
 
@@ -70,9 +68,9 @@ def upload(
             )
     found = artifacts.find(session, principal.tenant_id, sha256)
     if found is not None:
-        return Uploaded(written(sha256), found.size, found.created_at, False)
+        return Uploaded(written(sha256), found.size, False)
     try:
-        artifacts.stage(session, principal.tenant_id, sha256, data, principal.person)
+        artifacts.stage(session, principal.tenant_id, sha256, data)
         audit(session, principal, "artifact.upload", written(sha256), size=len(data))
         session.commit()
     except sa.exc.IntegrityError:
@@ -82,7 +80,7 @@ def upload(
     if stored is None:
         raise Conflict(f"{written(sha256)} could not be stored; try again", field="body")
     log.info("artifact stored", extra={"path": written(sha256)})
-    return Uploaded(written(sha256), stored.size, stored.created_at, True)
+    return Uploaded(written(sha256), stored.size, True)
 
 
 def store(engine: Engine, principal: Principal, data: bytes, claimed: str | None) -> Uploaded:

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlmodel import Session
 
+from service.app import policies
 from service.app.dossiers import decide
 from service.app.errors import BrokerUnavailable, Conflict, NotFound
 from service.app.secrets import check_named
@@ -51,10 +52,14 @@ class Rerunning:
 
 
 def _planned(
-    session: Session, row: queries.CandidateRow, command: Rerun, settings: Settings
-) -> tuple[Manifest, AssayPlan, list[ShardSpec]]:
-    """The candidate's manifest, the re-run's plan (the last assay's, with the overrides) and its
-    shards, within limits."""
+    session: Session,
+    row: queries.CandidateRow,
+    command: Rerun,
+    settings: Settings,
+    tenant: str,
+) -> tuple[Manifest, AssayPlan, list[ShardSpec], policies.InForce]:
+    """The candidate's manifest, the re-run's plan (the last assay's, with the overrides, under
+    the organisation's policy in force now) and its shards, within limits."""
     manifest_row = session.get(ManifestRow, row.candidate.manifest_digest)
     assert manifest_row is not None
     manifest = parse_manifest(manifest_row.document)
@@ -62,10 +67,16 @@ def _planned(
     check_named(session, row.system.tenant_id, manifest.target.secrets, "manifest.target.secrets")
     previous = queries.assay(session, row.assay.id)
     assert previous is not None
-    plan = parse_plan({**previous.plan, **dict(command.plan or {})})
+    overrides = dict(command.plan or {})
+    # The envelope is the manifest's again, raised to the policy in force (not the last one's).
+    base = {k: v for k, v in previous.plan.items() if k != "envelope"}
+    force = policies.in_force(session, row.system.tenant_id, tenant, row.system.name)
+    plan = policies.admit_rerun(
+        force, manifest, parse_plan({**base, **overrides}), list(overrides)
+    ).plan
     shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
     check_trial_limits(shards, settings)
-    return manifest, plan, shards
+    return manifest, plan, shards, force
 
 
 def rerun(
@@ -81,7 +92,9 @@ def rerun(
     row = queries.candidate(session, candidate_id, tenant_id=principal.tenant_id)
     if row is None:
         raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
-    manifest, plan, shards = _planned(session, row, command, services.settings)
+    manifest, plan, shards, force = _planned(
+        session, row, command, services.settings, principal.tenant
+    )
     check_code(session, principal.tenant_id, principal.tenant, manifest)
     services.queue.ping()
     if services.limit is not None:
@@ -95,6 +108,7 @@ def rerun(
         requested_by=principal.actor,
         person=principal.person,
         lease_s=services.settings.shard_lease_s,
+        policy=force.record(),
     )
     issue_for(
         session,

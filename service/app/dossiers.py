@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlmodel import Session
 
+from service.app import policies
 from service.app.artifacts import subjects_after
 from service.app.errors import NotFound
 from service.core.decision.gate import Decision, Reason, ReasonView
@@ -32,6 +33,7 @@ from service.core.signing.dossier import (
 from service.core.system.manifest import Manifest
 from service.db import dossier as dossiers
 from service.db import queries
+from service.db import tenant as tenants
 from service.db.apikey import actor_view
 from service.db.dossier import REOPENED, REVIEWABLE, OpenChange, iso
 from service.db.merge import record_merge
@@ -93,6 +95,8 @@ def record_assay_dossier(
     # What the release ships, by digest: the code this assay's workers ran, and what the
     # candidate names besides.
     shipped = subjects_after(session, candidate.id, candidate.code_sha256, assay_id)
+    if assay.policy is not None:
+        triggers["organisation_policy"] = assay.policy["digest"]
     dossiers.supersede_reviews(session, candidate.id)
     decision = str(report["decision"])
     dossier_id = uuid.uuid4()
@@ -117,6 +121,7 @@ def record_assay_dossier(
         if before is None
         else f"re-run: assay {assay_id} replaces the evidence of version {before.version}",
         artifacts=shipped,
+        policy=assay.policy,
     )
     dossier = dossiers.store(
         session,
@@ -132,6 +137,8 @@ def record_assay_dossier(
         session.flush()
     if decision in (Decision.ALLOW, Decision.HOLD):
         dossier = _reopen_if_changed(session, signer, candidate, system, dossier, now)
+    if dossier.decision in (Decision.ALLOW, Decision.HOLD) and assay.policy is not None:
+        dossier = _reopen_if_policy_changed(session, signer, candidate, system, dossier, now)
     return dossier
 
 
@@ -185,6 +192,61 @@ def _reopen_if_changed(
     if not pending:
         return dossier
     return reopen(session, signer, candidate, dossier, pending, assayed, now)
+
+
+def _reopen_if_policy_changed(
+    session: Session,
+    signer: Signer,
+    candidate: Candidate,
+    system: System,
+    dossier: Dossier,
+    now: datetime,
+) -> Dossier:
+    """A policy set while this assay ran (after it was planned) still stands: the evidence was
+    gathered against another bar than the one in force. (Setting a policy takes the system's
+    lock too, so one of the two always sees the other.)"""
+    tenant = tenants.by_id(session, system.tenant_id)
+    force = policies.in_force(session, system.tenant_id, tenant.name if tenant else "", system.name)
+    assayed = policy_digest(dossier)
+    if assayed == force.digest:
+        return dossier
+    return reopen_for_policy(session, signer, candidate, dossier, force, assayed, now)
+
+
+def policy_digest(dossier: Dossier) -> str | None:
+    """The digest of the organisation's policy a dossier's assay ran under (None: before
+    policies were recorded)."""
+    found = dossiers.predicate_of(dossier).get("organisation_policy") or {}
+    digest = found.get("digest")
+    return str(digest) if digest is not None else None
+
+
+def reopen_for_policy(
+    session: Session,
+    signer: Signer,
+    candidate: Candidate,
+    before: Dossier,
+    force: policies.InForce,
+    assayed: str | None,
+    now: datetime,
+) -> Dossier:
+    """The next version, `reopened`: the organisation's policy changed since the assay."""
+    dossiers.supersede_reviews(session, candidate.id)
+    message = (
+        f"the organisation's policy changed from {(assayed or 'none recorded')[:12]} to "
+        f"{force.digest[:12]} ({force.named()}); the evidence was gathered against another "
+        "bar, and the gate stays reopened until an assay under the policy in force passes"
+    )
+    return derive(
+        session,
+        signer,
+        candidate,
+        before,
+        change="reopened: the organisation's policy changed",
+        decision=REOPENED,
+        reasons=[Reason("policy_changed", message).view()],
+        now=now,
+    )
 
 
 # ------------------------------------------------------------------ over unchanged evidence

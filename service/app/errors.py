@@ -51,6 +51,12 @@ class IdempotencyConflict(Conflict):
     code = "idempotency_conflict"
 
 
+class VersionTaken(Conflict):
+    """A system's version already names another manifest: one version, one manifest."""
+
+    code = "version_taken"
+
+
 class ExpiryPassed(Conflict):
     """A review's expiry that the clock has already passed: it would lapse at once."""
 
@@ -104,3 +110,18 @@ class DigestMismatch(Conflict):
     """The bytes received hash to another digest than the one the client claimed."""
 
     code = "digest_mismatch"
+
+
+class PolicyRefused(AppError):
+    """A submission or re-run sets a field looser than the organisation's policy allows; the
+    message names the policy (its scope, versions and digest) and the policy's field."""
+
+    kind = Kind.INVALID
+    code = "policy_violation"
+
+
+class PolicyLowered(AppError):
+    """A tenant's admin may raise the tenant's bar, never lower it: lowering is an operator's."""
+
+    kind = Kind.REFUSED
+    code = "policy_lowered"

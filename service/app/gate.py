@@ -55,6 +55,7 @@ class Basis(StrEnum):
     REJECTED = "rejected"  # refused by a reviewer
     EXPIRED = "expired"  # a waiver or rejection lapsed: the hold is open again
     CONFIG_CHANGED = "config_changed"  # production changed a trigger this candidate lacks
+    POLICY_CHANGED = "policy_changed"  # the organisation's policy changed since the assay
     TRIGGER_CHANGED = "trigger_changed"  # no dossier yet; triggers differ from the last allowed
     PENDING = "pending"  # no dossier yet; the assay has not finished
     FAILED = "failed"  # no dossier; the assay failed
@@ -361,6 +362,8 @@ def _basis_of(dossier: Dossier) -> Basis:
     codes = {str(r.get("code")) for r in dossier.reasons}
     if "config_changed" in codes:
         return Basis.CONFIG_CHANGED
+    if "policy_changed" in codes:
+        return Basis.POLICY_CHANGED
     if any(c.endswith("_expired") for c in codes):
         return Basis.EXPIRED
     if "rejected" in codes:

@@ -23,8 +23,14 @@ import rfc8785
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from service.app import policies
 from service.app.artifacts import check_named as check_artifact
-from service.app.errors import BrokerUnavailable, FieldInvalid, IdempotencyConflict
+from service.app.errors import (
+    BrokerUnavailable,
+    FieldInvalid,
+    IdempotencyConflict,
+    VersionTaken,
+)
 from service.app.ports import Limit, Queue
 from service.app.secrets import check_named
 from service.app.shapes import CandidateCreate
@@ -40,6 +46,7 @@ from service.db.apikey import Principal, audit
 from service.db.candidate import (
     Recorded,
     find_idempotency_key,
+    first_of_version,
     record_submission,
     withdraw_submission,
 )
@@ -126,8 +133,18 @@ class _Checked:
     manifest: Manifest
     system: str
     version: str
+    # The plan as submitted; `admitted` raises it to the organisation's policy.
+    plan: AssayPlan
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    """A checked submission under the policy in force: the effective plan (its envelope
+    included) and its shards, and the policy it is held to."""
+
     plan: AssayPlan
     shards: list[ShardSpec]
+    policy: policies.InForce
 
 
 def _check(body: CandidateCreate, settings: Settings) -> _Checked:
@@ -151,9 +168,24 @@ def _check(body: CandidateCreate, settings: Settings) -> _Checked:
     plan = parse_plan(
         plan_data_for(manifest, body.plan.model_dump(exclude_none=True) if body.plan else {})
     )
-    shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
+    # Within the limits as submitted, before the database is read (the policy may raise them).
+    check_trial_limits(
+        plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings)), settings
+    )
+    return _Checked(manifest, system, version, plan)
+
+
+def admitted(
+    session: Session, principal: Principal, checked: _Checked, settings: Settings
+) -> _Admitted:
+    """The submission under the organisation's policy for its system: refused (PolicyRefused,
+    naming the field and the policy) where it sets a field looser; raised where it says
+    nothing. The assay runs, and the dossier records, what comes out."""
+    force = policies.in_force(session, principal.tenant_id, principal.tenant, checked.system)
+    plan = policies.admit(force, checked.manifest, checked.plan).plan
+    shards = plan_shards(checked.manifest, plan, trials_per_shard=shard_size(plan, settings))
     check_trial_limits(shards, settings)
-    return _Checked(manifest, system, version, plan, shards)
+    return _Admitted(plan, shards, force)
 
 
 def submit(
@@ -182,6 +214,7 @@ def submit(
     check_named(
         session, principal.tenant_id, checked.manifest.target.secrets, "manifest.target.secrets"
     )
+    admission = admitted(session, principal, checked, services.settings)
     services.queue.ping()
     if services.limit is not None and stored_key is None:
         services.limit.check(principal.key_id)
@@ -189,7 +222,7 @@ def submit(
         try:
             claim = (stored_key, digest) if stored_key is not None else None
             recorded, response = _record(
-                session, services, principal, body, checked, claim, present, code
+                session, services, principal, body, checked, admission, claim, present, code
             )
             break
         except sa.exc.IntegrityError:
@@ -203,7 +236,7 @@ def submit(
     try:
         services.queue.enqueue_shards(
             recorded.assay.id,
-            [s.index for s in checked.shards],
+            [s.index for s in admission.shards],
             queue_for(services.settings, principal.tenant, checked.manifest),
         )
     except BrokerUnavailable:
@@ -226,6 +259,7 @@ def _record(
     principal: Principal,
     body: CandidateCreate,
     checked: _Checked,
+    admission: _Admitted,
     key: tuple[str, str] | None,
     present: Present | None,
     code: str | None = None,
@@ -233,6 +267,7 @@ def _record(
     """One attempt at the submission's transaction; committed when it returns. `key`: the
     stored idempotency key and the request's digest, to claim; `code`: the hex digest of the
     tenant's code artifact the candidate names."""
+    _one_manifest_per_version(session, principal, checked)
     recorded = record_submission(
         session,
         tenant_id=principal.tenant_id,
@@ -240,20 +275,21 @@ def _record(
         version=checked.version,
         source_revision=body.source_revision,
         manifest=checked.manifest,
-        plan_document=checked.plan.model_dump(mode="json"),
-        catalogue=checked.plan.resolve_catalogue().version,
-        shards=checked.shards,
+        plan_document=admission.plan.model_dump(mode="json"),
+        catalogue=admission.plan.resolve_catalogue().version,
+        shards=admission.shards,
         submitter=principal.actor,
         submitted_by=principal.person,
         lease_s=services.settings.shard_lease_s,
         code_sha256=code,
+        policy=admission.policy.record(),
     )
     claim = _claim(session, services, principal, recorded, key) if key is not None else None
     issue_for(
         session,
         recorded.assay,
         tenant=principal.tenant,
-        plan=checked.plan,
+        plan=admission.plan,
         signer=services.injector_signer,
         settings=services.settings,
     )
@@ -273,6 +309,20 @@ def _record(
         session.add(claim)
     session.commit()
     return recorded, response
+
+
+def _one_manifest_per_version(session: Session, principal: Principal, checked: _Checked) -> None:
+    """A version names one manifest: a second, different manifest under a system's version would
+    leave two answers for one `gate --version` (the same manifest again is a new candidate of it:
+    a re-run)."""
+    first = first_of_version(session, principal.tenant_id, checked.system, checked.version)
+    if first is not None and first.manifest_digest != checked.manifest.digest():
+        raise VersionTaken(
+            f"version {checked.version} of {checked.system} was submitted with another manifest "
+            f"(candidate {first.id}, manifest {first.manifest_digest[:12]}); a changed manifest "
+            "is a new version",
+            field="version",
+        )
 
 
 def _claim(

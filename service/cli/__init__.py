@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         engine,
         evidence,
         keys,
+        policy,
         secrets,
         serve,
         tenants,
@@ -50,7 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"assaygate {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     engine.register(sub)
-    for commands in (evidence, serve, demo, ci, artifacts, keys, secrets, tenants, database):
+    for commands in (
+        evidence,
+        serve,
+        demo,
+        ci,
+        artifacts,
+        keys,
+        secrets,
+        tenants,
+        policy,
+        database,
+    ):
         commands.register(sub)
     _with_exit_codes(parser)
     return parser

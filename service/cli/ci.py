@@ -107,7 +107,8 @@ def register(sub: Any) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="or take the system's name from this manifest (the file `submit` sent)",
+        help="or take the system's name, and its version unless --version is given, from this "
+        "manifest (the file `submit` sent)",
     )
     gate.add_argument(
         "--version",
@@ -331,13 +332,19 @@ def _timed_out(exc: Undecided, candidate: dict[str, Any], url: str) -> int:
 
 def gate_system(args: argparse.Namespace) -> str:
     """The system `gate` asks about: named, or the `system` of the manifest `--manifest` names
-    (a manifest, or a candidate body holding one, as `submit` reads it)."""
+    (a manifest, or a candidate body holding one, as `submit` reads it). With `--manifest` and
+    no `--version`, the manifest's own `version` is the one asked about: the gate answers for
+    the candidate that file was submitted as, never for whatever was submitted last."""
     if args.system is not None:
         return str(args.system)
     document = load_json(args.manifest)
-    system = candidate_body(document).get("system")
+    body = candidate_body(document)
+    system = body.get("system")
     if not isinstance(system, str) or not system:
         raise UsageError(f"--manifest: {args.manifest} names no system (its `system` field)")
+    version = body.get("version")
+    if args.candidate_version is None and isinstance(version, str) and version:
+        args.candidate_version = version
     return system
 
 

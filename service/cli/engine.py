@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from service.cli.errors import DECISION_EXIT, EXIT_ERROR
-from service.cli.plans import rule_args, rule_overrides
+from service.cli.plans import held_to, load_policy, read_text, rule_args, rule_overrides
 from service.cli.printing import print_report
-from service.core.errors import AssaygateError, ManifestInvalid, PlanInvalid
+from service.core.errors import AssaygateError, PlanInvalid
 from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.faults.contract_catalogue import catalogue_for
@@ -21,7 +21,10 @@ from service.core.faults.plan import AssayPlan, parse_plan, validate_plan
 from service.core.shards.assay import AssayReport, StopLimits, replay_trial, run_assay
 from service.core.system.contract import MAX_SLOTS
 from service.core.system.manifest import Manifest, parse_manifest_json
+from service.core.system.secret import code_env
 from service.net.egress import EgressPolicy
+from service.sandbox.local import declare as declare_code_env
+from service.sandbox.local import secrets_from
 from service.targets import DEFAULT_TIMEOUT_S, close_target, load_target
 
 
@@ -55,6 +58,14 @@ def _assay_args(p: argparse.ArgumentParser) -> None:
     _plan_args(p)
     rule_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--policy",
+        default=None,
+        metavar="FILE",
+        help="hold the manifest and plan to an organisation's policy, as the service does (the "
+        "`policy` that `GET /v1/policy?system=NAME` answers): a looser field is an error, one "
+        "left out takes the policy's value",
+    )
     p.add_argument("--no-baseline", action="store_true", help="skip the matched baseline runs")
     p.add_argument(
         "--no-counterfactual", action="store_true", help="skip the counterfactual containment pairs"
@@ -90,6 +101,21 @@ def _assay_args(p: argparse.ArgumentParser) -> None:
         help="run N trials at once in isolated copies of an mcp target's world, as many as "
         "it offers (tools.slots; a world without slots runs one at a time); the counts are "
         "the same at any N",
+    )
+    p.add_argument(
+        "--secrets",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a JSON object of the values of the secrets the manifest names (target.secrets); "
+        "without it each is read from the environment variable of its name",
+    )
+    p.add_argument(
+        "--inherit-env",
+        action="store_true",
+        help="give the team's code this whole environment, not only what the manifest declares "
+        "(target.env, target.secrets) as a worker does: a decision may then differ from the "
+        "service's",
     )
     report_args(p)
     p.add_argument(
@@ -156,15 +182,6 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def read_text(path: str, what: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ManifestInvalid(f"cannot read {what} {path}: {exc.strerror}", field=what) from None
-    except UnicodeDecodeError:
-        raise ManifestInvalid(f"{path} is not UTF-8 text", field=what) from None
-
-
 def load_manifest(path: str) -> Manifest:
     return parse_manifest_json(read_text(path, "manifest"))
 
@@ -187,14 +204,15 @@ def build_plan(args: argparse.Namespace, manifest: Manifest | None = None) -> As
         catalogue = catalogue_for(manifest)
     if args.trials is not None and args.trials < 1:
         raise PlanInvalid("must be at least 1", field="--trials")
-    trials = args.trials if args.trials is not None else (2000 if catalogue == "paper" else 200)
     data: dict[str, object] = {
         "catalogue": catalogue,
         "families": tuple(args.fault),
         "modes": tuple(args.mode),
-        "trials": trials,
         "seed": args.seed,
     }
+    # Only what was asked for is set: an organisation's policy raises what was left out.
+    if args.trials is not None or catalogue == "paper":
+        data["trials"] = args.trials if args.trials is not None else 2000
     if getattr(args, "no_baseline", False):
         data["matched_baseline"] = False
     if getattr(args, "no_counterfactual", False):
@@ -232,6 +250,32 @@ def cmd_mcp_proxy(args: argparse.Namespace) -> int:
     return main(args.url)
 
 
+def _assay_here(
+    args: argparse.Namespace, manifest: Manifest, plan: AssayPlan, limits: StopLimits
+) -> AssayReport:
+    # The user's own machine: loopback and private addresses are theirs; metadata never.
+    target = load_target(
+        manifest,
+        http_timeout_s=args.trial_timeout,
+        egress=EgressPolicy.local(),
+        slots=args.concurrency,
+    )
+    notice = getattr(target, "notice", None)  # an mcp world with fewer slots than asked for
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
+    try:
+        return _run(
+            manifest,
+            plan,
+            target,
+            limits,
+            progress_bar=not args.json and sys.stdout.isatty(),
+            concurrency=args.concurrency,
+        )
+    finally:
+        close_target(target)
+
+
 def cmd_assay(args: argparse.Namespace) -> int:
     from service.cli import reports
 
@@ -239,30 +283,22 @@ def cmd_assay(args: argparse.Namespace) -> int:
     try:
         manifest = load_manifest(args.manifest)
         plan = build_plan(args, manifest)
+        if getattr(args, "policy", None) is not None:
+            plan = held_to(load_policy(args.policy), manifest, plan)
         limits = _limits(args)
+        # As on a worker: the code sees its declared variables and named secrets only.
+        declared = (
+            None
+            if args.inherit_env
+            else code_env(manifest.target.env, secrets_from(manifest.target.secrets, args.secrets))
+        )
         if not 1 <= args.concurrency <= MAX_SLOTS:
             raise PlanInvalid(f"must be from 1 to {MAX_SLOTS}", field="--concurrency")
-        # The user's own machine: loopback and private addresses are theirs; metadata never.
-        target = load_target(
-            manifest,
-            http_timeout_s=args.trial_timeout,
-            egress=EgressPolicy.local(),
-            slots=args.concurrency,
-        )
-        notice = getattr(target, "notice", None)  # an mcp world with fewer slots than asked for
-        if notice:
-            print(notice, file=sys.stderr, flush=True)
+        declare_code_env(declared)
         try:
-            report = _run(
-                manifest,
-                plan,
-                target,
-                limits,
-                progress_bar=not args.json and sys.stdout.isatty(),
-                concurrency=args.concurrency,
-            )
+            report = _assay_here(args, manifest, plan, limits)
         finally:
-            close_target(target)
+            declare_code_env(None)
     except AssaygateError as exc:
         # Exit 3 writes its reports too: the CI step that uploads them finds the error.
         outcome = reports.error_outcome(Path(args.manifest).stem, "", str(exc))

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from service.cli.engine import read_text
+from service.cli.plans import read_text
 from service.core.errors import PlanInvalid
 
 

@@ -1,9 +1,17 @@
 """The assay's plan rule and budget flags: `--rule --error --max-violation-rate` and
-`--max-runs --max-seconds --max-tokens --max-cost` (docs/mcp.md, plans and budgets)."""
+`--max-runs --max-seconds --max-tokens --max-cost` (docs/mcp.md, plans and budgets); the
+`--policy` a local assay is held to; reading the files they name."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
+
+from service.core.decision.policy import OrgPolicy, parse_policy, tighten
+from service.core.errors import ManifestInvalid, PolicyInvalid
+from service.core.faults.plan import AssayPlan
+from service.core.system.manifest import Manifest
 
 # Budgets: exceeding one stops the assay with the reason `budget` (a hold, never `allow`).
 _BUDGETS: tuple[tuple[str, type, str], ...] = (
@@ -49,3 +57,25 @@ def rule_overrides(args: argparse.Namespace) -> dict[str, object]:
     if budgets:
         data["stop"] = budgets
     return data
+
+
+def read_text(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ManifestInvalid(f"cannot read {what} {path}: {exc.strerror}", field=what) from None
+    except UnicodeDecodeError:
+        raise ManifestInvalid(f"{path} is not UTF-8 text", field=what) from None
+
+
+def load_policy(path: str) -> OrgPolicy:
+    try:
+        data = json.loads(read_text(path, "policy"))
+    except json.JSONDecodeError as exc:
+        raise PolicyInvalid(f"malformed policy JSON: {exc}", field="--policy") from None
+    return parse_policy(data)
+
+
+def held_to(policy: OrgPolicy, manifest: Manifest, plan: AssayPlan) -> AssayPlan:
+    """The plan (its envelope included) the service would run under `policy`."""
+    return tighten(policy, manifest.envelope, plan, manifest.target.kind).plan

@@ -1,4 +1,5 @@
-"""How `submit --wait` shows an assay's progress: a bar on a terminal, lines in a CI log."""
+"""How `submit --wait` shows an assay's progress: a line on stderr without a terminal
+(`ProgressLines`), a progress bar on one (`ShardProgress`)."""
 
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def _set_code(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     command = tenants.SetCode(
-        tenant=args.tenant, allowed=args.allowed, operator=args.by or _operator()
+        tenant=args.tenant, allowed=args.allowed, operator=args.by or operator_name()
     )
     with operator_session(settings) as session:
         try:
@@ -86,7 +86,8 @@ def _set_code(args: argparse.Namespace) -> int:
     return 0
 
 
-def _operator() -> str:
+def operator_name() -> str:
+    """Who runs an operator's command, for its audit: the login name."""
     try:
         return getpass.getuser()
     except (KeyError, OSError):

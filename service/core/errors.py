@@ -59,3 +59,20 @@ class ArtifactInvalid(AssaygateError):
     to the digest they are stored under, an archive that does not unpack safely."""
 
     code = "artifact_invalid"
+
+
+class PolicyViolation(AssaygateError):
+    """A submission (its manifest's `envelope`, or its plan) sets a field looser than the
+    organisation's policy allows. `field` names the submitted field, `policy` the policy's."""
+
+    code = "policy_violation"
+
+    def __init__(self, message: str, field: str, policy: str) -> None:
+        super().__init__(message, field)
+        self.policy = policy
+
+
+class PolicyInvalid(AssaygateError):
+    """A policy document breaks a rule of its own (an unknown key, a rule that allows nothing)."""
+
+    code = "policy_invalid"

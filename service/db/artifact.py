@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
@@ -18,7 +17,6 @@ from service.db.models import (
     Candidate,
     CandidateArtifact,
     System,
-    as_utc,
 )
 
 
@@ -28,27 +26,18 @@ class StoredArtifact:
 
     sha256: str
     size: int
-    created_at: datetime
-    uploaded_by: str | None
-
-
-def _meta() -> sa.Select[str, int, datetime, str | None]:
-    return sa.select(
-        col(ArtifactRow.sha256),
-        col(ArtifactRow.size),
-        col(ArtifactRow.created_at),
-        col(ArtifactRow.uploaded_by),
-    )
 
 
 def find(session: Session, tenant_id: uuid.UUID, sha256: str) -> StoredArtifact | None:
     """The tenant's artifact of that digest (never another tenant's), without its bytes."""
     row = session.execute(
-        _meta().where(col(ArtifactRow.tenant_id) == tenant_id, col(ArtifactRow.sha256) == sha256)
+        sa.select(col(ArtifactRow.sha256), col(ArtifactRow.size)).where(
+            col(ArtifactRow.tenant_id) == tenant_id, col(ArtifactRow.sha256) == sha256
+        )
     ).first()
     if row is None:
         return None
-    return StoredArtifact(row[0], row[1], as_utc(row[2]), row[3])
+    return StoredArtifact(row[0], row[1])
 
 
 def content(session: Session, tenant_id: uuid.UUID, sha256: str) -> bytes | None:
@@ -61,20 +50,10 @@ def content(session: Session, tenant_id: uuid.UUID, sha256: str) -> bytes | None
     return bytes(data) if data is not None else None
 
 
-def stage(
-    session: Session, tenant_id: uuid.UUID, sha256: str, data: bytes, uploaded_by: str | None
-) -> None:
+def stage(session: Session, tenant_id: uuid.UUID, sha256: str, data: bytes) -> None:
     """A new artifact row; the caller commits (a concurrent upload of the same bytes loses the
     race on the primary key and finds the winner's row)."""
-    session.add(
-        ArtifactRow(
-            tenant_id=tenant_id,
-            sha256=sha256,
-            size=len(data),
-            content=data,
-            uploaded_by=uploaded_by,
-        )
-    )
+    session.add(ArtifactRow(tenant_id=tenant_id, sha256=sha256, size=len(data), content=data))
     session.flush()
 
 

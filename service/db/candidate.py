@@ -56,6 +56,7 @@ def record_submission(
     submitted_by: str | None = None,
     lease_s: float = DEFAULT_LEASE_S,
     code_sha256: str | None = None,
+    policy: dict[str, Any] | None = None,
 ) -> Recorded:
     """Stage every row of one submission in `session`; the caller commits or rolls back.
     `code_sha256`: the tenant's code artifact the candidate names (checked by the caller)."""
@@ -79,7 +80,7 @@ def record_submission(
         # A subject from the start, `declared` until its assay's workers run it.
         declared = ArtifactSubject(CODE, code_sha256, Assurance.DECLARED, Source.ARTIFACT)
         set_subjects(session, candidate.id, [declared])
-    assay = _stage_assay(session, candidate, plan_document, catalogue, shards, lease_s)
+    assay = _stage_assay(session, candidate, plan_document, catalogue, shards, lease_s, policy)
     session.add(
         Event(
             kind="candidate.submitted",
@@ -97,6 +98,27 @@ def record_submission(
     )
     session.flush()
     return Recorded(candidate, assay, system, created_system, created_manifest)
+
+
+def first_of_version(
+    session: Session, tenant_id: uuid.UUID, system_name: str, version: str
+) -> Candidate | None:
+    """The first candidate recorded for a system's version. The system's row is locked until the
+    transaction ends (PostgreSQL), so concurrent submissions of one system take turns and a
+    second manifest under one version cannot slip in beside the first."""
+    system = session.exec(
+        select(System)
+        .where(System.name == system_name, System.tenant_id == tenant_id)
+        .with_for_update()
+    ).first()
+    if system is None:
+        return None
+    return session.exec(
+        select(Candidate)
+        .where(Candidate.system_id == system.id, Candidate.version == version)
+        .order_by(col(Candidate.created_at), col(Candidate.id))
+        .limit(1)
+    ).first()
 
 
 def _stage_system(session: Session, system_name: str, tenant_id: uuid.UUID) -> tuple[System, bool]:
@@ -131,14 +153,17 @@ def _stage_assay(
     catalogue: str,
     shards: Sequence[ShardSpec],
     lease_s: float,
+    policy: dict[str, Any] | None,
 ) -> Assay:
     """An assay of `candidate` and one row per shard, flushed parent first. The caller sends one
     message per shard once this commits: each shard counts it, under a lease to be picked up in.
+    `policy`: the organisation's policy it was planned under (`service.app.policies`).
     """
     assay = Assay(
         candidate_id=candidate.id,
         catalogue=catalogue,
         plan=plan_document,
+        policy=policy,
         shard_count=len(shards),
         trials_planned=sum(s.stop - s.start for s in shards),
     )
@@ -171,10 +196,11 @@ def record_rerun(
     requested_by: str | None,
     person: str | None = None,
     lease_s: float = DEFAULT_LEASE_S,
+    policy: dict[str, Any] | None = None,
 ) -> Assay:
     """A new assay of an existing candidate: its evidence will be a new dossier version with its
     own trial counts (never merged with, or chosen over, the run before)."""
-    assay = _stage_assay(session, candidate, plan_document, catalogue, shards, lease_s)
+    assay = _stage_assay(session, candidate, plan_document, catalogue, shards, lease_s, policy)
     session.add(
         Event(
             kind="candidate.rerun",

@@ -88,6 +88,27 @@ class TenantSecret(SQLModel, table=True):
     )
 
 
+class OrgPolicyRow(SQLModel, table=True):
+    """One version of an organisation's policy for a tenant (`system` empty) or for one system
+    of it (by name: it may be set before the system's first candidate). Rows are only ever
+    added: a change is a new version. (The row; the policy is `core.decision.policy.OrgPolicy`.)"""
+
+    __tablename__ = "org_policy"
+    __table_args__ = (sa.UniqueConstraint("tenant_id", "system", "version"),)
+
+    id: uuid.UUID = Field(default_factory=uuid.uuid4, primary_key=True)
+    tenant_id: uuid.UUID = Field(foreign_key="tenant.id", index=True)
+    system: str = Field(default="", max_length=200)
+    version: int
+    document: dict[str, Any] = Field(sa_column=sa.Column(sa.JSON(), nullable=False))
+    digest: str = Field(max_length=64)
+    # "operator:<name>" for the command line, else the key's actor.
+    set_by: str = Field(max_length=200)
+    created_at: datetime = Field(
+        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
+    )
+
+
 class PersonKind(StrEnum):
     PERSON = "person"
     SERVICE = "service"  # a service account: CI, a deploy bot
@@ -171,8 +192,7 @@ class System(SQLModel, table=True):
 
 
 class ArtifactRow(SQLModel, table=True):
-    """A tenant's code artifact, stored once per digest: the bytes exactly as uploaded and the
-    SHA-256 the service computed over them. Never updated; the same bytes are the same row."""
+    """A tenant's code: the bytes as uploaded, by the SHA-256 the service computed over them."""
 
     __tablename__ = "artifact"
 
@@ -180,17 +200,10 @@ class ArtifactRow(SQLModel, table=True):
     sha256: str = Field(primary_key=True, max_length=64)
     size: int = Field(sa_column=sa.Column(sa.BigInteger(), nullable=False))
     content: bytes = Field(sa_column=sa.Column(sa.LargeBinary(), nullable=False))
-    # The name of the person (or service account) whose key uploaded it first.
-    uploaded_by: str | None = Field(default=None, max_length=200)
-    created_at: datetime = Field(
-        default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
-    )
 
 
 class CandidateArtifact(SQLModel, table=True):
-    """An artifact a candidate ships, as its dossier's subjects name it: `declared` from the
-    submission, `executed` once its assay's workers ran it. The deploy gate finds a candidate by
-    an artifact's digest here."""
+    """An artifact a candidate ships (its dossier's subjects), by digest, with its assurance."""
 
     __tablename__ = "candidate_artifact"
 
@@ -236,8 +249,7 @@ class Candidate(SQLModel, table=True):
     version: str = Field(max_length=200)
     source_revision: str = Field(max_length=200)
     manifest_digest: str = Field(foreign_key="manifest.digest", max_length=64, index=True)
-    # The SHA-256 (hex) of the code artifact the candidate names (`code: sha256:…`), one of its
-    # tenant's `artifact` rows; None: it names none.
+    # The hex SHA-256 of the tenant's code artifact the candidate names (None: none).
     code_sha256: str | None = Field(default=None, max_length=64)
     # The id of the API key that submitted it, and the name of the person it belongs to.
     submitter: str | None = Field(default=None, max_length=200)
@@ -294,6 +306,11 @@ class Assay(SQLModel, table=True):
     aborted_at: datetime | None = Field(
         default=None, sa_column=sa.Column(sa.DateTime(timezone=True))
     )
+    # The organisation's policy in force when the assay was planned (its digest, the versions it
+    # combines and its document: `service.app.policies.InForce.record`); None before policies.
+    policy: dict[str, Any] | None = Field(
+        default=None, sa_column=sa.Column(sa.JSON(none_as_null=True))
+    )
 
 
 class AssayShard(SQLModel, table=True):
@@ -325,9 +342,7 @@ class AssayShard(SQLModel, table=True):
         default=None, sa_column=sa.Column(sa.JSON(none_as_null=True))
     )
     worker: str | None = Field(default=None, max_length=200)
-    # The SHA-256 (hex) of the code the worker ran this shard with, written with its result: the
-    # candidate's artifact it fetched and hashed again, or its operator's folder, packed and
-    # hashed. None: the shard ran no code of the tenant's.
+    # The hex SHA-256 of the tenant's code this shard ran (an artifact, or an operator's folder).
     code_sha256: str | None = Field(default=None, max_length=64)
     # The running worker's engine activity, written with its heartbeat: runs done, slots busy,
     # what each busy slot waits for (service.mcp.engine.McpEngine.activity).

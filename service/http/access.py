@@ -66,6 +66,10 @@ ROUTE_ROLES: dict[tuple[str, str], frozenset[KeyRole]] = {
     ("PUT", "/v1/secrets/{name}"): frozenset({ADMIN}),
     ("DELETE", "/v1/secrets/{name}"): frozenset({ADMIN}),
     ("GET", "/v1/tenant"): ANY_ROLE,
+    # The bar a tenant is held to is no secret: a submission it refuses names it anyway. Its
+    # admins may raise it (never lower it: that is an operator's, `assaygate policy set`).
+    ("GET", "/v1/policy"): ANY_ROLE,
+    ("PUT", "/v1/policy"): frozenset({ADMIN}),
     # Counts across every tenant: operators only.
     ("GET", "/metrics"): frozenset({ADMIN}),
 }

@@ -33,7 +33,7 @@ from service.net.egress import (
     EgressRefused,
     refusal_in,
 )
-from service.sandbox import Confinement
+from service.sandbox import Confinement, local
 from service.sandbox.bwrap import Sandbox
 
 HOOK_TIMEOUT_S = 30.0
@@ -69,7 +69,7 @@ def _client(
     sandbox = None
     if confinement is None:
         params = StdioServerParameters(
-            command=cmd[0], args=cmd[1:], env={**os.environ, **slot_env(slot)}
+            command=cmd[0], args=cmd[1:], env={**local.environ(), **slot_env(slot)}
         )
     else:
         # The SDK spawns bubblewrap; the server sees only the sandbox's environment (bubblewrap
@@ -273,7 +273,7 @@ class Upstreams:
 
     async def _command_hook(self, command: Sequence[str], payload: dict[str, Any]) -> bytes:
         if self.confinement is None:
-            env = None if self.slot is None else {**os.environ, **slot_env(self.slot)}
+            env = {**local.environ(), **slot_env(self.slot)}
             code, out = await _run_hook(command, env, payload)
         else:
             sandbox = Sandbox(self.confinement, command, env=slot_env(self.slot))

@@ -26,48 +26,21 @@ from mcp.shared.exceptions import MCPError
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.disturbance import Disturbance
 from service.core.faults.injector import Injector
-from service.core.system.contract import Contract, Tool, ToolRole
+from service.core.system.contract import Contract, ToolRole
 from service.mcp.cost import MAX_CALLS
+from service.mcp.forwards import REQUEST_TIMEOUT, answered, effect_record
 from service.mcp.hooks import Upstreams
+from service.mcp.limiter import Limiter
 from service.mcp.wire import json_reply, reply_json, text_reply
+from service.mcp.witness import Forwarded
 
-REQUEST_TIMEOUT = -32001  # the JSON-RPC error a timed-out request is answered with
+__all__ = ["DRAIN_S", "REQUEST_TIMEOUT", "Limiter", "Proxy", "TrialState"]
+
 INVALID_REQUEST = -32600
-
-
-@dataclass
-class Limiter:
-    """One shared rate limit at the proxy, `capacity` effect calls a tick, behind which a fleet of
-    `agents` synchronised copies of the system retries (DESIGN.md: synchronised retries under a
-    shared rate limit).
-
-    The fleet is the proxy's own model, not copies of the agent racing on the wall clock (which
-    fired the storm 4 of 4 times in one assay and 0 of 4 in the next): its burst always lands with
-    the graded run's first attempt, so that attempt is refused whenever the fleet does not fit the
-    limit — the storm fires on every trial that reaches the tool, the same for the same agent run
-    after run. A later attempt is admitted once the run has waited its fair share of the limit
-    since, `ceil(agents / capacity)` ticks on the proxy's clock: an agent that backs off gets
-    through, one that hammers the limit does not."""
-
-    agents: int
-    capacity: int
-    tick_s: float
-    first: float | None = None
-    refused: int = 0
-
-    @property
-    def fair_share_s(self) -> float:
-        return -(-self.agents // self.capacity) * self.tick_s
-
-    def admit(self, now: float) -> bool:
-        if self.agents <= self.capacity:
-            return True  # the whole fleet fits the limit: nothing to wait for
-        if self.first is None:
-            self.first = now
-        elif now - self.first >= self.fair_share_s:
-            return True
-        self.refused += 1
-        return False
+# How long the proxy waits, after the agent's last run, for forwards still in flight before it
+# cancels them and the world is probed: a call the agent abandoned may still commit, and one that
+# commits after the probe is seen by no witness.
+DRAIN_S = 5.0
 
 
 @dataclass
@@ -90,14 +63,29 @@ class TrialState:
     read_done: bool = False
     crashed: threading.Event = field(default_factory=threading.Event)
     # The proxy's own record of every effect call it forwarded, in every run, with what the
-    # server answered: the second witness the probed world must
-    # agree with (engine.witness).
-    forwarded_effects: list[dict[str, Any]] = field(default_factory=list)
+    # server answered: the second witness the probed world must agree with (service.mcp.witness).
+    forwarded_effects: list[Forwarded] = field(default_factory=list)
+    # Upstream calls not answered yet; after `drain` nothing more is forwarded.
+    inflight: set[asyncio.Future[types.CallToolResult]] = field(default_factory=set)
+    drained: bool = False
     step: int = 0
 
     def tick(self) -> int:
         self.step += 1
         return self.step
+
+    async def drain(self, timeout_s: float = DRAIN_S) -> None:
+        """Let the upstream calls still in flight answer, for at most `timeout_s`, then cancel
+        the rest: the world is probed next, and a call answered later would never be graded. A
+        cancelled effect call stays `pending`, which the witness counts as a disagreement."""
+        self.drained = True
+        if not self.inflight:
+            return
+        _done, late = await asyncio.wait(set(self.inflight), timeout=timeout_s)
+        for call in late:
+            call.cancel()
+        if late:
+            await asyncio.wait(late, timeout=1.0)
 
 
 @dataclass
@@ -113,18 +101,10 @@ Handler = Callable[
 ]
 
 
-def _effect_record(run: Run, call: dict[str, Any], tool: Tool) -> dict[str, Any]:
-    args = call["arguments"]
-    key = args.get(tool.idempotency_key) if tool.idempotency_key else None
-    return {
-        "seq": call["seq"],
-        "run": run.number,
-        "tool": call["tool"],
-        "subject": args.get(str(tool.subject)),
-        "key": None if key is None else str(key),
-        "acknowledged": False,
-        "id": None,
-    }
+def _settled(t: TrialState, call: asyncio.Future[types.CallToolResult]) -> None:
+    t.inflight.discard(call)
+    if not call.cancelled():
+        call.exception()  # retrieved here: the agent that asked may have hung up
 
 
 def _timeout(message: str) -> MCPError:
@@ -214,7 +194,10 @@ async def _storm(
         return await fwd()
     if spec.id not in t.injector.fired:
         _fire(t, spec, call)
-    return json_reply({"error": "rate_limited", "retry_after_ms": 0}, is_error=True)
+    # The hint is the model's own: the wait that gets this run admitted, never a wait that would
+    # be refused again.
+    wait = t.limiter.retry_after_ms(now)
+    return json_reply({"error": "rate_limited", "retry_after_ms": wait}, is_error=True)
 
 
 async def _stale(
@@ -415,18 +398,19 @@ class Proxy:
         t.calls.append(call)
 
         async def forward() -> types.CallToolResult:
+            if t.drained:
+                raise _timeout("the trial is over: nothing more is forwarded")
             call["forwarded"] = True
-            if role is not ToolRole.EFFECT or tool is None:
-                return await self.upstreams.call(name, call["arguments"])
-            record = _effect_record(run, call, tool)
-            t.forwarded_effects.append(record)
-            result = await self.upstreams.call(name, call["arguments"])
-            # What the server said, before any fault changes what the agent sees.
-            value = reply_json(result)
-            ident = value.get(str(tool.reply_field)) if isinstance(value, dict) else None
-            record["acknowledged"] = not result.is_error and ident is not None
-            record["id"] = None if ident is None else str(ident)
-            return result
+            upstream = asyncio.ensure_future(self.upstreams.call(name, call["arguments"]))
+            t.inflight.add(upstream)
+            upstream.add_done_callback(lambda done: _settled(t, done))
+            if role is ToolRole.EFFECT and tool is not None:
+                record = effect_record(run.number, call, tool)
+                t.forwarded_effects.append(record)
+                upstream.add_done_callback(lambda done: answered(record, tool, done))
+            # Shielded: an agent that hangs up does not cancel the server's work under it; the
+            # drain waits for it (or cancels it) before the probe.
+            return await asyncio.shield(upstream)
 
         try:
             result = await self._apply(t, run, call, role, forward)

@@ -36,7 +36,7 @@ import httpx
 
 from service.core.errors import ManifestInvalid
 from service.net.egress import EgressPolicy, EgressRefused, EgressTransport
-from service.sandbox import Confinement
+from service.sandbox import Confinement, local
 from service.sandbox.bwrap import Sandbox
 
 URL_ENV = "ASSAYGATE_MCP_URL"
@@ -97,7 +97,7 @@ def child_env(url: str, slot: int | None = None) -> dict[str, str]:
     """An unconfined run's environment (the local CLI, the user's own machine): the user's, but
     the gate's own settings, with `python` the interpreter running the gate (its virtualenv
     first on PATH, as in the sandbox), so a manifest's `["python", ...]` finds the same packages."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    env = local.environ()
     here = os.path.dirname(sys.executable)
     env["PATH"] = os.pathsep.join([here, *(p for p in env.get("PATH", "").split(os.pathsep) if p)])
     env[URL_ENV] = url
@@ -311,7 +311,7 @@ class PythonRunner(HttpRunner):
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env={
-                    **{k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")},
+                    **local.environ(),
                     "PYTHONPATH": os.pathsep.join(
                         dict.fromkeys(p or os.getcwd() for p in sys.path)
                     ),

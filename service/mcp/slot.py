@@ -232,6 +232,7 @@ class Slot:
         self._last_calls = state.calls
         self.phase = "agent"
         runs = await self._runs(spec, inj, state, task, naive)
+        await state.drain()
         self.phase = "probe"
         try:
             after = await self._probe()

@@ -2,13 +2,24 @@
 
 For an `mcp` target the world is the team's own, and the agent may reach it by other means than
 its tools (its own database file, a side channel); its probe is one witness, not the judge. The
-proxy records every effect call it forwarded and what the server answered. After the run:
+proxy records every effect call it forwarded, with the content the contract names (the subject,
+idempotency-key and amount arguments) and how the server answered it: an acknowledgement carrying
+the effect's id, a reply without the id, an error reply, no reply at all (the transport failed),
+or none yet. After the run the proxy drains the calls still in flight (`TrialState.drain`), and
+then each acknowledged or forwarded effect must match exactly one probed effect, content included:
 
-- every effect the server acknowledged (its reply carried the effect's id) must be in the probed
-  world: an acknowledged effect that vanished was undone behind the gate's back;
-- every effect new in the world must come from a forwarded call: by the acknowledged id, by the
-  call's idempotency key, or (a call whose reply never came back) one forwarded call on the same
-  subject per effect.
+- an acknowledged effect is in the probed world exactly once under its id, with the content of a
+  call that was acknowledged with it: one that **vanished**, was **changed** in place or is
+  **multiplied** (a second row under its id) disagrees;
+- every **new** effect comes from one forwarded call whose content it carries: by the
+  acknowledged id, by the call's idempotency key (one effect a key: a further row under a key an
+  effect was already matched to is multiplied), or, for a call that may have committed without
+  saying so (a reply without the id, no reply at all), one effect of that call's content;
+- an error reply is an answer, not a lost reply: an effect that only a refused call can explain
+  **committed after an error reply**, unless the contract says that tool's errors may commit
+  (`errors_may_commit`);
+- a forward still **unresolved** when the probe runs (drained, then cancelled) may commit after
+  the probe, where no witness sees it.
 
 A disagreement is the built-in invariant `proxy_witness` (severity block, not switchable), graded
 in every arm. A probe that failed after the run cannot corroborate anything, so it disagrees too.
@@ -16,38 +27,165 @@ in every arm. A probe that failed after the run cannot corroborate anything, so 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from service.core.system.contract import WITNESS
 
-__all__ = ["WITNESS", "Testimony", "testify"]
+__all__ = ["WITNESS", "Forwarded", "Reply", "Testimony", "testify"]
+
+# How many entries of each list a sample shows.
+SHOWN = 20
+
+
+class Reply(StrEnum):
+    """How the server answered a forwarded effect call, as the proxy saw it."""
+
+    PENDING = "pending"  # no answer yet
+    ACKNOWLEDGED = "acknowledged"  # a reply carrying the effect's id
+    UNACKNOWLEDGED = "unacknowledged"  # a reply without the id: it may have committed
+    ERROR = "error"  # an error reply: the server said it did not do it
+    LOST = "lost"  # the transport failed: whatever happened, nobody answered
+
+
+# Content fields a probed effect carries under the same names as the record's.
+CONTENT = ("subject", "key", "amount")
+
+
+@dataclass
+class Forwarded:
+    """One effect call the proxy forwarded: what it asked for and how the server answered."""
+
+    seq: int
+    run: int
+    tool: str
+    subject: Any
+    key: str | None
+    amount: Any = None
+    errors_may_commit: bool = False
+    reply: Reply = Reply.PENDING
+    id: str | None = None
+
+    @property
+    def acknowledged(self) -> bool:
+        return self.reply is Reply.ACKNOWLEDGED
+
+    @property
+    def may_have_committed(self) -> bool:
+        """Whether an effect the server never acknowledged can still be this call's."""
+        if self.reply is Reply.ERROR:
+            return self.errors_may_commit
+        return self.reply is not Reply.ACKNOWLEDGED
+
+    def content(self) -> dict[str, Any]:
+        """The contract's fields this call carried (one it left out the server may fill in)."""
+        values = {"subject": self.subject, "key": self.key, "amount": self.amount}
+        return {k: v for k, v in values.items() if v is not None}
+
+    def made(self, row: dict[str, Any]) -> bool:
+        """Whether the probed effect `row` carries this call's content."""
+        return all(_same(v, row.get(k)) for k, v in self.content().items())
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "run": self.run,
+            "tool": self.tool,
+            "subject": self.subject,
+            "key": self.key,
+            "amount": self.amount,
+            "reply": self.reply.value,
+            "acknowledged": self.acknowledged,
+            "id": self.id,
+        }
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _same(want: Any, got: Any) -> bool:
+    """Equal as JSON values, a number and its decimal string alike (an SDK server coerces an
+    argument `"3"` to the integer it stores)."""
+    if got is None:
+        return False
+    if isinstance(want, int | float) or isinstance(got, int | float):
+        a, b = _number(want), _number(got)
+        if a is not None and b is not None:
+            return a == b
+    return bool(want == got) if type(want) is type(got) else str(want) == str(got)
+
+
+@dataclass
+class _Cause:
+    """The calls that account for at most one effect: the retries of one key on one tool, or a
+    call without a key."""
+
+    calls: list[Forwarded]
+    used: bool = False
+
+    @property
+    def key(self) -> str | None:
+        return self.calls[0].key
+
+    def made(self, row: dict[str, Any]) -> bool:
+        return any(c.made(row) for c in self.calls)
+
+    @property
+    def may_have_committed(self) -> bool:
+        return any(c.may_have_committed for c in self.calls)
 
 
 @dataclass
 class Testimony:
-    """What the two witnesses disagree on (empty lists: they agree)."""
+    """What the two witnesses disagree on (every list empty: they agree)."""
 
-    vanished: list[dict[str, Any]] = field(default_factory=list)
+    vanished: list[Forwarded] = field(default_factory=list)
+    changed: list[dict[str, Any]] = field(default_factory=list)
+    multiplied: list[dict[str, Any]] = field(default_factory=list)
+    after_error: list[dict[str, Any]] = field(default_factory=list)
     unexplained: list[dict[str, Any]] = field(default_factory=list)
+    unresolved: list[Forwarded] = field(default_factory=list)
     probe_failed: str | None = None
 
     @property
     def agrees(self) -> bool:
-        return not self.vanished and not self.unexplained and self.probe_failed is None
+        return self.probe_failed is None and not (
+            self.vanished
+            or self.changed
+            or self.multiplied
+            or self.after_error
+            or self.unexplained
+            or self.unresolved
+        )
 
-    def view(self, forwarded: list[dict[str, Any]]) -> dict[str, Any]:
+    def view(self, forwarded: Sequence[Forwarded]) -> dict[str, Any]:
         return {
             "agrees": self.agrees,
-            "forwarded_effects": forwarded[:20],
-            "vanished": self.vanished[:20],
-            "unexplained": self.unexplained[:20],
+            "forwarded_effects": [r.view() for r in forwarded[:SHOWN]],
+            "vanished": [r.view() for r in self.vanished[:SHOWN]],
+            "changed": self.changed[:SHOWN],
+            "multiplied": self.multiplied[:SHOWN],
+            "after_error": self.after_error[:SHOWN],
+            "unexplained": self.unexplained[:SHOWN],
+            "unresolved": [r.view() for r in self.unresolved[:SHOWN]],
             **({"probe_failed": self.probe_failed} if self.probe_failed else {}),
         }
 
 
 def testify(
-    forwarded: list[dict[str, Any]],
+    forwarded: Sequence[Forwarded],
     after: dict[str, Any],
     new_effects: list[dict[str, Any]],
 ) -> Testimony:
@@ -56,22 +194,76 @@ def testify(
     if "error" in after:
         out.probe_failed = str(after["error"])[:300]
         return out
-    present = {str(e.get("id")) for e in after["effects"] if isinstance(e, dict)}
-    out.vanished = [r for r in forwarded if r["acknowledged"] and r["id"] not in present]
-    ids = {r["id"] for r in forwarded if r["acknowledged"]}
-    keys = {r["key"] for r in forwarded if r["key"] is not None}
-    # Calls whose reply never reached the proxy: each may explain one effect on its subject.
-    unanswered: dict[str, int] = {}
+    out.unresolved = [r for r in forwarded if r.reply is Reply.PENDING]
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for e in after["effects"]:
+        if isinstance(e, dict):
+            rows.setdefault(str(e.get("id")), []).append(e)
+    acknowledged: dict[str, list[Forwarded]] = {}
     for r in forwarded:
-        if not r["acknowledged"]:
-            s = str(r["subject"])
-            unanswered[s] = unanswered.get(s, 0) + 1
-    for e in new_effects:
-        if str(e.get("id")) in ids or (e.get("key") is not None and str(e["key"]) in keys):
+        if r.acknowledged and r.id is not None:
+            acknowledged.setdefault(r.id, []).append(r)
+    for ident, calls in acknowledged.items():
+        found = rows.get(ident, [])
+        if not found:
+            out.vanished.extend(calls)
             continue
-        s = str(e.get("subject"))
-        if unanswered.get(s, 0) > 0:
-            unanswered[s] -= 1
+        out.multiplied.extend(found[1:])
+        if not any(c.made(found[0]) for c in calls):
+            out.changed.append({"effect": found[0], "forwarded": [c.view() for c in calls]})
+    causes = _causes(forwarded)
+    # A key's effect already matched (by an acknowledged id) leaves no room for another.
+    spent = {r.key for r in forwarded if r.acknowledged and r.key is not None}
+    pending: list[dict[str, Any]] = []
+    for row in new_effects:
+        if str(row.get("id")) in acknowledged:
             continue
-        out.unexplained.append(e)
+        # First the rows some unused call accounts for, committed or (a refused call's) not.
+        cause = _first(causes, row, committed=True) or _first(causes, row, committed=False)
+        if cause is None:
+            pending.append(row)
+            continue
+        cause.used = True
+        if not cause.may_have_committed:
+            out.after_error.append(
+                {"effect": row, "forwarded": [c.view() for c in cause.calls if c.made(row)]}
+            )
+    for row in pending:
+        key = None if row.get("key") is None else str(row["key"])
+        differs = next((c for c in causes if not c.used and key is not None and c.key == key), None)
+        if differs is not None:
+            differs.used = True
+            out.changed.append({"effect": row, "forwarded": [c.view() for c in differs.calls]})
+        elif key is not None and (key in spent or any(c.key == key for c in causes)):
+            out.multiplied.append(row)
+        else:
+            out.unexplained.append(row)
     return out
+
+
+def _causes(forwarded: Sequence[Forwarded]) -> list[_Cause]:
+    """The unacknowledged calls, as the effects they may account for: the calls under one key on
+    one tool are one effect (the key makes their retries the same), and calls under a key that
+    was acknowledged on that tool are that acknowledged effect."""
+    acknowledged = {(r.tool, r.key) for r in forwarded if r.acknowledged and r.key is not None}
+    by_key: dict[tuple[str, str], _Cause] = {}
+    out: list[_Cause] = []
+    for r in forwarded:
+        if r.acknowledged:
+            continue
+        if r.key is None:
+            out.append(_Cause([r]))
+        elif (r.tool, r.key) not in acknowledged:
+            cause = by_key.get((r.tool, r.key))
+            if cause is None:
+                cause = by_key[(r.tool, r.key)] = _Cause([])
+                out.append(cause)
+            cause.calls.append(r)
+    return out
+
+
+def _first(causes: list[_Cause], row: dict[str, Any], committed: bool) -> _Cause | None:
+    return next(
+        (c for c in causes if not c.used and c.may_have_committed is committed and c.made(row)),
+        None,
+    )

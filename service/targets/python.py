@@ -34,7 +34,7 @@ from typing import Any
 
 from service.core.errors import ManifestInvalid
 from service.core.trial.sandbox import Task, Tools
-from service.sandbox import Confinement
+from service.sandbox import Confinement, local
 from service.sandbox.bwrap import Sandbox
 from service.targets.errors import TargetFailed, TargetRaised, TargetTimeout, TargetUnreachable
 from service.targets.http import DEFAULT_TIMEOUT_S, HttpTarget
@@ -53,9 +53,10 @@ _EXIT_GRACE_S = 1.0
 
 
 def _child_env() -> dict[str, str]:
-    """The parent's environment without Assaygate's own settings (database, broker, key paths),
-    and with the parent's import path, so the user's modules import as they would in-process."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    """What the team's code sees unconfined (`service.sandbox.local`: never Assaygate's own
+    settings), with the parent's import path, so the user's modules import as they would
+    in-process."""
+    env = local.environ()
     cwd = os.getcwd()
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p or cwd for p in sys.path))
     return env

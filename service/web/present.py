@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from service.app import gate
+from service.app import gate, policies
 from service.app.browse import ShardTally
 from service.app.records import CandidateRow, Event, as_utc
 from service.core.decision.gate import ReasonView, block_first, reason_view
@@ -69,6 +69,7 @@ NOTES = {
     "rejected": "rejected",
     "expired": "review expired",
     "config_changed": "production config changed",
+    "policy_changed": "organisation policy changed",
     "trigger_changed": "triggers changed",
     "pending": "assay pending",
     "failed": "assay failed",
@@ -379,3 +380,53 @@ def group_events(
         )
         for candidate_id, assay_id in order
     ]
+
+
+@dataclass(frozen=True)
+class PolicyLine:
+    """One scope's policy as the systems page lists it."""
+
+    scope: str
+    version: int
+    digest: str
+    requires: list[str]
+    set_by: str
+    set_at: datetime
+
+
+def policy_view(view: policies.PolicyView) -> list[PolicyLine]:
+    """Each scope's newest policy version, the tenant's first, each requirement in words."""
+    return [
+        PolicyLine(
+            f"system {layer.system}" if layer.system else "tenant",
+            layer.version,
+            layer.digest,
+            requirements(layer.policy.document()),
+            layer.set_by,
+            layer.set_at,
+        )
+        for layer in view.layers
+    ]
+
+
+def requirements(document: dict[str, Any]) -> list[str]:
+    """`floors.recovered ≥ 0.9`, `error ≤ 0.01`, `rules: fixed`, … for a policy document."""
+    words = {
+        "max_violation_rate": "≤",
+        "error": "≤",
+        "trials": "≥",
+        "evidence_sample": "≥",
+    }
+    found: list[str] = []
+    for key, value in document.items():
+        if key == "floors":
+            found += [f"floors.{k} ≥ {v}" for k, v in value.items()]
+        elif key in words:
+            found.append(f"{key} {words[key]} {value}")
+        elif isinstance(value, list):
+            found.append(f"{key}: {', '.join(str(v) for v in value)}")
+        elif value is True:
+            found.append(f"{key} on")
+        else:
+            found.append(f"{key}: {value}")
+    return found

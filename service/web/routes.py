@@ -22,7 +22,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from service.app import browse, candidates, gate, keys, tenants
+from service.app import browse, candidates, gate, keys, policies, tenants
 from service.app.records import CandidateRow
 from service.http.deps import SessionDep, SettingsDep
 from service.web import present, review, submit
@@ -88,8 +88,8 @@ def systems_page(
     q: Annotated[str | None, Query(max_length=200)] = None,
 ) -> HTMLResponse:
     """Every system's gate state (what `GET /v1/gate/{system}` answers for its newest
-    candidate) with its reasons, and what changed since it was last allowed; and whether the
-    tenant may run code (`GET /v1/tenant`)."""
+    candidate) with its reasons, and what changed since it was last allowed; whether the
+    tenant may run code (`GET /v1/tenant`) and the organisation's policy (`GET /v1/policy`)."""
     found = browse.systems_page(
         session, tenant_id=who.tenant_id, limit=PAGE, offset=(page - 1) * PAGE, name=q
     )
@@ -97,6 +97,7 @@ def systems_page(
     standings = gate.standings(session, latest_rows)
     # The same comparison `GET /v1/gate` answers with (`triggers.components_changed`).
     since = gate.since_allowed_of(session, latest_rows)
+    tenant = tenants.of(session, settings, who.tenant_id)
     rows: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
     for r in found.rows:
@@ -126,7 +127,8 @@ def systems_page(
             "found": found,
             "q": q or "",
             "counts": counts,
-            "tenant": tenants.of(session, settings, who.tenant_id),
+            "tenant": tenant,
+            "policy": present.policy_view(policies.show(session, who.tenant_id, tenant.name)),
         },
     )
 

@@ -189,3 +189,29 @@ def test_a_huge_plan_gets_larger_shards_not_more_of_them(settings: Settings) -> 
     count = len(plan_shards(parse_manifest(example("typed")), plan, trials_per_shard=size))
     assert count <= settings.max_shards_per_assay
     assert shard_size(parse_plan({"trials": 30}), settings) == settings.trials_per_shard
+
+
+def test_a_second_manifest_under_a_systems_version_is_a_conflict_naming_the_first(
+    client: httpx.Client, engine: sa.Engine
+) -> None:
+    # One version, one manifest: `gate --version` must have one answer. The same manifest again
+    # is a re-run of that version; a changed one is refused and nothing is stored.
+    version = f"9.0.{uuid.uuid4().hex[:8]}"
+    body = candidate_body("typed", trials=2, modes=["subject_swap"])
+    body["version"] = version
+    first = client.post("/v1/candidates", json=body)
+    assert first.status_code == 202
+    again = client.post("/v1/candidates", json=body)
+    assert again.status_code == 202 and again.json()["id"] != first.json()["id"]
+    wait_decided(client, first.json()["id"])
+    wait_decided(client, again.json()["id"])
+    quiet(engine)
+    before = row_counts(engine)
+    other = candidate_body("baseline", trials=2, modes=["subject_swap"])
+    other["version"] = version
+    refused = client.post("/v1/candidates", json=other)
+    assert refused.status_code == 409
+    error = refused.json()["error"]
+    assert error["code"] == "version_taken" and error["field"] == "version"
+    assert first.json()["id"] in error["message"]
+    assert row_counts(engine) == before

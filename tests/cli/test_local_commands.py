@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -263,3 +264,100 @@ def test_without_a_terminal_an_assay_prints_a_line_per_finished_fault_on_stderr(
     for k, (line, fault) in enumerate(zip(lines, ids, strict=True), start=1):
         assert line.startswith(f"assaygate: fault {k}/{len(ids)} {fault}: 5 trials, fired in ")
     assert lines[-1].endswith(f"{5 * len(ids)}/{5 * len(ids)} trials)")
+
+
+def _declared_manifest(tmp_path: Path, env: dict[str, str] | None) -> str:
+    """A python target that is careful only with REFUND_MODE=careful and its REFUND_TOKEN secret
+    in its environment (tests/targets/agents/declared.py)."""
+    data = json.loads((EXAMPLES / "copperfin-typed-repair.json").read_text())
+    target: dict[str, object] = {
+        "kind": "python",
+        "entrypoint": "tests.targets.agents.declared:run",
+        "secrets": ["REFUND_TOKEN"],
+    }
+    if env is not None:
+        target["env"] = env
+    data["target"] = target
+    path = tmp_path / "declared.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def _assay(manifest: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("REFUND_MODE", "REFUND_TOKEN")}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "assay",
+            manifest,
+            "--trials",
+            "3",
+            "--mode",
+            "timeout_before_send",
+            "--json",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**base, **env},
+    )
+
+
+def test_the_local_assay_gives_the_code_what_the_manifest_declares_as_a_worker_does(
+    tmp_path: Path,
+) -> None:
+    declared = _declared_manifest(tmp_path, {"REFUND_MODE": "careful"})
+    done = _assay(declared, env={"REFUND_TOKEN": "s3cret"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["decision"] == "allow"
+    # The secret's value from a file instead of the environment.
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text(json.dumps({"REFUND_TOKEN": "s3cret"}))
+    assert _assay(declared, "--secrets", str(secrets), env={}).returncode == 0
+
+
+def test_a_variable_the_manifest_never_declared_is_invisible_locally_as_on_a_worker(
+    tmp_path: Path,
+) -> None:
+    # The shell has REFUND_MODE=careful, the manifest does not declare it: on the service the
+    # code would never see it, so locally it does not either, and both block.
+    undeclared = _declared_manifest(tmp_path, None)
+    env = {"REFUND_MODE": "careful", "REFUND_TOKEN": "s3cret"}
+    done = _assay(undeclared, env=env)
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["decision"] == "block"
+    # --inherit-env gives the code the whole environment again (and says it may differ).
+    assert _assay(undeclared, "--inherit-env", env=env).returncode == 0
+
+
+def test_a_named_secret_missing_locally_is_one_line_naming_it(tmp_path: Path) -> None:
+    declared = _declared_manifest(tmp_path, {"REFUND_MODE": "careful"})
+    done = _assay(declared, env={})
+    assert done.returncode == 3 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "target.secrets.0" in lines[0] and "REFUND_TOKEN" in lines[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_a_local_assay_held_to_a_policy_refuses_a_looser_manifest_and_raises_a_silent_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"floors": {"recovered": 0.9}, "trials": 6}))
+    lowered = json.loads(Path(TYPED).read_text())
+    lowered["envelope"] = {"floors": {"recovered": 0.0}}
+    loose = tmp_path / "lowered.json"
+    loose.write_text(json.dumps(lowered))
+    args = ["--fault", "tool", "--seed", "3", "--policy", str(policy), "--json"]
+    # What the service would refuse, the local assay refuses: one line, exit 3 (never a decision).
+    assert main(["assay", str(loose), *args]) == 3
+    assert "manifest.envelope.floors.recovered" in capsys.readouterr().err
+    assert main(["assay", TYPED, "--trials", "5", *args]) == 3
+    assert "plan.trials: 5 trials are fewer than the policy's minimum 6" in capsys.readouterr().err
+    # Silent: the policy's floor applies, and the report's plan says so.
+    main(["assay", TYPED, "--trials", "6", *args])
+    report = json.loads(capsys.readouterr().out)
+    assert report["plan"]["envelope"]["floors"]["recovered"] == 0.9

@@ -5,6 +5,7 @@ script against a real embedded service (`assaygate serve` in a temporary folder)
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -174,11 +175,58 @@ def test_the_github_workflow_stops_a_blocked_build_before_deploy_and_still_uploa
 ) -> None:
     workflow = yaml.safe_load((CI / "github-actions.yml").read_text())
     env = github_env(runner, workflow, ASSAYGATE_MANIFEST="examples/copperfin-baseline.json")
-    code = runner.github_job(workflow["jobs"]["assay"]["steps"], env, runner.context({}))
+    # Another commit: one version names one manifest, and the commit is the idempotency key.
+    ctx = runner.context({"github.sha": "blocked-" + SHA})
+    code = runner.github_job(workflow["jobs"]["assay"]["steps"], env, ctx)
     assert code == 1, "submit exits 1 on block, so the job fails and `needs: assay` skips deploy"
     junit = assert_junit(runner.checkout / "assaygate-junit.xml")
     assert junit.find(".//testcase[@name='timeout_after_commit']/failure") is not None
     assert all(p.is_file() for p in runner.uploaded), "the dossier is kept on failure too"
+
+
+def test_a_held_build_passes_when_its_job_is_run_again_after_a_reviewer_waives_the_hold(
+    runner: Runner,
+) -> None:
+    # The typed profile is held (a lineage break, an undeclared control): submit exits 2. A
+    # reviewer waives the hold; the same job run again (the same commit, so the same idempotency
+    # key) finds the same candidate, no new assay and no new hold, and the gate's allow exits 0.
+    workflow = yaml.safe_load((CI / "github-actions.yml").read_text())
+    env = github_env(runner, workflow, ASSAYGATE_MANIFEST="examples/copperfin-typed.json")
+    ctx = runner.context({"github.sha": "held-" + SHA})
+    steps = workflow["jobs"]["assay"]["steps"]
+    assert runner.github_job(steps, env, ctx) == 2
+    service = runner.service
+    headers = {"Authorization": f"Bearer {service.key}"}
+    holds = httpx.get(f"{service.url}/v1/holds", params={"status": "open"}, headers=headers).json()[
+        "items"
+    ]
+    versions = {
+        h["id"]: httpx.get(
+            f"{service.url}/v1/candidates/{h['candidate_id']}", headers=headers
+        ).json()["version"]
+        for h in holds
+    }
+    (hold,) = [h for h, v in versions.items() if v == "held-" + SHA]
+    minted = subprocess.run(
+        [sys.executable, "-m", "service.cli", "keys", "create", "--tenant", "default",
+         "--role", "reviewer", "--person", "Rita Reviewer"],
+        cwd=service.data_dir, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert minted.returncode == 0, minted.stderr
+    reviewer = {"Authorization": f"Bearer {json.loads(minted.stdout)['key']}"}
+    waived = httpx.post(
+        f"{service.url}/v1/holds/{hold}/waive",
+        json={"reason": "accepted for the pilot", "expires_at": "2999-01-01T00:00:00Z"},
+        headers=reviewer,
+    )
+    assert waived.status_code == 200, waived.text
+    runner.uploaded.clear()
+    assert runner.github_job(steps, env, ctx) == 0
+    assert "## Assaygate: ALLOW" in Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    listed = httpx.get(f"{service.url}/v1/candidates", headers=headers).json()["items"]
+    assert [c["version"] for c in listed].count("held-" + SHA) == 1, "no second candidate"
+    assert runner.github_job(workflow["jobs"]["deploy"]["steps"], env, ctx) == 0
 
 
 def test_the_composite_action_installs_from_its_checkout_and_reports_the_decision(

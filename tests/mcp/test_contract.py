@@ -12,7 +12,7 @@ from service.core.errors import ManifestInvalid
 from service.core.faults.contract_catalogue import catalogue_for
 from service.core.signing.dossier import DEFAULT_TRIGGERS
 from service.core.system.contract import Invariants, parse_contract
-from service.core.system.manifest import parse_manifest
+from service.core.system.manifest import parse_manifest, sha256_canonical
 from service.mcp.cel import compile_invariants
 from tests.mcp.conftest import EXAMPLE
 
@@ -98,6 +98,26 @@ def test_a_bad_severity_names_the_field() -> None:
     data = example()
     data["invariants"]["predicates"][0]["severity"] = "warn"
     assert field_of(data) == "invariants.predicates.0.severity"
+
+
+def test_errors_that_may_commit_are_declared_on_effects_only_and_default_to_false() -> None:
+    contract = parse_manifest(example()).tools
+    assert parse_contract(contract).tools["ship_order"].errors_may_commit is False
+    data = example()
+    data["tools"]["tools"]["ship_order"]["errors_may_commit"] = True
+    assert parse_contract(data["tools"]).tools["ship_order"].errors_may_commit is True
+    data["tools"]["tools"]["log_event"]["errors_may_commit"] = True
+    assert field_of(data) == "tools.tools.log_event.errors_may_commit"
+
+
+def test_a_contract_without_the_new_fields_keeps_its_digest() -> None:
+    # Declaring the default is a change of the component (its bytes are hashed), leaving it out
+    # is not: every earlier manifest keeps its digest and its catalogue version.
+    data = example()
+    before = parse_manifest(data).component_hashes()["tools"]
+    assert before == sha256_canonical(data["tools"])
+    data["tools"]["tools"]["ship_order"]["errors_may_commit"] = False
+    assert parse_manifest(data).component_hashes()["tools"] != before
 
 
 def test_invariants_are_a_hashed_component_and_a_default_trigger() -> None:

@@ -75,6 +75,7 @@ TABLES = (
     "tenant_secret",
     "artifact",
     "candidate_artifact",
+    "org_policy",
 )
 
 

@@ -59,9 +59,11 @@ def seed_candidate(
     signer: Signer | None = None,
     tenant: str = "acme",
     manifest_document: dict[str, Any] | None = None,
+    policy: dict[str, Any] | None = None,
 ) -> Recorded:
     """One candidate of `tenant`'s `system`, decided with `report` (the example's own by
-    default); `manifest_document` instead of the example's manifest, if given."""
+    default); `manifest_document` instead of the example's manifest, if given; `policy`: the
+    organisation's policy its assay records (`service.app.policies.InForce.record`)."""
     document = manifest_document if manifest_document is not None else example(example_name)
     manifest = parse_manifest(document)
     plan = parse_plan(PLAN)
@@ -84,6 +86,7 @@ def seed_candidate(
         plan_document=plan.model_dump(mode="json"),
         catalogue=plan.resolve_catalogue().version,
         shards=shards if with_shards else shards[:1],
+        policy=policy,
     )
     assay = recorded.assay
     if created_at is not None:

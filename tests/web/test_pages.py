@@ -106,11 +106,10 @@ def test_each_fault_shows_its_floors_point_estimate_interval_and_what_was_compar
     web_client: TestClient, seeded: Seeded
 ) -> None:
     page = web_client.get(f"/candidates/{seeded.typed}").text
-    table = page[page.index('class="grid compact floors"') :]
-    table = table[: table.index("</table>")]
-    assert "Point estimate" in table and "95 % interval" in table and "Compared" in table
-    assert "useful service ≥ 80.0%" in table and "point estimate" in table
-    assert "baseline" in table and "intervention" in table
+    floors = page[page.index('class="small floors"') :]
+    floors = floors[: floors.index("</ul>")]
+    assert "useful service ≥ 80.0% (intervention): met — point estimate" in floors
+    assert "95 % interval" in floors and "(baseline)" in floors
 
 
 def test_a_running_candidate_polls_for_progress(web_client: TestClient, seeded: Seeded) -> None:
@@ -318,6 +317,34 @@ def test_systems_page_says_whether_the_tenant_may_run_code_and_how_an_operator_a
         session.commit()
     page = browser.get("/").text
     assert "Code: allowed since" in page and f".tenant.{tenant}</code>" in page
+
+
+def test_systems_page_shows_the_organisation_policy_each_scope_holds_the_tenant_to(
+    anonymous_client: TestClient, web_engine: sa.Engine, web_settings: Settings
+) -> None:
+    from service.app import changes
+
+    tenant = f"policy-{uuid.uuid4().hex[:8]}"
+    browser = signed_in(anonymous_client, "polly", "/", tenant=tenant)
+    page = browser.get("/").text
+    assert "Organisation policy: none set" in page
+    assert f"assaygate policy set {tenant} FILE" in page
+    assert web_settings.keys_dir is not None
+    signer = KeyRing(web_settings.keys_dir).load_or_create()
+    with Session(web_engine) as session:
+        for system, document in (
+            (None, {"floors": {"recovered": 0.9}, "attribution": "required"}),
+            ("refunds", {"rules": ["fixed"], "error": 0.01}),
+        ):
+            changes.set_policy(session, signer, changes.SetPolicy(tenant, system, document, "ops"))
+    page = browser.get("/").text
+    policy = page[page.index('class="sub org-policy"') :]
+    policy = policy[: policy.index("</div>")]
+    assert "<strong>tenant</strong> version 1" in policy
+    assert "floors.recovered ≥ 0.9" in policy and "attribution: required" in policy
+    assert "<strong>system refunds</strong> version 1" in policy
+    assert "error ≤ 0.01" in policy and "rules: fixed" in policy
+    assert "set by operator:ops" in policy
 
 
 def test_a_sequential_candidate_page_shows_runs_and_cost_per_arm_and_why_each_fault_stopped(

@@ -71,7 +71,7 @@ def code_assay(
         sha256 = None
         if code is not None:
             sha256 = hashlib.sha256(code).hexdigest()
-            stage_artifact(session, row.id, sha256, code, "ci")
+            stage_artifact(session, row.id, sha256, code)
         recorded = record_submission(
             session,
             tenant_id=row.id,

@@ -94,9 +94,7 @@ async def upload_artifact(
         return artifacts.store(engine, principal, data, digest)
 
     stored = await run_in_threadpool(store)
-    public = ArtifactPublic(
-        digest=stored.digest, size=stored.size, created_at=stored.created_at, created=stored.created
-    )
+    public = ArtifactPublic(digest=stored.digest, size=stored.size, created=stored.created)
     return JSONResponse(
         public.model_dump(mode="json"),
         status_code=201 if stored.created else 200,

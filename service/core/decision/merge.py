@@ -31,11 +31,11 @@ from service.core.evidence.signature import newcombe, wilson
 from service.core.evidence.spend import from_views
 from service.core.evidence.stopping import Stop, rule_for
 from service.core.evidence.tally import ArmCounts, ShardResult, StormTally, Tally, add_cause
-from service.core.faults.catalogue import Catalogue, FaultSpec
+from service.core.faults.catalogue import FaultSpec
 from service.core.faults.disturbance import Disturbance
 from service.core.faults.plan import AssayPlan
 from service.core.system.contract import WITNESS, invariant_table
-from service.core.system.manifest import Manifest, invariants_of
+from service.core.system.manifest import Envelope, Manifest, invariants_of
 from service.core.trial.oracle import FLAGS, Flag
 
 INTERPRETATION = {
@@ -126,7 +126,7 @@ def counterfactual(
     elif len(rm.switchable) < len(rm.controls):
         # A nominated control without a pair of its own may be what contains the fault.
         verdict = "untested"
-    elif iv.count(Flag.USEFUL_SERVICE) / iv.n < manifest.envelope.floors.useful_service:
+    elif iv.count(Flag.USEFUL_SERVICE) / iv.n < plan.envelope_for(manifest).floors.useful_service:
         # Not a green result that could not have been red: the system stopped before the
         # nominated control had to act, so its leverage is untested and the service floor holds.
         verdict = "masked"
@@ -137,7 +137,7 @@ def counterfactual(
 
 
 def sensitivity(
-    spec: FaultSpec, tally: Tally, cf: Counterfactual, manifest: Manifest
+    spec: FaultSpec, tally: Tally, cf: Counterfactual, envelope: Envelope
 ) -> Counterfactual:
     """The sensitivity pair: a naive agent derived from the tool contract, under the same fault in
     the same world. If the oracle does not see the predicted violation there, the assay could not
@@ -152,7 +152,7 @@ def sensitivity(
     view = Sensitivity(status, naive.n, pt, seen, rates(naive))
     if status == "invalid":
         return _with(cf, "invalid", view, None)
-    if manifest.envelope.attribution == "reported" and cf.status in _CONTROL_PAIRED:
+    if envelope.attribution == "reported" and cf.status in _CONTROL_PAIRED:
         # Control pairs are reported, not required: the naive pair proved the assay can fail.
         return _with(cf, "valid", view, cf.status)
     return _with(cf, cf.status, view, None)
@@ -403,7 +403,8 @@ def merge(
     tallies = {f.id: folded.get(f.id) or Tally() for f in faults}
     tallies.update({fid: t for fid, t in folded.items() if fid not in tallies})
     severities, predicates = _severities(manifest)
-    reported = manifest.envelope.attribution == "reported"
+    envelope = plan.envelope_for(manifest)
+    reported = envelope.attribution == "reported"
     domains = plan.domains()
     dom_arms = {d.value: {a: ArmCounts() for a in _SUMMED} for d in domains}
     all_arms = {a: ArmCounts() for a in _SUMMED}
@@ -415,7 +416,7 @@ def merge(
             dom_arms[spec.domain.value][a].merge(t.arms[a])
             all_arms[a].merge(t.arms[a])
         rm = removal(manifest, spec)
-        cf = sensitivity(spec, t, counterfactual(spec, t, rm, plan, manifest), manifest)
+        cf = sensitivity(spec, t, counterfactual(spec, t, rm, plan, manifest), envelope)
         inv = invariants_view(t, severities) if severities else {}
         stop = None if stops is None else stops.get(spec.id)
         spent = _fault_spend(spend, spec.id)
@@ -423,7 +424,7 @@ def merge(
             dict(zip(FLAGS, t.arms["intervention"].flags, strict=True)),
             t.arms["baseline"].hard_counts(),
             t.exercised,
-            manifest.envelope,
+            envelope,
         )
         floors = tuple(c.view() for c in checks)
         results_.append(
@@ -437,19 +438,8 @@ def merge(
         evidence.append(_evidence(spec, t, cf, rm, reported, team_failed))
     # A sequential plan reads its bounds after every trial: the gate's too must be anytime-valid.
     anytime = float(plan.error) if rule == "sequential" else None
-    verdict = decide(evidence, manifest.envelope, stopped, anytime=anytime)
+    verdict = decide(evidence, envelope, stopped, anytime=anytime)
     visited = {spec.coverage_key() for spec in faults if tallies[spec.id].exercised}
-    plan_dump = plan.model_dump(mode="json")
-    # Plan keys added with sequential plans and budgets are written only when set, so a plan that
-    # sets none signs the same bytes as before they existed (the golden dossier).
-    for key, default in (("rule", None), ("error", 0.05), ("max_violation_rate", None)):
-        if plan_dump.get(key) == default:
-            del plan_dump[key]
-    for key in ("max_runs", "max_seconds", "max_tokens", "max_cost"):
-        if plan_dump["stop"].get(key) is None:
-            del plan_dump["stop"][key]
-    if isinstance(plan.catalogue, Catalogue):
-        plan_dump["catalogue"] = {"version": cat.version}
     return AssayReport(
         decision=verdict.decision,
         reasons=verdict.reasons,
@@ -466,7 +456,7 @@ def merge(
         catalogue_version=cat.version,
         manifest_digest=manifest.digest(),
         component_hashes=manifest.component_hashes(),
-        plan=plan_dump,
+        plan=plan.signed(),
         seed=plan.seed,
         trials_executed=executed,
         target_errors_total=sum(t.all_errors for t in tallies.values()),

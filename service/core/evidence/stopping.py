@@ -248,7 +248,7 @@ def rule_for(manifest: Manifest, plan: AssayPlan, spec: FaultSpec) -> Rule:
         sample = plan.evidence_sample
         baseline = plan.trials if plan.sample_threshold() is None or sample is None else sample
     return Rule(
-        manifest.envelope,
+        plan.envelope_for(manifest),
         float(plan.error),
         plan.trials,
         None if mvr is None else float(mvr),

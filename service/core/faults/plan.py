@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -14,6 +14,7 @@ from service.core.faults.catalogue import (
     FaultSpec,
     catalogue_named,
 )
+from service.core.system.manifest import Envelope, Manifest
 from service.core.system.values import INTEGRAL, Number
 
 MAX_TRIALS = 10_000_000
@@ -22,6 +23,14 @@ MAX_SEED = 2**53 - 1
 # A plan names each family or mode at most once or twice; more is a mistake or an attack.
 MAX_FAMILIES = 16
 MAX_MODES = 256
+
+
+_SIGNED_WHEN_SET = (
+    ("rule", None),
+    ("error", 0.05),
+    ("max_violation_rate", None),
+    ("envelope", None),
+)
 
 
 class StopConditions(BaseModel):
@@ -70,6 +79,29 @@ class AssayPlan(BaseModel):
     # The violation rate below which an unseen violation no longer changes a fault's decision
     # (None: the envelope's, else what the fixed plan's `trials` would resolve).
     max_violation_rate: Annotated[Number, Field(gt=0.0, lt=1.0)] | None = None
+    # The envelope the assay decides under when the organisation's policy tightened the
+    # manifest's (service/core/decision/policy.py `tighten`); None: the manifest's own. Set by the
+    # service, never by a submission (the API's plan shape has no such field).
+    envelope: Envelope | None = None
+
+    def envelope_for(self, manifest: Manifest) -> Envelope:
+        """The envelope this assay of `manifest` decides under."""
+        return self.envelope if self.envelope is not None else manifest.envelope
+
+    def signed(self) -> dict[str, Any]:
+        """The plan as a dossier signs it. Keys added with sequential plans, budgets and the
+        organisation's policy are written only when set, so a plan that sets none signs the same
+        bytes as before they existed (the golden dossier); a custom catalogue by its version."""
+        found: dict[str, Any] = self.model_dump(mode="json")
+        for key, default in _SIGNED_WHEN_SET:
+            if found.get(key) == default:
+                del found[key]
+        for key in ("max_runs", "max_seconds", "max_tokens", "max_cost"):
+            if found["stop"].get(key) is None:
+                del found["stop"][key]
+        if isinstance(self.catalogue, Catalogue):
+            found["catalogue"] = {"version": self.catalogue.version}
+        return found
 
     def rule_for(self, target_kind: str) -> Literal["sequential", "fixed"]:
         """The rule this plan runs for a target of `target_kind`."""

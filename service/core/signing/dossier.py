@@ -333,12 +333,15 @@ def predicate_from_report(
     reasons: list[ReasonView] | None = None,
     change: str | None = None,
     artifacts: Sequence[ArtifactSubject] = (),
+    policy: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything DESIGN.md lists for a dossier, from a merged assay report (typed, or its
     stored JSON). `artifacts`: what the release ships, by digest, with its assurance; they are
-    the statement's subjects beside the manifest (none: the predicate has no `artifacts`)."""
+    the statement's subjects beside the manifest (none: the predicate has no `artifacts`).
+    `policy`: the organisation's policy the assay ran under (its digest, versions and document),
+    signed as `organisation_policy` when there is one."""
     r = report if isinstance(report, AssayReport) else AssayReport.from_dict(report)
-    return {
+    found = {
         "dossier_version": version,
         "previous": previous,
         "issued_at": issued_at,
@@ -369,6 +372,9 @@ def predicate_from_report(
         **_mcp(r),
         **({"artifacts": [a.view() for a in artifacts]} if artifacts else {}),
     }
+    if policy is not None:
+        found["organisation_policy"] = dict(policy)
+    return found
 
 
 def _without_intervals(summary: JSONObject) -> JSONObject:

@@ -2,12 +2,13 @@
 
 A team's agent keeps its own tools. The contract (the manifest's `tools` component) tells the gate
 what each tool is for: `read`, `effect`, `authority` or `evidence`; for an effect, the argument that
-names its subject, the idempotency-key argument, and the read tool (with an argument mapping) that
-finds an effect by key. It also names the team's upstream MCP servers and the world hooks that reset
-and probe their sandbox. Invariants (the manifest's `invariants` component) are CEL predicates over
-the task, the world before and after, the proxied calls and the released claim; five built-in ones
-are derived from the contract. Everything here is data and validation: CEL is compiled and evaluated
-outside the core (`service/mcp/cel.py`); the faults a contract implies are built, role by role, in
+names its subject, the idempotency-key and amount arguments, whether its error replies may have
+committed, and the read tool (with an argument mapping) that finds an effect by key. It also names
+the team's upstream MCP servers and the world hooks that reset and probe their sandbox. Invariants
+(the manifest's `invariants` component) are CEL predicates over the task, the world before and
+after, the proxied calls and the released claim; five built-in ones are derived from the contract.
+Everything here is data and validation: CEL is compiled and evaluated outside the core
+(`service/mcp/cel.py`); the faults a contract implies are built, role by role, in
 `contract_catalogue.py`.
 """
 
@@ -74,6 +75,10 @@ class Tool(StrictModel):
     idempotency_key: Name | None = None
     amount: Name | None = None
     lookup: Lookup | None = None
+    # Effects: an error reply from this tool may still have committed (the proxy's witness then
+    # lets a refused call account for one effect). By default an error reply says nothing was
+    # done, and an effect only a refused call explains disagrees.
+    errors_may_commit: bool = False
     # The field of the structured reply that carries the effect id (effects), the subject
     # (reads), or whether authority is granted (authority).
     reply_field: Name | None = None
@@ -89,15 +94,18 @@ class Tool(StrictModel):
                 raise _FieldError("subject", "an effect tool names its subject argument")
             if self.reply_field is None:
                 raise _FieldError("reply_field", "an effect tool names the reply field with its id")
-        elif self.idempotency_key is not None or self.lookup is not None or self.amount is not None:
-            raise _FieldError(
-                "idempotency_key"
-                if self.idempotency_key
-                else "lookup"
-                if self.lookup
-                else "amount",
-                f"only effect tools have it (this tool's role is {self.role.value})",
+        else:
+            only = (
+                ("idempotency_key", self.idempotency_key is not None),
+                ("lookup", self.lookup is not None),
+                ("amount", self.amount is not None),
+                ("errors_may_commit", self.errors_may_commit),
             )
+            wrong = next((name for name, given in only if given), None)
+            if wrong is not None:
+                raise _FieldError(
+                    wrong, f"only effect tools have it (this tool's role is {self.role.value})"
+                )
         if self.role is ToolRole.AUTHORITY and self.reply_field is None:
             raise _FieldError(
                 "reply_field", "an authority tool names the reply field that says it is granted"

@@ -1,8 +1,8 @@
 """code artifacts: a tenant's code by digest, what each candidate names and what its shards ran
 
-Revision ID: 0013
-Revises: 0012
-Create Date: 2026-12-08 09:00:00
+Revision ID: 0014
+Revises: 0013_policy
+Create Date: 2026-12-09 09:00:00
 
 `artifact` holds a tenant's uploaded code (`POST /v1/artifacts`), one row per tenant and SHA-256,
 the bytes as uploaded. A candidate may name one (`candidate.code_sha256`); a shard records the
@@ -20,8 +20,8 @@ import sqlalchemy as sa
 import sqlmodel
 from alembic import op
 
-revision: str = "0013"
-down_revision: str | None = "0012"
+revision: str = "0014"
+down_revision: str | None = "0013_policy"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -33,8 +33,6 @@ def upgrade() -> None:
         sa.Column("sha256", sqlmodel.sql.sqltypes.AutoString(length=64), nullable=False),
         sa.Column("size", sa.BigInteger(), nullable=False),
         sa.Column("content", sa.LargeBinary(), nullable=False),
-        sa.Column("uploaded_by", sqlmodel.sql.sqltypes.AutoString(length=200), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["tenant_id"], ["tenant.id"]),
         sa.PrimaryKeyConstraint("tenant_id", "sha256"),
     )
