@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from service.core.decision.gate import ReasonView, block_first
 from service.core.decision.report import AssayReport, FaultResult
+from service.core.evidence.builds import assay_view
 from service.core.evidence.figures import JSONObject
 from service.core.system.manifest import TRIGGER_DEFAULT, canonical
 
@@ -416,6 +417,8 @@ def predicate_from_report(
         "change_triggers": dict(triggers),
         "interpretation": dict(r.interpretation),
         **_mcp(r),
+        # Remote targets: per endpoint the declared build, those reported and the assurance.
+        **({"builds": assay_view(r.builds)} if r.builds else {}),
     }
 
 
