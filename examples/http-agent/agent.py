@@ -664,7 +664,7 @@ class Handler(socketserver.StreamRequestHandler):
             data = json.dumps(reply).encode()
             head = (
                 f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: application/json\r\n"
-                f"Assaygate-Build: {self.server.config.build}\r\n"
+                f"{_build_header(self.server.config.build)}"
                 f"Content-Length: {len(data)}\r\n{_CLOSE if closing else ''}\r\n"
             )
             self.wfile.write(head.encode() + data)
@@ -691,6 +691,11 @@ class Handler(socketserver.StreamRequestHandler):
         except Exception as exc:
             return 500, {"error": f"{type(exc).__name__}: {exc}"}
         return 200, {"claim": claim}
+
+
+def _build_header(build: str) -> str:
+    """The reply's build header (none for an empty build: `--build ''`)."""
+    return f"Assaygate-Build: {build}\r\n" if build else ""
 
 
 class AgentServer(socketserver.ThreadingTCPServer):
@@ -733,7 +738,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--on-warning", choices=("recover", "deny"), default="recover")
     ap.add_argument("--processes", type=int, default=1, help="serve from this many processes")
     ap.add_argument(
-        "--build", default=BUILD, help=f"the build named in each reply's header ({BUILD})"
+        "--build", default=BUILD, help=f"the build named in each reply's header ({BUILD}; '' sends none)"
     )
     args = ap.parse_args(argv)
     controls = set(args.controls)
