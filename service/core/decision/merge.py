@@ -427,14 +427,13 @@ def merge(
             manifest.envelope,
         )
         floors = tuple(c.view() for c in checks)
-        fault = _fault(spec, t, cf, plan, inv)
+        fault, builds = _fault(spec, t, cf, plan, inv), endpoint_builds(declared, t.builds)
         results_.append(replace(fault, stop=stop, spend=spent, floors=floors, builds=t.builds))
         team_failed = tuple(
             (name, v.severity, v.failed, v.trials)
             for name, v in inv.items()
             if name in predicates and v.failed
         )
-        builds = endpoint_builds(declared, t.builds)
         evidence.append(replace(_evidence(spec, t, cf, rm, reported, team_failed), builds=builds))
     # A sequential plan reads its bounds after every trial: the gate's too must be anytime-valid.
     anytime = float(plan.error) if rule == "sequential" else None
