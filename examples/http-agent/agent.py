@@ -343,6 +343,12 @@ class Sandbox:
 # -- the workflow ---------------------------------------------------------------------------------
 
 
+# The build this agent names in the Assaygate-Build header of every reply (docs/targets.md,
+# "Builds"); a manifest declares it as target.build, and a release pipeline would stamp its own
+# (a version and commit, an image digest). `--build` overrides it.
+BUILD = "copperfin-http-agent@1.0.0"
+
+
 class Config:
     def __init__(
         self,
@@ -351,7 +357,9 @@ class Config:
         backoff_ms: int,
         deny_on_warning: bool,
         jitter: bool = True,
+        build: str = BUILD,
     ) -> None:
+        self.build = build
         self.controls = controls
         self.max_attempts = max_attempts
         self.backoff_ms = backoff_ms
@@ -656,6 +664,7 @@ class Handler(socketserver.StreamRequestHandler):
             data = json.dumps(reply).encode()
             head = (
                 f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: application/json\r\n"
+                f"{_build_header(self.server.config.build)}"
                 f"Content-Length: {len(data)}\r\n{_CLOSE if closing else ''}\r\n"
             )
             self.wfile.write(head.encode() + data)
@@ -682,6 +691,11 @@ class Handler(socketserver.StreamRequestHandler):
         except Exception as exc:
             return 500, {"error": f"{type(exc).__name__}: {exc}"}
         return 200, {"claim": claim}
+
+
+def _build_header(build: str) -> str:
+    """The reply's build header (none for an empty build: `--build ''`)."""
+    return f"Assaygate-Build: {build}\r\n" if build else ""
 
 
 class AgentServer(socketserver.ThreadingTCPServer):
@@ -723,6 +737,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jitter", choices=("full", "none"), default="full")
     ap.add_argument("--on-warning", choices=("recover", "deny"), default="recover")
     ap.add_argument("--processes", type=int, default=1, help="serve from this many processes")
+    ap.add_argument(
+        "--build", default=BUILD, help=f"the build named in each reply's header ({BUILD}; '' sends none)"
+    )
     args = ap.parse_args(argv)
     controls = set(args.controls)
     for name in CONTROLS:
@@ -737,6 +754,7 @@ def main(argv: list[str] | None = None) -> None:
         args.backoff_ms,
         args.on_warning == "deny",
         args.jitter == "full",
+        args.build,
     )
     print(f"listening on http://{args.host}:{server.server_address[1]}", flush=True)
     children: list[int] = []

@@ -47,6 +47,9 @@ except ImportError as missing:  # the system's python, not the one Assaygate is 
 
 HERE = Path(__file__).resolve().parent
 MANIFESTS = ("careful", "blind", "claimer")
+# The version both servers report in their `serverInfo` (`warehouse-shop@1.0.0`,
+# `warehouse-admin@1.0.0`): what the careful manifests declare as each server's `build`.
+VERSION = "1.0.0"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS orders (order_id TEXT PRIMARY KEY, customer TEXT, sku TEXT,
@@ -91,7 +94,7 @@ class Store:
 def shop_server(store: Store) -> MCPServer:
     # The tools are coroutines: the SDK runs a plain function on a worker thread per call, a hop
     # that costs more than these sub-millisecond SQLite statements (one connection, one lock).
-    mcp = MCPServer("warehouse-shop")
+    mcp = MCPServer("warehouse-shop", version=VERSION)
 
     @mcp.tool()
     async def get_order(order_id: str) -> dict[str, Any]:
@@ -197,7 +200,7 @@ def shop_server(store: Store) -> MCPServer:
 
 
 def admin_server(store: Store) -> MCPServer:
-    mcp = MCPServer("warehouse-admin")
+    mcp = MCPServer("warehouse-admin", version=VERSION)
 
     @mcp.tool()
     async def reset(
@@ -323,8 +326,9 @@ def manifest(name: str, shop_port: int, admin_port: int) -> dict[str, Any]:
     (the one that has Assaygate and the `mcp` SDK)."""
     data: dict[str, Any] = json.loads((HERE / f"manifest.{name}.json").read_text())
     servers = data["tools"]["servers"]
-    servers["shop"] = {"url": f"http://127.0.0.1:{shop_port}/mcp"}
-    servers["admin"] = {"url": f"http://127.0.0.1:{admin_port}/mcp"}
+    # The URLs change; a declared `build` stays.
+    servers["shop"]["url"] = f"http://127.0.0.1:{shop_port}/mcp"
+    servers["admin"]["url"] = f"http://127.0.0.1:{admin_port}/mcp"
     command = data["target"]["runner"]["command"]
     if command and command[0] == "python":
         data["target"]["runner"]["command"] = [sys.executable, *command[1:]]

@@ -22,9 +22,11 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED
+from mcp_types import CONNECTION_CLOSED, SERVER_INFO_META_KEY
 
 from service.core.system.contract import Contract, Hook, Upstream
+from service.core.system.endpoint import reported_build
+from service.core.system.manifest import server_endpoint
 from service.mcp.wire import reply_json
 from service.net.egress import (
     AsyncEgressTransport,
@@ -183,6 +185,32 @@ class Upstreams:
         self._schemas: dict[str, dict[str, Any]] | None = None
         self._http: httpx.AsyncClient | None = None
         self.reopened = 0
+        # What answered since `begin()` (the slot's trial): (endpoint, the build a server over
+        # HTTP reported: its `serverInfo` as `name@version`), once each. Stdio servers are code
+        # the gate runs: not noted.
+        self.answered: set[tuple[str, str | None]] = set()
+        self._endpoints = {
+            name: server_endpoint(name) for name, up in contract.servers.items() if up.url
+        }
+
+    def begin(self) -> None:
+        """A trial starts: forget what answered the last one."""
+        self.answered = set()
+
+    def _note(self, server: str, result: types.CallToolResult | None) -> None:
+        """`server` answered: note the build it reported, from the result's `serverInfo` stamp
+        (every result of a 2026-era session carries one) or else the session's `initialize`."""
+        endpoint = self._endpoints.get(server)
+        if endpoint is None:
+            return
+        stamp = (result.meta or {}).get(SERVER_INFO_META_KEY) if result is not None else None
+        if isinstance(stamp, dict):
+            name, version = stamp.get("name"), stamp.get("version")
+        else:
+            info = self.clients[server].server_info
+            name, version = (info.name, info.version) if info is not None else (None, None)
+        build = None if not name else f"{name}@{version}" if version else str(name)
+        self.answered.add((endpoint, reported_build(build)))
 
     async def open(self) -> None:
         for name in sorted(self.contract.servers):
@@ -227,9 +255,12 @@ class Upstreams:
         reopens the session; only a `retry` call (the world hooks: reset, probe and mutate are
         safe to repeat) is sent again, an agent's call is answered with the failure."""
         try:
-            return await self.clients[server].call_tool(tool, arguments)
+            result = await self.clients[server].call_tool(tool, arguments)
+            self._note(server, result)
+            return result
         except MCPError as exc:
             if exc.error.code != CONNECTION_CLOSED:
+                self._note(server, None)
                 raise  # the server's own answer: the session is fine
             failure: Exception = exc
         except Exception as exc:
@@ -239,7 +270,9 @@ class Upstreams:
                 await self.reopen(server)
             raise failure
         client = await self.reopen(server)
-        return await client.call_tool(tool, arguments)
+        result = await client.call_tool(tool, arguments)
+        self._note(server, result)
+        return result
 
     async def tools(self) -> list[types.Tool]:
         """The tools of every server the contract's tools live on, schemas unchanged."""

@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from service.core.errors import ManifestInvalid
+from service.core.system.endpoint import BUILD_HEADER, reported_build
 from service.net.egress import EgressPolicy, EgressRefused, EgressTransport
 from service.sandbox import Confinement, local
 from service.sandbox.bwrap import Sandbox
@@ -50,6 +51,10 @@ class RunResult:
     error: str | None = None
     timed_out: bool = False
     crashed: bool = False
+    # An http runner's agent answered (any status), and the build its `Assaygate-Build` header
+    # named (None: none).
+    replied: bool = False
+    build: str | None = None
 
 
 class AgentRunner(Protocol):
@@ -254,15 +259,18 @@ class HttpRunner:
             return RunResult(error=f"TargetUnreachable: egress refused: {exc.message}")
         except (httpx.HTTPError, OSError) as exc:
             return RunResult(error=f"TargetUnreachable: {exc}")
+        build = reported_build(r.headers.get(BUILD_HEADER))
         if crashed.is_set():
-            return RunResult(crashed=True)
+            return RunResult(crashed=True, replied=True, build=build)
         if r.status_code >= 300:
             said = agent_said(r.text, self.confinement)
-            return RunResult(error=f"TargetFailed: HTTP {r.status_code}{said}")
+            failed = f"TargetFailed: HTTP {r.status_code}{said}"
+            return RunResult(error=failed, replied=True, build=build)
         claims, problem = parse_claims(r.text)
         if len(claims) == 1 and isinstance(claims[0].get("claims"), list):
             claims = [c for c in claims[0]["claims"] if isinstance(c, dict)]
-        return RunResult(claims=claims, error=f"TargetFailed: {problem}" if problem else None)
+        error = f"TargetFailed: {problem}" if problem else None
+        return RunResult(claims=claims, error=error, replied=True, build=build)
 
     def close(self) -> None:
         self._client.close()

@@ -18,6 +18,7 @@ from service.core.evidence.spend import usage_of
 from service.core.faults.catalogue import FaultSpec, Recoverability
 from service.core.faults.disturbance import Disturbance
 from service.core.faults.injector import Injector
+from service.core.system.manifest import RUNNER_ENDPOINT
 from service.core.trial.harness import MAX_RESTARTS
 from service.core.trial.oracle import Outcome
 from service.core.trial.record import TrialRecord
@@ -69,6 +70,10 @@ def _target_error(error: str, seed: int) -> TrialRecord:
     return TrialRecord(outcome, False, [], error, None, None, w, World(w))
 
 
+def _build_key(seen: tuple[str, str | None]) -> tuple[str, str]:
+    return (seen[0], seen[1] or "")
+
+
 class Slot:
     """One isolated copy of the team's world and what runs trials in it: its own event loop,
     upstream sessions (URLs with `{slot}` filled in, hooks told the slot), proxy and runner.
@@ -95,6 +100,9 @@ class Slot:
         self.upstreams = Upstreams(self.contract, engine.confinement, engine.egress, index)
         self.proxy = Proxy(self.upstreams)
         self._naive_http: httpx2.AsyncClient | None = None
+        # An http runner's agent is a remote endpoint: each reply's build is noted per trial.
+        runner_spec = engine.manifest.target.runner
+        self._runner_reports = runner_spec is not None and runner_spec.kind == "http"
         if engine.refused is not None:
             return
         try:
@@ -205,6 +213,8 @@ class Slot:
                 self._trial(spec, workload_key, disabled, trial_id, naive=True), budget
             )
             rec.sensitivity = naive.outcome
+            if naive.builds:
+                rec.builds = tuple(sorted(set(rec.builds) | set(naive.builds), key=_build_key))
         return rec
 
     # -- one trial ---------------------------------------------------------------------------
@@ -221,6 +231,7 @@ class Slot:
         trial_id += "-naive" if naive else ""
         w = Workload(Stream(seed))
         inj = Injector(spec, self.engine.catalogue, self.engine.guard)
+        self.upstreams.begin()
         self.phase = "reset"
         try:
             task, before = await self._reset(spec, seed, trial_id, matched or spec)
@@ -316,9 +327,12 @@ class Slot:
             number += 1
             token = self.proxy.open_run(state, number)
             try:
-                return await self._agent(task, token, state, naive)
+                result = await self._agent(task, token, state, naive)
             finally:
                 self.proxy.close_run(token)
+            if result.replied and self._runner_reports and not naive:
+                self.upstreams.answered.add((RUNNER_ENDPOINT, result.build))
+            return result
 
         async def invoke() -> None:
             for _ in range(MAX_RESTARTS + 1):
@@ -413,6 +427,7 @@ class Slot:
         rec = TrialRecord(outcome, exercised, inj.receipts, tally.error, storm, None, w, World(w))
         rec.refusals = inj.refusals
         rec.usage = usage_of(claims)
+        rec.builds = tuple(sorted(self.upstreams.answered, key=_build_key))
         rec.invariants = tuple(sorted(name for name, ok in results.items() if not ok))
         rec.sample = {
             "task": task,

@@ -8,7 +8,7 @@ python target, the child process serving the callable): release them with `close
 
 from __future__ import annotations
 
-from service.core.system.manifest import Manifest
+from service.core.system.manifest import TARGET_ENDPOINT, Manifest
 from service.core.trial.engine import TrialEngine
 from service.core.trial.target import Target
 from service.net.egress import EgressPolicy
@@ -54,7 +54,9 @@ def load_target(
         )
     if spec.kind == "http":
         assert spec.url is not None
-        return HttpTarget(spec.url, timeout_s=http_timeout_s, egress=egress)
+        return HttpTarget(
+            spec.url, timeout_s=http_timeout_s, egress=egress, endpoint=TARGET_ENDPOINT
+        )
     return None
 
 

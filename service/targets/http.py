@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from service.core.errors import ManifestInvalid
+from service.core.system.endpoint import BUILD_HEADER, reported_build
 from service.core.trial.sandbox import RunCrashed, Task, Tools
 from service.net import egress
 from service.net.egress import EgressPolicy, EgressRefused
@@ -46,12 +47,17 @@ class HttpTarget:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         server: ToolServer | None = None,
         egress: EgressPolicy | None = None,
+        endpoint: str | None = None,
     ) -> None:
+        """`endpoint`: the manifest's name for the agent's URL (`target`): each reply's
+        `Assaygate-Build` header is noted for it on the trial's tools (None: not noted, as for
+        the python host, which is code the gate runs)."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ManifestInvalid(f"not an http(s) URL: {url!r}", field="target.url")
         self.url = url
         self.timeout_s = timeout_s
+        self.endpoint = endpoint
         # The worker's egress policy: each connection goes to an address it checked. None: the
         # caller connects where it is told (tests, benchmarks).
         self.egress = egress
@@ -94,9 +100,14 @@ class HttpTarget:
         server = self.server
         session = server.open(task, tools)
         try:
-            status, body = self._post_task(session, server.base_url)
+            status, body, build = self._post_task(session, server.base_url)
         finally:
             server.release(session)
+        if self.endpoint is not None:
+            # Whatever it answered, the agent answered: what it said it is counts for the trial.
+            if tools.builds is None:
+                tools.builds = []
+            tools.builds.append((self.endpoint, reported_build(build)))
         if session.crashed:
             # The sandbox killed the run at its checkpoint; the harness restarts it, as in-process.
             raise RunCrashed("the agent's run crashed after its effect")
@@ -126,7 +137,7 @@ class HttpTarget:
             "task": task.view(),
         }
 
-    def _post_task(self, session: Session, sandbox_url: str) -> tuple[int, bytes]:
+    def _post_task(self, session: Session, sandbox_url: str) -> tuple[int, bytes, str | None]:
         body = json.dumps(self.task_body(session, sandbox_url)).encode()
         headers = {
             "Content-Type": "application/json",
@@ -142,7 +153,7 @@ class HttpTarget:
                 data = resp.read()
                 if resp.will_close:
                     self._drop_connection()
-                return resp.status, data
+                return resp.status, data, resp.getheader(BUILD_HEADER)
             except TimeoutError:
                 self._drop_connection()
                 raise TargetTimeout(

@@ -347,13 +347,13 @@ class PythonTarget(HttpTarget):
                 conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn, reused
 
-    def _post_task(self, session: Session, sandbox_url: str) -> tuple[int, bytes]:
-        status, body = super()._post_task(session, sandbox_url)
+    def _post_task(self, session: Session, sandbox_url: str) -> tuple[int, bytes, str | None]:
+        status, body, build = super()._post_task(session, sandbox_url)
         if status == 500 and session.fault is None and not session.crashed:
             raised = _raised(body)
             if raised is not None:
                 raise TargetRaised(raised)
-        return status, body
+        return status, body, build
 
     def close(self) -> None:
         super().close()

@@ -89,12 +89,14 @@ def test_a_cleaner_behind_any_runner_is_blocked_by_the_witness(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("SIDECHANNEL_DB", str(sandbox.db))
+    monkeypatch.setenv("SIDECHANNEL_DB", str(sandbox.db))  # the http cleaner's own process
     manifest = sandbox.manifest("careful")
     served = None
     if runner == "python":
         entrypoint = "tests.mcp.agents.sidechannel:cleaner_python"
         manifest["target"]["runner"] = {"kind": "python", "entrypoint": entrypoint}
+        # Code sees what its manifest declares, locally as on a worker.
+        manifest["target"]["env"] = {"SIDECHANNEL_DB": str(sandbox.db)}
     else:
         served, url = served_cleaner(tmp_path)
         manifest["target"]["runner"] = {"kind": "http", "url": url}

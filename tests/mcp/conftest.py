@@ -51,8 +51,9 @@ class Sandbox:
             servers["shop"] = {"command": [*run, "shop-stdio", "--db", str(self.db)]}
             servers["admin"] = {"command": [*run, "admin-stdio", "--db", str(self.db)]}
         else:
-            servers["shop"] = {"url": self.shop}
-            servers["admin"] = {"url": self.admin}
+            # The example's declared builds stay: only the URLs move.
+            servers["shop"] = {**servers["shop"], "url": self.shop}
+            servers["admin"] = {**servers["admin"], "url": self.admin}
         data.update(over)
         return data
 

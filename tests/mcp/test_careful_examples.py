@@ -32,7 +32,10 @@ def test_the_careful_example_is_allowed_at_two_trials_a_fault_three_runs_in_a_ro
     example: str, sandbox: Sandbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data: dict[str, Any] = json.loads(CAREFUL[example].read_text())
-    data["tools"]["servers"] = {"shop": {"url": sandbox.shop}, "admin": {"url": sandbox.admin}}
+    # Only the URLs move: the warehouse example's declared builds stay and must be corroborated.
+    servers = data["tools"]["servers"]
+    servers["shop"] = {**servers["shop"], "url": sandbox.shop}
+    servers["admin"] = {**servers["admin"], "url": sandbox.admin}
     path = tmp_path / "manifest.json"
     for run in range(3):
         if run == 1 and data["target"]["runner"].get("kind") == "command":

@@ -42,7 +42,9 @@ class Slotted:
         # The example's agent kept warm: one process per slot (`protocol: "lines"`).
         command = [sys.executable, str(EXAMPLE / "agents.py"), agent, "--lines"]
         data["target"]["runner"]["command"] = command
-        data["tools"]["servers"] = {"shop": {"url": self.shop}, "admin": {"url": self.admin}}
+        servers = data["tools"]["servers"]
+        servers["shop"] = {**servers["shop"], "url": self.shop}
+        servers["admin"] = {**servers["admin"], "url": self.admin}
         return data
 
     def orders_in(self, slot: int) -> int:

@@ -68,9 +68,10 @@ def test_the_manifest_subcommand_writes_the_chosen_ports_and_this_python() -> No
     )
     data = json.loads(done.stdout)
     servers = data["tools"]["servers"]
+    # The ports move; the builds the servers report stay declared.
     assert servers == {
-        "shop": {"url": "http://127.0.0.1:9101/mcp"},
-        "admin": {"url": "http://127.0.0.1:9102/mcp"},
+        "shop": {"url": "http://127.0.0.1:9101/mcp", "build": "warehouse-shop@1.0.0"},
+        "admin": {"url": "http://127.0.0.1:9102/mcp", "build": "warehouse-admin@1.0.0"},
     }
     assert data["target"]["runner"]["command"][0] == sys.executable
     assert parse_manifest_json(done.stdout).system == "warehouse-agent"

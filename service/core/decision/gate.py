@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 # typing's TypedDict before 3.12 lacks what pydantic needs to publish the shape in the API schema.
 from typing_extensions import TypedDict
 
+from service.core.evidence.builds import EndpointBuilds
 from service.core.evidence.sequential import clean_runs_for, violation_bound
 from service.core.evidence.signature import trials_for_bound, wilson, wilson_upper
 from service.core.system.contract import WITNESS
@@ -97,6 +98,8 @@ class FaultEvidence:
     # Why the workload cannot reach this fault (its matched baselines never did), when it is
     # `not_applicable`: never fired, and never a hold for that.
     not_applicable: str | None = None
+    # Remote targets: per endpoint, the declared build and those reported in this fault's runs.
+    builds: tuple[EndpointBuilds, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -255,6 +258,7 @@ def _fault_reasons(
         *_hard_elsewhere(f),
         *_team_invariants(f),
         *_evidence_gaps(f),
+        *_builds(f),
     ]
     n = f.exercised
     if n == 0:
@@ -397,6 +401,12 @@ def _evidence_gaps(f: FaultEvidence) -> list[Reason]:
             )
         )
     return out
+
+
+def _builds(f: FaultEvidence) -> list[Reason]:
+    """What answered was not shown to be the declared build (or, declared none, was not one)."""
+    said = (b.mismatch() for b in f.builds)
+    return [Reason("build_mismatch", f"{f.fault}: {m}", f.fault, HOLD) for m in said if m]
 
 
 _COUNTERFACTUAL = {

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from service.core.decision.gate import FaultEvidence, decide, floor_checks
 from service.core.decision.report import AssayReport, FaultResult
+from service.core.evidence.builds import endpoint_builds
 from service.core.evidence.figures import (
     RATES,
     UPPER_BOUNDED,
@@ -35,7 +36,7 @@ from service.core.faults.catalogue import FaultSpec
 from service.core.faults.disturbance import Disturbance
 from service.core.faults.plan import AssayPlan
 from service.core.system.contract import WITNESS, invariant_table
-from service.core.system.manifest import Envelope, Manifest, invariants_of
+from service.core.system.manifest import Envelope, Manifest, build_endpoints, invariants_of
 from service.core.trial.oracle import FLAGS, Flag
 
 INTERPRETATION = {
@@ -405,7 +406,7 @@ def merge(
     severities, predicates = _severities(manifest)
     envelope = plan.envelope_for(manifest)
     reported = envelope.attribution == "reported"
-    domains = plan.domains()
+    domains, declared = plan.domains(), build_endpoints(manifest)
     dom_arms = {d.value: {a: ArmCounts() for a in _SUMMED} for d in domains}
     all_arms = {a: ArmCounts() for a in _SUMMED}
     results_: list[FaultResult] = []
@@ -427,15 +428,14 @@ def merge(
             envelope,
         )
         floors = tuple(c.view() for c in checks)
-        results_.append(
-            replace(_fault(spec, t, cf, plan, inv), stop=stop, spend=spent, floors=floors)
-        )
+        fault, builds = _fault(spec, t, cf, plan, inv), endpoint_builds(declared, t.builds)
+        results_.append(replace(fault, stop=stop, spend=spent, floors=floors, builds=t.builds))
         team_failed = tuple(
             (name, v.severity, v.failed, v.trials)
             for name, v in inv.items()
             if name in predicates and v.failed
         )
-        evidence.append(_evidence(spec, t, cf, rm, reported, team_failed))
+        evidence.append(replace(_evidence(spec, t, cf, rm, reported, team_failed), builds=builds))
     # A sequential plan reads its bounds after every trial: the gate's too must be anytime-valid.
     anytime = float(plan.error) if rule == "sequential" else None
     verdict = decide(evidence, envelope, stopped, anytime=anytime)
@@ -466,6 +466,7 @@ def merge(
         interpretation=INTERPRETATION,
         rule=rule,
         spend=None if spend is None else {k: v for k, v in spend.items() if k != "faults"},
+        builds=endpoint_builds(declared, *(t.builds for t in tallies.values())),
     )
 
 

@@ -14,6 +14,13 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from service.core.decision.gate import Decision, Reason
+from service.core.evidence.builds import (
+    EndpointBuilds,
+    assay_view,
+    fault_view,
+    from_assay_view,
+    from_fault_view,
+)
 from service.core.evidence.figures import (
     Diagnosis,
     InvariantResult,
@@ -73,6 +80,8 @@ class FaultResult:
     # Every floor the gate read: point estimate, 95 % interval, which one it compared, met or not
     # (`FloorCheck.view`).
     floors: tuple[JSONObject, ...] = ()
+    # Remote targets: runs per (endpoint, build reported or None), in every arm of this fault.
+    builds: Mapping[tuple[str, str | None], int] = field(default_factory=dict)
 
     def to_dict(self) -> JSONObject:
         out: JSONObject = {
@@ -113,6 +122,8 @@ class FaultResult:
             out["spend"] = dict(self.spend)
         if self.floors:
             out["floors"] = [dict(f) for f in self.floors]
+        if self.builds:
+            out["builds"] = fault_view(self.builds)
         return out
 
     @classmethod
@@ -151,6 +162,7 @@ class FaultResult:
             stop=None if d.get("stop") is None else dict(obj(d["stop"])),
             spend=None if d.get("spend") is None else dict(obj(d["spend"])),
             floors=tuple(dict(obj(f)) for f in cast(list[object], d.get("floors") or [])),
+            builds=from_fault_view(obj(d.get("builds") or {})),
         )
 
 
@@ -182,6 +194,9 @@ class AssayReport:
     rule: str = "fixed"
     # The rule and what each arm spent: {"rule", "total", "arms"} (service/core/evidence/spend.py).
     spend: JSONObject | None = None
+    # Remote targets: per endpoint, the declared build, the builds reported and the assurance
+    # (service/core/evidence/builds.py); written only when there is one.
+    builds: tuple[EndpointBuilds, ...] = ()
 
     def to_dict(self) -> JSONObject:
         out: JSONObject = {
@@ -213,6 +228,8 @@ class AssayReport:
             out["rule"] = self.rule
         if self.spend is not None:
             out["spend"] = dict(self.spend)
+        if self.builds:
+            out["builds"] = assay_view(self.builds)
         return out
 
     @classmethod
@@ -243,4 +260,5 @@ class AssayReport:
             interpretation={str(k): str(v) for k, v in obj(d.get("interpretation") or {}).items()},
             rule=str(d.get("rule", "fixed")),
             spend=None if d.get("spend") is None else dict(obj(d["spend"])),
+            builds=from_assay_view(obj(d.get("builds") or {})),
         )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.core.trial.oracle import FLAG_INDEX, FLAGS, VIOLATIONS, Flag, Outcome
-from service.core.trial.record import StormObservation, TrialRecord
+from service.core.trial.record import Builds, StormObservation, TrialRecord
 
 # The arms every fault keeps. Counterfactual pairs for single controls add arms named
 # "counterfactual:<control>" on demand.
@@ -193,6 +193,7 @@ class Tally:
         "baseline_errors",
         "baseline_reach",
         "baseline_reached",
+        "builds",
         "counterfactual_errors",
         "counterfactual_runs",
         "counterfactual_unfired",
@@ -239,6 +240,9 @@ class Tally:
         self.injector_refusals = 0
         # Engine targets: failed invariants, counted per "<arm>:<invariant>".
         self.invariants: dict[str, int] = {}
+        # Remote targets: runs (of every arm) in which an endpoint reported a build, per
+        # (endpoint, build or None).
+        self.builds: dict[tuple[str, str | None], int] = {}
 
     @property
     def all_errors(self) -> int:
@@ -255,6 +259,12 @@ class Tally:
         self.arm(arm).add(rec.outcome)
         for name in rec.invariants:
             _add(self.invariants, f"{arm}:{name}", 1)
+
+    def saw(self, builds: Builds) -> None:
+        """What answered one run; called only for a run whose record carries builds."""
+        counts = self.builds
+        for seen in builds:
+            counts[seen] = counts.get(seen, 0) + 1
 
     def add_flags(self, arm: str, outcome: Outcome) -> None:
         self.arm(arm).add(outcome)
@@ -284,6 +294,8 @@ class Tally:
                 add_cause(self.error_causes, kind, message)
         for key, n in other.invariants.items():
             _add(self.invariants, key, n)
+        for seen, n in other.builds.items():
+            self.builds[seen] = self.builds.get(seen, 0) + n
         for a, theirs in other.arms.items():
             self.arm(a).merge(theirs)
         self.storm.merge(other.storm)
@@ -319,6 +331,8 @@ class Tally:
                 if self.error_causes
                 else {}
             ),
+            # [[endpoint, build or null, runs], ...]: written only when an endpoint reported.
+            **({"builds": builds_list(self.builds)} if self.builds else {}),
         }
 
     @classmethod
@@ -349,7 +363,17 @@ class Tally:
         t.sandbox_refusals = int(d.get("sandbox_refusals", 0))
         t.injector_refusals = int(d.get("injector_refusals", 0))
         t.invariants = {str(k): int(v) for k, v in d.get("invariants", {}).items()}
+        # A shard stored before builds were recorded has none.
+        for row in d.get("builds") or ():
+            endpoint, build, n = row
+            t.builds[(str(endpoint), None if build is None else str(build))] = int(n)
         return t
+
+
+def builds_list(builds: dict[tuple[str, str | None], int]) -> list[list[Any]]:
+    """Builds counts as JSON rows, in one order: endpoint, then build (nothing first)."""
+    rows = sorted(builds.items(), key=lambda kv: (kv[0][0], kv[0][1] is not None, kv[0][1] or ""))
+    return [[endpoint, build, n] for (endpoint, build), n in rows]
 
 
 def _trial(sample: dict[str, Any]) -> int:

@@ -198,6 +198,8 @@ def _one(
             meter.add(spec.id, "sensitivity", 1, (0, 0.0))
     tally.sandbox_refusals += len(rec.world.refusals)
     tally.injector_refusals += len(rec.refusals)
+    if rec.builds:
+        tally.saw(rec.builds)
     effects = rec.outcome.effects
     flags = rec.outcome.flags
     damaged = violating(flags)
@@ -223,6 +225,8 @@ def _one(
         if meter is not None:
             meter.add(spec.id, "baseline", 1, base.usage)
         effects += base.outcome.effects
+        if base.builds:
+            tally.saw(base.builds)
         if base.target_error is not None:
             tally.baseline_errors += 1
             tally.error(base.target_error)
@@ -238,6 +242,8 @@ def _one(
             if meter is not None:
                 meter.add(spec.id, arm, 1, cf.usage)
             effects += cf.outcome.effects
+            if cf.builds:
+                tally.saw(cf.builds)
             tally.counterfactual_runs += 1
             if cf.target_error is not None:
                 tally.counterfactual_errors += 1

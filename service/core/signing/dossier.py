@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from service.core.decision.gate import ReasonView, block_first
 from service.core.decision.report import AssayReport, FaultResult
+from service.core.evidence.builds import assay_view
 from service.core.evidence.figures import JSONObject
 from service.core.signing.checks import (
     Check,
@@ -265,6 +266,7 @@ class CandidateRef:
 
 def _fault_run(f: FaultResult) -> JSONObject:
     sig = f.signature.to_dict()
+    invariants = {k: v.to_dict() for k, v in f.invariants.items()}
     samples = list(f.samples)
     if f.first_violation and f.first_violation not in samples:
         samples.append(f.first_violation)
@@ -292,11 +294,7 @@ def _fault_run(f: FaultResult) -> JSONObject:
         # Each floor the gate read: point estimate, 95 % interval, which it compared, met or not.
         **({"floors": [dict(c) for c in f.floors]} if f.floors else {}),
         # mcp targets: each invariant's severity and the graded trials it failed in.
-        **(
-            {"invariants": {k: v.to_dict() for k, v in f.invariants.items()}}
-            if f.invariants
-            else {}
-        ),
+        **({"invariants": invariants} if invariants else {}),
     }
 
 
@@ -371,6 +369,8 @@ def predicate_from_report(
         "interpretation": dict(r.interpretation),
         **_mcp(r),
         **({"artifacts": [a.view() for a in artifacts]} if artifacts else {}),
+        # Remote targets: per endpoint the declared build, those reported and the assurance.
+        **({"builds": assay_view(r.builds)} if r.builds else {}),
     }
     if policy is not None:
         found["organisation_policy"] = dict(policy)

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from service.core.errors import ManifestInvalid
-from service.core.system.endpoint import Command, HttpUrl
+from service.core.system.endpoint import Build, Command, HttpUrl
 
 MAX_SLOTS = 64
 SLOT = "{slot}"
@@ -47,11 +47,20 @@ class Upstream(StrictModel):
 
     url: HttpUrl | None = None
     command: Command | None = None
+    # A server over HTTP: the build the candidate declares behind `url`, `name@version` as its
+    # `serverInfo` says (docs/mcp.md, "Builds"). The contract is hashed as written, so a contract
+    # without it keeps its digest.
+    build: Build | None = None
 
     @model_validator(mode="after")
     def _one(self) -> Upstream:
         if (self.url is None) == (self.command is None):
             raise ValueError("give exactly one of url or command")
+        if self.build is not None and self.url is None:
+            raise _FieldError(
+                "build",
+                "only a server over HTTP declares a build (a stdio server is code the gate runs)",
+            )
         if self.command is not None and not self.command:
             raise ValueError("command must not be empty")
         return self

@@ -20,6 +20,12 @@ URL_MAX = 2000
 ENTRYPOINT_MAX = 300
 COMMAND_MAX_ARGS = 256
 COMMAND_ARG_MAX = 4096
+BUILD_MAX = 200
+# The response header an http agent (target or runner) names its build in, on every reply.
+BUILD_HEADER = "Assaygate-Build"
+# A build as an endpoint names itself: visible ASCII, inner spaces allowed (an MCP server's
+# `name@version`, an `Assaygate-Build` header's value).
+_BUILD = re.compile(r"^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$")
 
 _HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$|^\[[0-9A-Fa-f:.]+\]$")
 
@@ -86,3 +92,28 @@ def check_command(value: tuple[str, ...]) -> tuple[str, ...]:
 HttpUrl = Annotated[str, Field(max_length=URL_MAX), AfterValidator(check_url)]
 Entrypoint = Annotated[str, Field(max_length=ENTRYPOINT_MAX), AfterValidator(check_entrypoint)]
 Command = Annotated[tuple[str, ...], AfterValidator(check_command)]
+
+
+def check_build(value: str) -> str:
+    if len(value) > BUILD_MAX or not _BUILD.match(value):
+        raise _invalid(
+            "build_invalid",
+            f"a build of 1 to {BUILD_MAX} printable ASCII characters, without leading or "
+            "trailing spaces (an http endpoint's Assaygate-Build header, an MCP server's "
+            "name@version)",
+        )
+    return value
+
+
+# The build a candidate declares behind a remote endpoint (docs/targets.md, "Builds"): compared
+# with what the endpoint reports in every trial.
+Build = Annotated[str, AfterValidator(check_build)]
+
+
+def reported_build(text: str | None) -> str | None:
+    """What an endpoint reported, as the gate records it: stripped and cut to BUILD_MAX
+    characters; nothing (None or blank) is None."""
+    if text is None:
+        return None
+    text = text.strip()[:BUILD_MAX]
+    return text or None

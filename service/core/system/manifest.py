@@ -31,7 +31,7 @@ from service.core.system.contract import (
     parse_invariants,
 )
 from service.core.system.control import Control
-from service.core.system.endpoint import Command, Entrypoint, HttpUrl
+from service.core.system.endpoint import Build, Command, Entrypoint, HttpUrl
 from service.core.system.execution import Execution, Part, parts
 from service.core.system.secret import NAME_PATTERN as VARIABLE_NAME_PATTERN
 from service.core.system.text import (
@@ -63,7 +63,7 @@ TRIGGER_DEFAULT: tuple[str, ...] = ("tools", "policy", "retry", "invariants")
 # they hold their default, so every earlier manifest keeps its digest.
 _OPTIONAL_COMPONENTS = frozenset({"invariants"})
 _OPTIONAL_FIELDS: dict[str, tuple[str, ...]] = {
-    "target": ("runner", "secrets", "env"),
+    "target": ("runner", "secrets", "env", "build"),
     "envelope": ("attribution",),
 }
 
@@ -126,11 +126,19 @@ class Runner(StrictModel):
     # reading a JSON task a line and answering a claim line (docs/mcp.md). Left out of the
     # component's hash at its default, so existing manifests keep their digests.
     protocol: Literal["once", "lines"] = Field(default="once", exclude_if=lambda v: v == "once")
+    # An http runner: the build the candidate declares behind `url`, compared with the
+    # `Assaygate-Build` header of every reply (docs/mcp.md, "Builds"). Left out of the hash unset.
+    build: Build | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @model_validator(mode="after")
     def _kind_fields(self) -> Runner:
         if self.kind == "command" and not self.command:
             raise ValueError("a command runner needs a command")
+        if self.build is not None and self.kind != "http":
+            raise ValueError(
+                "only an http runner declares a build (code the gate runs is recorded by what "
+                "it runs, not by what it says)"
+            )
         if self.protocol != "once" and self.kind != "command":
             raise ValueError("only a command runner has a protocol")
         if self.kind == "http" and not self.url:
@@ -168,9 +176,17 @@ class TargetSpec(StrictModel):
         dict[VariableName, Annotated[str, Field(max_length=MAX_ENV_VALUE_BYTES)]],
         Field(max_length=64),
     ] = Field(default_factory=dict)
+    # An http target: the build the candidate declares behind `url`, compared with the
+    # `Assaygate-Build` header of the agent's every reply (docs/targets.md, "Builds").
+    build: Build | None = None
 
     @model_validator(mode="after")
     def _kind_fields(self) -> TargetSpec:
+        if self.build is not None and self.kind != "http":
+            raise ValueError(
+                "only an http target declares target.build (an mcp target declares its http "
+                "runner's as target.runner.build and a server's as tools.servers.<name>.build)"
+            )
         if self.kind == "python" and not (self.entrypoint and ":" in self.entrypoint):
             raise ValueError("a python target needs entrypoint 'module:callable'")
         if self.kind == "http" and not self.url:
@@ -316,6 +332,35 @@ def parts_of(manifest: Manifest) -> tuple[Part, ...]:
         return parts(target.kind, None, None)
     assert target.runner is not None  # the target's validator requires it
     return parts(target.kind, target.runner.kind, contract_of(manifest))
+
+
+# The remote endpoint an http target's agent, or an mcp target's http runner, answers at.
+TARGET_ENDPOINT = "target"
+RUNNER_ENDPOINT = "target.runner"
+
+
+def server_endpoint(name: str) -> str:
+    """The endpoint name of an mcp target's upstream server (its manifest field)."""
+    return f"tools.servers.{name}"
+
+
+def build_endpoints(manifest: Manifest) -> dict[str, str | None]:
+    """Every remote endpoint that reports its build (by its manifest field: `target`,
+    `target.runner`, `tools.servers.<name>`) and the build the candidate declared for it (None:
+    none). Code the gate runs (python targets, command runners, stdio servers) has none."""
+    target = manifest.target
+    if target.kind == "http":
+        return {TARGET_ENDPOINT: target.build}
+    if target.kind != "mcp":
+        return {}
+    assert target.runner is not None  # the target's validator requires it
+    out: dict[str, str | None] = {}
+    if target.runner.kind == "http":
+        out[RUNNER_ENDPOINT] = target.runner.build
+    for name, up in sorted(contract_of(manifest).servers.items()):
+        if up.url is not None:
+            out[server_endpoint(name)] = up.build
+    return out
 
 
 def code_parts(manifest: Manifest) -> tuple[Part, ...]:

@@ -157,7 +157,13 @@ def run_trial(
         storm = _observe_storm(tools, spec, storm_key)
     rec = TrialRecord(outcome, exercised, inj.receipts, error, storm, trace, w, world)
     rec.refusals = inj.refusals
+    if tools.builds:
+        rec.builds = tuple(sorted(set(tools.builds), key=_build_key))
     return rec
+
+
+def _build_key(seen: tuple[str, str | None]) -> tuple[str, str]:
+    return (seen[0], seen[1] or "")
 
 
 def _fleet(

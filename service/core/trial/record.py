@@ -49,8 +49,14 @@ class StormObservation:
         self.disciplined_done = disciplined_done
 
 
+# What answered a trial at a remote endpoint: (endpoint, the build it reported or None), once
+# each (`manifest.build_endpoints` names the endpoints).
+Builds = tuple[tuple[str, str | None], ...]
+
+
 class TrialRecord:
     __slots__ = (
+        "builds",
         "exercised",
         "invariants",
         "outcome",
@@ -98,3 +104,6 @@ class TrialRecord:
         self.reachable: bool | None = None
         # Tokens and cost the run's claims report (service/core/evidence/spend.py), for budgets.
         self.usage: tuple[int, float] = (0, 0.0)
+        # Remote targets: the build each endpoint that answered this trial reported (empty for
+        # code the gate runs, and for the reference target).
+        self.builds: Builds = ()

@@ -41,6 +41,7 @@ class Tools:
         "_rollback",
         "_storm",
         "armed",
+        "builds",
         "decoy",
         "inj",
         "latency",
@@ -74,6 +75,9 @@ class Tools:
         self.storm_others: list[list[int]] | None = None
         # Which run of the task is executing (restarts and forks are runs of their own).
         self.run = 0
+        # A remote target's adapter notes here what its endpoint reported with each reply:
+        # (endpoint, build or None). The target itself never sees it.
+        self.builds: list[tuple[str, str | None]] | None = None
         self.start = world.now
 
     def _log(self, call: str, args: dict[str, Any], result: Any) -> None:
