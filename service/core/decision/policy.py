@@ -219,13 +219,14 @@ def _envelope(policy: OrgPolicy, envelope: Envelope, refuse: bool) -> Envelope:
     if floors:
         update["floors"] = envelope.floors.model_copy(update=floors)
     if policy.floor_on is not None:
-        if "floor_on" in said and envelope.floor_on != policy.floor_on:
-            raise PolicyViolation(
-                f"floors compared on the {envelope.floor_on} estimate; the policy compares them "
-                f"on the {policy.floor_on}",
-                field="manifest.envelope.floor_on",
-                policy="floor_on",
-            )
+        _strict(
+            "floor_on",
+            said,
+            envelope.floor_on,
+            policy.floor_on,
+            f"floors compared on the {envelope.floor_on} estimate; the policy compares them "
+            f"on the {policy.floor_on}",
+        )
         update["floor_on"] = policy.floor_on
     if policy.max_violation_rate is not None:
         most = float(policy.max_violation_rate)
@@ -239,15 +240,22 @@ def _envelope(policy: OrgPolicy, envelope: Envelope, refuse: bool) -> Envelope:
             )
         update["max_violation_rate"] = most if rate is None else min(float(rate), most)
     if policy.attribution is not None:
-        if "attribution" in said and envelope.attribution != policy.attribution:
-            raise PolicyViolation(
-                f"attribution '{envelope.attribution}' lets control pairs go ungated; the policy "
-                f"requires '{policy.attribution}'",
-                field="manifest.envelope.attribution",
-                policy="attribution",
-            )
+        _strict(
+            "attribution",
+            said,
+            envelope.attribution,
+            policy.attribution,
+            f"attribution '{envelope.attribution}' lets control pairs go ungated; the policy "
+            f"requires '{policy.attribution}'",
+        )
         update["attribution"] = policy.attribution
     return envelope.model_copy(update=update) if update else envelope
+
+
+def _strict(key: str, said: set[str], have: str, want: str, why: str) -> None:
+    """A field the policy names only in its strict value: a manifest that says another refuses."""
+    if key in said and have != want:
+        raise PolicyViolation(why, field=f"manifest.envelope.{key}", policy=key)
 
 
 def _plan(policy: OrgPolicy, plan: AssayPlan, target_kind: str, refuse: bool) -> AssayPlan:
