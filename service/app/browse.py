@@ -131,7 +131,7 @@ def candidate_detail(
         row=row,
         report=dict(report) if report else None,
         manifest=dict(manifest.document) if manifest else {},
-        component_hashes=queries.component_hashes(session, row.candidate.manifest_digest),
+        component_hashes=queries.release_hashes_one(session, row.candidate),
         progress=queries.fault_progress(session, row.assay.id),
         live=queries.live_progress(session, row.assay.id),
     )

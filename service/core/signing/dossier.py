@@ -34,7 +34,7 @@ from service.core.signing.checks import (
     window,
 )
 from service.core.system.artifact import ArtifactSubject, subjects_of
-from service.core.system.manifest import TRIGGER_DEFAULT, canonical
+from service.core.system.manifest import CODE, TRIGGER_DEFAULT, canonical
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://assaygate.dev/fault-dossier/v1"
@@ -385,6 +385,12 @@ def _without_intervals(summary: JSONObject) -> JSONObject:
 
 #: The components whose change reopens the gate unless a system names its own.
 DEFAULT_TRIGGERS: tuple[str, ...] = tuple(sorted(TRIGGER_DEFAULT))
+
+
+def release_hashes(component_hashes: Mapping[str, str], code: str | None) -> dict[str, str]:
+    """A candidate's component hashes with, where it names a code artifact, that artifact's
+    SHA-256 as the `code` component: what a production change and a trigger compare."""
+    return {**component_hashes, CODE: code} if code is not None else dict(component_hashes)
 
 
 def trigger_hashes(component_hashes: Mapping[str, str], triggers: Sequence[str]) -> dict[str, str]:
