@@ -88,14 +88,25 @@ def check_trial_limits(shards: list[ShardSpec], settings: Settings) -> None:
         )
 
 
-def admit(
-    session: Session, principal: Principal, body: CandidateCreate, settings: Settings
-) -> Admission:
-    """The submission checked whole, in the order the module names (reads only)."""
+def reading_of(body: CandidateCreate) -> TypedManifest:
+    """The submission's manifest and artifact digest, read once: a body that cannot be read is
+    refused before anything else looks at it, an idempotency key's replay included."""
     try:
-        reading = read(body.manifest, body.code)
+        return read(body.manifest, body.code)
     except ArtifactInvalid as exc:
         raise FieldInvalid(exc.message, field=exc.field) from None
+
+
+def admit(
+    session: Session,
+    principal: Principal,
+    body: CandidateCreate,
+    settings: Settings,
+    reading: TypedManifest | None = None,
+) -> Admission:
+    """The submission checked whole, in the order the module names (reads only); `reading`:
+    the body's, when the caller has read it already (`reading_of`)."""
+    reading = reading if reading is not None else reading_of(body)
     manifest = reading.manifest
     system = body.system or manifest.system
     version = body.version or manifest.version

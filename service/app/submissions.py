@@ -23,7 +23,7 @@ import rfc8785
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from service.app.admission import Admission, admit
+from service.app.admission import Admission, admit, reading_of
 from service.app.errors import (
     BrokerUnavailable,
     IdempotencyConflict,
@@ -101,17 +101,18 @@ def submit(
     idempotency_key: str | None = None,
 ) -> Submitted:
     """Record a release candidate and queue its assay; answers before the assay runs."""
+    reading = reading_of(body)
     digest = request_digest(body)
     # Stored per tenant: one tenant's key never replays (or reveals) another tenant's response.
-    # A repeat answers as the first time did, before any check: a body admitted once is not
-    # refused on its replay because a secret or a policy changed since.
+    # A repeat answers as the first time did, before the checks that read the database: a body
+    # admitted once is not refused on its replay because a secret or a policy changed since.
     key = idempotency_key
     stored_key = f"{principal.tenant_id.hex}:{key}" if key else None
     if stored_key is not None:
         existing = find_idempotency_key(session, stored_key)
         if existing is not None:
             return _replay(existing, digest)
-    admission = admit(session, principal, body, services.settings)
+    admission = admit(session, principal, body, services.settings, reading)
     services.queue.ping()
     if services.limit is not None and stored_key is None:
         services.limit.check(principal.key_id)
