@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# tests/deploy/test_k8s.py renders deploy/k8s with `kubectl kustomize` (kustomize is built into
+# kubectl; nothing reaches a cluster). When kubectl is missing and we may (root with apt-get, as
+# in CI), install Debian's `kubectl` package, saying so first and what came of it. Outside CI a
+# kubectl still missing only makes those tests skip, saying why; under CI (the `CI` variable set)
+# it is an error: a CI run must not go green with the manifests unchecked.
+set -u
+under_ci() {
+  case "$(printf '%s' "${CI:-}" | tr '[:upper:]' '[:lower:]')" in
+    "" | 0 | false | no) return 1 ;;
+    *) return 0 ;;
+  esac
+}
+if command -v kubectl >/dev/null 2>&1; then
+  exit 0
+fi
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+   && [ "${ASSAYGATE_NO_KUBECTL_INSTALL:-}" != 1 ]; then
+  echo "ensure-kubectl: kubectl is missing; installing Debian's kubectl package with apt-get" \
+       "(tests/deploy/test_k8s.py renders the Kubernetes manifests with it)"
+  export DEBIAN_FRONTEND=noninteractive
+  log=$(mktemp)
+  if ! apt-get install -y -q kubectl >"$log" 2>&1; then
+    echo "ensure-kubectl: apt-get install failed; running apt-get update and trying again"
+    apt-get update -q >>"$log" 2>&1 && apt-get install -y -q kubectl >>"$log" 2>&1
+  fi
+  if command -v kubectl >/dev/null 2>&1; then
+    rm -f "$log"
+    echo "ensure-kubectl: installed $(command -v kubectl)"
+  else
+    echo "ensure-kubectl: could not install kubectl (apt-get output in $log); the Kubernetes" \
+         "manifest tests will skip" >&2
+  fi
+else
+  echo "ensure-kubectl: kubectl is missing and cannot be installed here (needs root and" \
+       "apt-get); the Kubernetes manifest tests will skip" >&2
+fi
+if ! command -v kubectl >/dev/null 2>&1 && under_ci; then
+  echo "ensure-kubectl: under CI the Kubernetes manifests must be checked; failing" >&2
+  exit 1
+fi
+exit 0
