@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -31,7 +33,7 @@ from service.core.shards.assay import run_assay
 from service.core.system.manifest import parse_manifest
 from tests.support.netns import Host, Network, Stores, namespaces_unavailable
 from tests.support.reports import figures
-from tests.support.service import ROOT, example, tenant_code, terminate, wait_decided, wait_for
+from tests.support.service import ROOT, example, tenant_code, wait_decided, wait_for
 
 _UNAVAILABLE = namespaces_unavailable() if sys.platform == "linux" else "Linux only"
 
@@ -73,9 +75,17 @@ class Pods:
         return log_path
 
     def stop(self) -> None:
-        for _, process, log in reversed(self.started):
-            if process.poll() is None:
-                terminate(process, 15)
+        # All at once, as a namespace is deleted: each worker's warm shutdown runs side by side.
+        running = [p for _, p, _ in self.started if p.poll() is None]
+        for process in running:
+            process.send_signal(signal.SIGTERM)
+        for process in running:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for _, _, log in self.started:
             log.close()
 
 
@@ -132,16 +142,8 @@ def cluster() -> Iterator[Cluster]:
         argv = [sys.executable, "-m", "service.cli", "serve", "--no-worker", "--no-migrate"]
         pods.start(api, "api", [*argv, "--host", api.address, "--port", port], api_env)
         url = f"http://{api.address}:{port}"
-        wait_for(lambda: ready(url), 60.0, "the API ready on its host")
 
-        minted = operator(
-            api,
-            api_env,
-            *("keys", "create", "--tenant", TENANT, "--role", "submitter"),
-            *("--service-account", "ci"),
-        )
-        operator(api, api_env, "tenants", "allow-code", TENANT, "--by", "ops")
-
+        # The workers start beside the API, as their Deployments would.
         workers = []
         for n in (1, 2):
             host = network.host(f"worker-{n}")
@@ -162,6 +164,15 @@ def cluster() -> Iterator[Cluster]:
         )
         argv = [sys.executable, "-m", "worker", "--hostname=tenant@%h"]
         workers.append(pods.start(tenant, "tenant", argv, tenant_env))
+
+        minted = operator(
+            api,
+            api_env,
+            *("keys", "create", "--tenant", TENANT, "--role", "submitter"),
+            *("--service-account", "ci"),
+        )
+        operator(api, api_env, "tenants", "allow-code", TENANT, "--by", "ops")
+        wait_for(lambda: ready(url), 60.0, "the API ready on its host")
         for log in workers:
             wait_for(lambda log=log: b" ready." in log.read_bytes(), 60.0, f"{log.stem} ready")
         yield Cluster(network, api, url, {"Authorization": f"Bearer {minted['key']}"}, logs)
