@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import shutil
 import subprocess
+import uuid
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -16,14 +17,16 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import redis
 import yaml
 from kubernetes_validate.utils import all_versions
 
 from service.asgi import create_app
 from service.cli import build_parser
 from service.http.access import PUBLIC
+from service.http.dispatch import Dispatcher
 from service.settings import Settings
-from tests.support.service import ROOT
+from tests.support.service import REDIS_URL, ROOT
 
 K8S = ROOT / "deploy" / "k8s"
 KUSTOMIZATIONS = sorted(p.parent for p in K8S.rglob("kustomization.yaml"))
@@ -276,3 +279,22 @@ def test_the_tenant_pools_network_policy_lets_it_reach_only_the_stores_dns_and_p
     excepted = [ipaddress.ip_network(c) for c in block["except"]]
     for address in ("10.1.2.3", "172.20.0.5", "192.168.1.1", "169.254.169.254", "100.64.0.1"):
         assert any(ipaddress.ip_address(address) in n for n in excepted), address
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("tenant", [None, "acme"])
+def test_the_api_queues_shards_in_the_redis_list_keda_measures(tenant: str | None) -> None:
+    # The list's name is the queue's (Settings.worker_queue, which the ScaledObjects name above):
+    # what the API sends waits there, one entry a shard, until a worker takes it. A queue of its
+    # own on the tests' Redis database, so no other test's messages count.
+    settings = Settings(
+        broker_url=REDIS_URL, queue=f"assaygate-k8s-{uuid.uuid4().hex[:8]}", worker_tenant=tenant
+    )
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        queue = settings.tenant_queue(tenant) if tenant else None
+        Dispatcher(settings).enqueue_shards(uuid.uuid4(), [0, 1, 2], queue=queue)
+        assert client.llen(settings.worker_queue) == 3
+    finally:
+        client.delete(settings.worker_queue)
+        client.close()
