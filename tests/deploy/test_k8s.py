@@ -7,6 +7,7 @@ ones the service really has."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import shutil
 import subprocess
 import uuid
@@ -35,9 +36,11 @@ OVERLAYS = [k for k in KUSTOMIZATIONS if k.parent.name == "overlays"]
 # newest the library knows.
 KUBERNETES_VERSIONS = ("1.30.0", all_versions()[-1])
 KEDA = "keda.sh/v1alpha1"
+# deploy/ensure-kubectl.sh installs it (`make kubectl`); the same variable names another one.
+KUBECTL = os.environ.get("ASSAYGATE_TEST_KUBECTL", "kubectl")
 
 pytestmark = pytest.mark.skipif(
-    shutil.which("kubectl") is None,
+    shutil.which(KUBECTL) is None,
     reason="kubectl is not installed (`make kubectl` installs Debian's package)",
 )
 
@@ -49,7 +52,7 @@ def name(path: Path) -> str:
 @cache
 def render(kustomization: Path) -> tuple[dict[str, Any], ...]:
     done = subprocess.run(
-        ["kubectl", "kustomize", str(kustomization)],
+        [KUBECTL, "kustomize", str(kustomization)],
         capture_output=True,
         text=True,
         timeout=60,
