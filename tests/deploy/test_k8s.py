@@ -301,3 +301,17 @@ def test_the_api_queues_shards_in_the_redis_list_keda_measures(tenant: str | Non
     finally:
         client.delete(settings.worker_queue)
         client.close()
+
+
+def test_a_non_root_pod_can_read_the_secrets_it_mounts() -> None:
+    # Kubernetes writes a Secret's files as root's, in the pod's fsGroup: a pod running as the
+    # image's user reads them only through the group bits.
+    for workload in render(PRODUCTION):
+        if workload["kind"] not in ("Deployment", "Job"):
+            continue
+        pod = workload["spec"]["template"]["spec"]
+        if pod["securityContext"].get("runAsNonRoot"):
+            for volume in pod.get("volumes", []):
+                if "secret" in volume:
+                    assert pod["securityContext"]["fsGroup"] == 10001
+                    assert volume["secret"]["defaultMode"] & 0o040, volume
