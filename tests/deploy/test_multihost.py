@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -179,6 +180,7 @@ def cluster() -> Iterator[Cluster]:
         if stores is not None:
             stores.stop()
         network.remove()
+        shutil.rmtree(logs, ignore_errors=True)
 
 
 def ready(url: str) -> bool:
