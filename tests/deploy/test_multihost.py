@@ -212,10 +212,21 @@ def submit(cluster: Cluster, manifest: dict[str, Any], plan: dict[str, Any]) -> 
         accepted = client.post("/v1/candidates", json=body)
         assert accepted.status_code == 202, accepted.text
         candidate = accepted.json()
-        done = wait_decided(client, candidate["id"], timeout=150.0)
-        assert done["status"] == "done", done
+        try:
+            done = wait_decided(client, candidate["id"], timeout=150.0)
+        except TimeoutError:
+            pytest.fail(f"not decided in 150 s; the pods' logs end:\n{tails(cluster)}")
+        assert done["status"] == "done", (done, tails(cluster))
         report: dict[str, Any] = client.get(f"/v1/assays/{candidate['assay_id']}").json()["report"]
     return {"decision": done["decision"], "report": report, "assay_id": candidate["assay_id"]}
+
+
+def tails(cluster: Cluster) -> str:
+    """The last lines of every pod's log (the folder goes with the cluster)."""
+    return "\n".join(
+        f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        for log in sorted(cluster.logs.glob("*.log"))
+    )
 
 
 def assert_exact(found: dict[str, Any], expected: dict[str, Any]) -> None:
