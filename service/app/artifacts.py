@@ -35,6 +35,7 @@ from service.core.system.artifact import (
 from service.db import artifact as artifacts
 from service.db.apikey import Principal, audit
 from service.db.session import session_scope
+from service.packing import UnpackLimits, check_archive
 
 log = logging.getLogger("assaygate.api")
 
@@ -50,10 +51,16 @@ class Uploaded:
 
 
 def upload(
-    session: Session, principal: Principal, data: bytes, claimed: str | None = None
+    session: Session,
+    principal: Principal,
+    data: bytes,
+    claimed: str | None = None,
+    limits: UnpackLimits | None = None,
 ) -> Uploaded:
     """Store the bytes under the SHA-256 computed here. `claimed` (`sha256:…`, optional): the
-    digest the client computed; bytes that hash to anything else are refused, naming it."""
+    digest the client computed; bytes that hash to anything else are refused, naming it. The
+    bytes must be an archive a worker would unpack within `limits` (the workers' settings):
+    anything else is refused here, naming the entry and the rule, and nothing is stored."""
     sha256 = hashlib.sha256(data).hexdigest()
     if claimed is not None:
         try:
@@ -66,6 +73,13 @@ def upload(
                 "digest is computed from the bytes, never taken from a name",
                 field="digest",
             )
+    try:
+        check_archive(data, limits or UnpackLimits())
+    except ArtifactInvalid as exc:
+        raise FieldInvalid(
+            f"the uploaded bytes are not an artifact a worker would unpack: {exc.message}",
+            field="body",
+        ) from None
     found = artifacts.find(session, principal.tenant_id, sha256)
     if found is not None:
         return Uploaded(written(sha256), found.size, False)
@@ -83,10 +97,16 @@ def upload(
     return Uploaded(written(sha256), stored.size, True)
 
 
-def store(engine: Engine, principal: Principal, data: bytes, claimed: str | None) -> Uploaded:
+def store(
+    engine: Engine,
+    principal: Principal,
+    data: bytes,
+    claimed: str | None,
+    limits: UnpackLimits | None = None,
+) -> Uploaded:
     """`upload` in a transaction of its own (the streamed route has no request session)."""
     with Session(engine) as session:
-        return upload(session, principal, data, claimed)
+        return upload(session, principal, data, claimed, limits)
 
 
 def download(session: Session, principal: Principal, digest: str) -> bytes:
