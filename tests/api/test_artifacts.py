@@ -199,6 +199,8 @@ def test_a_broken_commits_artifact_is_blocked_while_the_previous_artifact_stays_
     # Argo Rollouts' analysis, as deploy/ci/argo-analysis-template.yaml asks and reads it.
     for digest, result in ((good_digest, "allow"), (broken_digest, "block")):
         assert argo_result(team, api_url, system, digest) == result
+        by_query = team.client.get("/v1/gate", params={"system": system, "artifact": digest})
+        assert by_query.json() == team.client.get(f"/v1/gate/{system}?artifact={digest}").json()
 
     # Offline, from the dossier: the good artifact is a subject of its dossier, the broken not.
     keys = tmp_path / "keys.json"
