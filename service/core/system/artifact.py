@@ -68,6 +68,15 @@ def digest_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def build_digest(build: str) -> str:
+    """The hex digest a remote endpoint's build is a subject by: the digest itself when the
+    build is written as one (`sha256:<hex>`, an image or artifact digest), else the SHA-256 of
+    the build's text as written (UTF-8), which names that text and nothing more."""
+    if _DIGEST.fullmatch(build):
+        return build[len(PREFIX) :]
+    return hashlib.sha256(build.encode()).hexdigest()
+
+
 def check_bytes(data: bytes, sha256: str) -> None:
     """Refuse bytes that do not hash to the digest they were fetched by."""
     found = digest_of(data)
@@ -87,6 +96,8 @@ class ArtifactSubject:
     sha256: str
     assurance: Assurance
     source: Source | None = None
+    # A remote endpoint's build as it was written (reported or declared), whose digest this is.
+    build: str | None = None
 
     def view(self) -> dict[str, Any]:
         """As the predicate's `artifacts` lists it."""
@@ -95,6 +106,7 @@ class ArtifactSubject:
             "digest": {"sha256": self.sha256},
             "assurance": self.assurance.value,
             **({"source": self.source.value} if self.source is not None else {}),
+            **({"build": self.build} if self.build is not None else {}),
         }
 
     def subject(self) -> dict[str, Any]:
@@ -102,6 +114,8 @@ class ArtifactSubject:
         annotations: dict[str, Any] = {"assurance": self.assurance.value}
         if self.source is not None:
             annotations["source"] = self.source.value
+        if self.build is not None:
+            annotations["build"] = self.build
         return {
             "name": f"assaygate:{self.name}",
             "digest": {"sha256": self.sha256},
@@ -110,12 +124,13 @@ class ArtifactSubject:
 
     @classmethod
     def from_view(cls, view: dict[str, Any]) -> ArtifactSubject:
-        source = view.get("source")
+        source, build = view.get("source"), view.get("build")
         return cls(
             str(view["name"]),
             str(view["digest"]["sha256"]),
             Assurance(view["assurance"]),
             Source(source) if source is not None else None,
+            str(build) if build is not None else None,
         )
 
 
