@@ -4,6 +4,7 @@ subprocesses, and the API served by uvicorn on a real port."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -43,6 +44,9 @@ def tenant_code() -> Path:
         import tempfile
 
         folder = Path(tempfile.mkdtemp(prefix="assaygate-tenant-code-"))
+        # A test run leaves nothing in /tmp: the copy goes when the process that made it ends
+        # (its workers are stopped by then; a worker killed with the run has nothing to lose).
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
         folder.chmod(0o755)  # the sandbox's user reads it
         skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
         for name in ("tests", "examples"):
