@@ -26,9 +26,11 @@ from service.app.errors import Conflict, DigestMismatch, FieldInvalid, NotFound
 from service.core.errors import ArtifactInvalid
 from service.core.system.artifact import (
     CODE,
+    TENANT_IMAGE,
     ArtifactSubject,
     Assurance,
     Source,
+    image_digest,
     parse_digest,
     written,
 )
@@ -174,3 +176,13 @@ def subjects_after(
 
 def subjects_of(session: Session, candidate_id: uuid.UUID) -> Sequence[ArtifactSubject]:
     return artifacts.subjects(session, candidate_id)
+
+
+def images_after(session: Session, assay_id: uuid.UUID) -> list[ArtifactSubject]:
+    """The tenant images a finished assay's code ran in, as its dossier names them: `declared`,
+    for the worker said so and nothing checks the image. A subject of the dossier only (not
+    of the gate's index of what a candidate ships: many candidates run in one image)."""
+    return [
+        ArtifactSubject(TENANT_IMAGE, image_digest(ref), Assurance.DECLARED, ref=ref)
+        for ref in artifacts.images(session, assay_id)
+    ]

@@ -204,6 +204,7 @@ class WorkerProcess:
         pool: str = "solo",
         tenant: str | None = None,
         code_dir: Path | None = None,
+        image: str | None = None,
     ) -> None:
         self.name = name
         self.log_path = log_dir / f"worker-{name}.log"
@@ -213,6 +214,8 @@ class WorkerProcess:
             # A tenant's worker: only its code queue, its code from `code_dir`.
             env["ASSAYGATE_WORKER_TENANT"] = tenant
             env["ASSAYGATE_TENANT_CODE_DIR"] = str(code_dir or tenant_code())
+        if image is not None:
+            env["ASSAYGATE_TENANT_IMAGE"] = image
         self._log = self.log_path.open("wb")
         pool_args = ["--pool", pool] + (["--concurrency", "1"] if pool == "prefork" else [])
         self.process = subprocess.Popen(

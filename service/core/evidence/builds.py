@@ -149,8 +149,8 @@ def build_subjects(builds: tuple[EndpointBuilds, ...]) -> list[ArtifactSubject]:
         name = f"{BUILD}:{e.endpoint}"
         reported = sorted({b for b, _ in e.reported if b is not None})
         for b in reported:
-            found.append(ArtifactSubject(name, build_digest(b), Assurance.REPORTED, build=b))
+            found.append(ArtifactSubject(name, build_digest(b), Assurance.REPORTED, ref=b))
         if e.declared is not None and e.declared not in reported:
             declared = build_digest(e.declared)
-            found.append(ArtifactSubject(name, declared, Assurance.DECLARED, build=e.declared))
+            found.append(ArtifactSubject(name, declared, Assurance.DECLARED, ref=e.declared))
     return found

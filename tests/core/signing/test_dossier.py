@@ -353,21 +353,21 @@ def test_each_remote_build_is_a_subject_reported_if_the_trials_heard_it_else_dec
     text = hashlib.sha256
     assert [(s["name"], s["digest"]["sha256"], s["annotations"]) for s in subjects[2:]] == [
         # A build written as a digest is that digest; any other is the SHA-256 of its text.
-        ("assaygate:build:target.url", "ee" * 32, {"assurance": "reported", "build": IMAGE}),
+        ("assaygate:build:target.url", "ee" * 32, {"assurance": "reported", "ref": IMAGE}),
         (
             "assaygate:build:tools.servers.ledger.url",
             text(b"ledger@3").hexdigest(),
-            {"assurance": "declared", "build": "ledger@3"},
+            {"assurance": "declared", "ref": "ledger@3"},
         ),
         (
             "assaygate:build:tools.servers.shop.url",
             text(b"shop@2").hexdigest(),
-            {"assurance": "reported", "build": "shop@2"},
+            {"assurance": "reported", "ref": "shop@2"},
         ),
         (
             "assaygate:build:tools.servers.shop.url",
             text(b"shop@1").hexdigest(),
-            {"assurance": "declared", "build": "shop@1"},
+            {"assurance": "declared", "ref": "shop@1"},
         ),
     ]
     assert verify(env, _keys(signer), artifact="ee" * 32).ok  # the deployed image, by digest
