@@ -15,15 +15,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service.app.errors import Conflict, DigestMismatch, FieldInvalid, NotFound
-from service.core.errors import ArtifactInvalid
+from service.core.errors import ArtifactInvalid, AssaygateError
+from service.core.evidence.builds import EndpointBuilds, endpoint_builds, from_assay_view
 from service.core.system.artifact import (
     CODE,
     TENANT_IMAGE,
@@ -34,6 +36,7 @@ from service.core.system.artifact import (
     parse_digest,
     written,
 )
+from service.core.system.manifest import build_endpoints, parse_manifest
 from service.db import artifact as artifacts
 from service.db.apikey import Principal, audit
 from service.db.session import session_scope
@@ -186,3 +189,39 @@ def images_after(session: Session, assay_id: uuid.UUID) -> list[ArtifactSubject]
         ArtifactSubject(TENANT_IMAGE, image_digest(ref), Assurance.DECLARED, ref=ref)
         for ref in artifacts.images(session, assay_id)
     ]
+
+
+@dataclass(frozen=True)
+class Shipping:
+    """What a candidate ships, as its page shows it: its code with the assurance the gate has
+    for it (`executed` once a shard ran it), the remote builds declared and reported per
+    endpoint (`EndpointBuilds.mismatch` says what holds), and the tenant images its code ran
+    in (the workers' word)."""
+
+    code: tuple[ArtifactSubject, ...]
+    builds: tuple[EndpointBuilds, ...]
+    images: tuple[str, ...]
+
+
+def shipping(
+    session: Session,
+    candidate_id: uuid.UUID,
+    assay_id: uuid.UUID,
+    report: Mapping[str, Any] | None,
+    manifest: Mapping[str, Any],
+) -> Shipping:
+    """The candidate's code subjects as recorded; the builds its assay's report counted, or,
+    before there is one, those its manifest declares."""
+    if report is not None:
+        builds = from_assay_view(report.get("builds") or {})
+    else:
+        try:
+            declared = build_endpoints(parse_manifest(dict(manifest)))
+        except AssaygateError:
+            declared = {}  # a manifest stored before a rule it now breaks: nothing declared
+        builds = endpoint_builds(declared)
+    return Shipping(
+        tuple(artifacts.subjects(session, candidate_id)),
+        builds,
+        tuple(artifacts.images(session, assay_id)),
+    )
