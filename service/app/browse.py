@@ -130,16 +130,16 @@ def candidate_detail(
         return None
     report = session.exec(select(Assay.report).where(Assay.id == row.assay.id)).first()
     manifest = session.get(ManifestRow, row.candidate.manifest_digest)
-    document = dict(manifest.document) if manifest else {}
-    found = dict(report) if report else None
     return CandidateDetail(
         row=row,
-        report=found,
-        manifest=document,
+        report=dict(report) if report else None,
+        manifest=dict(manifest.document) if manifest else {},
         component_hashes=queries.component_hashes(session, row.candidate.manifest_digest),
         progress=queries.fault_progress(session, row.assay.id),
         live=queries.live_progress(session, row.assay.id),
-        ships=shipping(session, candidate_id, row.assay.id, found, document),
+        ships=shipping(
+            session, candidate_id, row.assay.id, report, manifest.document if manifest else {}
+        ),
     )
 
 
