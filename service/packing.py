@@ -320,6 +320,57 @@ class _Vetting:
         return self.links
 
 
+_MAX_READ = 16 * 1024 * 1024
+
+
+class _Inflated:
+    """The archive's tar stream, inflated as tarfile reads (or seeks past) it, refused once it
+    is longer than the files the limits allow could make it: a bomb hidden where no file size
+    counts it (a pax or long-name header tarfile reads whole into memory, padding) stops
+    there, before it is inflated."""
+
+    def __init__(self, data: bytes, limits: UnpackLimits) -> None:
+        self._gz = gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb")
+        # Every file's bytes, a header block and a pax record per entry, and the end blocks.
+        self._cap = limits.max_bytes + 2 * tarfile.RECORDSIZE * (limits.max_entries + 1)
+
+    def _check(self) -> None:
+        if self._gz.tell() > self._cap:
+            raise _refuse("(the tar stream)", f"more than {self._cap} bytes inflated")
+
+    def read(self, size: int = -1) -> bytes:
+        # tarfile reads a file's bytes in small chunks and a header whole: one large read is a
+        # header claiming a size no real one has, refused before it is inflated into memory.
+        if size < 0 or size > _MAX_READ:
+            raise _refuse("(the tar stream)", f"a header of more than {_MAX_READ} bytes")
+        out = self._gz.read(size)
+        self._check()
+        return out
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET and offset > self._cap:
+            raise _refuse("(the tar stream)", f"more than {self._cap} bytes inflated")
+        at = self._gz.seek(offset, whence)
+        self._check()
+        return at
+
+    def tell(self) -> int:
+        return self._gz.tell()
+
+    def close(self) -> None:
+        self._gz.close()
+
+
+@contextlib.contextmanager
+def _reading(data: bytes, limits: UnpackLimits) -> Iterator[tarfile.TarFile]:
+    stream = _Inflated(data, limits)
+    try:
+        with tarfile.open(fileobj=stream, mode="r:") as tar:  # type: ignore[call-overload]
+            yield tar
+    finally:
+        stream.close()
+
+
 def _not_an_archive(exc: BaseException) -> ArtifactInvalid:
     return ArtifactInvalid(f"not a tar.gz archive that unpacks: {exc}", field="code")
 
@@ -330,7 +381,7 @@ def check_archive(data: bytes, limits: UnpackLimits) -> int:
     `assaygate submit --code` check before the bytes are stored)."""
     vetting = _Vetting(limits)
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        with _reading(data, limits) as tar:
             for member in tar:
                 vetting.admit(member)
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
@@ -355,7 +406,7 @@ def unpack(data: bytes, dest: Path, limits: UnpackLimits) -> int:
 def _unpack_into(data: bytes, dest: Path, limits: UnpackLimits) -> int:
     vetting = _Vetting(limits)
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        with _reading(data, limits) as tar:
             for member in tar:
                 name = vetting.admit(member)
                 if member.issym():

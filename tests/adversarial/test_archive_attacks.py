@@ -39,6 +39,15 @@ def zeros(tar: tarfile.TarFile) -> None:
     tar.addfile(info, io.BytesIO(bytes(BOMB_BYTES)))
 
 
+def pax_bomb() -> bytes:
+    """A pax header claiming 64 MiB: tarfile would read it whole into memory, and no file's
+    size counts it."""
+    header = tarfile.TarInfo("././@PaxHeader")
+    header.type, header.size = tarfile.XHDTYPE, 64 * 1024 * 1024
+    raw = header.tobuf(tarfile.USTAR_FORMAT) + bytes(header.size) + bytes(2 * tarfile.BLOCKSIZE)
+    return gzip.compress(raw, compresslevel=9)
+
+
 def many(tar: tarfile.TarFile) -> None:
     for i in range(LIMITS.max_entries + 1):
         member(tar, f"f{i}")
@@ -62,6 +71,7 @@ ATTACKS: dict[str, tuple[Callable[[], bytes], str]] = {
     ),
     "a gzip bomb": (lambda: tar_gz(zeros, level=9), f"more than {LIMITS.max_bytes} bytes"),
     "too many entries": (lambda: tar_gz(many), f"more than {LIMITS.max_entries} entries"),
+    "a bomb in a pax header": (pax_bomb, "a header of more than"),
     "not an archive": (lambda: b"\x1f\x8b but not gzip", "not a tar.gz"),
 }
 
