@@ -200,9 +200,11 @@ def run_and_store(
         # The code this shard ran, by digest, when it ran any trial of it.
         code = ctx.code_ran(assay_id) if result.trials else None
         code_sha256 = code.sha256 if code is not None else None
+        # The image that code ran in, as the worker was told (ASSAYGATE_TENANT_IMAGE).
+        image = ctx.settings.tenant_image if code is not None else None
 
         def store() -> Stored:
-            return shards.store(ctx.engine, parsed.inputs, index, result, code_sha256)
+            return shards.store(ctx.engine, parsed.inputs, index, result, code_sha256, image)
 
         stored = retrying(ctx, "store the shard", ids, store)
     log.info(

@@ -18,7 +18,7 @@ from typing import Any
 from sqlmodel import Session
 
 from service.app import policies
-from service.app.artifacts import subjects_after
+from service.app.artifacts import images_after, subjects_after
 from service.app.errors import NotFound
 from service.core.decision.gate import Decision, Reason, ReasonView
 from service.core.faults.plan import AssayPlan
@@ -95,7 +95,10 @@ def record_assay_dossier(
     triggers = _triggers(session, system, report, candidate.code_sha256)
     # What the release ships, by digest: the code this assay's workers ran, and what the
     # candidate names besides.
-    shipped = subjects_after(session, candidate.id, candidate.code_sha256, assay_id)
+    shipped = [
+        *subjects_after(session, candidate.id, candidate.code_sha256, assay_id),
+        *images_after(session, assay_id),
+    ]
     if assay.policy is not None:
         triggers["organisation_policy"] = assay.policy["digest"]
     dossiers.supersede_reviews(session, candidate.id)

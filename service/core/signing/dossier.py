@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from service.core.decision.gate import ReasonView, block_first
 from service.core.decision.report import AssayReport, FaultResult
-from service.core.evidence.builds import assay_view
+from service.core.evidence.builds import assay_view, build_subjects
 from service.core.evidence.figures import JSONObject
 from service.core.signing.checks import (
     Check,
@@ -334,11 +334,13 @@ def predicate_from_report(
     policy: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything DESIGN.md lists for a dossier, from a merged assay report (typed, or its
-    stored JSON). `artifacts`: what the release ships, by digest, with its assurance; they are
-    the statement's subjects beside the manifest (none: the predicate has no `artifacts`).
+    stored JSON). `artifacts`: the code the release ships, by digest, with its assurance; with
+    the remote builds the report records (`builds.build_subjects`) they are the predicate's
+    `artifacts` and the statement's subjects beside the manifest (none: no `artifacts`).
     `policy`: the organisation's policy the assay ran under (its digest, versions and document),
     signed as `organisation_policy` when there is one."""
     r = report if isinstance(report, AssayReport) else AssayReport.from_dict(report)
+    shipped = [*artifacts, *build_subjects(r.builds)]
     found = {
         "dossier_version": version,
         "previous": previous,
@@ -368,7 +370,8 @@ def predicate_from_report(
         "change_triggers": dict(triggers),
         "interpretation": dict(r.interpretation),
         **_mcp(r),
-        **({"artifacts": [a.view() for a in artifacts]} if artifacts else {}),
+        # The code by digest, then each remote endpoint's build (reported or only declared).
+        **({"artifacts": [a.view() for a in shipped]} if shipped else {}),
         # Remote targets: per endpoint the declared build, those reported and the assurance.
         **({"builds": assay_view(r.builds)} if r.builds else {}),
     }
