@@ -18,8 +18,8 @@ venv:
 	@echo "venv: ready ($(VENV)/bin/assaygate)"
 
 lint:
-	$(VENV)/bin/ruff check service worker tests bench
-	$(VENV)/bin/ruff format --check service worker tests bench
+	$(VENV)/bin/ruff check assaygate service worker tests bench
+	$(VENV)/bin/ruff format --check assaygate service worker tests bench
 
 typecheck:
 	$(VENV)/bin/mypy
