@@ -46,9 +46,12 @@ test: venv services browser sandbox lint typecheck imports
 	$(PY) -m pytest -n 2 --dist loadfile --durations=25
 
 # Keeps its data in a new folder and ends by saying how to browse it (serve + a reviewer key).
+# The demo's data lives in var/demo (ignored by git), replaced on each run: nothing piles up in
+# /tmp, and the demo ends by saying how to browse it.
 demo: venv
 	@echo "demo: starting the embedded service and submitting the examples (about a minute)"
-	$(VENV)/bin/assaygate demo --keep
+	@rm -rf var/demo
+	$(VENV)/bin/assaygate demo --data-dir var/demo
 
 serve: venv
 	$(VENV)/bin/assaygate serve

@@ -38,7 +38,8 @@ def check_code(session: Session, tenant_id: uuid.UUID, tenant: str, manifest: Ma
         return
     first = parts[0]
     raise CodeNotAllowed(
-        f"{first.field} is {first.kind} code, and tenant {tenant} may not run code on this "
+        # The field is the error's own (`field`): named once, never again in the message.
+        f"this is {first.kind} code, and tenant {tenant} may not run code on this "
         f"service; use a remote kind (an URL the gate calls), or {allow_hint(tenant)}",
         field=first.field,
     )

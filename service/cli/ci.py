@@ -41,7 +41,15 @@ from service.core.system.artifact import written
 
 def register(sub: Any) -> None:
     """Add the `submit` and `gate` command(s) to the top-level parser."""
-    submit = sub.add_parser("submit", help="submit a manifest to a running service")
+    submit = sub.add_parser(
+        "submit",
+        help="submit a manifest to a running service; exit 0 once accepted (--wait: on the "
+        "decision)",
+        description="Submit a manifest to a running service and print the candidate as JSON. "
+        "Without --wait it exits 0 as soon as the service accepted the candidate, before any "
+        "decision (read it later with `assaygate gate`); with --wait it waits for the decision "
+        "and exits by it.",
+    )
     submit.add_argument("manifest", type=Path)
     submit.add_argument(
         "--url", default=None, help="default: $ASSAYGATE_URL, else http://127.0.0.1:8000"
