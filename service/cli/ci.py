@@ -230,7 +230,8 @@ def _error_reports(args: argparse.Namespace, message: str) -> None:
     if args.junit is None and args.summary is None:
         return
     system = getattr(args, "system", None) or getattr(args, "system_name", None) or "assaygate"
-    outcome = reports.error_outcome(str(system), args.candidate_version or "", message)
+    faults = reports.catalogue_faults(getattr(args, "catalogue", None))
+    outcome = reports.error_outcome(str(system), args.candidate_version or "", message, faults)
     reports.write_reports(outcome, args.junit, args.summary)
     args.reported = True
 
@@ -427,8 +428,9 @@ def _write_reports(
     if args.junit is None and args.summary is None:
         return
     args.reported = True
+    # "Dossier:" goes to the dossier's page, not the candidate's.
     outcome = reports.from_dossier(
-        dossier["envelope"], decision=decision, reasons=reasons, link=link
+        dossier["envelope"], decision=decision, reasons=reasons, link=f"{link}/dossier"
     )
     if args.dossier_out is not None:
         outcome.properties["dossier_file"] = str(args.dossier_out)
