@@ -18,8 +18,8 @@ venv:
 	@echo "venv: ready ($(VENV)/bin/assaygate)"
 
 lint:
-	$(VENV)/bin/ruff check service worker tests bench
-	$(VENV)/bin/ruff format --check service worker tests bench
+	$(VENV)/bin/ruff check assaygate service worker tests bench
+	$(VENV)/bin/ruff format --check assaygate service worker tests bench
 
 typecheck:
 	$(VENV)/bin/mypy
@@ -51,9 +51,12 @@ test: venv services browser sandbox kubectl lint typecheck imports
 	$(PY) -m pytest -n 2 --dist loadfile --durations=25
 
 # Keeps its data in a new folder and ends by saying how to browse it (serve + a reviewer key).
+# The demo's data lives in var/demo (ignored by git), replaced on each run: nothing piles up in
+# /tmp, and the demo ends by saying how to browse it.
 demo: venv
 	@echo "demo: starting the embedded service and submitting the examples (about a minute)"
-	$(VENV)/bin/assaygate demo --keep
+	@rm -rf var/demo
+	$(VENV)/bin/assaygate demo --data-dir var/demo
 
 serve: venv
 	$(VENV)/bin/assaygate serve

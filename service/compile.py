@@ -33,13 +33,16 @@ _SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 
 
 def build_compiled_core(dest: Path) -> Path:
-    """Copy `service/` into `dest`, compile the hot modules there; `dest` is the import root."""
-    shutil.copytree(
-        ROOT / "service",
-        dest / "service",
-        ignore=shutil.ignore_patterns("__pycache__", "*.so", ".compiled.json"),
-        dirs_exist_ok=True,
-    )
+    """Copy `service/` and `assaygate/` into `dest`, compile the hot modules there; `dest` is
+    the import root."""
+    # The public package too: the hot modules import its task and tool errors.
+    for package in ("assaygate", "service"):
+        shutil.copytree(
+            ROOT / package,
+            dest / package,
+            ignore=shutil.ignore_patterns("__pycache__", "*.so", ".compiled.json"),
+            dirs_exist_ok=True,
+        )
     mypyc = Path(sys.executable).with_name("mypyc")
     subprocess.run([str(mypyc), *HOT_MODULES], cwd=dest, check=True, capture_output=True)
     return dest

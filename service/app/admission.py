@@ -192,7 +192,8 @@ def _execution(session: Session, principal: Principal, reading: TypedManifest) -
 def _refuse_code(reading: TypedManifest, tenant: str) -> NoReturn:
     first = reading.code_parts[0]
     raise CodeNotAllowed(
-        f"{first.field} is {first.kind} code, and tenant {tenant} may not run code on this "
-        f"service; use a remote kind (an URL the gate calls), or {allow_hint(tenant)}",
+        # The field is the error's own (`field`): named once, never again in the message.
+        f"this is {first.kind} code, and tenant {tenant} may not run code on this service; "
+        f"use a remote kind (an URL the gate calls), or {allow_hint(tenant)}",
         field=first.field,
     )

@@ -199,8 +199,9 @@ def raise_policy(
     lower = loosened(policy, parse_policy(before.document) if before else EMPTY)
     if lower is not None:
         raise PolicyLowered(
-            f"{lower} would be looser than the policy in force: a tenant's admin may raise the "
-            "bar, never lower it; an operator lowers it with `assaygate policy set`",
+            # The field is the error's own `field`, named once (the CLI prints `field: message`).
+            "looser than the policy in force: a tenant's admin may raise the bar, never lower "
+            "it; an operator lowers it with `assaygate policy set`",
             field=lower,
         )
     return _write(session, signer, tenant, command, policy, principal=principal)

@@ -41,7 +41,15 @@ from service.core.system.artifact import written
 
 def register(sub: Any) -> None:
     """Add the `submit` and `gate` command(s) to the top-level parser."""
-    submit = sub.add_parser("submit", help="submit a manifest to a running service")
+    submit = sub.add_parser(
+        "submit",
+        help="submit a manifest to a running service; exit 0 once accepted (--wait: on the "
+        "decision)",
+        description="Submit a manifest to a running service and print the candidate as JSON. "
+        "Without --wait it exits 0 as soon as the service accepted the candidate, before any "
+        "decision (read it later with `assaygate gate`); with --wait it waits for the decision "
+        "and exits by it.",
+    )
     submit.add_argument("manifest", type=Path)
     submit.add_argument(
         "--url", default=None, help="default: $ASSAYGATE_URL, else http://127.0.0.1:8000"
@@ -222,7 +230,8 @@ def _error_reports(args: argparse.Namespace, message: str) -> None:
     if args.junit is None and args.summary is None:
         return
     system = getattr(args, "system", None) or getattr(args, "system_name", None) or "assaygate"
-    outcome = reports.error_outcome(str(system), args.candidate_version or "", message)
+    faults = reports.catalogue_faults(getattr(args, "catalogue", None))
+    outcome = reports.error_outcome(str(system), args.candidate_version or "", message, faults)
     reports.write_reports(outcome, args.junit, args.summary)
     args.reported = True
 
@@ -419,8 +428,9 @@ def _write_reports(
     if args.junit is None and args.summary is None:
         return
     args.reported = True
+    # "Dossier:" goes to the dossier's page, not the candidate's.
     outcome = reports.from_dossier(
-        dossier["envelope"], decision=decision, reasons=reasons, link=link
+        dossier["envelope"], decision=decision, reasons=reasons, link=f"{link}/dossier"
     )
     if args.dossier_out is not None:
         outcome.properties["dossier_file"] = str(args.dossier_out)

@@ -86,19 +86,36 @@ def plan_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in plan.items() if v is not None}
 
 
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
 class ServiceClient(httpx.Client):
-    """An httpx client whose transport errors become one line and exit code 3."""
+    """An httpx client whose transport errors become one line and exit code 3, with what to do
+    about it: where the address came from is where a newcomer changes it."""
+
+    hint = ""
 
     def request(self, *args: Any, **kwargs: Any) -> httpx.Response:
         try:
             return super().request(*args, **kwargs)
         except httpx.HTTPError as exc:
-            raise UsageError(f"cannot reach {self.base_url}: {exc}") from None
+            raise UsageError(f"cannot reach {self.base_url}: {exc}{self.hint}") from None
 
 
 def service_client(args: argparse.Namespace, headers: dict[str, str]) -> httpx.Client:
-    url = args.url or os.environ.get("ASSAYGATE_URL") or "http://127.0.0.1:8000"
-    return ServiceClient(base_url=url, timeout=30.0, headers=headers)
+    if args.url:
+        url, hint = args.url, " (check --url)"
+    elif os.environ.get("ASSAYGATE_URL"):
+        url, hint = os.environ["ASSAYGATE_URL"], " (the address in ASSAYGATE_URL)"
+    else:
+        url = DEFAULT_URL
+        hint = (
+            " (nothing answers at the default address: start `assaygate serve`, or set "
+            "ASSAYGATE_URL, or pass --url, to the address your service prints)"
+        )
+    client = ServiceClient(base_url=url, timeout=30.0, headers=headers)
+    client.hint = hint
+    return client
 
 
 def refused(response: httpx.Response) -> int:

@@ -46,10 +46,22 @@ def register(sub: Any) -> None:
 
 
 def _db_upgrade(args: argparse.Namespace) -> int:
+    from sqlalchemy.engine import make_url
+
+    from service.db import migrate
+
     settings = settings_from(args)
     if settings.database_is_sqlite:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+    before = migrate.current(settings)
     upgrade(settings, args.revision)
+    after = migrate.current(settings)
+    # Say what happened, and to which database: a silent success reads like nothing ran.
+    where = make_url(settings.database_url).render_as_string(hide_password=True)
+    if before == after:
+        print(f"db upgrade: {where} is already at revision {after} (nothing to do)")
+    else:
+        print(f"db upgrade: {where} migrated from revision {before or '(empty)'} to {after}")
     return 0
 
 

@@ -27,7 +27,7 @@ from service.cli.common import (
 )
 from service.cli.errors import UsageError
 from service.core.decision.gate import block_first
-from service.settings import Settings
+from service.settings import Settings, get_settings
 
 
 def register(sub: Any) -> None:
@@ -140,21 +140,24 @@ def _demo(args: argparse.Namespace) -> int:
                 server.kill()
                 server.wait()
         if args.keep or args.data_dir is not None:
-            print(browse_instructions(data_dir, keys))
+            print(browse_instructions(data_dir, keys, get_settings().port))
         else:
             print("\nThe demo's data was deleted; `assaygate demo --keep` keeps it to browse.")
         return code
 
 
-def browse_instructions(data_dir: Path, keys: DemoKeys) -> str:
-    """How to look at what the demo left behind, in the dashboard and through the API; and a
-    submitter key, since a reviewer's key is refused (403) by `submit`."""
-    serve = f"{assaygate_command()} serve --data-dir {shlex.quote(str(data_dir))}"
+def browse_instructions(data_dir: Path, keys: DemoKeys, port: int) -> str:
+    """Where the demo's data was kept, how to look at it in the dashboard and through the API
+    (on the port `serve` will use: $ASSAYGATE_PORT, else 8000); and a submitter key, since a
+    reviewer's key is refused (403) by `submit`."""
+    folder = shlex.quote(str(data_dir))
+    serve = f"{assaygate_command()} serve --data-dir {folder}"
     return framed(
         [
+            f"The demo's data is kept in {data_dir} (delete it when done: rm -r {folder}).",
             "Browse the result:",
             f"  {serve}",
-            "  then open http://127.0.0.1:8000/ and sign in with this reviewer key:",
+            f"  then open http://127.0.0.1:{port}/ and sign in with this reviewer key:",
             f"  {keys.reviewer}",
             f"(the CLI and curl: export ASSAYGATE_API_KEY={keys.reviewer})",
             "To submit your own candidates (`assaygate submit FILE`), the submitter key:",

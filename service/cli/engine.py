@@ -301,7 +301,8 @@ def cmd_assay(args: argparse.Namespace) -> int:
             declare_code_env(None)
     except AssaygateError as exc:
         # Exit 3 writes its reports too: the CI step that uploads them finds the error.
-        outcome = reports.error_outcome(Path(args.manifest).stem, "", str(exc))
+        faults = reports.catalogue_faults(getattr(args, "catalogue", None))
+        outcome = reports.error_outcome(Path(args.manifest).stem, "", str(exc), faults)
         reports.write_reports(outcome, args.junit, args.summary)
         raise
     data = report.to_dict()

@@ -31,6 +31,21 @@ _DONE = (
 #: names a command wins, and a command not listed exits as `_DONE` says.
 EXIT_CODES: dict[str, tuple[tuple[int, str], ...]] = {
     **{command: _DECISION for command in CI_COMMANDS},
+    # Without --wait nothing is decided yet: 0 says only that the service took the candidate.
+    "submit": (
+        (
+            0,
+            "allow with --wait; without --wait, the candidate was accepted (decided later: "
+            "`assaygate gate` or the dashboard)",
+        ),
+        *_DECISION[1:],
+    ),
+    # A request the service refused prints its JSON error and exits 3 (service.cli.common.refused).
+    "secrets": (
+        _DONE[0],
+        (2, "error: bad input, or the service could not be reached (one line on stderr)"),
+        (3, "the service refused the request (its JSON error on stdout: a 4xx or 5xx)"),
+    ),
     "verify": ((0, "verified"), (1, "not verified (the failed check is printed)"), _DONE[1]),
     "db check": ((0, "the models match the migrations"), (1, "a migration is missing"), _DONE[1]),
     "demo": ((0, "every candidate decided"), (1, "a candidate undecided in time"), _DONE[1]),

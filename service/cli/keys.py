@@ -29,7 +29,10 @@ def register(sub: Any) -> None:
     keys_sub = keys.add_subparsers(dest="keys_command", required=True, parser_class=type(keys))
     rotate = keys_sub.add_parser("rotate", help="retire the active key and make a new one")
     rotate.set_defaults(func=_keys_rotate)
-    listing = keys_sub.add_parser("list", help="print every published key (GET /v1/keys)")
+    listing = keys_sub.add_parser(
+        "list",
+        help="print every published key (GET /v1/keys), marking the active one (`active`)",
+    )
     listing.set_defaults(func=_keys_list)
     create = keys_sub.add_parser(
         "create", help="create an API key for a tenant (created if new); prints the key once"
@@ -78,7 +81,11 @@ def _keys_list(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     assert settings.keys_dir is not None
     published = KeyRing(settings.keys_dir).published()
-    print(json.dumps({"keys": [k.view() for k in published]}, indent=2))
+    # The key that signs now: the last one whose window is still open (as KeyRing loads it).
+    open_keys = [k.keyid for k in published if k.not_after is None]
+    active = open_keys[-1] if open_keys else None
+    keys = [{**k.view(), "active": k.keyid == active} for k in published]
+    print(json.dumps({"active": active, "keys": keys}, indent=2))
     return 0
 
 

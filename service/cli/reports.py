@@ -5,9 +5,13 @@ One writer for the three commands CI runs (`assay`, `submit`, `gate`). Each buil
 with what the gate says now — and `write_reports` writes the files it was asked for.
 
 JUnit: one `<testsuite>` per system, one `<testcase>` per fault (classname the system, name the
-fault id); a fault with reasons is a `<failure>` whose `type` is the worst severity, whose
-`message` lists the reason codes and whose text gives each reason and the containment signature.
-Reasons that name no fault (a stopped assay, a reopened gate, a waiver) are the test case `gate`.
+fault id) and always the test case `gate`, so every outcome (allow, hold, block, error) has the
+same test cases. A fault with reasons is a `<failure>` whose `type` is the worst severity, whose
+`message` lists the reason codes and whose text gives each reason, the fault's diagnosis (first
+boundary, missing control, remediation; a storm's admissions) and the containment signature.
+`gate` leads with the decision's first reasons (`hold: counterfactual_masked
+(timeout_after_commit); floor:recovered (...)`), fault or not; an error is its message, and the
+faults it never reached are skipped.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import Any
 from service.cli.errors import UsageError
 from service.core.decision.gate import ReasonView, block_first, reason_view
 from service.core.decision.report import AssayReport
+from service.core.errors import AssaygateError
+from service.core.faults.catalogue import catalogue_named
 
 #: The containment signature's columns: (heading, count name).
 SIGNATURE = (
@@ -37,6 +43,8 @@ SIGNATURE = (
 )
 SEVERITY_ORDER = {"error": 0, "block": 0, "reopened": 1, "hold": 2, "allow": 3}
 GATE_CASE = "gate"
+#: How many reasons the gate case's message names before "and N more".
+LEADING = 2
 
 
 @dataclass
@@ -45,9 +53,35 @@ class FaultLine:
     trials: int
     counts: Mapping[str, int]
     reasons: list[ReasonView] = field(default_factory=list)
+    # As the report and the dossier write them (Diagnosis.to_dict, StormView.to_dict).
+    diagnosis: Mapping[str, Any] | None = None
+    storm: Mapping[str, Any] | None = None
 
     def signature(self) -> str:
         return ", ".join(f"{h} {int(self.counts.get(k, 0))}/{self.trials}" for h, k in SIGNATURE)
+
+    def diagnosed(self) -> list[str]:
+        """What the terminal prints under a failing fault: where it broke and what to change."""
+        lines: list[str] = []
+        d = self.diagnosis
+        if d:
+            missing = ", ".join(d.get("missing_control") or []) or "none"
+            lines.append(
+                f"diagnosis: first boundary {d.get('first_boundary')}; earliest signal "
+                f"{d.get('earliest_signal') or 'none'}; missing control: {missing}"
+            )
+            if d.get("remediation"):
+                lines.append(f"remediation: {d['remediation']}")
+        storm = self.storm or {}
+        observed = storm.get("observed") or {}
+        if observed:
+            wait = observed.get("shortest_wait_ms")
+            lines.append(
+                f"storm: admitted in {observed.get('admitted')} of {storm.get('trials')}, "
+                f"{float(observed.get('attempts_mean', 0)):.1f} attempts a trial, shortest wait "
+                f"{'-' if wait is None else wait} ms"
+            )
+        return lines
 
 
 @dataclass
@@ -71,7 +105,14 @@ class ReportedDecision:
 
 def _report_rows(report: AssayReport, reasons: Sequence[ReasonView]) -> list[FaultLine]:
     return [
-        FaultLine(f.id, f.signature.rates.trials, f.signature.counts, _own(reasons, f.id))
+        FaultLine(
+            f.id,
+            f.signature.rates.trials,
+            f.signature.counts,
+            _own(reasons, f.id),
+            f.diagnosis.to_dict() if f.diagnosis else None,
+            f.storm.to_dict() if f.storm else None,
+        )
         for f in report.faults
     ]
 
@@ -84,6 +125,8 @@ def _run_rows(runs: Sequence[Mapping[str, Any]], reasons: Sequence[ReasonView]) 
             int(run.get("exercised", 0)),
             (run.get("intervention") or {}).get("counts", {}),
             _own(reasons, str(run["id"])),
+            run.get("diagnosis"),
+            run.get("storm"),
         )
         for run in runs
     ]
@@ -114,14 +157,26 @@ def from_report(
     )
 
 
-def error_outcome(system: str, version: str, message: str) -> ReportedDecision:
-    """No decision (exit code 3): the reports say what went wrong, as one failed test case."""
+def catalogue_faults(name: str | None) -> list[str]:
+    """The fault ids a catalogue schedules (`full` unless named; a custom file: none known)."""
+    try:
+        return [f.id for f in catalogue_named(name or "full").faults]
+    except AssaygateError:
+        return []
+
+
+def error_outcome(
+    system: str, version: str, message: str, faults: Sequence[str] = ()
+) -> ReportedDecision:
+    """No decision (exit code 3): the reports say what went wrong, as the failed test case
+    `gate`; the catalogue's faults, never reached, are skipped test cases (the same test cases
+    as a decision has)."""
     return ReportedDecision(
         system=system,
         version=version,
         decision="error",
         reasons=[ReasonView(code="error", message=message, fault=None, severity="error")],
-        faults=[],
+        faults=[FaultLine(f, 0, {}) for f in faults],
     )
 
 
@@ -162,46 +217,60 @@ def _worst(reasons: Sequence[ReasonView]) -> str:
     return min((r["severity"] for r in reasons), key=lambda s: SEVERITY_ORDER.get(s, 2))
 
 
-def _failure(case: ET.Element, reasons: Sequence[ReasonView], signature: str | None) -> None:
+def _failure(case: ET.Element, reasons: Sequence[ReasonView], line: FaultLine) -> None:
     codes = ", ".join(dict.fromkeys(r["code"] for r in reasons))
     fail = ET.SubElement(
         case, "failure", type=_worst(reasons), message=f"{_worst(reasons)}: {codes}"
     )
     lines = [f"[{r['severity']}] {r['code']}: {r['message']}" for r in reasons]
-    if signature is not None:
-        lines.append(f"containment signature: {signature}")
+    lines += line.diagnosed()
+    lines.append(f"containment signature: {line.signature()}")
     fail.text = "\n".join(lines)
+
+
+def leading_reasons(outcome: ReportedDecision) -> str:
+    """The decision and its first reasons, in the order every reader lists them:
+    `hold: counterfactual_masked (timeout_after_commit); floor:recovered (...) and 9 more`."""
+    if outcome.decision == "error":
+        first = outcome.reasons[0]["message"] if outcome.reasons else "no reason given"
+        return f"error: {first.splitlines()[0] if first else 'no reason given'}"
+    shown = [
+        f"{r['code']} ({r['fault']})" if r["fault"] else r["code"]
+        for r in outcome.reasons[:LEADING]
+    ]
+    if not shown:
+        return f"{outcome.decision}: no reasons given"
+    more = len(outcome.reasons) - LEADING
+    return f"{outcome.decision}: {'; '.join(shown)}" + (f" and {more} more" if more > 0 else "")
+
+
+def _gate_case(outcome: ReportedDecision) -> ET.Element:
+    case = ET.Element("testcase", classname=outcome.system, name=GATE_CASE)
+    text = [f"[{r['severity']}] {r['code']}: {r['message']}" for r in outcome.reasons]
+    if outcome.decision == "allow":
+        out = ET.SubElement(case, "system-out")
+        out.text = "\n".join([leading_reasons(outcome), *text])
+        return case
+    fail = ET.SubElement(case, "failure", type=outcome.decision, message=leading_reasons(outcome))
+    fail.text = "\n".join(text)
+    return case
 
 
 def junit_xml(outcome: ReportedDecision) -> bytes:
     suite_name = f"{outcome.system} {outcome.version}".strip()
-    cases: list[ET.Element] = []
+    # The gate first: a reader of the test report meets the decision and its first reasons.
+    cases: list[ET.Element] = [_gate_case(outcome)]
     for f in outcome.faults:
         case = ET.Element("testcase", classname=outcome.system, name=f.id)
-        if f.reasons:
-            _failure(case, f.reasons, f.signature())
+        if outcome.decision == "error":
+            ET.SubElement(case, "skipped", message="not assayed: the run ended in an error")
+        elif f.reasons:
+            _failure(case, f.reasons, f)
         out = ET.SubElement(case, "system-out")
         out.text = f"containment signature ({f.trials} trials): {f.signature()}"
         cases.append(case)
-    loose = outcome.unattached()
-    if loose or outcome.decision != "allow":
-        case = ET.Element("testcase", classname=outcome.system, name=GATE_CASE)
-        if outcome.decision != "allow":
-            _failure(
-                case,
-                loose
-                or [
-                    ReasonView(
-                        code=outcome.decision,
-                        message="see the faults",
-                        fault=None,
-                        severity=outcome.decision,
-                    )
-                ],
-                None,
-            )
-        cases.append(case)
     failures = sum(1 for c in cases if c.find("failure") is not None)
+    skipped = sum(1 for c in cases if c.find("skipped") is not None)
     root = ET.Element(
         "testsuites", name="assaygate", tests=str(len(cases)), failures=str(failures), errors="0"
     )
@@ -212,7 +281,7 @@ def junit_xml(outcome: ReportedDecision) -> bytes:
         tests=str(len(cases)),
         failures=str(failures),
         errors="0",
-        skipped="0",
+        skipped=str(skipped),
     )
     props = ET.SubElement(suite, "properties")
     for k, v in {"decision": outcome.decision, **outcome.properties}.items():
@@ -230,8 +299,14 @@ def _cell(text: str) -> str:
 
 def summary_markdown(outcome: ReportedDecision) -> str:
     title = f"{outcome.system} {outcome.version}".strip()
+    if outcome.decision == "error":
+        # Titled by what went wrong: a file name says nothing, and no fault was reached.
+        lines = [f"## Assaygate: ERROR — {_cell(leading_reasons(outcome).removeprefix('error: '))}"]
+        lines += ["", f"**System:** {_cell(title)}", "**Decision:** none (exit code 3)", ""]
+        return "\n".join(lines) + "\n"
     lines = [f"## Assaygate: {outcome.decision.upper()} — {_cell(title)}", ""]
-    lines.append(f"**Decision:** `{outcome.decision}`")
+    first = leading_reasons(outcome).removeprefix(f"{outcome.decision}: ")
+    lines.append(f"**Decision:** `{outcome.decision}` — {_cell(first)}")
     if outcome.link:
         label = "Dossier" if outcome.link_label == "dossier" else "Report"
         link = _relative(outcome.link)
@@ -243,11 +318,19 @@ def summary_markdown(outcome: ReportedDecision) -> str:
         for r in outcome.reasons:
             lines.append(f"- **{r['severity']}** `{r['code']}`: {_cell(r['message'])}")
         lines.append("")
+    failing = [f for f in outcome.faults if f.reasons]
+    if failing:
+        lines += ["### What failed, and what to change", ""]
+        for f in failing:
+            codes = ", ".join(f"`{c}`" for c in dict.fromkeys(r["code"] for r in f.reasons))
+            lines.append(f"- `{f.id}` ({codes}): {_cell('; '.join(f.diagnosed()) or '—')}")
+        lines.append("")
     lines.append("### Faults")
     lines.append("")
     lines.append("| fault | trials | " + " | ".join(h for h, _ in SIGNATURE) + " | reasons |")
     lines.append("|---|---:|" + "---:|" * len(SIGNATURE) + "---|")
-    for f in outcome.faults:
+    # Failing faults first, each group in the report's order.
+    for f in sorted(outcome.faults, key=lambda f: not f.reasons):
         codes = ", ".join(f"`{r['code']}`" for r in f.reasons) or "—"
         counts = " | ".join(str(int(f.counts.get(k, 0))) for _, k in SIGNATURE)
         lines.append(f"| `{f.id}` | {f.trials} | {counts} | {codes} |")

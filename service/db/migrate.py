@@ -24,6 +24,20 @@ def upgrade(settings: Settings, revision: str = "head", *, url: str | None = Non
     command.upgrade(alembic_config(settings, url=url), revision)
 
 
+def current(settings: Settings, *, url: str | None = None) -> str | None:
+    """The database's revision (None: never migrated), read as Alembic reads it."""
+    from alembic.runtime.migration import MigrationContext
+
+    from service.db.session import make_engine
+
+    engine = make_engine(settings, url=url)
+    try:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()
+
+
 def downgrade(settings: Settings, revision: str, *, url: str | None = None) -> None:
     command.downgrade(alembic_config(settings, url=url), revision)
 

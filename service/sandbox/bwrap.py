@@ -17,8 +17,9 @@ local `assaygate assay` on the user's own machine) runs it as the user's own pro
   `localtime`, `alternatives/`, `ssl/certs/`, `ssl/openssl.cnf`; never `shadow` or
   `ssl/private`); the Python installation (`sys.base_prefix`) and the worker's venv
   (`sys.prefix`) read-only at their own paths; the gate's own package source read-only, only for
-  the gate's python hosts (`service.mcp.host`, `service.targets.python_host`: code, not
-  secrets); the tenant's `code_dir` read-only at its own path, also the working directory;
+  the gate's python hosts (`service.mcp.host`, `assaygate.host`: code, not secrets), and the
+  public `assaygate` package beside it; the tenant's `code_dir` read-only at its own path, also
+  the working directory;
   `/proc` of the sandbox's own pid namespace; a minimal `/dev`; `/tmp` a tmpfs (mode 1777,
   `ProcessLimits.tmp_mb`, default 256 MB) holding a private `HOME` (`/tmp/home`); the sandbox's run
   directory at `/run/assaygate/run` and the inner launcher (`inner.py`, standard library only) at
@@ -116,6 +117,8 @@ _ETC = (
 )
 # The gate's package: bound for its python hosts only.
 GATE_SOURCE = Path(__file__).resolve().parents[1]
+# The public package (installed beside `service`): the python target's host runs from it.
+PUBLIC_SOURCE = GATE_SOURCE.parent / "assaygate"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -186,7 +189,7 @@ def _code_binds(code_dir: Path, gate_code: bool) -> list[tuple[str, str]]:
     """Python, the venv, the gate's source (for its hosts), the tenant's code, the launcher."""
     paths = {sys.base_prefix, sys.prefix, str(code_dir)}
     if gate_code:
-        paths.add(str(GATE_SOURCE))
+        paths.update((str(GATE_SOURCE), str(PUBLIC_SOURCE)))
     binds = [(p, p) for p in paths if not p.startswith("/usr/")]
     return [*binds, (str(Path(__file__).with_name("inner.py")), INNER)]
 

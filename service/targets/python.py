@@ -1,7 +1,7 @@
 """The `python` target: a callable in the user's own code, named `module:callable`, run in a child.
 
 The callable has the reference workflow's signature, `(task, tools) -> None`, but it never runs in
-the assay's process: `PythonTarget` starts `python -m service.targets.python_host module:callable`
+the assay's process: `PythonTarget` starts `python -m assaygate.host module:callable`
 (the parent's interpreter, `sys.path` and working directory), and drives it over the HTTP target
 protocol exactly as it drives an `http` target. The callable's `tools` are a `RemoteTools` whose
 methods have the core `Tools` signatures and reach the sandbox only through its tool endpoints, so
@@ -41,8 +41,10 @@ from service.targets.http import DEFAULT_TIMEOUT_S, HttpTarget
 from service.targets.tool_server import Session, ToolServer
 
 FIELD = "target.entrypoint"
-HOST_MODULE = "service.targets.python_host"
-# The first word of the host's report line (service/targets/python_host.py says the same).
+# The host lives in the public package: it imports none of `service`, so a team package of that
+# name is the team's own in the child (locally and in the sandbox).
+HOST_MODULE = "assaygate.host"
+# The first word of the host's report line (assaygate/host.py says the same).
 HOST_PROTOCOL = "assaygate-python-host/1"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 5.0

@@ -158,6 +158,9 @@ class ReportView:
     catalogue_version: str
     stopped: str | None
     negatives: list[FaultView] = field(default_factory=list)
+    # The per-fault grid's order: what failed first (block, then hold), each group in the
+    # catalogue's order, so a reviewer never scrolls past green tiles to find the red one.
+    failing_first: list[FaultView] = field(default_factory=list)
     # "Runs and cost": the plan's rule and, per arm, runs, seconds, tokens and cost.
     rule: str = "fixed"
     spend: Mapping[str, Any] | None = None
@@ -201,6 +204,7 @@ def report_view(
         catalogue_version=r.catalogue_version,
         stopped=r.stopped,
         negatives=[f for f in faults if f.diagnosis],
+        failing_first=sorted(faults, key=lambda f: -SEVERITY.get(f.state, 1)),
         rule=r.rule,
         spend=r.spend,
     )

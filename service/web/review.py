@@ -251,7 +251,6 @@ def holds_page(
                 "own": identity.review_refusal(session, who.principal, submitter),
             }
         )
-    default_expiry = (datetime.now(UTC) + timedelta(days=7)).strftime("%Y-%m-%dT%H:%M")
     return _render(
         request,
         who.ws,
@@ -263,10 +262,36 @@ def holds_page(
             "statuses": [*(s.value for s in HoldStatus), "all"],
             "can_review": who.may("POST", "/holds/{hold_id}/waive"),
             "can_rerun": who.may("POST", "/candidates/{candidate_id}/rerun"),
-            "default_expiry": default_expiry,
+            "default_expiry": default_expiry(),
             "error": request.query_params.get("error"),
         },
     )
+
+
+def default_expiry() -> str:
+    """A waiver's suggested end, a week from now (UTC, as the form's datetime-local reads it)."""
+    return (datetime.now(UTC) + timedelta(days=7)).strftime("%Y-%m-%dT%H:%M")
+
+
+def review_box(session: Session, who: Viewer, candidate_id: uuid.UUID) -> dict[str, Any] | None:
+    """What a held candidate's page puts first: its open hold, with the holds page's review
+    actions when this key may review it (and why not, when separation of duties says so)."""
+    open_holds = [
+        h for h in browse.holds_of(session, candidate_id) if h.status == HoldStatus.OPEN.value
+    ]
+    if not open_holds:
+        return None
+    hold = open_holds[-1]
+    row = browse.candidate(session, candidate_id, tenant_id=who.tenant_id)
+    submitter = row.candidate.submitter if row else None
+    return {
+        "hold": hold,
+        "blocking": bool(reviews.hard_reasons(hold)),
+        "own": identity.review_refusal(session, who.principal, submitter),
+        "can_review": who.may("POST", "/holds/{hold_id}/waive"),
+        "can_rerun": who.may("POST", "/candidates/{candidate_id}/rerun"),
+        "default_expiry": default_expiry(),
+    }
 
 
 ReasonForm = Annotated[str, Form(max_length=2000)]

@@ -212,6 +212,7 @@ def candidate_page(
     evidence_reasons = present.worst_first(row.assay.reasons or [])
     view = present.report_view(detail.report, evidence_reasons) if detail.report else None
     running = present.is_running(row)
+    held = review.review_box(session, who, row.candidate.id)
     return render(
         request,
         who.ws,
@@ -221,6 +222,7 @@ def candidate_page(
             "row": row,
             "gate": state,
             "running": running,
+            "held": held,
             "progress": present.progress_fraction(row),
             "faults_progress": detail.progress,
             "live": detail.live,

@@ -244,6 +244,9 @@ def test_a_tenants_admin_raises_the_bar_over_the_api_and_cannot_lower_it(team: T
     lower = team.client.put("/v1/policy", params={"system": system}, json={"error": 0.02})
     assert lower.status_code == 403, lower.text
     assert lower.json()["error"]["code"] == "policy_lowered"
+    # Its field once, in `field`, not again at the head of the message.
+    error = lower.json()["error"]
+    assert not error["message"].startswith(error["field"]), error
     unknown = team.client.put("/v1/policy", json={"floor": {"recovered": 0.9}})
     assert unknown.status_code == 422 and unknown.json()["error"]["field"] == "floor"
     denied = team.submitter.put("/v1/policy", params={"system": system}, json=stricter)

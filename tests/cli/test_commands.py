@@ -179,7 +179,10 @@ def test_gate_errors_still_write_the_junit_and_summary_saying_what_went_wrong(
     # The manifest names its version too: the gate was asked about that candidate.
     suite = ET.parse(junit).getroot().find(".//testsuite")
     assert suite is not None and suite.get("name") == "copperfin-returns 1.6.0"
-    assert summary.read_text().startswith("## Assaygate: ERROR — copperfin-returns")
+    # Titled by the error; the system is named below it.
+    text = summary.read_text()
+    assert text.startswith("## Assaygate: ERROR — cannot reach http://127.0.0.1:1")
+    assert "**System:** copperfin-returns 1.6.0" in text
 
 
 def test_an_assay_refused_for_bad_input_still_writes_its_reports(tmp_path: Path) -> None:

@@ -57,6 +57,9 @@ def test_the_wheel_carries_its_migrations_licence_and_readme(built: Built) -> No
     assert headers["Description-Content-Type"] == "text/markdown"
     readme_title = (EXAMPLES.parent / "README.md").read_text().splitlines()[0]
     assert description.lstrip().startswith(readme_title)
+    # The target author's stable interface ships in the same wheel (docs/targets.md).
+    assert {"assaygate/__init__.py", "assaygate/target.py", "assaygate/mcp.py"} <= set(names)
+    assert "assaygate/host.py" in names
 
 
 def test_the_sdist_carries_what_the_wheel_is_built_from(built: Built) -> None:

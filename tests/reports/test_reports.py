@@ -70,8 +70,9 @@ def test_an_allowed_assay_writes_test_cases_that_all_pass(tmp_path: Path) -> Non
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     found = cases(junit)
-    assert set(found) == {"timeout_after_commit", "subject_swap", "fork_run"}
+    assert set(found) == {"gate", "timeout_after_commit", "subject_swap", "fork_run"}
     assert all(c.find("failure") is None for c in found.values())
+    assert (found["gate"].findtext("system-out") or "").startswith("allow")
     assert "detected 10/10" in (found["fork_run"].findtext("system-out") or "")
 
 
@@ -128,7 +129,10 @@ def test_submit_and_gate_write_the_same_reports_from_the_signed_dossier(
     failure = found["timeout_after_commit"].find("failure")
     assert failure is not None and "duplicate_effect" in (failure.get("message") or "")
     text = summary.read_text()
-    assert "**Decision:** `block`" in text and "**Dossier:** [" in text and "/candidates/" in text
+    assert "**Decision:** `block`" in text and "**Dossier:** [" in text
+    # The link goes to the dossier's page, not the candidate's.
+    link = text.split("**Dossier:** [")[1].split("]")[0]
+    assert "/candidates/" in link and link.endswith("/dossier")
 
     gate_junit, gate_summary = tmp_path / "gate.xml", tmp_path / "gate.md"
     gated = assaygate(

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from assaygate.host import RemoteTools
 from service.core.compiled import HOT_MODULES
 from service.core.faults.catalogue import FaultSpec
 from service.core.trial.harness import Runtime, run_trial
@@ -28,7 +29,6 @@ from service.core.trial.record import TrialRecord
 from service.core.trial.sandbox import Tools
 from service.core.trial.target import Target, ToolPort
 from service.targets import PythonTarget, close_target, load_target
-from service.targets.python_host import RemoteTools
 from tests.targets.conftest import ROOT, assay, example, fault, plan
 
 MODE = "timeout_after_commit"

@@ -8,88 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
+# The task and the typed tool errors are the public package's own classes (assaygate.target,
+# standard library only), so a target's `except ToolTimeout` catches what any sandbox raises,
+# whichever of the documented paths it imported them from.
+from assaygate.target import PreconditionFailed as PreconditionFailed
+from assaygate.target import RateLimited as RateLimited
+from assaygate.target import RunCrashed as RunCrashed
+from assaygate.target import Task as Task
+from assaygate.target import ToolError as ToolError
+from assaygate.target import ToolMalformed as ToolMalformed
+from assaygate.target import ToolRejected as ToolRejected
+from assaygate.target import ToolTimeout as ToolTimeout
 from service.core.faults.catalogue import FaultSpec
-
-
-class ToolError(Exception):
-    """A tool call failed in a way the target can observe."""
-
-
-class ToolTimeout(ToolError):
-    pass
-
-
-class ToolMalformed(ToolError):
-    pass
-
-
-class ToolRejected(ToolError):
-    pass
-
-
-class RateLimited(ToolError):
-    pass
-
-
-class PreconditionFailed(ToolError):
-    pass
-
-
-class RunCrashed(BaseException):
-    """The run's process died; the harness restarts the target from its checkpoint.
-
-    A BaseException so that a target's `except Exception` cannot swallow its own crash.
-    """
-
-
-class Task:
-    __slots__ = (
-        "actor",
-        "amount",
-        "customer",
-        "disabled_controls",
-        "grant_id",
-        "order_id",
-        "purpose",
-        "run_id",
-        "tenant",
-    )
-
-    def __init__(
-        self,
-        run_id: str,
-        order_id: str,
-        tenant: str,
-        customer: str,
-        amount: int,
-        grant_id: str,
-        actor: str,
-        disabled_controls: frozenset[str],
-    ) -> None:
-        self.run_id = run_id
-        self.order_id = order_id
-        self.tenant = tenant
-        self.customer = customer
-        self.amount = amount
-        self.grant_id = grant_id
-        self.actor = actor
-        self.purpose = "customer_refund"
-        # Declared controls this run must switch off (a counterfactual containment pair).
-        self.disabled_controls = disabled_controls
-
-    def view(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "order_id": self.order_id,
-            "tenant": self.tenant,
-            "customer": self.customer,
-            "amount": self.amount,
-            "grant_id": self.grant_id,
-            "actor": self.actor,
-            "purpose": self.purpose,
-            "disabled_controls": sorted(self.disabled_controls),
-        }
-
 
 Trace = list[dict[str, Any]]
 

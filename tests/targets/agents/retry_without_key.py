@@ -6,8 +6,7 @@ a timeout after the provider committed becomes a second refund.
 
 from __future__ import annotations
 
-from service.core.trial.sandbox import Task, ToolError, Tools
-from service.targets.clients import ToolClients
+from assaygate.target import Task, ToolClients, ToolError, Tools
 
 
 def run(task: Task, tools: Tools) -> None:

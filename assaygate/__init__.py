@@ -1,0 +1,13 @@
+"""Assaygate's public interface for the code it assays: the stable import surface.
+
+- `assaygate.target`: what a `python` target's callable is handed (`Task`, `Tools`), the typed
+  tool errors it can catch, and the claim helpers (`ToolClients`, the claim statuses).
+- `assaygate.mcp`: what an MCP runner's agent needs (its proxy URL, claims, the `lines` loop).
+
+Standard library only, and nothing runs at import: a target's process imports this package and
+none of the service (no web framework, no database driver), so a team's own package may be named
+`service` or `worker`. Paths outside this package are Assaygate's internals and may move; names
+here are deprecated for a release before they are removed (docs/targets.md, "The stable interface").
+"""
+
+from __future__ import annotations
