@@ -7,6 +7,7 @@ Create Date: 2026-12-10 09:00:00
 `webhook` is a tenant's subscription (events, URL, body format, signing secret; a system or all);
 `webhook_delivery` is the outbox, a row per event and webhook written in the transaction of the
 event, with the exact body every attempt sends; `webhook_attempt` records each attempt.
+`event.kind` gets an index: `/metrics` counts refusals by kind at every scrape.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ _STR = sqlmodel.sql.sqltypes.AutoString
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("event", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_event_kind"), ["kind"], unique=False)
     op.create_table(
         "webhook",
         sa.Column("id", sa.Uuid(), nullable=False),
@@ -102,3 +105,5 @@ def downgrade() -> None:
     with op.batch_alter_table("webhook", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_webhook_tenant_id"))
     op.drop_table("webhook")
+    with op.batch_alter_table("event", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_event_kind"))
