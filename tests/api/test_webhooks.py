@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from service.app.records import KeyRole
+from service.cli import main
 from service.core.signing.webhook import WebhookSignatureInvalid, verify
 from tests.support.api import decided, system_name
 from tests.support.keys import KeyBook
@@ -138,3 +139,29 @@ def test_only_a_tenant_admin_manages_webhooks_and_sees_only_its_own(
     assert client.delete(f"/v1/webhooks/{hook}", headers=admin).status_code == 204
     assert client.get("/v1/webhooks", headers=admin).json()["items"] == []
     assert client.get(f"/v1/webhooks/{hook}/deliveries", headers=admin).json()["items"] == []
+
+
+def test_the_cli_adds_lists_shows_deliveries_and_removes_a_webhook_and_refuses_bad_ids(
+    api_url: str, keys: KeyBook, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tenant = f"hooks-cli-{uuid.uuid4().hex[:8]}"
+    key = keys.key("cli-admin", tenant=tenant, roles=[KeyRole.ADMIN]).secret
+    common = ["--url", api_url, "--api-key", key]
+    target = "http://127.0.0.1:9/hook"
+    assert (
+        main(["webhooks", "add", target, "--format", "slack", "--event", "hold.opened", *common])
+        == 0
+    )
+    added = json.loads(capsys.readouterr().out)
+    assert added["secret"].startswith("whsec_") and added["format"] == "slack"
+    assert main(["webhooks", "list", *common]) == 0
+    listed = json.loads(capsys.readouterr().out)["items"]
+    assert [h["url"] for h in listed] == [target] and "secret" not in listed[0]
+    assert main(["webhooks", "deliveries", added["id"], *common]) == 0
+    assert json.loads(capsys.readouterr().out) == {"items": []}
+    assert main(["webhooks", "remove", added["id"], *common]) == 0
+    assert main(["webhooks", "remove", added["id"], *common]) == 3
+    assert main(["webhooks", "remove", "not-an-id", *common]) == 2
+    assert main(["webhooks", "add", "http://169.254.169.254/", *common]) == 3
+    err = capsys.readouterr().err
+    assert "not-an-id" in err and len(err.strip().splitlines()) == 1
