@@ -7,14 +7,18 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
+from sqlmodel import Session
 
 from service.app.records import KeyRole
 from service.cli import main
 from service.core.signing.webhook import WebhookSignatureInvalid, verify
+from service.db.webhook import WebhookDelivery
 from tests.support.api import decided, system_name
 from tests.support.keys import KeyBook
 from tests.support.receiver import Receiver
@@ -165,3 +169,64 @@ def test_the_cli_adds_lists_shows_deliveries_and_removes_a_webhook_and_refuses_b
     assert main(["webhooks", "add", "http://169.254.169.254/", *common]) == 3
     err = capsys.readouterr().err
     assert "not-an-id" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_waiver_posts_hold_waived_naming_the_reviewer_and_the_expiry(
+    client: httpx.Client, keys: KeyBook
+) -> None:
+    tenant, admin = _tenant(keys)
+    reviewer = keys.headers("reviewer", tenant=tenant, roles=[KeyRole.REVIEWER], person="rita")
+    with Receiver() as receiver, _as(client, admin) as client:
+        made = client.post(
+            "/v1/webhooks",
+            json={"url": receiver.url, "events": ["hold.waived", "hold.rejected"]},
+            headers=admin,
+        )
+        assert made.status_code == 201
+        system = system_name("hooks")
+        decided(client, example("refuse-all"), system=system, version="1", plan=REFUSED)
+        hold = client.get(f"/v1/gate/{system}").json()["hold_id"]
+        until = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+        waived = client.post(
+            f"/v1/holds/{hold}/waive",
+            json={"reason": "known flake", "expires_at": until},
+            headers=reviewer,
+        )
+        assert waived.status_code == 200, waived.text
+        wait_for(lambda: len(receiver.received) >= 1, 30.0, "the waiver's webhook")
+        (got,) = receiver.received
+        body = json.loads(got.body)
+        assert got.headers["Assaygate-Event"] == "hold.waived" and body["decision"] == "allow"
+        assert body["hold"]["id"] == hold and body["hold"]["status"] == "waived"
+        assert body["hold"]["reviewed_by"] == "rita" and body["hold"]["expires_at"]
+        verify(
+            made.json()["secret"], got.body, got.headers["Assaygate-Signature"], int(time.time())
+        )
+
+
+def test_a_delivery_whose_task_was_never_sent_is_sent_by_the_reconcilers_sweep(
+    client: httpx.Client, keys: KeyBook, engine: sa.Engine
+) -> None:
+    _tenant_name, admin = _tenant(keys)
+    with Receiver() as receiver:
+        hook = client.post("/v1/webhooks", json={"url": receiver.url}, headers=admin).json()
+        delivery = uuid.uuid4()
+        # What a writer leaves when it dies between its commit and sending the task.
+        with Session(engine) as session:
+            session.add(
+                WebhookDelivery(
+                    id=delivery,
+                    webhook_id=uuid.UUID(hook["id"]),
+                    event="decision",
+                    body=json.dumps({"event": "decision", "links": {}}),
+                )
+            )
+            session.commit()
+        wait_for(lambda: len(receiver.received) >= 1, 30.0, "the sweep to send it")
+        assert receiver.received[0].headers["Assaygate-Delivery"] == str(delivery)
+        wait_for(
+            lambda: _deliveries(client, hook["id"], admin)[0]["status"] == "delivered",
+            15.0,
+            "the delivery recorded",
+        )
+        assert len(receiver.received) == 1

@@ -34,6 +34,7 @@ from service.core.system.artifact import DIGEST_PATTERN
 from service.http.access import system_looked_up
 from service.http.deps import (
     GateReadDep,
+    KickWebhooks,
     PrincipalDep,
     SessionDep,
     SignerDep,
@@ -148,6 +149,7 @@ def put_triggers(
 @router.post(
     "/v1/systems/{system}/config-changes",
     status_code=201,
+    dependencies=[KickWebhooks],
     response_model=ConfigChangePublic,
     responses={k: ERROR_RESPONSES[k] for k in (404, 422, 503)},
 )
