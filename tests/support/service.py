@@ -76,6 +76,9 @@ TABLES = (
     "artifact",
     "candidate_artifact",
     "org_policy",
+    "webhook",
+    "webhook_delivery",
+    "webhook_attempt",
 )
 
 
