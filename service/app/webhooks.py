@@ -45,7 +45,9 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class WebhookCreate:
+class Subscribe:
+    """What an admin asks: send these events (of one system, or all) to this URL."""
+
     url: str
     format: str = HookFormat.JSON.value
     events: Sequence[str] | None = None  # None: every event
@@ -53,7 +55,7 @@ class WebhookCreate:
 
 
 @dataclass(frozen=True)
-class Created:
+class Subscribed:
     """A new webhook and its signing secret, which is shown this once."""
 
     webhook: Webhook
@@ -70,8 +72,8 @@ def check_target(settings: Settings, url: str, field: str = "url") -> None:
 
 
 def create(
-    session: Session, principal: Principal, settings: Settings, command: WebhookCreate
-) -> Created:
+    session: Session, principal: Principal, settings: Settings, command: Subscribe
+) -> Subscribed:
     check_target(settings, command.url)
     if command.format not in {f.value for f in HookFormat}:
         known = ", ".join(f.value for f in HookFormat)
@@ -106,7 +108,7 @@ def create(
     # The audit record names the target, never the secret.
     audit(session, principal, "webhook.create", f"webhook:{hook.id}", url=command.url)
     session.commit()
-    return Created(hook, secret)
+    return Subscribed(hook, secret)
 
 
 def of_tenant(session: Session, principal: Principal) -> Sequence[Webhook]:

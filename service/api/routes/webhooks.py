@@ -107,7 +107,7 @@ def create_webhook(
         session,
         principal,
         settings,
-        webhooks.WebhookCreate(
+        webhooks.Subscribe(
             url=body.url,
             format=body.format,
             events=[e.value for e in body.events] if body.events is not None else None,
