@@ -121,7 +121,8 @@ def kick(app: Celery, ctx: WorkerContext) -> None:
 
 
 def register(app: Celery, ctx: WorkerContext) -> None:
-    @app.task(name=DELIVER, ignore_result=True, acks_late=True)
+    # Not `shared`: the task closes over this app's context (as the shard task does).
+    @app.task(name=DELIVER, ignore_result=True, acks_late=True, shared=False)
     def deliver_task(delivery_id: str) -> None:
         delay = deliver(ctx, uuid.UUID(delivery_id))
         if delay is not None:
