@@ -49,11 +49,16 @@ def test_a_hold_posts_a_signed_webhook_retried_after_two_failures_with_every_att
     client: httpx.Client, keys: KeyBook
 ) -> None:
     tenant, admin = _tenant(keys)
+    _stranger, stranger = _tenant(keys)
     with (
         Receiver(statuses=[500, 503, 200]) as receiver,
         Receiver() as slack,
+        Receiver() as elsewhere,
         _as(client, admin) as client,
     ):
+        # Another tenant's webhook, for every event: it must hear nothing of this tenant's.
+        theirs = client.post("/v1/webhooks", json={"url": elsewhere.url}, headers=stranger)
+        assert theirs.status_code == 201
         created = client.post(
             "/v1/webhooks", json={"url": receiver.url, "events": ["hold.opened"]}, headers=admin
         )
@@ -104,6 +109,10 @@ def test_a_hold_posts_a_signed_webhook_retried_after_two_failures_with_every_att
             (3, "delivered", 200),
         ]
         assert delivery["attempts"][0]["error"] == "HTTP 500"
+        # Back-off between the attempts: 0.5 s, then twice that (this session's setting).
+        at = [datetime.fromisoformat(a["at"]) for a in delivery["attempts"]]
+        assert (at[1] - at[0]).total_seconds() >= 0.5
+        assert (at[2] - at[1]).total_seconds() >= 1.0
 
         # The Slack-shaped webhook got every event of the tenant: the decision and the hold.
         wait_for(lambda: len(slack.received) >= 2, 30.0, "the decision and the hold in Slack")
@@ -111,6 +120,7 @@ def test_a_hold_posts_a_signed_webhook_retried_after_two_failures_with_every_att
         assert events == ["decision", "hold.opened"]
         message = json.loads(slack.received[0].body)
         assert system in message["text"] and message["blocks"][0]["type"] == "section"
+        assert elsewhere.received == []
 
 
 def test_a_webhook_on_the_control_plane_or_a_metadata_address_is_refused(

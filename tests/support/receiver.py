@@ -19,6 +19,8 @@ class Received:
 @dataclass
 class Receiver:
     statuses: list[int] = field(default_factory=lambda: [200])
+    # Sent with every answer when set (a redirect's target).
+    location: str | None = None
     received: list[Received] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -40,6 +42,8 @@ class Receiver:
                     n = len(owner.received)
                 status = owner.statuses[min(n, len(owner.statuses)) - 1]
                 self.send_response(status)
+                if owner.location is not None:
+                    self.send_header("Location", owner.location)
                 self.send_header("Content-Length", "2")
                 self.end_headers()
                 self.wfile.write(b"ok")
