@@ -114,6 +114,8 @@ class Reconciler:
                     done.expired,
                     done.queue_depth,
                 )
+            if done.webhooks:
+                log.info("reconciled: %d webhook deliveries sent again", done.webhooks)
 
     # ---------------------------------------------------------------------------------- rounds
 
