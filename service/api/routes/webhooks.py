@@ -23,7 +23,12 @@ router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
 class WebhookCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    url: str = Field(min_length=1, max_length=2000, description="http(s), within the egress policy")
+    url: str = Field(
+        min_length=8,
+        max_length=2000,
+        pattern=r"^https?://[^\s/?#]+",
+        description="http(s), within the deployment's egress policy",
+    )
     format: Literal["json", "slack"] = Field(
         default="json", description="`slack`: a Slack incoming-webhook body (`text`, `blocks`)"
     )
