@@ -7,7 +7,9 @@ import sqlalchemy as sa
 from alembic import context
 from sqlmodel import SQLModel
 
-import service.db.models  # noqa: F401  (registers the tables on SQLModel.metadata)
+# Imported for what they register: every table on SQLModel.metadata.
+import service.db.models
+import service.db.webhook  # noqa: F401
 from service.settings import get_settings
 
 config = context.config

@@ -64,7 +64,7 @@ def create_app(
     app.state.settings = settings
     app.state.engine = engine
     app.state.dispatcher = dispatcher
-    app.state.metrics = Metrics(engine)
+    app.state.metrics = Metrics(engine, settings)
     app.state.gate_answers = AnswerCache()
     app.state.hot_reads = hot_reads
     app.state.submission_limit = SubmissionLimit(settings)

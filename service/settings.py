@@ -137,6 +137,17 @@ class Settings(BaseSettings):
     # holds what the team's artifact cannot vendor. The worker records it with each shard whose
     # code it ran, and the dossier names it, `declared` (the worker's word; nothing checks it).
     tenant_image: str | None = Field(default=None, pattern=IMAGE_PATTERN)
+    # Webhooks (docs/operations.md, "Webhooks"): the address people reach the dashboard at, for
+    # the links a webhook carries (empty: http://<host>:<port>); each attempt's timeout; attempts
+    # before a delivery is failed; the back-off after the first failure, doubling to the cap.
+    public_url: str = ""
+    webhook_timeout_s: float = Field(default=10.0, gt=0)
+    webhook_max_attempts: int = Field(default=8, ge=1)
+    webhook_backoff_s: float = Field(default=30.0, gt=0)
+    webhook_backoff_max_s: float = Field(default=3600.0, gt=0)
+    # The bearer token Prometheus scrapes `/metrics` with (docs/operations.md, "Metrics"). Empty:
+    # a tenant admin's key still reads it, deprecated (its answer says so in a header).
+    metrics_token: str = Field(default="", repr=False)
 
     @model_validator(mode="after")
     def _embedded_defaults(self) -> Settings:
@@ -180,6 +191,11 @@ class Settings(BaseSettings):
         """The API's view of the injector ring: private keys here, public index mirrored."""
         assert self.injector_keys_dir is not None
         return KeyRing(self.injector_keys_dir, self.injector_public_dir)
+
+    @property
+    def link_base(self) -> str:
+        """Where the links a webhook carries point: `public_url`, else this API's address."""
+        return self.public_url.rstrip("/") or f"http://{self.host}:{self.port}"
 
     @property
     def broker_is_redis(self) -> bool:
@@ -313,6 +329,7 @@ LOG_CONTEXT_KEYS: tuple[str, ...] = (
     "worker",
     "trials",
     "decision",
+    "delivery_id",
 )
 
 

@@ -23,6 +23,7 @@ from celery import Celery
 from celery.signals import setup_logging, worker_ready, worker_shutdown
 
 from service.settings import Settings, configure_logging
+from worker import webhooks
 from worker.context import WorkerContext
 from worker.reconciler import Reconciler
 from worker.tasks import register
@@ -75,5 +76,7 @@ def make_celery(settings: Settings) -> Celery:
         while reconcilers:
             reconcilers.pop().stop()
 
-    register(app, WorkerContext(settings))
+    ctx = WorkerContext(settings)
+    register(app, ctx)
+    webhooks.register(app, ctx)
     return app

@@ -14,7 +14,9 @@ Messages are hints; the database says what is left to do (service.app.reconcile)
    each queue's depth is measured on its own;
 3. merges any assay whose shards are all stored but which nobody decided;
 4. signs the dossier version that records each lapsed waiver or rejection (the gate already
-   reads it as lapsed; this writes it into the signed chain, once however many workers look).
+   reads it as lapsed; this writes it into the signed chain, once however many workers look);
+5. sends the task of every webhook delivery that is due and that nobody is sending (an event
+   whose writer sent none, a retry whose task was lost: worker.webhooks).
 
 Reconcilers in several workers never do a step twice: the lapsed rows are locked (`SKIP LOCKED`)
 and each send extends the lease in the transaction that publishes it. Any step that cannot
@@ -42,6 +44,7 @@ from service.app.reconcile import Lapsed
 from service.app.records import DATABASE_ERRORS, ShardStatus, utcnow
 from service.app.tenants import queue_for
 from service.settings import Settings
+from worker import webhooks
 from worker.context import WorkerContext
 from worker.tasks import RUN_SHARD, dossier_signer, finalize
 
@@ -59,6 +62,7 @@ class Round:
     resent: int = 0
     decided: int = 0
     expired: int = 0
+    webhooks: int = 0
     # The shared queue's depth (None: the broker did not answer), and every queue measured.
     queue_depth: int | None = None
     queue_depths: dict[str, int] = field(default_factory=dict)
@@ -110,6 +114,8 @@ class Reconciler:
                     done.expired,
                     done.queue_depth,
                 )
+            if done.webhooks:
+                log.info("reconciled: %d webhook deliveries sent again", done.webhooks)
 
     # ---------------------------------------------------------------------------------- rounds
 
@@ -149,7 +155,17 @@ class Reconciler:
             done.resent = self._resend(done.queue_depths)
         done.decided += self._decide_leftovers()
         done.expired = self.expire_reviews()
+        done.webhooks = self.sweep_webhooks()
         return done
+
+    def sweep_webhooks(self) -> int:
+        """Send the tasks of due deliveries nobody is sending. A retry's own task is due at its
+        time; the sweep waits one interval more, so it only sends what was lost."""
+        try:
+            return webhooks.sweep(self.client, self.ctx, self.settings.reconcile_interval_s)
+        except BROKER_ERRORS as exc:
+            self._unreachable("broker", exc)
+            return 0
 
     def expire_reviews(self) -> int:
         """Sign the version that records each lapsed waiver or rejection."""

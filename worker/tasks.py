@@ -31,6 +31,7 @@ from service.core.signing.dossier import Signer
 from service.core.system.manifest import runs_code
 from service.core.trial.engine import TrialEngine
 from service.keys import ActiveKey, KeyRing
+from worker import webhooks
 from worker.code import CodeRefused, refusal
 from worker.context import Parsed, WorkerContext
 from worker.heartbeat import EngineWatch, Heartbeat
@@ -87,7 +88,7 @@ def register(app: Celery, ctx: WorkerContext) -> None:
     )
     def run_shard_task(self: Task[Any, Any], assay_id: str, shard_index: int) -> dict[str, Any]:
         try:
-            return execute_shard(ctx, uuid.UUID(assay_id), shard_index, self.request.hostname or "")
+            done = execute_shard(ctx, uuid.UUID(assay_id), shard_index, self.request.hostname or "")
         except StoreUnavailable as exc:
             # Never acknowledged as done: the broker keeps the message for another try.
             log.error(
@@ -96,6 +97,10 @@ def register(app: Celery, ctx: WorkerContext) -> None:
                 extra={"assay_id": assay_id, "shard": shard_index},
             )
             raise Reject(str(exc), requeue=True) from exc
+        if done.get("decision") is not None:
+            # The decision's webhooks now, not at the reconciler's next round.
+            webhooks.kick(app, ctx)
+        return done
 
 
 def execute_shard(

@@ -25,6 +25,7 @@ from service.api.routes import (
     secrets,
     systems,
     tenants,
+    webhooks,
 )
 from service.http.access import authorize
 from service.http.input import check_request_text
@@ -51,6 +52,7 @@ def install(app: FastAPI, settings: Settings) -> None:
         secrets.router,
         tenants.router,
         policy.router,
+        webhooks.router,
         health.router,
     ):
         app.include_router(

@@ -17,9 +17,10 @@ from typing import Any
 
 from sqlmodel import Session
 
-from service.app import policies
+from service.app import notify, policies
 from service.app.artifacts import images_after, subjects_after
 from service.app.errors import NotFound
+from service.app.notify import HookEvent
 from service.core.decision.gate import Decision, Reason, ReasonView
 from service.core.faults.plan import AssayPlan
 from service.core.signing.dossier import (
@@ -139,6 +140,10 @@ def record_assay_dossier(
     if hold is not None:
         session.add(hold)
         session.flush()
+    # The outbox rows commit with the dossier, or not at all (service.app.notify).
+    notify.emit(session, candidate, dossier, HookEvent.DECISION, hold)
+    if hold is not None:
+        notify.emit(session, candidate, dossier, HookEvent.HOLD_OPENED, hold)
     if decision in (Decision.ALLOW, Decision.HOLD):
         dossier = _reopen_if_changed(session, signer, candidate, system, dossier, now)
     if dossier.decision in (Decision.ALLOW, Decision.HOLD) and assay.policy is not None:
@@ -244,7 +249,7 @@ def reopen_for_policy(
         f"{force.digest[:12]} ({force.named()}); the evidence was gathered against another "
         "bar, and the gate stays reopened until an assay under the policy in force passes"
     )
-    return derive(
+    reopened = derive(
         session,
         signer,
         candidate,
@@ -254,6 +259,8 @@ def reopen_for_policy(
         reasons=[Reason("policy_changed", message).view()],
         now=now,
     )
+    notify.emit(session, candidate, reopened, HookEvent.GATE_REOPENED)
+    return reopened
 
 
 # ------------------------------------------------------------------ over unchanged evidence
@@ -327,7 +334,7 @@ def reopen(
     """The next version, `reopened` by production changes this candidate does not carry."""
     dossiers.supersede_reviews(session, candidate.id)
     what = ", ".join(c.component for c in changes)
-    return derive(
+    reopened = derive(
         session,
         signer,
         candidate,
@@ -337,3 +344,5 @@ def reopen(
         reasons=[config_changed_reason(c, assayed.get(c.component)) for c in changes],
         now=now,
     )
+    notify.emit(session, candidate, reopened, HookEvent.GATE_REOPENED)
+    return reopened

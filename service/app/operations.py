@@ -3,10 +3,13 @@ work counts `/metrics` reports at scrape time."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from service.db import queries
+from service.db import counts, queries
+from service.db.counts import OperatorCounts
 from service.db.queries import Totals
 from service.db.session import DATABASE_ERRORS, ping
 
@@ -25,5 +28,24 @@ def work(engine: Engine) -> Totals | None:
     try:
         with Session(engine) as session:
             return queries.totals(session)
+    except DATABASE_ERRORS:
+        return None
+
+
+def operator(engine: Engine, bounds: Sequence[float]) -> OperatorCounts | None:
+    """Decisions, open holds, assay durations (bucketed by `bounds`), refusals, webhook attempts
+    and the tenants with code queues; None when the database does not answer."""
+    try:
+        with Session(engine) as session:
+            return counts.operator_counts(session, bounds)
+    except DATABASE_ERRORS:
+        return None
+
+
+def code_tenants(engine: Engine) -> list[str] | None:
+    """The tenants with a code queue; None when the database does not answer."""
+    try:
+        with Session(engine) as session:
+            return counts.code_tenants(session)
     except DATABASE_ERRORS:
         return None

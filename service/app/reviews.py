@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
+from service.app import notify
 from service.app.dossiers import derive
 from service.app.errors import (
     ExpiryPassed,
@@ -26,6 +27,7 @@ from service.app.errors import (
     NotWaivable,
     ReviewerIsSubmitter,
 )
+from service.app.notify import HookEvent
 from service.core.decision.gate import Decision, Reason, ReasonView, reason_view
 from service.core.signing.dossier import Signer
 from service.db import dossier as dossiers
@@ -186,6 +188,9 @@ def record(
         hold=hold,
         waiver=entry,
     )
+    waived = command.action is Action.WAIVE
+    event = HookEvent.HOLD_WAIVED if waived else HookEvent.HOLD_REJECTED
+    notify.emit(session, candidate, dossier, event, hold)
     session.flush()
     return Reviewed(hold, dossier)
 
@@ -214,7 +219,7 @@ def expire_lapsed(session: Session, signer: Signer, *, now: datetime | None = No
         found = lapse(hold)
         hold.status = HoldStatus.OPEN.value
         session.add(hold)
-        derive(
+        reopened = derive(
             session,
             signer,
             candidate,
@@ -225,6 +230,7 @@ def expire_lapsed(session: Session, signer: Signer, *, now: datetime | None = No
             now=now,
             hold=hold,
         )
+        notify.emit(session, candidate, reopened, HookEvent.HOLD_REOPENED, hold)
         done += 1
     session.flush()
     return done

@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         secrets,
         serve,
         tenants,
+        webhooks,
     )
 
     parser = _Parser(
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         artifacts,
         keys,
         secrets,
+        webhooks,
         tenants,
         policy,
         database,

@@ -50,6 +50,11 @@ EXIT_CODES: dict[str, tuple[tuple[int, str], ...]] = {
     "db check": ((0, "the models match the migrations"), (1, "a migration is missing"), _DONE[1]),
     "demo": ((0, "every candidate decided"), (1, "a candidate undecided in time"), _DONE[1]),
     "serve": ((0, "stopped (Ctrl-C or SIGTERM)"), _DONE[1]),
+    "webhooks": (
+        (0, "done"),
+        (2, "bad input, or the service could not be reached (one line on stderr)"),
+        (3, "the service refused the request (its JSON error is printed)"),
+    ),
 }
 
 

@@ -380,7 +380,7 @@ class Event(SQLModel, table=True):
         default_factory=utcnow,
         sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False, index=True),
     )
-    kind: str = Field(max_length=64)
+    kind: str = Field(max_length=64, index=True)
     # Set on audit events (and readable through the candidate for the rest).
     tenant_id: uuid.UUID | None = Field(default=None, index=True)
     candidate_id: uuid.UUID | None = Field(default=None, index=True)

@@ -10,6 +10,7 @@ reviewer cannot waive a hold with the key that submitted the candidate).
 from __future__ import annotations
 
 import contextlib
+import hmac
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -71,9 +72,18 @@ ROUTE_ROLES: dict[tuple[str, str], frozenset[KeyRole]] = {
     # admins may raise it (never lower it: that is an operator's, `assaygate policy set`).
     ("GET", "/v1/policy"): ANY_ROLE,
     ("PUT", "/v1/policy"): frozenset({ADMIN}),
-    # Counts across every tenant: operators only.
+    # Where the tenant's events are sent, and what became of each delivery: its admins.
+    ("GET", "/v1/webhooks"): frozenset({ADMIN}),
+    ("POST", "/v1/webhooks"): frozenset({ADMIN}),
+    ("DELETE", "/v1/webhooks/{webhook_id}"): frozenset({ADMIN}),
+    ("GET", "/v1/webhooks/{webhook_id}/deliveries"): frozenset({ADMIN}),
+    # Counts across every tenant: operators, with the scrape token (`metrics_token`); a tenant
+    # admin's key only while no token is configured (deprecated).
     ("GET", "/metrics"): frozenset({ADMIN}),
 }
+
+#: Read with the scrape token when one is configured (`Settings.metrics_token`).
+METRICS = ("GET", "/metrics")
 
 #: Routes whose key lookup also reads the key's tenant's system named in the path, with its gate
 #: epoch: a cached gate read is then one round trip (`system_looked_up`).
@@ -118,6 +128,9 @@ async def authorize(
     allowed = roles_for(request.method, path)
     if allowed is None:
         return None
+    if (request.method, path) == METRICS and _scrape_token(request):
+        _check_scrape(request, credentials)
+        return None
     engine: Engine = request.app.state.engine
     if credentials is None or not credentials.credentials:
         principal = await run_in_threadpool(_signed_in, request, engine)
@@ -134,6 +147,21 @@ async def authorize(
         raise Forbidden(f"this key may not do this (needs: {need})")
     request.state.principal = principal
     return principal
+
+
+def _scrape_token(request: Request) -> str:
+    token: str = getattr(request.app.state.settings, "metrics_token", "")
+    return token
+
+
+def _check_scrape(request: Request, credentials: HTTPAuthorizationCredentials | None) -> None:
+    """With a scrape token configured, `/metrics` takes that token and nothing else: a tenant's
+    key (even an admin's) reads one tenant's business, not the service's."""
+    sent = credentials.credentials if credentials is not None else ""
+    if not sent:
+        raise Unauthenticated("send the scrape token as `Authorization: Bearer <token>`")
+    if not hmac.compare_digest(sent.encode(), _scrape_token(request).encode()):
+        raise Unauthenticated("the scrape token is wrong (ASSAYGATE_METRICS_TOKEN)")
 
 
 async def _authenticate(

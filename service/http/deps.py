@@ -47,6 +47,14 @@ async def get_dispatcher(request: Request) -> Dispatcher:
     return dispatcher
 
 
+def kick_webhooks(request: Request) -> Iterator[None]:
+    """On a route that may commit webhook deliveries: once it returned (committed), send them
+    now rather than at the reconciler's next round."""
+    yield
+    dispatcher: Dispatcher = request.app.state.dispatcher
+    dispatcher.kick_webhooks(request.app.state.engine)
+
+
 async def get_metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
@@ -125,3 +133,5 @@ SecretsKeyDep = Annotated[SecretsKey, Depends(get_secrets_key)]
 KeyRingDep = Annotated[KeyRing, Depends(get_key_ring)]
 SubmissionLimitDep = Annotated[SubmissionLimit | None, Depends(get_submission_limit)]
 PrincipalDep = Annotated[Principal, Depends(require_principal)]
+#: `dependencies=[KickWebhooks]` on a route whose use case may emit webhook events.
+KickWebhooks = Depends(kick_webhooks)

@@ -10,13 +10,17 @@ from collections.abc import Sequence
 from celery import Celery
 from kombu.exceptions import KombuError
 from kombu.exceptions import OperationalError as KombuOperationalError
+from sqlalchemy.engine import Engine
 
+from service.app import webhooks
 from service.app.errors import BrokerUnavailable
+from service.app.records import DATABASE_ERRORS
 from service.settings import Settings
 
 log = logging.getLogger("assaygate.dispatch")
 
 RUN_SHARD = "assay.run_shard"
+DELIVER_WEBHOOK = "webhook.deliver"
 
 _BROKER_ERRORS: tuple[type[Exception], ...] = (KombuError, KombuOperationalError, OSError)
 
@@ -84,6 +88,24 @@ class Dispatcher:
             name,
             extra={"assay_id": str(assay_id), "shard": len(shard_indices)},
         )
+
+    def kick_webhooks(self, engine: Engine) -> None:
+        """Send the task of each due webhook delivery (what a review or a reopened gate just
+        committed). Best effort: a delivery this misses, the reconciler's sweep sends."""
+        try:
+            due = webhooks.due(engine)
+            if not due:
+                return
+            with self._celery.producer_or_acquire() as producer:
+                for delivery_id in due:
+                    self._celery.send_task(
+                        DELIVER_WEBHOOK,
+                        args=[str(delivery_id)],
+                        producer=producer,
+                        queue=self._settings.queue,
+                    )
+        except (*_BROKER_ERRORS, *DATABASE_ERRORS) as exc:
+            log.warning("webhooks left to the reconciler (%s)", exc.__class__.__name__)
 
     def close(self) -> None:
         self._celery.close()

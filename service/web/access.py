@@ -50,6 +50,7 @@ PAGE_ROLES: dict[tuple[str, str], frozenset[KeyRole]] = {
     ("GET", "/holds"): ROUTE_ROLES[("GET", "/v1/holds")],
     ("GET", "/events"): ROUTE_ROLES[("GET", "/v1/events")],
     ("GET", "/keys"): ROUTE_ROLES[("GET", "/v1/api-keys")],
+    ("GET", "/webhooks"): ROUTE_ROLES[("GET", "/v1/webhooks")],
     # The form is a read; posting it is a submission.
     ("GET", "/submit"): ANY_ROLE,
     ("POST", "/submit"): ROUTE_ROLES[("POST", "/v1/candidates")],

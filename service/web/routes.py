@@ -25,7 +25,7 @@ from fastapi.responses import HTMLResponse, Response
 from service.app import browse, candidates, gate, keys, policies, tenants
 from service.app.records import CandidateRow
 from service.http.deps import SessionDep, SettingsDep
-from service.web import present, review, submit
+from service.web import present, review, submit, webhooks
 from service.web.access import PAGE_DEPENDENCIES, PageRoute, Viewer, ViewerDep
 from service.web.rendering import not_found, render
 
@@ -54,6 +54,7 @@ KNOWN_EVENTS = (
 router = APIRouter(include_in_schema=False, route_class=PageRoute, dependencies=PAGE_DEPENDENCIES)
 router.include_router(review.router)
 router.include_router(submit.router)
+router.include_router(webhooks.router)
 
 
 # ------------------------------------------------------------------------------- cursors

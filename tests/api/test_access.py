@@ -35,12 +35,14 @@ PARAMS = {
     "system": "no-such-system",
     "name": "NO_SUCH_SECRET",
     "digest": "sha256:" + "0" * 64,
+    "webhook_id": str(uuid.UUID(int=6)),
 }
 # Bodies that an allowed role sends: invalid on purpose where a valid one would change state.
 BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/v1/candidates"): {"source_revision": "x", "manifest": {"model": 1}},
     ("POST", "/v1/holds/{hold_id}/waive"): {"reason": "r", "expires_at": "2999-01-01T00:00:00Z"},
     ("POST", "/v1/holds/{hold_id}/reject"): {"reason": "r"},
+    ("POST", "/v1/webhooks"): {"url": "http://169.254.169.254/"},
     ("PUT", "/v1/systems/{system}/triggers"): {"components": ["no-such-component"]},
     ("POST", "/v1/systems/{system}/config-changes"): {"component": "tools", "sha256": "ab" * 32},
     ("POST", "/v1/api-keys"): {"roles": []},

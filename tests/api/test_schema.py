@@ -10,7 +10,8 @@ submitting it, and a dossier exists only once the assay is decided (`404` until 
 documented). Submissions and re-runs skip `positive_data_acceptance`, which every other operation
 is held to outside the stateful phase (whose chained requests carry ids of other callers' making):
 an mcp manifest's tool contract has cross-references JSON Schema cannot state, and a re-run's plan
-must select a fault of the candidate's own catalogue.
+must select a fault of the candidate's own catalogue. Adding a webhook skips it too: its URL must
+also pass the deployment's egress policy, which no schema can state.
 
 Then two API-level properties: a submission with any part of a kind that part can never be is a
 4xx naming the field; and whatever a client sends, the answer is never a 500."""
@@ -96,6 +97,7 @@ positive_data_acceptance.enabled = false
 include-operation-id = [
   "submit_candidate_v1_candidates_post",
   "rerun_v1_candidates__candidate_id__rerun_post",
+  "create_webhook_v1_webhooks_post",
 ]
 checks.positive_data_acceptance.enabled = false
 """

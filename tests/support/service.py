@@ -80,6 +80,9 @@ TABLES = (
     "artifact",
     "candidate_artifact",
     "org_policy",
+    "webhook",
+    "webhook_delivery",
+    "webhook_attempt",
 )
 
 
@@ -162,6 +165,8 @@ def session_settings(database_url: str, data_dir: Path, label: str, **overrides:
         "submissions_per_minute": 0,
         # The suite's agents and MCP servers listen on loopback; the gate's own ports stay refused.
         "egress_allow_loopback": True,
+        # A webhook's retries within a second, not half a minute.
+        "webhook_backoff_s": 0.5,
         **overrides,
     }
     return Settings(**values)

@@ -66,6 +66,8 @@ def other_hold(engine: sa.Engine, seeded: Seeded) -> uuid.UUID:
 
 # ------------------------------------------------------------------------------- the table
 
+ADMIN_PAGES = {("GET", "/keys"), ("GET", "/webhooks")}
+
 
 def test_every_dashboard_route_is_a_page_route_in_the_table(anonymous_client: TestClient) -> None:
     api = set(ROUTE_ROLES) | PUBLIC
@@ -83,10 +85,11 @@ def test_every_dashboard_route_is_a_page_route_in_the_table(anonymous_client: Te
     assert found == set(PAGE_ROLES) | PUBLIC_PAGES
     assert not set(PAGE_ROLES) & PUBLIC_PAGES
     assert {r for r in DASHBOARD_GETS} <= found
-    # Every read is open to every role, as on the API — but the people and keys page, which is
-    # the admin's as `GET /v1/api-keys` is; every write names the API's roles.
-    assert all(PAGE_ROLES[r] == frozenset(KeyRole) for r in PROTECTED_GETS if r != ("GET", "/keys"))
-    assert PAGE_ROLES[("GET", "/keys")] == frozenset({KeyRole.ADMIN})
+    # Every read is open to every role, as on the API — but the people and keys page and the
+    # webhooks page, the admin's as `GET /v1/api-keys` and `GET /v1/webhooks` are; every write
+    # names the API's roles.
+    assert all(PAGE_ROLES[r] == frozenset(KeyRole) for r in PROTECTED_GETS if r not in ADMIN_PAGES)
+    assert all(PAGE_ROLES[r] == frozenset({KeyRole.ADMIN}) for r in ADMIN_PAGES)
 
 
 # ------------------------------------------------------------------------------ every page
@@ -110,7 +113,7 @@ def test_each_page_shows_the_tenants_own_resources_escaped_and_no_one_elses(
     route: tuple[str, str], web_client: TestClient, seeded: Seeded
 ) -> None:
     path = route[1]
-    if route == ("GET", "/keys"):  # the admin's page
+    if route in ADMIN_PAGES:
         web_client = signed_in(web_client, "ada", "/", roles=(KeyRole.ADMIN,))
     mine = web_client.get(path.format(**params(seeded, mine=True)))
     assert mine.status_code == 200, mine.text

@@ -35,6 +35,7 @@ from service.http.access import system_looked_up
 from service.http.deps import (
     GateRead,
     GateReadDep,
+    KickWebhooks,
     PrincipalDep,
     SessionDep,
     SignerDep,
@@ -184,6 +185,7 @@ def put_triggers(
 @router.post(
     "/v1/systems/{system}/config-changes",
     status_code=201,
+    dependencies=[KickWebhooks],
     response_model=ConfigChangePublic,
     responses={k: ERROR_RESPONSES[k] for k in (404, 422, 503)},
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -40,6 +40,18 @@ def readyz(engine: EngineDep, dispatcher: DispatcherDep) -> JSONResponse:
 
 
 @router.get("/metrics", response_class=Response)
-def metrics(metrics: MetricsDep) -> Response:
-    """Prometheus text exposition."""
-    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+def metrics(request: Request, metrics: MetricsDep) -> Response:
+    """Prometheus text exposition, for the scrape token (`ASSAYGATE_METRICS_TOKEN`). Without a
+    token configured a tenant admin's key still reads it, deprecated: without the series that
+    name tenants, and with a `Deprecation` header."""
+    if getattr(request.state, "principal", None) is None:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(
+        generate_latest(metrics.legacy),
+        media_type=CONTENT_TYPE_LATEST,
+        headers={
+            "Deprecation": "true",
+            "Warning": '299 - "a tenant key reading /metrics is deprecated: set '
+            'ASSAYGATE_METRICS_TOKEN and scrape with it (docs/operations.md, Metrics)"',
+        },
+    )

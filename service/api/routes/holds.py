@@ -20,7 +20,7 @@ from service.api.present import dossier_ref, hold_public
 from service.api.schemas import HoldList, HoldPublic, ReviewCreate, ReviewPublic, WaiverCreate
 from service.app import reviews
 from service.app.records import Principal
-from service.http.deps import PrincipalDep, SessionDep, SignerDep
+from service.http.deps import KickWebhooks, PrincipalDep, SessionDep, SignerDep
 
 router = APIRouter(prefix="/v1/holds", tags=["holds"])
 
@@ -66,6 +66,7 @@ def _review(
 @router.post(
     "/{hold_id}/waive",
     response_model=ReviewPublic,
+    dependencies=[KickWebhooks],
     responses={k: ERROR_RESPONSES[k] for k in (401, 403, 404, 409, 422, 503)},
 )
 def waive(
@@ -82,6 +83,7 @@ def waive(
 @router.post(
     "/{hold_id}/reject",
     response_model=ReviewPublic,
+    dependencies=[KickWebhooks],
     responses={k: ERROR_RESPONSES[k] for k in (401, 403, 404, 409, 422, 503)},
 )
 def reject(
