@@ -31,7 +31,7 @@ from service.core.signing.dossier import Signer
 from service.core.system.manifest import runs_code
 from service.core.trial.engine import TrialEngine
 from service.keys import ActiveKey, KeyRing
-from worker.code import CodeRefused, refusal
+from worker.code import CodeRefused, posture_view, refusal
 from worker.context import Parsed, WorkerContext
 from worker.heartbeat import EngineWatch, Heartbeat
 
@@ -200,6 +200,9 @@ def run_and_store(
         # The code this shard ran, by digest, when it ran any trial of it.
         code = ctx.code_ran(assay_id) if result.trials else None
         code_sha256 = code.sha256 if code is not None else None
+        if code is not None:
+            # What confined it, carried into the report and the signed dossier.
+            result.sandbox = posture_view(ctx.settings)
 
         def store() -> Stored:
             return shards.store(ctx.engine, parsed.inputs, index, result, code_sha256)
