@@ -155,7 +155,13 @@ class CommandRunner:
             proc = sandbox.popen(
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
             )
-            return self._talk(proc, task, deadline_s, crashed)
+            result = self._talk(proc, task, deadline_s, crashed)
+            # A tree over its cgroup's memory lost a process to the kernel: the run failed, and
+            # says why (whatever the rest of the tree then did).
+            exceeded = sandbox.memory_exceeded()
+            if exceeded is not None and not result.crashed:
+                result.error, result.claims = f"TargetFailed: {exceeded}", []
+            return result
         finally:
             sandbox.close()
 

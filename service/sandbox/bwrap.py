@@ -289,7 +289,7 @@ class Sandbox:
         self.url: str | None = None
         self._servers: list[Any] = []
         self._lease: layers.UidLease | None = None
-        self._cgroup: cgroup.TreeCgroup | None = None
+        self.cgroup: cgroup.TreeCgroup | None = None
         self._relay_mount: str | None = None
         self._limits = confinement.limits
         found = layers.posture(confinement.uids)
@@ -384,8 +384,8 @@ class Sandbox:
         hierarchy = cgroup.detect()
         procs: list[str] = []
         if found.cgroup is not None and isinstance(hierarchy, cgroup.Hierarchy):
-            self._cgroup = cgroup.TreeCgroup(hierarchy, limits.memory_mb, limits.processes)
-            procs = self._cgroup.procs
+            self.cgroup = cgroup.TreeCgroup(hierarchy, limits.memory_mb, limits.processes)
+            procs = self.cgroup.procs
         return [
             *_enter(self._dir, procs, str(Path(__file__).with_name("inner.py"))),
             *_base(limits.tmp_mb, _code_binds(confinement.code_dir, gate_code), run_dir),
@@ -399,7 +399,7 @@ class Sandbox:
     def memory_exceeded(self) -> str | None:
         """Why the tree died, when the kernel killed part of it for the cgroup's memory limit
         (call before `close()`)."""
-        if self._cgroup is None or self._cgroup.oom_kills() == 0:
+        if self.cgroup is None or self.cgroup.oom_kills() == 0:
             return None
         return (
             f"the sandbox's memory limit ({self._limits.memory_mb} MB for the whole process "
@@ -443,9 +443,9 @@ class Sandbox:
         servers, self._servers = self._servers, []
         if servers:
             relay.call(lambda: [server.close() for server in servers])
-        if self._cgroup is not None:
-            self._cgroup.close()
-            self._cgroup = None
+        if self.cgroup is not None:
+            self.cgroup.close()
+            self.cgroup = None
         if self._relay_mount is not None:
             layers.unmount_relay(self._relay_mount)
             self._relay_mount = None

@@ -180,6 +180,19 @@ class TreeCgroup:
             pass
         return 0
 
+    def pids_refused(self) -> int:
+        """How many forks the tree's task limit refused."""
+        path = self.dirs.get("" if self.version == "v2" else "pids")
+        try:
+            with open(os.path.join(path or "", "pids.events"), encoding="utf-8") as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "max":
+                        return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
     def _members(self) -> list[int]:
         pids: set[int] = set()
         for procs in [os.path.join(d, "cgroup.procs") for d in self.dirs.values()]:
