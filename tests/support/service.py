@@ -200,6 +200,7 @@ class WorkerProcess:
         pool: str = "solo",
         tenant: str | None = None,
         code_dir: Path | None = None,
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
         self.log_path = log_dir / f"worker-{name}.log"
@@ -209,6 +210,7 @@ class WorkerProcess:
             # A tenant's worker: only its code queue, its code from `code_dir`.
             env["ASSAYGATE_WORKER_TENANT"] = tenant
             env["ASSAYGATE_TENANT_CODE_DIR"] = str(code_dir or tenant_code())
+        env.update(extra_env or {})
         self._log = self.log_path.open("wb")
         pool_args = ["--pool", pool] + (["--concurrency", "1"] if pool == "prefork" else [])
         self.process = subprocess.Popen(
