@@ -290,6 +290,7 @@ class Sandbox:
         self._servers: list[Any] = []
         self._lease: layers.UidLease | None = None
         self.cgroup: cgroup.TreeCgroup | None = None
+        self._oom_kills = 0
         self._relay_mount: str | None = None
         self._limits = confinement.limits
         found = layers.posture(confinement.uids)
@@ -398,8 +399,10 @@ class Sandbox:
 
     def memory_exceeded(self) -> str | None:
         """Why the tree died, when the kernel killed part of it for the cgroup's memory limit
-        (call before `close()`)."""
-        if self.cgroup is None or self.cgroup.oom_kills() == 0:
+        (still known once the sandbox is closed)."""
+        if self.cgroup is not None:
+            self._oom_kills = self.cgroup.oom_kills()
+        if self._oom_kills == 0:
             return None
         return (
             f"the sandbox's memory limit ({self._limits.memory_mb} MB for the whole process "
@@ -444,6 +447,7 @@ class Sandbox:
         if servers:
             relay.call(lambda: [server.close() for server in servers])
         if self.cgroup is not None:
+            self._oom_kills = self.cgroup.oom_kills()
             self.cgroup.close()
             self.cgroup = None
         if self._relay_mount is not None:

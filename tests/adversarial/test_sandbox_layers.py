@@ -21,7 +21,10 @@ from service.mcp.runners import CommandRunner, RunResult
 from service.sandbox import Confinement, ProcessLimits
 from service.sandbox.bwrap import Sandbox
 from service.sandbox.layers import RELAY_MB
+from service.targets import close_target, load_target
+from service.targets.python import PythonTarget
 from tests.sandbox.conftest import serve
+from tests.targets.conftest import assay, example, plan
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -196,3 +199,28 @@ def test_a_tree_stops_at_its_task_limit_in_its_own_cgroup(code: Path) -> None:
         assert bomb.cgroup.pids_refused() > 0
     finally:
         bomb.close()
+
+
+def test_a_python_targets_children_over_the_trees_memory_fail_the_task_saying_why(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "hog"
+    folder.mkdir()
+    folder.chmod(0o755)
+    (folder / "hog.py").write_text(
+        "import subprocess, sys\n"
+        "def run(task, tools):\n"
+        "    code = 'import time; b = bytearray(200 * 1024 * 1024); time.sleep(3)'\n"
+        "    procs = [subprocess.Popen([sys.executable, '-c', code]) for _ in range(3)]\n"
+        "    [p.wait() for p in procs]\n"
+    )
+    (folder / "hog.py").chmod(0o644)
+    manifest = example("typed", kind="python", entrypoint="hog:run")
+    target = load_target(manifest, http_timeout_s=30.0, confinement=confined(folder, memory_mb=512))
+    assert isinstance(target, PythonTarget)
+    try:
+        report = assay(manifest, plan(1, "timeout_before_send"), target)
+    finally:
+        close_target(target)
+    errors = json.dumps(report["target_errors"])
+    assert "memory limit (512 MB for the whole process tree" in errors, errors
