@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 VENV ?= .venv
 
-.PHONY: venv lint typecheck imports services browser sandbox test test-fast demo serve bench-service bench-dashboard
+.PHONY: venv lint typecheck imports services browser sandbox kubectl test test-fast demo serve bench-service bench-dashboard
 
 # Each step says what it does first: the first run takes minutes and must not look hung.
 venv:
@@ -42,7 +42,12 @@ sandbox:
 
 # Two test processes, a file each at a time: most tests wait on processes they started, so the
 # 2-core machine runs the suite in about half the time (module fixtures stay in one process).
-test: venv services browser sandbox lint typecheck imports
+# Debian's kubectl, whose built-in kustomize renders deploy/k8s for tests/deploy/test_k8s.py
+# (installed with apt-get when missing and run as root; it never talks to a cluster).
+kubectl:
+	@bash deploy/ensure-kubectl.sh
+
+test: venv services browser sandbox kubectl lint typecheck imports
 	$(PY) -m pytest -n 2 --dist loadfile --durations=25
 
 # Keeps its data in a new folder and ends by saying how to browse it (serve + a reviewer key).

@@ -14,8 +14,10 @@ or re-pack on the same image.)
 **Unpacking** (a tenant worker, after it hashed the bytes again) writes into a new folder and
 refuses, naming the entry: an absolute path, a `..` component, a duplicate, a link whose target
 leaves the folder, a hard link, a device or a fifo, more entries or more bytes than the limits.
-Files are 0444 and folders 0555: the sandbox binds the folder read-only anyway, and a worker's
-cache of unpacked artifacts (one folder per digest) is never written twice.
+The upload (`POST /v1/artifacts`) and `submit --code` apply the same check without writing
+(`check_archive`), so the service never stores an archive its workers would refuse. Files are
+0444 and folders 0555: the sandbox binds the folder read-only anyway, and a worker's cache of
+unpacked artifacts (one folder per digest) is never written twice.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import stat
 import subprocess
 import tarfile
 import uuid
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -267,6 +270,126 @@ def _link_inside(name: str, target: str) -> bool:
     return joined != ".." and not joined.startswith("../") and not joined.startswith("/")
 
 
+class _Vetting:
+    """Every rule an archive's entries must keep, entry by entry and then as a whole: the one
+    check both the upload (`check_archive`, nothing written) and the worker's `unpack` apply,
+    so an archive the service stored is one a worker unpacks."""
+
+    def __init__(self, limits: UnpackLimits) -> None:
+        self.limits = limits
+        self.seen: set[str] = set()
+        self.files: set[str] = set()
+        self.links: list[tuple[str, str]] = []
+        self.total = 0
+
+    def admit(self, member: tarfile.TarInfo) -> str:
+        """The entry's safe name, or refused; a symlink is kept for `finish` (made last)."""
+        if len(self.seen) >= self.limits.max_entries:
+            raise _refuse(member.name, f"more than {self.limits.max_entries} entries")
+        name = _safe_name(member.name)
+        if name in self.seen:
+            raise _refuse(name, "a duplicate entry")
+        self.seen.add(name)
+        if member.issym():
+            if not _link_inside(name, member.linkname):
+                raise _refuse(name, f"a link to {member.linkname!r} leaves the folder")
+            self.links.append((name, member.linkname))
+            return name
+        if not (member.isdir() or member.isfile()):
+            raise _refuse(name, "a hard link, device or fifo (only files, folders, links)")
+        parts = name.split("/")
+        if any("/".join(parts[:i]) in self.files for i in range(1, len(parts))):
+            raise _refuse(name, "a path through a file")
+        if member.isfile():
+            self.files.add(name)
+            # The header's size is what extraction writes: a bomb is refused before inflating.
+            self.total += member.size
+            if self.total > self.limits.max_bytes:
+                raise _refuse(name, f"more than {self.limits.max_bytes} bytes unpacked")
+        return name
+
+    def finish(self) -> list[tuple[str, str]]:
+        """The links to make, once no entry lies through one or under a file."""
+        linked = {n for n, _ in self.links}
+        for name in sorted(self.seen):
+            parts = name.split("/")
+            prefixes = ("/".join(parts[:i]) for i in range(1, len(parts)))
+            through = next((p for p in prefixes if p in linked), None)
+            if through is not None:
+                raise _refuse(name, f"a path through the link {through!r}")
+        return self.links
+
+
+_MAX_READ = 16 * 1024 * 1024
+
+
+class _Inflated:
+    """The archive's tar stream, inflated as tarfile reads (or seeks past) it, refused once it
+    is longer than the files the limits allow could make it: a bomb hidden where no file size
+    counts it (a pax or long-name header tarfile reads whole into memory, padding) stops
+    there, before it is inflated."""
+
+    def __init__(self, data: bytes, limits: UnpackLimits) -> None:
+        self._gz = gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb")
+        # Every file's bytes, a header block and a pax record per entry, and the end blocks.
+        self._cap = limits.max_bytes + 2 * tarfile.RECORDSIZE * (limits.max_entries + 1)
+
+    def _check(self) -> None:
+        if self._gz.tell() > self._cap:
+            raise _refuse("(the tar stream)", f"more than {self._cap} bytes inflated")
+
+    def read(self, size: int = -1) -> bytes:
+        # tarfile reads a file's bytes in small chunks and a header whole: one large read is a
+        # header claiming a size no real one has, refused before it is inflated into memory.
+        if size < 0 or size > _MAX_READ:
+            raise _refuse("(the tar stream)", f"a header of more than {_MAX_READ} bytes")
+        out = self._gz.read(size)
+        self._check()
+        return out
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET and offset > self._cap:
+            raise _refuse("(the tar stream)", f"more than {self._cap} bytes inflated")
+        at = self._gz.seek(offset, whence)
+        self._check()
+        return at
+
+    def tell(self) -> int:
+        return self._gz.tell()
+
+    def close(self) -> None:
+        self._gz.close()
+
+
+@contextlib.contextmanager
+def _reading(data: bytes, limits: UnpackLimits) -> Iterator[tarfile.TarFile]:
+    stream = _Inflated(data, limits)
+    try:
+        with tarfile.open(fileobj=stream, mode="r:") as tar:  # type: ignore[call-overload]
+            yield tar
+    finally:
+        stream.close()
+
+
+def _not_an_archive(exc: BaseException) -> ArtifactInvalid:
+    return ArtifactInvalid(f"not a tar.gz archive that unpacks: {exc}", field="code")
+
+
+def check_archive(data: bytes, limits: UnpackLimits) -> int:
+    """Whether `unpack` would take these bytes, read through without writing anything: the
+    entries, or `ArtifactInvalid` naming the entry and the rule (what `POST /v1/artifacts` and
+    `assaygate submit --code` check before the bytes are stored)."""
+    vetting = _Vetting(limits)
+    try:
+        with _reading(data, limits) as tar:
+            for member in tar:
+                vetting.admit(member)
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise _not_an_archive(exc) from None
+    vetting.finish()
+    return len(vetting.seen)
+
+
 def unpack(data: bytes, dest: Path, limits: UnpackLimits) -> int:
     """Unpack a `tar.gz` into `dest` (which must not exist), read-only; the entries written.
     On any refusal nothing is left at `dest`."""
@@ -281,25 +404,13 @@ def unpack(data: bytes, dest: Path, limits: UnpackLimits) -> int:
 
 
 def _unpack_into(data: bytes, dest: Path, limits: UnpackLimits) -> int:
-    seen: set[str] = set()
-    links: list[tuple[str, str]] = []
+    vetting = _Vetting(limits)
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            total = 0
+        with _reading(data, limits) as tar:
             for member in tar:
-                if len(seen) >= limits.max_entries:
-                    raise _refuse(member.name, f"more than {limits.max_entries} entries")
-                name = _safe_name(member.name)
-                if name in seen:
-                    raise _refuse(name, "a duplicate entry")
-                seen.add(name)
+                name = vetting.admit(member)
                 if member.issym():
-                    if not _link_inside(name, member.linkname):
-                        raise _refuse(name, f"a link to {member.linkname!r} leaves the folder")
-                    links.append((name, member.linkname))
                     continue
-                if not (member.isdir() or member.isfile()):
-                    raise _refuse(name, "a hard link, device or fifo (only files, folders, links)")
                 path = dest / name
                 # Parents come first in a packed archive; made here for one that omits them,
                 # never through a link (links are made last).
@@ -307,9 +418,6 @@ def _unpack_into(data: bytes, dest: Path, limits: UnpackLimits) -> int:
                 if member.isdir():
                     path.mkdir(mode=0o700)
                     continue
-                total += member.size
-                if total > limits.max_bytes:
-                    raise _refuse(name, f"more than {limits.max_bytes} bytes unpacked")
                 source = tar.extractfile(member)
                 assert source is not None
                 with path.open("xb") as out:
@@ -317,22 +425,15 @@ def _unpack_into(data: bytes, dest: Path, limits: UnpackLimits) -> int:
                 path.chmod(0o555 if member.mode & 0o111 else 0o444)
     except FileExistsError as exc:
         raise _refuse(str(exc.filename), "collides with another entry") from None
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        raise ArtifactInvalid(f"not a tar.gz archive that unpacks: {exc}", field="code") from None
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise _not_an_archive(exc) from None
     # Links last, so nothing is ever written through one, and nothing is under one.
-    linked = {n for n, _ in links}
-    for name in sorted(seen):
-        parts = name.split("/")
-        prefixes = ("/".join(parts[:i]) for i in range(1, len(parts)))
-        through = next((p for p in prefixes if p in linked), None)
-        if through is not None:
-            raise _refuse(name, f"a path through the link {through!r}")
-    for name, target in links:
+    for name, target in vetting.finish():
         if (dest / name).exists():
             raise _refuse(name, "collides with another entry")
         _make_parents(dest, name)
         os.symlink(target, dest / name)
-    return len(seen)
+    return len(vetting.seen)
 
 
 def _make_parents(dest: Path, name: str) -> None:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.core.system.artifact import IMAGE_PATTERN
 from service.keys import KeyRing
 from service.sandbox.layers import LAYERS
 
@@ -143,6 +144,10 @@ class Settings(BaseSettings):
     artifact_max_entries: int = Field(default=20_000, ge=1)
     # Default: <data_dir>/code-cache. Only a tenant worker writes it.
     artifact_cache_dir: Path | None = None
+    # The operator-built image a tenant worker runs in (`name@sha256:…`, pinned by digest): it
+    # holds what the team's artifact cannot vendor. The worker records it with each shard whose
+    # code it ran, and the dossier names it, `declared` (the worker's word; nothing checks it).
+    tenant_image: str | None = Field(default=None, pattern=IMAGE_PATTERN)
 
     @field_validator("sandbox_uid_range")
     @classmethod

@@ -203,9 +203,11 @@ def run_and_store(
         if code is not None:
             # What confined it, carried into the report and the signed dossier.
             result.sandbox = posture_view(ctx.settings)
+        # The image that code ran in, as the worker was told (ASSAYGATE_TENANT_IMAGE).
+        image = ctx.settings.tenant_image if code is not None else None
 
         def store() -> Stored:
-            return shards.store(ctx.engine, parsed.inputs, index, result, code_sha256)
+            return shards.store(ctx.engine, parsed.inputs, index, result, code_sha256, image)
 
         stored = retrying(ctx, "store the shard", ids, store)
     log.info(

@@ -18,7 +18,7 @@ from service.app.shapes import (
     Text,
 )
 from service.core.decision.gate import ReasonView
-from service.core.system.manifest import COMPONENTS
+from service.core.system.manifest import TRIGGER_COMPONENTS
 from service.core.system.secret import MAX_VALUE_BYTES
 
 __all__ = [
@@ -272,7 +272,9 @@ class TriggersUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     components: list[Component] = Field(
-        min_length=1, max_length=len(COMPONENTS) * 2, description="manifest components"
+        min_length=1,
+        max_length=len(TRIGGER_COMPONENTS) * 2,
+        description="manifest components, and `code` (the candidate's code artifact)",
     )
 
 
@@ -285,9 +287,13 @@ class TriggersPublic(BaseModel):
 class ConfigChangeCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    component: Component = Field(description="the manifest component that changed in production")
+    component: Component = Field(
+        description="the manifest component that changed in production, or `code`: the code "
+        "artifact deployed"
+    )
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] = Field(
-        description="its new hash (SHA-256 over its RFC 8785 canonical JSON)"
+        description="its new hash (SHA-256 over its RFC 8785 canonical JSON; for `code`, the "
+        "artifact's SHA-256, the hex of its sha256: digest)"
     )
     note: Annotated[Text, Field(max_length=2000)] | None = None
 

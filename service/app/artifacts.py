@@ -15,26 +15,32 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service.app.errors import Conflict, DigestMismatch, FieldInvalid, NotFound
-from service.core.errors import ArtifactInvalid
+from service.core.errors import ArtifactInvalid, AssaygateError
+from service.core.evidence.builds import EndpointBuilds, endpoint_builds, from_assay_view
 from service.core.system.artifact import (
     CODE,
+    TENANT_IMAGE,
     ArtifactSubject,
     Assurance,
     Source,
+    image_digest,
     parse_digest,
     written,
 )
+from service.core.system.manifest import build_endpoints, parse_manifest
 from service.db import artifact as artifacts
 from service.db.apikey import Principal, audit
 from service.db.session import session_scope
+from service.packing import UnpackLimits, check_archive
 
 log = logging.getLogger("assaygate.api")
 
@@ -50,10 +56,16 @@ class Uploaded:
 
 
 def upload(
-    session: Session, principal: Principal, data: bytes, claimed: str | None = None
+    session: Session,
+    principal: Principal,
+    data: bytes,
+    claimed: str | None = None,
+    limits: UnpackLimits | None = None,
 ) -> Uploaded:
     """Store the bytes under the SHA-256 computed here. `claimed` (`sha256:…`, optional): the
-    digest the client computed; bytes that hash to anything else are refused, naming it."""
+    digest the client computed; bytes that hash to anything else are refused, naming it. The
+    bytes must be an archive a worker would unpack within `limits` (the workers' settings):
+    anything else is refused here, naming the entry and the rule, and nothing is stored."""
     sha256 = hashlib.sha256(data).hexdigest()
     if claimed is not None:
         try:
@@ -66,6 +78,13 @@ def upload(
                 "digest is computed from the bytes, never taken from a name",
                 field="digest",
             )
+    try:
+        check_archive(data, limits or UnpackLimits())
+    except ArtifactInvalid as exc:
+        raise FieldInvalid(
+            f"the uploaded bytes are not an artifact a worker would unpack: {exc.message}",
+            field="body",
+        ) from None
     found = artifacts.find(session, principal.tenant_id, sha256)
     if found is not None:
         return Uploaded(written(sha256), found.size, False)
@@ -83,10 +102,16 @@ def upload(
     return Uploaded(written(sha256), stored.size, True)
 
 
-def store(engine: Engine, principal: Principal, data: bytes, claimed: str | None) -> Uploaded:
+def store(
+    engine: Engine,
+    principal: Principal,
+    data: bytes,
+    claimed: str | None,
+    limits: UnpackLimits | None = None,
+) -> Uploaded:
     """`upload` in a transaction of its own (the streamed route has no request session)."""
     with Session(engine) as session:
-        return upload(session, principal, data, claimed)
+        return upload(session, principal, data, claimed, limits)
 
 
 def download(session: Session, principal: Principal, digest: str) -> bytes:
@@ -154,3 +179,49 @@ def subjects_after(
 
 def subjects_of(session: Session, candidate_id: uuid.UUID) -> Sequence[ArtifactSubject]:
     return artifacts.subjects(session, candidate_id)
+
+
+def images_after(session: Session, assay_id: uuid.UUID) -> list[ArtifactSubject]:
+    """The tenant images a finished assay's code ran in, as its dossier names them: `declared`,
+    for the worker said so and nothing checks the image. A subject of the dossier only (not
+    of the gate's index of what a candidate ships: many candidates run in one image)."""
+    return [
+        ArtifactSubject(TENANT_IMAGE, image_digest(ref), Assurance.DECLARED, ref=ref)
+        for ref in artifacts.images(session, assay_id)
+    ]
+
+
+@dataclass(frozen=True)
+class Shipping:
+    """What a candidate ships, as its page shows it: its code with the assurance the gate has
+    for it (`executed` once a shard ran it), the remote builds declared and reported per
+    endpoint (`EndpointBuilds.mismatch` says what holds), and the tenant images its code ran
+    in (the workers' word)."""
+
+    code: tuple[ArtifactSubject, ...]
+    builds: tuple[EndpointBuilds, ...]
+    images: tuple[str, ...]
+
+
+def shipping(
+    session: Session,
+    candidate_id: uuid.UUID,
+    assay_id: uuid.UUID,
+    report: Mapping[str, Any] | None,
+    manifest: Mapping[str, Any],
+) -> Shipping:
+    """The candidate's code subjects as recorded; the builds its assay's report counted, or,
+    before there is one, those its manifest declares."""
+    if report is not None:
+        builds = from_assay_view(report.get("builds") or {})
+    else:
+        try:
+            declared = build_endpoints(parse_manifest(dict(manifest)))
+        except AssaygateError:
+            declared = {}  # a manifest stored before a rule it now breaks: nothing declared
+        builds = endpoint_builds(declared)
+    return Shipping(
+        tuple(artifacts.subjects(session, candidate_id)),
+        builds,
+        tuple(artifacts.images(session, assay_id)),
+    )

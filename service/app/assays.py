@@ -11,17 +11,15 @@ from typing import Any
 
 from sqlmodel import Session
 
-from service.app import policies
+from service.app.admission import readmit
 from service.app.dossiers import decide
 from service.app.errors import BrokerUnavailable, Conflict, NotFound
-from service.app.secrets import check_named
-from service.app.submissions import Services, check_trial_limits, shard_size
-from service.app.tenants import check_code, queue_for
+from service.app.submissions import Services
 from service.core.errors import AssaygateError
-from service.core.faults.plan import AssayPlan, parse_plan
-from service.core.shards.assay import ShardResult, ShardSpec, merge, plan_shards
+from service.core.faults.plan import parse_plan
+from service.core.shards.assay import ShardResult, merge
 from service.core.signing.dossier import Signer
-from service.core.system.manifest import Manifest, parse_manifest
+from service.core.system.manifest import parse_manifest
 from service.db import queries
 from service.db.apikey import Principal, audit
 from service.db.assay import OPEN, assay_inputs
@@ -30,7 +28,6 @@ from service.db.injector import issue_for, request_stop
 from service.db.lease import settle_stopped
 from service.db.models import Assay, AssayStatus, Candidate, ManifestRow
 from service.db.queries import FaultProgress, LiveProgress
-from service.settings import Settings
 
 log = logging.getLogger("assaygate.api")
 
@@ -51,34 +48,6 @@ class Rerunning:
     response: dict[str, Any]
 
 
-def _planned(
-    session: Session,
-    row: queries.CandidateRow,
-    command: Rerun,
-    settings: Settings,
-    tenant: str,
-) -> tuple[Manifest, AssayPlan, list[ShardSpec], policies.InForce]:
-    """The candidate's manifest, the re-run's plan (the last assay's, with the overrides, under
-    the organisation's policy in force now) and its shards, within limits."""
-    manifest_row = session.get(ManifestRow, row.candidate.manifest_digest)
-    assert manifest_row is not None
-    manifest = parse_manifest(manifest_row.document)
-    # A secret deleted since the submission is refused here, not at the worker.
-    check_named(session, row.system.tenant_id, manifest.target.secrets, "manifest.target.secrets")
-    previous = queries.assay(session, row.assay.id)
-    assert previous is not None
-    overrides = dict(command.plan or {})
-    # The envelope is the manifest's again, raised to the policy in force (not the last one's).
-    base = {k: v for k, v in previous.plan.items() if k != "envelope"}
-    force = policies.in_force(session, row.system.tenant_id, tenant, row.system.name)
-    plan = policies.admit_rerun(
-        force, manifest, parse_plan({**base, **overrides}), list(overrides)
-    ).plan
-    shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
-    check_trial_limits(shards, settings)
-    return manifest, plan, shards, force
-
-
 def rerun(
     session: Session,
     services: Services,
@@ -92,10 +61,8 @@ def rerun(
     row = queries.candidate(session, candidate_id, tenant_id=principal.tenant_id)
     if row is None:
         raise NotFound(f"no candidate {candidate_id}", field="candidate_id")
-    manifest, plan, shards, force = _planned(
-        session, row, command, services.settings, principal.tenant
-    )
-    check_code(session, principal.tenant_id, principal.tenant, manifest)
+    admission = readmit(session, row, dict(command.plan or {}), services.settings, principal.tenant)
+    plan, shards, force = admission.plan, admission.shards, admission.policy
     services.queue.ping()
     if services.limit is not None:
         services.limit.check(principal.key_id)
@@ -133,7 +100,7 @@ def rerun(
         services.queue.enqueue_shards(
             assay.id,
             [s.index for s in shards],
-            queue_for(services.settings, principal.tenant, manifest),
+            admission.queue,
         )
     except BrokerUnavailable:
         session.rollback()

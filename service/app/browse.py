@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
+from service.app.artifacts import Shipping, shipping
 from service.db import dossier as dossiers
 from service.db import queries
 from service.db.models import Assay, Candidate, Dossier, Event, Hold, ManifestRow, System
@@ -115,6 +116,8 @@ class CandidateDetail:
     progress: list[queries.FaultProgress]
     # What the workers are doing: agent runs done, slots busy, what they wait for.
     live: queries.LiveProgress
+    # What ships: the code, the remote builds and the tenant images.
+    ships: Shipping
 
 
 def candidate_detail(
@@ -131,9 +134,12 @@ def candidate_detail(
         row=row,
         report=dict(report) if report else None,
         manifest=dict(manifest.document) if manifest else {},
-        component_hashes=queries.component_hashes(session, row.candidate.manifest_digest),
+        component_hashes=queries.release_hashes_one(session, row.candidate),
         progress=queries.fault_progress(session, row.assay.id),
         live=queries.live_progress(session, row.assay.id),
+        ships=shipping(
+            session, candidate_id, row.assay.id, report, manifest.document if manifest else {}
+        ),
     )
 
 

@@ -52,10 +52,9 @@ def page(
 
 
 def view(session: Session, row: CandidateRow) -> CandidateView:
-    digest = row.candidate.manifest_digest
     return CandidateView(
         row,
-        queries.component_hashes(session, digest),
+        queries.release_hashes_one(session, row.candidate),
         gate.standing(session, row),
         queries.live_progress(session, row.assay.id),
     )
@@ -63,12 +62,12 @@ def view(session: Session, row: CandidateRow) -> CandidateView:
 
 def views(session: Session, rows: Sequence[CandidateRow]) -> list[CandidateView]:
     """`view` of each row, with the hashes and the gate read once for all of them."""
-    hashes = queries.component_hashes_of(session, [r.candidate.manifest_digest for r in rows])
+    hashes = queries.release_hashes_of(session, [r.candidate.id for r in rows])
     standings = gate.standings(session, rows)
     return [
         CandidateView(
             row,
-            hashes.get(row.candidate.manifest_digest, {}),
+            hashes.get(row.candidate.id, {}),
             standings[row.candidate.id],
             queries.live_progress(session, row.assay.id),
         )

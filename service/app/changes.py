@@ -130,7 +130,7 @@ def report_config_change(
             before = dossiers.latest(session, candidate.id)
             if before is None or before.decision not in (Decision.ALLOW, Decision.HOLD):
                 continue
-            assayed = queries.component_hashes(session, candidate.manifest_digest)
+            assayed = queries.release_hashes_one(session, candidate)
             if assayed.get(component) == sha256:
                 continue
             reopened.append(reopen(session, signer, candidate, before, [change], assayed, now))

@@ -18,7 +18,7 @@ from typing import Any
 from sqlmodel import Session
 
 from service.app import policies
-from service.app.artifacts import subjects_after
+from service.app.artifacts import images_after, subjects_after
 from service.app.errors import NotFound
 from service.core.decision.gate import Decision, Reason, ReasonView
 from service.core.faults.plan import AssayPlan
@@ -27,6 +27,7 @@ from service.core.signing.dossier import (
     Signer,
     compare_triggers,
     predicate_from_report,
+    release_hashes,
     successor,
     trigger_hashes,
 )
@@ -91,10 +92,13 @@ def record_assay_dossier(
     system = dossiers.lock_system(session, owner.system_id)
     candidate = dossiers.lock(session, assay.candidate_id)
     before = dossiers.latest(session, candidate.id)
-    triggers = _triggers(session, system, report)
+    triggers = _triggers(session, system, report, candidate.code_sha256)
     # What the release ships, by digest: the code this assay's workers ran, and what the
     # candidate names besides.
-    shipped = subjects_after(session, candidate.id, candidate.code_sha256, assay_id)
+    shipped = [
+        *subjects_after(session, candidate.id, candidate.code_sha256, assay_id),
+        *images_after(session, assay_id),
+    ]
     if assay.policy is not None:
         triggers["organisation_policy"] = assay.policy["digest"]
     dossiers.supersede_reviews(session, candidate.id)
@@ -142,10 +146,13 @@ def record_assay_dossier(
     return dossier
 
 
-def _triggers(session: Session, system: System, report: Mapping[str, Any]) -> dict[str, Any]:
-    """The trigger hashes the assay ran with, compared with the system's last allowed dossier."""
+def _triggers(
+    session: Session, system: System, report: Mapping[str, Any], code: str | None
+) -> dict[str, Any]:
+    """The trigger hashes the assay ran with (its code artifact's among them), compared with the
+    system's last allowed dossier."""
     components = dossiers.system_triggers(system)
-    hashes = trigger_hashes(report["component_hashes"], components)
+    hashes = trigger_hashes(release_hashes(report["component_hashes"], code), components)
     allowed = dossiers.allowed_view(session, dossiers.last_allowed(session, system.id))
     return {
         "components": list(components),
@@ -186,7 +193,7 @@ def _reopen_if_changed(
 ) -> Dossier:
     """A production change reported before this assay finished, that this candidate does not
     carry, still stands: the evidence is about another configuration than the live one."""
-    assayed = queries.component_hashes(session, candidate.manifest_digest)
+    assayed = queries.release_hashes_one(session, candidate)
     changes = dossiers.open_config_changes(session, [system.id]).get(system.id, [])
     pending = unmet(assayed, changes)
     if not pending:

@@ -110,7 +110,7 @@ def standings(
         return {}
     ids = [r.candidate.id for r in rows]
     latest = dossiers.latest_of(session, ids)
-    hashes = queries.component_hashes_of(session, [r.candidate.manifest_digest for r in rows])
+    hashes = queries.release_hashes_of(session, ids)
     system_ids = sorted({r.system.id for r in rows})
     open_changes = dossiers.open_config_changes(session, system_ids)
     undecided = [r for r in rows if r.candidate.id not in latest]
@@ -123,7 +123,7 @@ def standings(
     found: dict[uuid.UUID, Standing] = {}
     for row in rows:
         cid = row.candidate.id
-        own = hashes.get(row.candidate.manifest_digest, {})
+        own = hashes.get(cid, {})
         dossier = latest.get(cid)
         if dossier is not None:
             base = _from_dossier(row, dossier, holds.get(cid, []), now)
@@ -144,9 +144,7 @@ def answer(
     assert row is not None
     found = standing(session, row, now=now)
     components = dossiers.system_triggers(system)
-    hashes = trigger_hashes(
-        queries.component_hashes(session, candidate.manifest_digest), components
-    )
+    hashes = trigger_hashes(queries.release_hashes_one(session, candidate), components)
     since = since_allowed(session, row)
     allowed = dossiers.allowed_view(session, since.allowed)
     triggers = {
@@ -262,17 +260,15 @@ def since_allowed_of(
         session, [d.candidate_id for d in allowed.values() if d is not None]
     )
     versions = queries.candidate_versions(session, list(digests))
-    hashes = queries.component_hashes_of(
-        session, [*(r.candidate.manifest_digest for r in rows), *digests.values()]
-    )
+    hashes = queries.release_hashes_of(session, [*(r.candidate.id for r in rows), *digests])
     found: dict[uuid.UUID, SinceAllowed] = {}
     for row in rows:
         last = allowed[row.candidate.id]
         if last is None:
             found[row.candidate.id] = SinceAllowed(None, None)
             continue
-        now = hashes.get(row.candidate.manifest_digest, {})
-        then = hashes.get(digests.get(last.candidate_id, ""), {})
+        now = hashes.get(row.candidate.id, {})
+        then = hashes.get(last.candidate_id, {})
         triggers = dossiers.system_triggers(row.system)
         found[row.candidate.id] = SinceAllowed(
             last,

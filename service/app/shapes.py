@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.core.faults.catalogue import DOMAINS, catalogue_named
 from service.core.faults.plan import MAX_FAMILIES, MAX_MODES, MAX_SEED, StopConditions
 from service.core.system.artifact import DIGEST_PATTERN
-from service.core.system.manifest import COMPONENTS
+from service.core.system.manifest import TRIGGER_COMPONENTS
 from service.core.system.text import (
     LINE_PATTERN,
     SYSTEM_NAME_MAX,
@@ -53,8 +53,9 @@ Component = Literal[
     "target",
     "envelope",
     "invariants",
+    "code",
 ]
-assert set(get_args(Component)) == set(COMPONENTS)
+assert set(get_args(Component)) == set(TRIGGER_COMPONENTS)
 
 
 class PlanCreate(BaseModel):

@@ -185,13 +185,14 @@ def store(
     index: int,
     result: ShardResult,
     code_sha256: str | None = None,
+    tenant_image: str | None = None,
 ) -> Stored:
     """Store the shard's result, and the code it ran (`code_sha256`: the hex digest the worker
-    checked; None when it ran none); only the run that stores first adds the injector's
-    totals."""
+    checked; None when it ran none) with the image it ran in (`tenant_image`: the worker's
+    word, `name@sha256:…`); only the run that stores first adds the injector's totals."""
     with session_scope(engine) as session:
         stored = assays.store_shard_result(
-            session, inputs, index, result.to_dict(), result.trials, code_sha256
+            session, inputs, index, result.to_dict(), result.trials, code_sha256, tenant_image
         )
         if stored.written:
             _record_injector(session, inputs, index, result)

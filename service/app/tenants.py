@@ -15,7 +15,7 @@ from datetime import datetime
 
 from sqlmodel import Session
 
-from service.app.errors import CodeNotAllowed, NotFound
+from service.app.errors import NotFound
 from service.core.system.manifest import Manifest, code_parts, parse_manifest
 from service.db import tenant as tenants
 from service.db.assay import assay_inputs
@@ -28,20 +28,6 @@ REVOKED = "tenant.code_revoked"
 
 def allow_hint(tenant: str) -> str:
     return f"an operator allows it with `assaygate tenants allow-code {tenant}`"
-
-
-def check_code(session: Session, tenant_id: uuid.UUID, tenant: str, manifest: Manifest) -> None:
-    """Refuse a manifest naming code for a tenant not allowed to run code, naming the first code
-    field and its kind. Reads the tenant afresh: a revocation refuses the next submission."""
-    parts = code_parts(manifest)
-    if not parts or tenants.code_allowed(session, tenant_id):
-        return
-    first = parts[0]
-    raise CodeNotAllowed(
-        f"{first.field} is {first.kind} code, and tenant {tenant} may not run code on this "
-        f"service; use a remote kind (an URL the gate calls), or {allow_hint(tenant)}",
-        field=first.field,
-    )
 
 
 def queue_for(settings: Settings, tenant: str, manifest: Manifest) -> str:

@@ -20,7 +20,7 @@ import httpx
 from service.cli.errors import UsageError
 from service.core.errors import ArtifactInvalid
 from service.core.system.artifact import parse_digest, written
-from service.packing import SUFFIX, Packed, pack
+from service.packing import SUFFIX, Packed, UnpackLimits, check_archive, pack
 
 
 def register(sub: Any) -> None:
@@ -59,14 +59,26 @@ def packed(path: Path, flag: str) -> Packed:
     return found
 
 
+def unpackable(data: bytes, flag: str) -> bytes:
+    """The bytes, if a worker would unpack them (the check `POST /v1/artifacts` applies, at
+    the default caps): a bad archive is one line naming the flag, the entry and the rule,
+    before anything is uploaded."""
+    try:
+        check_archive(data, UnpackLimits())
+    except ArtifactInvalid as exc:
+        raise UsageError(f"{flag}: {exc.message}") from None
+    return data
+
+
 def code_bytes(path: Path, flag: str) -> bytes:
     """What `--code PATH` uploads: a folder packed, or a packed file's bytes."""
     if path.is_dir():
-        return packed(path, flag).data
+        return unpackable(packed(path, flag).data, flag)
     try:
-        return path.read_bytes()
+        data = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"{flag}: cannot read {path}: {exc.strerror}") from None
+    return unpackable(data, flag)
 
 
 def digest_of(value: str, flag: str) -> str:
@@ -103,6 +115,7 @@ def upload(client: httpx.Client, data: bytes) -> tuple[httpx.Response, str]:
 
 def cmd_pack(args: argparse.Namespace) -> int:
     found = packed(args.folder, "folder")
+    unpackable(found.data, "folder")
     if args.out is not None:
         try:
             args.out.write_bytes(found.data)

@@ -102,6 +102,16 @@ def ran(session: Session, assay_id: uuid.UUID) -> list[str]:
     return sorted(str(x) for x in found)
 
 
+def images(session: Session, assay_id: uuid.UUID) -> list[str]:
+    """The distinct tenant images the assay's shards recorded their code ran in."""
+    found = session.execute(
+        sa.select(col(AssayShard.tenant_image))
+        .where(col(AssayShard.assay_id) == assay_id, col(AssayShard.tenant_image).is_not(None))
+        .distinct()
+    ).scalars()
+    return sorted(str(x) for x in found)
+
+
 def candidate_shipping(
     session: Session, system: System, sha256: str, version: str | None = None
 ) -> Candidate | None:

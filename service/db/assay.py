@@ -190,8 +190,10 @@ def store_shard_result(
     result: dict[str, Any],
     trials: int,
     code_sha256: str | None = None,
+    tenant_image: str | None = None,
 ) -> Stored:
-    """Write a shard's result if it has none yet, with the code its worker ran (if any)."""
+    """Write a shard's result if it has none yet, with the code its worker ran (if any) and
+    the image it said it ran in."""
     written = session.execute(
         sa.update(AssayShard)
         .where(
@@ -206,6 +208,7 @@ def store_shard_result(
             finished_at=utcnow(),
             lease_expires_at=None,
             code_sha256=code_sha256,
+            tenant_image=tenant_image,
         )
     )
     if written.rowcount != 1:  # type: ignore[attr-defined]
@@ -226,7 +229,11 @@ def store_shard_result(
             candidate_id=inputs.candidate_id,
             assay_id=inputs.assay_id,
             shard_index=shard_index,
-            data={"trials": trials, **({"code": f"sha256:{code_sha256}"} if code_sha256 else {})},
+            data={
+                "trials": trials,
+                **({"code": f"sha256:{code_sha256}"} if code_sha256 else {}),
+                **({"tenant_image": tenant_image} if tenant_image else {}),
+            },
         )
     )
     return Stored(written=True, complete=done == total)

@@ -30,6 +30,7 @@ from service.core.signing.dossier import (
     seal,
     statement,
 )
+from service.core.system.manifest import CODE
 from service.core.system.text import check_system_name
 from service.db.models import (
     Candidate,
@@ -439,23 +440,23 @@ def open_config_changes(
         newest[(row.system_id, row.component)] = row
     found: dict[uuid.UUID, list[OpenChange]] = {}
     for (system_id, component), change in sorted(newest.items(), key=lambda kv: kv[0][1]):
-        passed = session.exec(
+        allowing = (
             select(Dossier.id)
             .join(Candidate, col(Candidate.id) == col(Dossier.candidate_id))
-            .join(
+            .where(col(Dossier.system_id) == system_id, col(Dossier.decision) == Decision.ALLOW)
+        )
+        if component == CODE:
+            # The deployed code: closed by an allowed candidate that ships that artifact.
+            carrying = allowing.where(col(Candidate.code_sha256) == change.sha256)
+        else:
+            carrying = allowing.join(
                 ComponentHash,
                 sa.and_(
                     col(ComponentHash.manifest_digest) == col(Candidate.manifest_digest),
                     col(ComponentHash.component) == component,
                 ),
-            )
-            .where(
-                col(Dossier.system_id) == system_id,
-                col(Dossier.decision) == Decision.ALLOW,
-                col(ComponentHash.sha256) == change.sha256,
-            )
-            .limit(1)
-        ).first()
+            ).where(col(ComponentHash.sha256) == change.sha256)
+        passed = session.exec(carrying.limit(1)).first()
         if passed is None:
             found.setdefault(system_id, []).append(
                 OpenChange(component, change.sha256, change.created_at, change.reported_by)

@@ -215,8 +215,7 @@ class CandidateArtifact(SQLModel, table=True):
 
 
 class ManifestRow(SQLModel, table=True):
-    """A manifest stored once per digest: candidates that change nothing share it. (The row; the
-    manifest itself is `service.core.system.manifest.Manifest`.)"""
+    """A manifest stored once per digest (`service.core.system.manifest.Manifest` parses it)."""
 
     __tablename__ = "manifest"
 
@@ -344,6 +343,7 @@ class AssayShard(SQLModel, table=True):
     worker: str | None = Field(default=None, max_length=200)
     # The hex SHA-256 of the tenant's code this shard ran (an artifact, or an operator's folder).
     code_sha256: str | None = Field(default=None, max_length=64)
+    tenant_image: str | None = Field(default=None, max_length=300)  # ASSAYGATE_TENANT_IMAGE
     # The running worker's engine activity, written with its heartbeat: runs done, slots busy,
     # what each busy slot waits for (service.mcp.engine.McpEngine.activity).
     progress: dict[str, Any] | None = Field(

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import aliased, defer
 from sqlmodel import Session, col, select
 
+from service.core.signing.dossier import release_hashes
 from service.db.models import (
     Assay,
     AssayShard,
@@ -185,6 +186,26 @@ def component_hashes_of(session: Session, digests: Sequence[str]) -> dict[str, d
     for digest, component, sha256 in rows:
         found.setdefault(digest, {})[component] = sha256
     return found
+
+
+def release_hashes_of(
+    session: Session, candidate_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, dict[str, str]]:
+    """Per candidate, what a production change and a trigger compare: its manifest's component
+    hashes and, where it names one, its code artifact's digest as `code`."""
+    rows = session.exec(
+        select(Candidate.id, Candidate.manifest_digest, Candidate.code_sha256).where(
+            col(Candidate.id).in_(sorted(set(candidate_ids)))
+        )
+    ).all()
+    hashes = component_hashes_of(session, [digest for _, digest, _ in rows])
+    return {cid: release_hashes(hashes.get(digest, {}), code) for cid, digest, code in rows}
+
+
+def release_hashes_one(session: Session, candidate: Candidate) -> dict[str, str]:
+    return release_hashes(
+        component_hashes(session, candidate.manifest_digest), candidate.code_sha256
+    )
 
 
 def assay(

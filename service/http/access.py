@@ -48,6 +48,7 @@ ROUTE_ROLES: dict[tuple[str, str], frozenset[KeyRole]] = {
     ("GET", "/v1/dossiers/{dossier_id}/envelope"): ANY_ROLE,
     ("GET", "/v1/dossiers/{dossier_id}/payload"): ANY_ROLE,
     ("GET", "/v1/gate/{system}"): ANY_ROLE,
+    ("GET", "/v1/gate"): ANY_ROLE,
     ("GET", "/v1/holds"): ANY_ROLE,
     ("GET", "/v1/holds/{hold_id}"): ANY_ROLE,
     ("POST", "/v1/holds/{hold_id}/waive"): frozenset({REVIEWER}),

@@ -124,7 +124,11 @@ class EgressPolicy:
 
     def check_manifest(self, manifest: Manifest) -> None:
         """`check_url` for every URL the manifest names, in field order."""
-        for field, url in manifest_urls(manifest):
+        self.check_urls(manifest_urls(manifest))
+
+    def check_urls(self, urls: Iterable[tuple[str, str]]) -> None:
+        """`check_url` for each (field, URL), in order (a manifest read once: `TypedManifest`)."""
+        for field, url in urls:
             self.check_url(url, field)
 
     # -- connection ----------------------------------------------------------------------------

@@ -229,6 +229,7 @@ def candidate_page(
             "severities": present.severities(state.reasons),
             "evidence_reasons": evidence_reasons,
             "hashes": detail.component_hashes,
+            "ships": detail.ships,
             "envelope_points": [
                 {"id": f.id, "signature": f.signature} for f in (view.faults if view else [])
             ],

@@ -6,6 +6,7 @@ tenant worker process running the code in its sandbox, and the `assaygate` comma
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import subprocess
 import sys
@@ -22,8 +23,9 @@ from fastapi.testclient import TestClient
 from service.asgi import create_app
 from service.db.models import ArtifactRow
 from service.db.session import session_scope
-from service.packing import pack
+from service.packing import Entry, archive, pack
 from service.settings import Settings
+from tests.adversarial.test_archive_attacks import ATTACKS, LIMITS
 from tests.api.test_bad_input import refused
 from tests.deploy.test_ci_examples import argo_metric, argo_reads
 from tests.support.keys import Key, KeyBook
@@ -197,6 +199,8 @@ def test_a_broken_commits_artifact_is_blocked_while_the_previous_artifact_stays_
     # Argo Rollouts' analysis, as deploy/ci/argo-analysis-template.yaml asks and reads it.
     for digest, result in ((good_digest, "allow"), (broken_digest, "block")):
         assert argo_result(team, api_url, system, digest) == result
+        by_query = team.client.get("/v1/gate", params={"system": system, "artifact": digest})
+        assert by_query.json() == team.client.get(f"/v1/gate/{system}?artifact={digest}").json()
 
     # Offline, from the dossier: the good artifact is a subject of its dossier, the broken not.
     keys = tmp_path / "keys.json"
@@ -323,7 +327,7 @@ def test_a_digest_is_the_tenants_own_another_tenants_digest_is_not_found(
 def test_upload_answers_the_digest_the_service_computed_and_refuses_what_it_cannot_take(
     team: Team,
 ) -> None:
-    data = b"not even an archive: bytes are bytes"
+    data = archive([Entry("agent.py", "file", b"run = None\n")])
     first = team.upload(data)
     assert first.status_code == 201, first.text
     shown = first.json()
@@ -357,8 +361,37 @@ def test_an_upload_past_the_cap_is_413_whether_or_not_it_declares_its_length(
 
         streamed = api.post("/v1/artifacts", content=chunks(), headers=headers)
         assert refused(streamed, 413, "body")["code"] == "body_too_large"
-        fits = api.post("/v1/artifacts", content=b"x" * 4096, headers=headers)
+        fits = api.post("/v1/artifacts", content=archive([Entry("a", "file")]), headers=headers)
         assert fits.status_code == 201, fits.text
+
+
+def test_bytes_a_worker_would_not_unpack_are_refused_at_upload_naming_the_rule_and_not_stored(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Each archive attack (and bytes that are no archive) is 422 naming `body` and the rule the
+    worker's unpack would name, and the digest is stored nowhere; `submit --code` says it in
+    one line before uploading anything."""
+    capped = settings.model_copy(
+        update={"artifact_unpacked_max_bytes": LIMITS.max_bytes, "artifact_max_entries": 100}
+    )
+    key = KeyBook(create_engine_for(capped)).key("bad-ci", tenant=f"bad-{uuid.uuid4().hex[:6]}")
+    headers = {**key.headers, "Content-Type": "application/gzip"}
+    with TestClient(create_app(capped)) as api:
+        for attack, (build, rule) in ATTACKS.items():
+            data = build()
+            error = refused(api.post("/v1/artifacts", content=data, headers=headers), 422, "body")
+            assert rule in error["message"] and "would unpack" in error["message"], attack
+            digest = "sha256:" + hashlib.sha256(data).hexdigest()
+            refused(api.get(f"/v1/artifacts/{digest}", headers=key.headers), 404, "digest")
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(ATTACKS["a path up and out"][0]())
+    manifest_file = tmp_path / "m.json"
+    manifest_file.write_text(json.dumps(example("typed")))
+    done = assaygate(key, "http://127.0.0.1:9", "submit", str(manifest_file), "--code", str(bad))
+    assert done.returncode == 3, done.stderr  # `submit` is a CI command: every error is 3
+    assert done.stderr.strip().splitlines() == [
+        "assaygate: error: --code: archive entry '../x': a `..` component leaves the folder"
+    ]
 
 
 def create_engine_for(settings: Settings) -> sa.Engine:

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session, select
 
-from service.app.submissions import shard_size
+from service.app.admission import shard_size
 from service.core.faults.plan import parse_plan
 from service.core.shards.assay import plan_shards
 from service.core.system.manifest import parse_manifest

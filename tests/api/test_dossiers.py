@@ -103,7 +103,13 @@ def test_securesystemslib_verifies_a_dossier_fetched_over_http_with_the_publishe
     # Zero escapes in n trials is not zero risk: each hard invariant carries its 95 % bound.
     for invariant in ("unsafe_escape", "duplicate_effect", "unverifiable_release"):
         assert 0 < run["intervention"]["upper_bounds_95"][invariant] < 1
-    assert pred["change_triggers"]["components"] == ["invariants", "policy", "retry", "tools"]
+    assert pred["change_triggers"]["components"] == [
+        "code",
+        "invariants",
+        "policy",
+        "retry",
+        "tools",
+    ]
     assert pred["coverage"]["visited"] and pred["coverage"]["not_visited"]
 
 

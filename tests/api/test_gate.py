@@ -153,3 +153,26 @@ def test_a_reported_change_that_a_passing_candidate_carries_holds_back_no_later_
     # The next release changes retry and passes its own assay: the gate allows it.
     decided(client, retry_changed(), system=system, version="2")
     assert gate_of(client, system, "2")["decision"] == "allow"
+
+
+def test_the_gate_asked_with_the_system_as_a_query_parameter_answers_exactly_as_by_path(
+    client: httpx.Client, anonymous: httpx.Client, keys: KeyBook
+) -> None:
+    system = system_name()
+    decided(client, example("typed"), system=system, version="1")
+    nobody_ships = "sha256:" + "cd" * 32
+    for params in ({}, {"version": "1"}, {"artifact": nobody_ships}, {"version": "nope"}):
+        by_path = client.get(f"/v1/gate/{system}", params=params)
+        by_query = client.get("/v1/gate", params={"system": system, **params})
+        assert by_query.status_code == by_path.status_code, by_query.text
+        assert by_query.json() == by_path.json()
+    assert client.get("/v1/gate", params={"system": system}).json()["decision"] == "allow"
+    # The same keys: none is 401, another tenant's key finds no such system.
+    for shape in (f"/v1/gate/{system}", f"/v1/gate?system={system}"):
+        assert anonymous.get(shape).status_code == 401
+        other = client.get(shape, headers=keys.headers("stranger", tenant="elsewhere"))
+        assert other.status_code == 404, other.text
+    missing = client.get("/v1/gate", params={"artifact": nobody_ships})
+    assert missing.status_code == 422 and missing.json()["error"]["field"] == "system"
+    empty = client.get("/v1/gate", params={"system": ""})
+    assert empty.status_code == 422 and empty.json()["error"]["field"] == "system"

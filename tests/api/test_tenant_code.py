@@ -23,6 +23,7 @@ from sqlmodel import Session, col, select
 from service.db.models import Assay, AssayShard, Event
 from service.settings import Settings
 from tests.api.test_bad_input import refused
+from tests.support.api import dossier, predicate
 from tests.support.keys import KeyBook
 from tests.support.service import (
     EXAMPLES,
@@ -151,13 +152,13 @@ def revoke(settings: Settings, tenant: str) -> dict[str, Any]:
 @pytest.fixture
 def tenant_worker(
     settings: Settings, tmp_path: Path, workers: list[WorkerProcess]
-) -> Iterator[Callable[[str], WorkerProcess]]:
+) -> Iterator[Callable[..., WorkerProcess]]:
     """Start a worker for a tenant (its code queue only), with the shared workers running."""
     started: list[WorkerProcess] = []
 
-    def start(tenant: str) -> WorkerProcess:
+    def start(tenant: str, image: str | None = None) -> WorkerProcess:
         worker = WorkerProcess(
-            settings, f"tw-{tenant}", tmp_path, tenant=tenant, code_dir=tenant_code()
+            settings, f"tw-{tenant}", tmp_path, tenant=tenant, code_dir=tenant_code(), image=image
         )
         started.append(worker)
         worker.wait_ready()
@@ -288,6 +289,32 @@ def test_an_allowed_tenants_code_runs_only_on_its_own_worker_and_is_audited(
         for w in shard_workers(engine, remote["assay_id"]):
             assert w is not None and any(w.startswith(s) for s in shared), w
     assert audit_actions(engine, tenant) == [("tenant.code_allowed", "ops-alice")]
+
+
+def test_the_image_a_tenant_worker_runs_in_is_recorded_per_shard_and_a_declared_subject(
+    settings: Settings,
+    engine: sa.Engine,
+    api_url: str,
+    keys: KeyBook,
+    tenant_worker: Callable[..., WorkerProcess],
+) -> None:
+    image = "registry.example.com/team/worker@sha256:" + "5e" * 32
+    tenant = new_tenant(keys)
+    allow(settings, tenant)
+    tenant_worker(tenant, image)
+    with client_of(api_url, keys, tenant) as team:
+        candidate = team.post("/v1/candidates", json=body(python_target())).json()
+        assert wait_decided(team, candidate["id"])["status"] == "done"
+        signed = dossier(team, candidate["id"])
+    with Session(engine) as session:
+        rows = session.exec(
+            select(AssayShard).where(AssayShard.assay_id == uuid.UUID(candidate["assay_id"]))
+        ).all()
+    assert rows and {(r.tenant_image, r.code_sha256 is not None) for r in rows} == {(image, True)}
+    shipped = predicate(signed)["artifacts"]
+    assert {"name": "tenant_image", "digest": {"sha256": "5e" * 32}, "assurance": "declared",
+            "ref": image} in shipped  # fmt: skip
+    assert [a["name"] for a in shipped] == ["code/operator", "tenant_image"]
 
 
 def test_another_tenants_code_never_reaches_a_tenants_worker(

@@ -127,3 +127,15 @@ def test_a_malformed_artifact_is_one_line_naming_the_flag(
     assert gate.returncode == 3  # the gate's exit codes: any error is 3, never a decision
     [line] = gate.stderr.strip().splitlines()
     assert line.startswith("assaygate: error: --artifact: ")
+
+
+def test_a_folder_whose_link_leaves_it_is_one_line_and_exit_2_before_anything_is_uploaded(
+    tmp_path: Path,
+) -> None:
+    folder = team_folder(tmp_path / "team")
+    (folder / "etc").symlink_to("/etc")
+    done = assaygate("pack", str(folder))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "assaygate: error: folder: archive entry 'etc': a link to '/etc' leaves the folder"
+    ]

@@ -18,6 +18,7 @@ from service.packing import (
     Entry,
     UnpackLimits,
     archive,
+    check_archive,
     materialise,
     pack,
     pack_folder,
@@ -149,6 +150,8 @@ def test_an_archive_that_would_escape_its_folder_is_refused_and_leaves_nothing(
     tmp_path: Path, attack: str
 ) -> None:
     data, rule = ATTACKS[attack]
+    with pytest.raises(ArtifactInvalid, match=rule):
+        check_archive(data, UnpackLimits())  # what the upload checks, writing nothing
     with pytest.raises(ArtifactInvalid, match=rule) as refused:
         unpack(data, tmp_path / "out", UnpackLimits())
     assert refused.value.field == "code"

@@ -4,6 +4,7 @@ subprocesses, and the API served by uvicorn on a real port."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -43,6 +44,9 @@ def tenant_code() -> Path:
         import tempfile
 
         folder = Path(tempfile.mkdtemp(prefix="assaygate-tenant-code-"))
+        # A test run leaves nothing in /tmp: the copy goes when the process that made it ends
+        # (its workers are stopped by then; a worker killed with the run has nothing to lose).
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
         folder.chmod(0o755)  # the sandbox's user reads it
         skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
         for name in ("tests", "examples"):
@@ -200,6 +204,7 @@ class WorkerProcess:
         pool: str = "solo",
         tenant: str | None = None,
         code_dir: Path | None = None,
+        image: str | None = None,
         extra_env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
@@ -210,6 +215,8 @@ class WorkerProcess:
             # A tenant's worker: only its code queue, its code from `code_dir`.
             env["ASSAYGATE_WORKER_TENANT"] = tenant
             env["ASSAYGATE_TENANT_CODE_DIR"] = str(code_dir or tenant_code())
+        if image is not None:
+            env["ASSAYGATE_TENANT_IMAGE"] = image
         env.update(extra_env or {})
         self._log = self.log_path.open("wb")
         pool_args = ["--pool", pool] + (["--concurrency", "1"] if pool == "prefork" else [])

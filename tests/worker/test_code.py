@@ -10,6 +10,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pydantic
 import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
@@ -332,3 +333,17 @@ def test_dependencies_vendored_in_the_artifact_are_what_its_code_imports(
     assay, shard = outcome(engine, assay_id)
     assert assay.status == AssayStatus.DONE, assay.report
     assert shard.code_sha256 == hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "image",
+    ["registry.example.com/team/worker:latest", "worker@sha256:short", "a b@sha256:" + "0" * 64],
+)
+def test_a_tenant_image_not_pinned_by_digest_is_refused_naming_the_setting(
+    settings: Settings, image: str
+) -> None:
+    """A tag can point at other bytes tomorrow: the dossier would name what nothing pins."""
+    with pytest.raises(pydantic.ValidationError, match="tenant_image"):
+        Settings(**{**settings.model_dump(), "tenant_image": image})
+    pinned = "registry.example.com/team/worker@sha256:" + "0" * 64
+    assert Settings(**{**settings.model_dump(), "tenant_image": pinned}).tenant_image == pinned

@@ -18,6 +18,7 @@ from service.core.system.artifact import DIGEST_PATTERN
 from service.http.deps import EngineDep, PrincipalDep, SessionDep, SettingsDep
 from service.http.errors import ApiError, BodyTooLarge
 from service.http.middleware import STREAMED_TYPES
+from service.packing import UnpackLimits
 
 router = APIRouter(prefix="/v1/artifacts", tags=["artifacts"])
 
@@ -71,7 +72,10 @@ async def upload_artifact(
 ) -> Response:
     """Store a packed folder (`tar.gz`, as `assaygate pack` makes one) for the tenant. The
     answer's `digest` is the SHA-256 the service computed over the bytes it received: name it
-    as a candidate's `code`. Uploading the same bytes again stores nothing and answers 200."""
+    as a candidate's `code`. Uploading the same bytes again stores nothing and answers 200.
+    Bytes a worker would not unpack (not a `tar.gz`; an absolute path, `..`, a link leaving
+    the folder, a hard link, device or fifo; past the entry or unpacked-size caps) are 422
+    naming `body` and the rule, and nothing is stored."""
     kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if kind not in STREAMED_TYPES:
         raise UnsupportedType(
@@ -91,7 +95,8 @@ async def upload_artifact(
     data = b"".join(chunks)
 
     def store() -> artifacts.Uploaded:
-        return artifacts.store(engine, principal, data, digest)
+        limits = UnpackLimits(settings.artifact_unpacked_max_bytes, settings.artifact_max_entries)
+        return artifacts.store(engine, principal, data, digest, limits)
 
     stored = await run_in_threadpool(store)
     public = ArtifactPublic(digest=stored.digest, size=stored.size, created=stored.created)

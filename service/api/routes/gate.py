@@ -29,10 +29,11 @@ from service.api.schemas import (
     TriggersUpdate,
 )
 from service.app import changes, gate
-from service.app.records import System, Unavailable, as_utc_or_none, utcnow
+from service.app.records import Principal, System, Unavailable, as_utc_or_none, utcnow
 from service.core.system.artifact import DIGEST_PATTERN
 from service.http.access import system_looked_up
 from service.http.deps import (
+    GateRead,
     GateReadDep,
     PrincipalDep,
     SessionDep,
@@ -42,9 +43,23 @@ from service.http.deps import (
 router = APIRouter(tags=["gate"])
 
 GATE_PATH = "/v1/gate/{system}"
+#: The same read with the system as a query parameter (`?system=NAME`).
+GATE_QUERY_PATH = "/v1/gate"
 #: The longest system name or version a route here takes (the early answer holds to it too).
 MAX_TEXT = 200
 SystemName = Annotated[str, Path(min_length=1, max_length=MAX_TEXT)]
+
+
+ArtifactQuery = Annotated[
+    str | None,
+    Query(
+        pattern=DIGEST_PATTERN,
+        description="ask about the newest candidate that ships this artifact (`sha256:…`, "
+        "the digest `POST /v1/artifacts` answered): a subject of its dossier, or its code "
+        "while its assay runs. With `version`, that version's candidate must ship it",
+    ),
+]
+VersionQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)]
 
 
 @router.get(
@@ -57,19 +72,40 @@ async def get_gate(
     system: SystemName,
     state: GateReadDep,
     principal: PrincipalDep,
-    version: Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)] = None,
-    artifact: Annotated[
-        str | None,
-        Query(
-            pattern=DIGEST_PATTERN,
-            description="ask about the newest candidate that ships this artifact (`sha256:…`, "
-            "the digest `POST /v1/artifacts` answered): a subject of its dossier, or its code "
-            "while its assay runs. With `version`, that version's candidate must ship it",
-        ),
-    ] = None,
+    version: VersionQuery = None,
+    artifact: ArtifactQuery = None,
 ) -> Response:
     """May this version (or this artifact) ship? `allow` only on a signed dossier that allows
     it, and never while a reported production change this candidate does not carry is open."""
+    return await _answer(request, system, state, principal, version, artifact)
+
+
+@router.get(
+    GATE_QUERY_PATH,
+    response_model=GatePublic,
+    responses={k: ERROR_RESPONSES[k] for k in (404, 422, 503)},
+)
+async def get_gate_by_query(
+    request: Request,
+    system: Annotated[str, Query(min_length=1, max_length=MAX_TEXT)],
+    state: GateReadDep,
+    principal: PrincipalDep,
+    version: VersionQuery = None,
+    artifact: ArtifactQuery = None,
+) -> Response:
+    """The same answer as `GET /v1/gate/{system}`, with the system as a query parameter: the
+    shape an admission controller or a rollout analysis fills in (`?system=…&artifact=…`)."""
+    return await _answer(request, system, state, principal, version, artifact)
+
+
+async def _answer(
+    request: Request,
+    system: str,
+    state: GateRead,
+    principal: Principal,
+    version: str | None,
+    artifact: str | None,
+) -> Response:
     engine, metrics, answers, reads = state.engine, state.metrics, state.answers, state.reads
     if reads is not None and artifact is None:
         with metrics.gate_check_seconds.time(), contextlib.suppress(Unavailable):

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from service.core.system.artifact import ArtifactSubject, Assurance, build_digest
+
 # How far a build is vouched for: the endpoint reported the declared build in every run that
 # reached it (or, declared nothing and reported one build throughout), or it was only declared.
 REPORTED = "reported"
@@ -131,3 +133,24 @@ def from_assay_view(view: Mapping[str, Any]) -> tuple[EndpointBuilds, ...]:
             EndpointBuilds(str(endpoint), None if declared is None else str(declared), reported)
         )
     return tuple(out)
+
+
+#: The name prefix of a remote endpoint's build among a dossier's subjects (`build:<endpoint>`).
+BUILD = "build"
+
+
+def build_subjects(builds: tuple[EndpointBuilds, ...]) -> list[ArtifactSubject]:
+    """The dossier's subjects for the remote builds: each build an endpoint reported in the
+    trials is `reported` (its own word, read per trial); a declared build it never reported
+    stays `declared`. A build written as a digest is a subject by that digest, any other by
+    the SHA-256 of its text (`artifact.build_digest`)."""
+    found: list[ArtifactSubject] = []
+    for e in builds:
+        name = f"{BUILD}:{e.endpoint}"
+        reported = sorted({b for b, _ in e.reported if b is not None})
+        for b in reported:
+            found.append(ArtifactSubject(name, build_digest(b), Assurance.REPORTED, ref=b))
+        if e.declared is not None and e.declared not in reported:
+            declared = build_digest(e.declared)
+            found.append(ArtifactSubject(name, declared, Assurance.DECLARED, ref=e.declared))
+    return found

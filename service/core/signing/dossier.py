@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from service.core.decision.gate import ReasonView, block_first
 from service.core.decision.report import AssayReport, FaultResult
-from service.core.evidence.builds import assay_view
+from service.core.evidence.builds import assay_view, build_subjects
 from service.core.evidence.figures import JSONObject
 from service.core.signing.checks import (
     Check,
@@ -34,7 +34,7 @@ from service.core.signing.checks import (
     window,
 )
 from service.core.system.artifact import ArtifactSubject, subjects_of
-from service.core.system.manifest import TRIGGER_DEFAULT, canonical
+from service.core.system.manifest import CODE, TRIGGER_DEFAULT, canonical
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://assaygate.dev/fault-dossier/v1"
@@ -334,11 +334,13 @@ def predicate_from_report(
     policy: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything DESIGN.md lists for a dossier, from a merged assay report (typed, or its
-    stored JSON). `artifacts`: what the release ships, by digest, with its assurance; they are
-    the statement's subjects beside the manifest (none: the predicate has no `artifacts`).
+    stored JSON). `artifacts`: the code the release ships, by digest, with its assurance; with
+    the remote builds the report records (`builds.build_subjects`) they are the predicate's
+    `artifacts` and the statement's subjects beside the manifest (none: no `artifacts`).
     `policy`: the organisation's policy the assay ran under (its digest, versions and document),
     signed as `organisation_policy` when there is one."""
     r = report if isinstance(report, AssayReport) else AssayReport.from_dict(report)
+    shipped = [*artifacts, *build_subjects(r.builds)]
     found = {
         "dossier_version": version,
         "previous": previous,
@@ -368,7 +370,8 @@ def predicate_from_report(
         "change_triggers": dict(triggers),
         "interpretation": dict(r.interpretation),
         **_mcp(r),
-        **({"artifacts": [a.view() for a in artifacts]} if artifacts else {}),
+        # The code by digest, then each remote endpoint's build (reported or only declared).
+        **({"artifacts": [a.view() for a in shipped]} if shipped else {}),
         # Remote targets: per endpoint the declared build, those reported and the assurance.
         **({"builds": assay_view(r.builds)} if r.builds else {}),
         # Tenant code: the sandbox layers that were in force (service/sandbox/layers.py).
@@ -387,6 +390,12 @@ def _without_intervals(summary: JSONObject) -> JSONObject:
 
 #: The components whose change reopens the gate unless a system names its own.
 DEFAULT_TRIGGERS: tuple[str, ...] = tuple(sorted(TRIGGER_DEFAULT))
+
+
+def release_hashes(component_hashes: Mapping[str, str], code: str | None) -> dict[str, str]:
+    """A candidate's component hashes with, where it names a code artifact, that artifact's
+    SHA-256 as the `code` component: what a production change and a trigger compare."""
+    return {**component_hashes, CODE: code} if code is not None else dict(component_hashes)
 
 
 def trigger_hashes(component_hashes: Mapping[str, str], triggers: Sequence[str]) -> dict[str, str]:

@@ -68,6 +68,26 @@ def digest_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def build_digest(build: str) -> str:
+    """The hex digest a remote endpoint's build is a subject by: the digest itself when the
+    build is written as one (`sha256:<hex>`, an image or artifact digest), else the SHA-256 of
+    the build's text as written (UTF-8), which names that text and nothing more."""
+    if _DIGEST.fullmatch(build):
+        return build[len(PREFIX) :]
+    return hashlib.sha256(build.encode()).hexdigest()
+
+
+#: The name the tenant worker's image goes by among a dossier's subjects.
+TENANT_IMAGE = "tenant_image"
+#: An image reference pinned by digest, as ASSAYGATE_TENANT_IMAGE takes it.
+IMAGE_PATTERN = r"^[^\s@]{1,200}@sha256:[0-9a-f]{64}$"
+
+
+def image_digest(ref: str) -> str:
+    """The hex digest an image reference (`name@sha256:<hex>`) is pinned to."""
+    return ref.rsplit("@" + PREFIX, 1)[1]
+
+
 def check_bytes(data: bytes, sha256: str) -> None:
     """Refuse bytes that do not hash to the digest they were fetched by."""
     found = digest_of(data)
@@ -87,6 +107,9 @@ class ArtifactSubject:
     sha256: str
     assurance: Assurance
     source: Source | None = None
+    # What the digest stands for, as it was written: a remote endpoint's build (reported or
+    # declared), or the tenant worker's image reference (`ref@sha256:…`).
+    ref: str | None = None
 
     def view(self) -> dict[str, Any]:
         """As the predicate's `artifacts` lists it."""
@@ -95,6 +118,7 @@ class ArtifactSubject:
             "digest": {"sha256": self.sha256},
             "assurance": self.assurance.value,
             **({"source": self.source.value} if self.source is not None else {}),
+            **({"ref": self.ref} if self.ref is not None else {}),
         }
 
     def subject(self) -> dict[str, Any]:
@@ -102,6 +126,8 @@ class ArtifactSubject:
         annotations: dict[str, Any] = {"assurance": self.assurance.value}
         if self.source is not None:
             annotations["source"] = self.source.value
+        if self.ref is not None:
+            annotations["ref"] = self.ref
         return {
             "name": f"assaygate:{self.name}",
             "digest": {"sha256": self.sha256},
@@ -110,12 +136,13 @@ class ArtifactSubject:
 
     @classmethod
     def from_view(cls, view: dict[str, Any]) -> ArtifactSubject:
-        source = view.get("source")
+        source, ref = view.get("source"), view.get("ref")
         return cls(
             str(view["name"]),
             str(view["digest"]["sha256"]),
             Assurance(view["assurance"]),
             Source(source) if source is not None else None,
+            str(ref) if ref is not None else None,
         )
 
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Self
 
 import rfc8785
 from pydantic import (
     BaseModel,
     Field,
     JsonValue,
+    PrivateAttr,
     StrictBool,
     ValidationError,
     ValidationInfo,
@@ -58,7 +60,12 @@ COMPONENTS: tuple[str, ...] = (
     "envelope",
     "invariants",
 )
-TRIGGER_DEFAULT: tuple[str, ...] = ("tools", "policy", "retry", "invariants")
+#: Not a manifest component: the candidate's code artifact, by digest. A production change may
+#: report it (`code` with the deployed artifact's SHA-256) and a trigger may watch it, as a
+#: manifest component's hash; a candidate with no artifact has none.
+CODE = "code"
+TRIGGER_COMPONENTS: tuple[str, ...] = (*COMPONENTS, CODE)
+TRIGGER_DEFAULT: tuple[str, ...] = ("tools", "policy", "retry", "invariants", CODE)
 # Components and fields added after manifests were first hashed: left out of the hashes while
 # they hold their default, so every earlier manifest keeps its digest.
 _OPTIONAL_COMPONENTS = frozenset({"invariants"})
@@ -259,6 +266,18 @@ class Manifest(StrictModel):
     envelope: Envelope = Envelope()
     # mcp targets: CEL invariants (validated as `contract.Invariants`; empty: the built-ins).
     invariants: dict[str, JsonValue] = Field(default_factory=dict)
+    # What the manifest means, derived once per manifest (`contract_of`, `invariants_of`,
+    # `parts_of`): admission, the egress check, the engine and the decision read one reading.
+    _contract: Contract | None = PrivateAttr(default=None)
+    _invariants: Invariants | None = PrivateAttr(default=None)
+    _parts: tuple[Part, ...] | None = PrivateAttr(default=None)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            # Another manifest: what this one meant is read again from its own fields.
+            copied._contract, copied._invariants, copied._parts = None, None, None
+        return copied
 
     def component(self, name: str) -> Any:
         value = getattr(self, name)
@@ -318,20 +337,30 @@ def _shape(value: object, field: str, depth: int = 0, budget: list[int] | None =
 
 
 def contract_of(manifest: Manifest) -> Contract:
-    return parse_contract(manifest.tools)
+    """The tool contract, parsed once per manifest."""
+    if manifest._contract is None:
+        manifest._contract = parse_contract(manifest.tools)
+    return manifest._contract
 
 
 def invariants_of(manifest: Manifest) -> Invariants:
-    return parse_invariants(manifest.invariants)
+    """The invariants, parsed once per manifest."""
+    if manifest._invariants is None:
+        manifest._invariants = parse_invariants(manifest.invariants)
+    return manifest._invariants
 
 
 def parts_of(manifest: Manifest) -> tuple[Part, ...]:
-    """Every part of the manifest the gate would call or run, in field order."""
-    target = manifest.target
-    if target.kind != "mcp":
-        return parts(target.kind, None, None)
-    assert target.runner is not None  # the target's validator requires it
-    return parts(target.kind, target.runner.kind, contract_of(manifest))
+    """Every part of the manifest the gate would call or run, in field order (once per
+    manifest)."""
+    if manifest._parts is None:
+        target = manifest.target
+        if target.kind != "mcp":
+            manifest._parts = parts(target.kind, None, None)
+        else:
+            assert target.runner is not None  # the target's validator requires it
+            manifest._parts = parts(target.kind, target.runner.kind, contract_of(manifest))
+    return manifest._parts
 
 
 # The remote endpoint an http target's agent, or an mcp target's http runner, answers at.
@@ -406,8 +435,8 @@ def parse_manifest(data: object) -> Manifest:
             # RFC 8785 hashes only I-JSON: integers within 2^53 - 1 and finite numbers.
             raise ManifestInvalid(f"not canonicalisable JSON: {exc}", field=name) from None
     if manifest.target.kind == "mcp":
-        parse_contract(manifest.tools)
-        parse_invariants(manifest.invariants)
+        contract_of(manifest)
+        invariants_of(manifest)
     elif manifest.invariants:
         raise ManifestInvalid("invariants apply to mcp targets only", field="invariants")
     for field in ("secrets", "env"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import json
 from typing import Any
 
@@ -14,6 +15,7 @@ from securesystemslib.signer import SSlibKey
 from securesystemslib.signer._utils import compute_default_keyid
 
 from service.core.errors import ArtifactInvalid
+from service.core.evidence.builds import EndpointBuilds
 from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import run_assay
 from service.core.signing.dossier import (
@@ -307,3 +309,77 @@ def test_a_digest_is_written_one_way_only(text: object) -> None:
         parse_digest(text, "code")
     assert refused.value.field == "code"
     assert parse_digest("sha256:" + "ab" * 32, "code") == "ab" * 32
+
+
+# ---------------------------------------------------------------------------- build subjects
+
+IMAGE = "sha256:" + "ee" * 32
+
+
+def _with_builds(manifest: Manifest, signer: Signer) -> dict[str, Any]:
+    """A dossier whose code ran, and whose remote endpoints: the agent reported the image it
+    declared (by digest), a shop reported another build than declared, a ledger declared one
+    and never said."""
+    report = run_assay(manifest, AssayPlan(catalogue="paper", trials=20, seed=1)).to_dict()
+    report["builds"] = {
+        e.endpoint: e.view()
+        for e in (
+            EndpointBuilds("target.url", IMAGE, ((IMAGE, 20),)),
+            EndpointBuilds("tools.servers.shop.url", "shop@1", (("shop@2", 20),)),
+            EndpointBuilds("tools.servers.ledger.url", "ledger@3", ((None, 20),)),
+        )
+    }
+    cand = CandidateRef("c-1", "copperfin-returns", "1.6.0")
+    pred = predicate_from_report(
+        report,
+        cand,
+        version=1,
+        previous=None,
+        issued_at="2026-12-08T00:00:00Z",
+        triggers={},
+        artifacts=[ArtifactSubject(CODE_NAME, CODE, Assurance.EXECUTED, Source.ARTIFACT)],
+    )
+    return seal(statement(cand.subject_name(), report["manifest_digest"], pred), signer)[1]
+
+
+def test_each_remote_build_is_a_subject_reported_if_the_trials_heard_it_else_declared(
+    typed_repair: Manifest,
+) -> None:
+    signer = _signer()
+    env = _with_builds(typed_repair, signer)
+    result = verify(env, _keys(signer), artifact=CODE)  # the code is still a subject
+    assert result.ok, result.failed()
+    subjects = result.statement["subject"]  # type: ignore[index]
+    text = hashlib.sha256
+    assert [(s["name"], s["digest"]["sha256"], s["annotations"]) for s in subjects[2:]] == [
+        # A build written as a digest is that digest; any other is the SHA-256 of its text.
+        ("assaygate:build:target.url", "ee" * 32, {"assurance": "reported", "ref": IMAGE}),
+        (
+            "assaygate:build:tools.servers.ledger.url",
+            text(b"ledger@3").hexdigest(),
+            {"assurance": "declared", "ref": "ledger@3"},
+        ),
+        (
+            "assaygate:build:tools.servers.shop.url",
+            text(b"shop@2").hexdigest(),
+            {"assurance": "reported", "ref": "shop@2"},
+        ),
+        (
+            "assaygate:build:tools.servers.shop.url",
+            text(b"shop@1").hexdigest(),
+            {"assurance": "declared", "ref": "shop@1"},
+        ),
+    ]
+    assert verify(env, _keys(signer), artifact="ee" * 32).ok  # the deployed image, by digest
+
+
+def test_a_statement_that_drops_a_build_subject_fails_the_subject_check(
+    typed_repair: Manifest,
+) -> None:
+    signer = _signer()
+    env = _with_builds(typed_repair, signer)
+    stmt = json.loads(base64.b64decode(env["payload"]))
+    stmt["subject"] = stmt["subject"][:-1]
+    forged = seal(stmt, signer)[1]
+    failed = verify(forged, _keys(signer)).failed()
+    assert failed is not None and failed.name == "artifact_subjects"
