@@ -27,6 +27,30 @@ if [ ! -x "$BWRAP" ]; then
     exit 1
   fi
 fi
+# The seccomp filter (service/sandbox/seccomp.py) is compiled by the system's libseccomp, loaded
+# through ctypes: without libseccomp.so.2 sandboxes run without the filter, and a worker whose
+# ASSAYGATE_SANDBOX_MIN_POSTURE names `seccomp` refuses tenant code.
+if ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 '; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "ensure-sandbox: libseccomp.so.2 is missing; installing Debian's libseccomp2 package" \
+         "(the sandbox's seccomp filter)"
+    export DEBIAN_FRONTEND=noninteractive
+    log=$(mktemp)
+    if ! apt-get install -y -q libseccomp2 >"$log" 2>&1; then
+      apt-get update -q >>"$log" 2>&1 && apt-get install -y -q libseccomp2 >>"$log" 2>&1
+    fi
+    if /sbin/ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 '; then
+      rm -f "$log"
+      echo "ensure-sandbox: installed libseccomp2"
+    else
+      echo "ensure-sandbox: could not install libseccomp2 (apt-get output in $log);" \
+           "sandboxes will run without the seccomp filter" >&2
+    fi
+  else
+    echo "ensure-sandbox: libseccomp.so.2 is missing and cannot be installed here;" \
+         "sandboxes will run without the seccomp filter" >&2
+  fi
+fi
 if [ "$(id -u)" = 0 ]; then
   ns=(--unshare-net --unshare-pid --unshare-ipc --unshare-uts --unshare-cgroup)
 else

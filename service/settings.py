@@ -18,15 +18,20 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.core.system.artifact import IMAGE_PATTERN
 from service.keys import KeyRing
+from service.sandbox.layers import LAYERS
 
 MIB = 1024 * 1024
 # Where versions before 0.1 kept the dashboard's session secret: in the signing-keys folder.
 LEGACY_SESSION_SECRET = "web-session.secret"
+
+
+def _names(value: str) -> list[str]:
+    return [n.strip() for n in value.split(",") if n.strip()]
 
 
 class Settings(BaseSettings):
@@ -125,6 +130,12 @@ class Settings(BaseSettings):
     code_processes: int = Field(default=256, ge=1)
     code_open_files: int = Field(default=512, ge=16)
     code_file_mb: int = Field(default=64, ge=1)
+    # The sandbox's layers (docs/operations.md, "The sandbox's layers"): the uids sandboxes run
+    # as as root, one leased per sandbox ("FIRST-LAST"; empty: every sandbox runs as 65534), and
+    # the layers a tenant worker must have to run code at all (comma-separated names of
+    # service.sandbox.layers.LAYERS; empty: whatever the host gives, recorded in the dossier).
+    sandbox_uid_range: str = Field(default="200000-265535", pattern=r"^(\d+-\d+)?$")
+    sandbox_min_posture: str = ""
     # Code artifacts (docs/operations.md, "How code reaches the workers"): the largest upload
     # (`POST /v1/artifacts`, streamed and refused past it), and what a tenant worker unpacks at
     # most (bytes and entries) into its cache of unpacked artifacts, one folder per digest.
@@ -148,6 +159,34 @@ class Settings(BaseSettings):
     # The bearer token Prometheus scrapes `/metrics` with (docs/operations.md, "Metrics"). Empty:
     # a tenant admin's key still reads it, deprecated (its answer says so in a header).
     metrics_token: str = Field(default="", repr=False)
+
+    @field_validator("sandbox_uid_range")
+    @classmethod
+    def _uid_range(cls, value: str) -> str:
+        if value:
+            first, last = (int(n) for n in value.split("-"))
+            if not 1000 <= first <= last < 2**32 - 1:
+                raise ValueError("must be FIRST-LAST with 1000 <= FIRST <= LAST < 4294967295")
+        return value
+
+    @field_validator("sandbox_min_posture")
+    @classmethod
+    def _min_posture(cls, value: str) -> str:
+        unknown = [n for n in _names(value) if n not in LAYERS]
+        if unknown:
+            raise ValueError(f"unknown layer(s) {unknown}: each must be one of {list(LAYERS)}")
+        return value
+
+    @property
+    def sandbox_uids(self) -> tuple[int, int] | None:
+        if not self.sandbox_uid_range:
+            return None
+        first, last = (int(n) for n in self.sandbox_uid_range.split("-"))
+        return first, last
+
+    @property
+    def sandbox_required(self) -> frozenset[str]:
+        return frozenset(_names(self.sandbox_min_posture))
 
     @model_validator(mode="after")
     def _embedded_defaults(self) -> Settings:

@@ -24,6 +24,7 @@ from celery.signals import setup_logging, worker_ready, worker_shutdown
 
 from service.settings import Settings, configure_logging
 from worker import webhooks
+from worker.code import say_posture
 from worker.context import WorkerContext
 from worker.reconciler import Reconciler
 from worker.tasks import register
@@ -58,6 +59,11 @@ def make_celery(settings: Settings) -> Celery:
         # `serve` waits for this before it listens, so its first screen is not buried.
         if settings.worker_ready_file is not None:
             settings.worker_ready_file.touch()
+
+    @worker_ready.connect(weak=False)
+    def _posture(sender: Any = None, **_kwargs: Any) -> None:
+        if getattr(sender, "app", None) is app and settings.worker_tenant:
+            say_posture(settings)
 
     reconcilers: list[Reconciler] = []
 

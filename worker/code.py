@@ -19,11 +19,13 @@ hands `service.targets.load_target`; it is never run unconfined by a worker.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from service.app.records import AssayInputs
 from service.core.errors import ArtifactInvalid
@@ -31,8 +33,10 @@ from service.core.system.artifact import Source, check_bytes, written
 from service.core.system.manifest import Manifest, code_parts
 from service.core.system.secret import code_env
 from service.packing import UnpackLimits, folder_digest, materialise
-from service.sandbox import Confinement, ProcessLimits
+from service.sandbox import Confinement, ProcessLimits, layers
 from service.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,12 @@ def refusal(
             f"runs it; it runs only on a worker started with ASSAYGATE_WORKER_TENANT="
             f"{inputs.tenant}"
         )
+    missing = posture_missing(settings)
+    if missing:
+        return (
+            f"tenant code refused: {first} is code, and this worker cannot give its sandbox the "
+            f"layers the operator requires (ASSAYGATE_SANDBOX_MIN_POSTURE): {missing}"
+        )
     if settings.tenant_code_dir is None and inputs.code_sha256 is None:
         return (
             f"tenant code refused: {first} is code, the candidate names no code artifact "
@@ -86,6 +96,39 @@ def refusal(
             "without ASSAYGATE_TENANT_CODE_DIR (an operator's folder of the tenant's code)"
         )
     return None
+
+
+def posture_missing(settings: Settings) -> str | None:
+    """The required layers this worker's sandboxes lack, and why (None: it has them all)."""
+    found = layers.posture(settings.sandbox_uids)
+    missing = found.missing(settings.sandbox_required)
+    if not missing:
+        return None
+    why = dict(found.why)
+    return "; ".join(f"no {layer} ({why.get(layer, 'unavailable')})" for layer in missing)
+
+
+def posture_view(settings: Settings) -> dict[str, Any]:
+    """The layers this worker's sandboxes have, as a shard, the report and the dossier carry
+    them."""
+    found = layers.posture(settings.sandbox_uids)
+    return found.view(settings.code_memory_mb, settings.code_processes)
+
+
+def say_posture(settings: Settings) -> None:
+    """At a tenant worker's start: each layer its sandboxes will lack, and whether it will
+    therefore refuse code (a log line each)."""
+    found = layers.posture(settings.sandbox_uids)
+    for layer, why in found.why:
+        required = layer in settings.sandbox_required
+        log.warning(
+            "sandbox layer %s unavailable: %s%s",
+            layer,
+            why,
+            " (required by ASSAYGATE_SANDBOX_MIN_POSTURE: this worker refuses tenant code)"
+            if required
+            else " (tenant code runs without it; the dossier records so)",
+        )
 
 
 def unpack_limits(settings: Settings) -> UnpackLimits:
@@ -177,4 +220,6 @@ def confinement_for(
         env=code_env(manifest.target.env, secrets),
         limits=limits(settings),
         egress=egress,
+        uids=settings.sandbox_uids,
+        require=settings.sandbox_required,
     )

@@ -32,7 +32,7 @@ from service.core.system.manifest import runs_code
 from service.core.trial.engine import TrialEngine
 from service.keys import ActiveKey, KeyRing
 from worker import webhooks
-from worker.code import CodeRefused, refusal
+from worker.code import CodeRefused, posture_view, refusal
 from worker.context import Parsed, WorkerContext
 from worker.heartbeat import EngineWatch, Heartbeat
 
@@ -205,6 +205,9 @@ def run_and_store(
         # The code this shard ran, by digest, when it ran any trial of it.
         code = ctx.code_ran(assay_id) if result.trials else None
         code_sha256 = code.sha256 if code is not None else None
+        if code is not None:
+            # What confined it, carried into the report and the signed dossier.
+            result.sandbox = posture_view(ctx.settings)
         # The image that code ran in, as the worker was told (ASSAYGATE_TENANT_IMAGE).
         image = ctx.settings.tenant_image if code is not None else None
 

@@ -155,7 +155,13 @@ class CommandRunner:
             proc = sandbox.popen(
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
             )
-            return self._talk(proc, task, deadline_s, crashed)
+            result = self._talk(proc, task, deadline_s, crashed)
+            # A tree over its cgroup's memory lost a process to the kernel: the run failed, and
+            # says why (whatever the rest of the tree then did).
+            exceeded = sandbox.memory_exceeded()
+            if exceeded is not None and not result.crashed:
+                result.error, result.claims = f"TargetFailed: {exceeded}", []
+            return result
         finally:
             sandbox.close()
 
@@ -362,7 +368,12 @@ class PythonRunner(HttpRunner):
             return RunResult(error=f"TargetUnreachable: {self._broken}")
         sandbox = self.sandbox
         result = super().run(task, url, deadline_s, crashed)
-        if result.timed_out and sandbox is not None:
+        exceeded = sandbox.memory_exceeded() if sandbox is not None else None
+        if exceeded is not None and not result.crashed:
+            # The kernel killed part of the host's tree: this run failed, and the next gets a
+            # fresh sandbox (and cgroup).
+            result = RunResult(error=f"TargetFailed: {exceeded}")
+        if (result.timed_out or exceeded is not None) and sandbox is not None:
             self._restart(sandbox)
         return result
 

@@ -41,6 +41,12 @@ class Confinement:
     # to connect to, or raises (service.net.egress.EgressRefused). None: no egress beyond the
     # gate's own relays (the proxy, the tool server).
     egress: Callable[[str, int], str] | None = None
+    # The operator's range of sandbox uids (ASSAYGATE_SANDBOX_UID_RANGE): one leased per sandbox
+    # (service/sandbox/layers.py). None: every sandbox runs as 65534.
+    uids: tuple[int, int] | None = None
+    # The layers the operator requires (ASSAYGATE_SANDBOX_MIN_POSTURE, names of
+    # service.sandbox.layers.LAYERS): a sandbox that cannot have them all is not built.
+    require: frozenset[str] = frozenset()
 
     def python_path(self) -> str:
         """The import path of the gate's python hosts in the sandbox: the code dir, then its

@@ -32,10 +32,14 @@ local `assaygate assay` on the user's own machine) runs it as the user's own pro
   `sandbox`. The network namespace holds only its own loopback interface.
 - **User.** As root (bubblewrap's privileged mode) the sandbox keeps only CAP_SETUID,
   CAP_SETGID and CAP_SETPCAP; the inner launcher empties the capability bounding set, clears the
-  supplementary groups, sets real, effective and saved uid and gid to 65534 and clears the
-  inheritable set before anything else runs (bubblewrap sets no_new_privs): the tenant's code
-  has no capability at all. Not root: a user namespace maps the caller to uid/gid 65534 and
-  forbids further user namespaces (`--disable-userns`).
+  supplementary groups, sets real, effective and saved uid and gid to the sandbox's own uid
+  (leased from `Confinement.uids` for the sandbox's life, `layers.UidLease`; 65534 without a
+  range) and clears the inheritable set before anything else runs (bubblewrap sets
+  no_new_privs): the tenant's code has no capability at all. Not root: a user namespace maps the
+  caller to uid/gid 65534 and forbids further user namespaces (`--disable-userns`).
+- **Seccomp.** bubblewrap loads the filter of `seccomp.py` (`--seccomp`) before the inner
+  launcher runs: namespace creation, mount, ptrace, bpf, keyctl, modules and the like answer
+  EPERM; `/proc/self/status` inside says `Seccomp: 2`.
 - **Environment.** Exactly `PATH` (the venv's `bin`, `/usr/local/bin`, `/usr/bin`, `/bin`),
   `HOME`, `LANG=C.UTF-8`, `TMPDIR=/tmp`, `PYTHONDONTWRITEBYTECODE=1`, the confinement's `env`
   (the manifest's declared env and the tenant's named secrets), the adapter's own variables
@@ -44,20 +48,22 @@ local `assaygate assay` on the user's own machine) runs it as the user's own pro
   travels in a 0600 file of the run directory that the inner launcher reads (as uid 65534) and
   deletes before the program starts, never on a command line.
 - **Limits** (`Confinement.limits`, set by the inner launcher, inherited by the whole tree):
-  RLIMIT_CPU (`cpu_s`), RLIMIT_AS (`memory_mb`), RLIMIT_NPROC (`processes`), RLIMIT_NOFILE
-  (`open_files`), RLIMIT_FSIZE (`file_mb`), RLIMIT_CORE=0. As root the sandbox user lives in the
-  host's user namespace, so RLIMIT_NPROC counts every uid-65534 process of the host, not only
-  this sandbox's.
+  RLIMIT_CPU (`cpu_s`), RLIMIT_AS (`memory_mb`), RLIMIT_NPROC (`processes`, per uid: per sandbox
+  with a uid range), RLIMIT_NOFILE (`open_files`), RLIMIT_FSIZE (`file_mb`), RLIMIT_CORE=0; and
+  for the whole tree, where the host has a writable cgroup hierarchy (`cgroup.py`), its memory
+  (`memory_mb`) and its number of tasks (`processes`): bubblewrap enters the sandbox's cgroup
+  before it execs, so every process is born inside.
 - **Network: relays only.** Each sandbox has a run directory (0700, owned by the sandbox user,
-  inside a root-only 0700 temp directory) holding Unix sockets. Outbound, for each endpoint the
-  adapter allows (the trial's MCP proxy for a runner, the tool server for a python target), the
-  inner launcher listens on 127.0.0.1 at the same port inside and pipes each connection to a Unix
-  socket, which the worker's relay thread (`relay.py`) connects on to that one host:port: URLs
-  need no rewriting. Inbound (a python host the worker POSTs tasks to), the host listens on
-  `ASSAYGATE_LISTEN_PORT` inside, the inner launcher serves a Unix socket piped to it, and the
-  worker listens on an ephemeral 127.0.0.1 port piped to that socket (`Sandbox.url`). Nothing
-  else is reachable: not PostgreSQL, Redis, the API, another sandbox, or any other address.
-  Relays are asyncio on one thread per worker process (and in the inner launcher).
+  inside a root-only 0700 temp directory; as root its own tmpfs of `layers.RELAY_MB`) holding
+  Unix sockets. Outbound, for each endpoint the adapter allows (the trial's MCP proxy for a
+  runner, the tool server for a python target), the inner launcher listens on 127.0.0.1 at the
+  same port inside and pipes each connection to a Unix socket, which the worker's relay thread
+  (`relay.py`) connects on to that one host:port: URLs need no rewriting. Inbound (a python host
+  the worker POSTs tasks to), the host listens on `ASSAYGATE_LISTEN_PORT` inside, the inner
+  launcher serves a Unix socket piped to it, and the worker listens on an ephemeral 127.0.0.1
+  port piped to that socket (`Sandbox.url`). Nothing else is reachable: not PostgreSQL, Redis,
+  the API, another sandbox, or any other address. Relays are asyncio on one thread per worker
+  process (and in the inner launcher).
 - **Egress.** With `Confinement.egress` set, one more relayed port inside is an HTTP forward
   proxy on the worker's side (`HTTPS_PROXY`/`HTTP_PROXY`, `NO_PROXY=127.0.0.1,localhost`):
   every CONNECT, and every absolute-form plain-HTTP request (one per connection), calls
@@ -88,7 +94,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from service.sandbox import Confinement, relay
+from service.sandbox import Confinement, cgroup, layers, relay, seccomp
 
 BWRAP = "/usr/bin/bwrap"
 UID = GID = 65534
@@ -98,6 +104,17 @@ HOME = "/tmp/home"
 LISTEN_ENV = "ASSAYGATE_LISTEN_PORT"
 CHECK_TIMEOUT_S = 30.0
 KILL_WAIT_S = 10.0
+SH = "/bin/sh"
+# Run by /bin/sh as root on the worker's side, between the spawner and bubblewrap: open the
+# seccomp program on descriptor 3 (`--seccomp 3`) and the inner launcher on 4 (copied in with
+# `--ro-bind-data`: no host path of it shows in /proc/self/mountinfo), enter the sandbox's
+# cgroup(s) (every file up to `--`), then become bubblewrap (same process: `--die-with-parent`
+# still follows the spawning thread). A command line, not a pre-exec hook, so the MCP SDK's
+# stdio client (which spawns `argv` itself) gets the same sandbox.
+ENTER = (
+    'exec 3<"$1" 4<"$2" || exit 125; shift 2; '
+    'for f; do shift; [ "$f" = -- ] && break; echo $$ >"$f" || exit 125; done; exec "$@"'
+)
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 _ETC = (
     "passwd",
@@ -175,6 +192,7 @@ def _base(tmp_mb: int, binds: Sequence[tuple[str, str]], run_dir: str | None) ->
     links, system = _system()
     return [
         BWRAP,
+        *(["--seccomp", "3"] if seccomp.program() is not None else []),
         *_namespaces(),
         *("--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox"),
         *links,
@@ -186,12 +204,12 @@ def _base(tmp_mb: int, binds: Sequence[tuple[str, str]], run_dir: str | None) ->
 
 
 def _code_binds(code_dir: Path, gate_code: bool) -> list[tuple[str, str]]:
-    """Python, the venv, the gate's source (for its hosts), the tenant's code, the launcher."""
+    """Python, the venv, the gate's source (for its hosts), the tenant's code."""
     paths = {sys.base_prefix, sys.prefix, str(code_dir)}
     if gate_code:
         paths.update((str(GATE_SOURCE), str(PUBLIC_SOURCE)))
     binds = [(p, p) for p in paths if not p.startswith("/usr/")]
-    return [*binds, (str(Path(__file__).with_name("inner.py")), INNER)]
+    return binds
 
 
 _checked = False
@@ -209,9 +227,10 @@ def check_available() -> None:
                 f"bubblewrap is not installed ({BWRAP}): run deploy/ensure-sandbox.sh; "
                 "tenant code never runs unconfined"
             )
+        folder = tempfile.mkdtemp(prefix="assaygate-check-")
         try:
             done = subprocess.run(
-                [*_base(1, [], None), "--", "/usr/bin/true"],
+                [*_enter(folder, []), *_base(1, [], None), "--", "/usr/bin/true"],
                 capture_output=True,
                 env={},
                 timeout=CHECK_TIMEOUT_S,
@@ -219,12 +238,26 @@ def check_available() -> None:
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise SandboxUnavailable(f"bubblewrap did not run: {exc}") from None
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
         if done.returncode != 0:
             raise SandboxUnavailable(
                 "bubblewrap cannot create the sandbox's namespaces: "
                 + done.stderr.decode("utf-8", "replace").strip()[:500]
             )
         _checked = True
+
+
+def _enter(folder: str, procs: Sequence[str], inner: str = os.devnull) -> list[str]:
+    """The prefix that puts bubblewrap under the seccomp filter and into the cgroup(s)."""
+    program = seccomp.program()
+    path = os.devnull
+    if program is not None:
+        path = os.path.join(folder, "seccomp.bpf")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(program)
+    return [SH, "-c", ENTER, "sh", path, inner, *procs, "--"]
 
 
 def _free_port(taken: set[int], start: int) -> int:
@@ -258,6 +291,21 @@ class Sandbox:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url: str | None = None
         self._servers: list[Any] = []
+        self._lease: layers.UidLease | None = None
+        self.cgroup: cgroup.TreeCgroup | None = None
+        self._oom_kills = 0
+        self._relay_mount: str | None = None
+        self._limits = confinement.limits
+        found = layers.posture(confinement.uids)
+        missing = found.missing(confinement.require)
+        if missing:
+            why = dict(found.why)
+            raise SandboxUnavailable(
+                "the sandbox posture the operator requires (ASSAYGATE_SANDBOX_MIN_POSTURE) is not "
+                "met here: "
+                + "; ".join(f"no {layer} ({why.get(layer, 'unavailable')})" for layer in missing)
+            )
+        self.posture = found.view(confinement.limits.memory_mb, confinement.limits.processes)
         self._dir = tempfile.mkdtemp(prefix="assaygate-bwrap-")
         try:
             self.argv = self._prepare(confinement, argv, env or {}, reach, serve, gate_code)
@@ -274,10 +322,18 @@ class Sandbox:
         serve: bool,
         gate_code: bool,
     ) -> list[str]:
+        found = layers.posture(confinement.uids)
+        uid = gid = UID
+        if found.uid is not None and confinement.uids is not None:
+            self._lease = layers.UidLease(*confinement.uids)
+            uid = gid = self._lease.uid
         run_dir = os.path.join(self._dir, "run")
         os.mkdir(run_dir, 0o700)
-        if os.getuid() == 0:
-            os.chown(run_dir, UID, GID)
+        if found.relay_tmpfs_mb is not None:
+            layers.mount_relay(run_dir, uid, gid)
+            self._relay_mount = run_dir
+        elif os.getuid() == 0:
+            os.chown(run_dir, uid, gid)
         taken = {port for _, port in reach}
         outbound: dict[int, str] = {}
         for host, port in dict.fromkeys(reach):
@@ -326,16 +382,35 @@ class Sandbox:
         if os.getuid() == 0:
             # Read by the inner launcher once it is the sandbox user, deleted before the program
             # starts.
-            os.fchown(fd, UID, GID)
+            os.fchown(fd, uid, gid)
         with os.fdopen(fd, "w") as f:
             json.dump(config, f)
+        hierarchy = cgroup.detect()
+        procs: list[str] = []
+        if found.cgroup is not None and isinstance(hierarchy, cgroup.Hierarchy):
+            self.cgroup = cgroup.TreeCgroup(hierarchy, limits.memory_mb, limits.processes)
+            procs = self.cgroup.procs
         return [
+            *_enter(self._dir, procs, str(Path(__file__).with_name("inner.py"))),
             *_base(limits.tmp_mb, _code_binds(confinement.code_dir, gate_code), run_dir),
+            *("--perms", "0644", "--ro-bind-data", "4", INNER),
             *("--chdir", str(confinement.code_dir), "--"),
             *(os.path.realpath(sys.executable), "-I", "-S", INNER),
-            *(str(UID), str(GID), f"{RUN}/config.json", "--"),
+            *(str(uid), str(gid), f"{RUN}/config.json", "--"),
             *argv,
         ]
+
+    def memory_exceeded(self) -> str | None:
+        """Why the tree died, when the kernel killed part of it for the cgroup's memory limit
+        (still known once the sandbox is closed)."""
+        if self.cgroup is not None:
+            self._oom_kills = self.cgroup.oom_kills()
+        if self._oom_kills == 0:
+            return None
+        return (
+            f"the sandbox's memory limit ({self._limits.memory_mb} MB for the whole process "
+            "tree, ASSAYGATE_CODE_MEMORY_MB) was exceeded: the kernel killed it"
+        )
 
     def _sock(self, name: str) -> str:
         return os.path.join(self._dir, "run", name)
@@ -374,4 +449,15 @@ class Sandbox:
         servers, self._servers = self._servers, []
         if servers:
             relay.call(lambda: [server.close() for server in servers])
+        if self.cgroup is not None:
+            self._oom_kills = self.cgroup.oom_kills()
+            self.cgroup.close()
+            self.cgroup = None
+        if self._relay_mount is not None:
+            layers.unmount_relay(self._relay_mount)
+            self._relay_mount = None
         shutil.rmtree(self._dir, ignore_errors=True)
+        # Only once nothing of the tree is left may another sandbox take its uid.
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None

@@ -170,7 +170,7 @@ def _stop(proc: subprocess.Popen[bytes], owner: int, sandbox: Sandbox | None = N
 class _Child:
     """One running host process. Its finalizer stops it at close, collection or interpreter exit."""
 
-    __slots__ = ("__weakref__", "finalizer", "owner", "port", "proc", "url")
+    __slots__ = ("__weakref__", "finalizer", "owner", "port", "proc", "sandbox", "url")
 
     def __init__(
         self, proc: subprocess.Popen[bytes], url: str, port: int, sandbox: Sandbox | None = None
@@ -179,6 +179,7 @@ class _Child:
         self.url = url
         self.port = port
         self.owner = os.getpid()
+        self.sandbox = sandbox
         self.finalizer = weakref.finalize(self, _stop, proc, self.owner, sandbox)
 
     @classmethod
@@ -309,7 +310,7 @@ class PythonTarget(HttpTarget):
     def __call__(self, task: Task, tools: Tools) -> None:
         child = self._live_child()
         try:
-            super().__call__(task, tools)
+            self._confined_call(child, task, tools)
         except TargetRaised:
             raise  # the child answered: it is alive, and nothing is worth waiting for
         except TargetTimeout:
@@ -319,11 +320,25 @@ class PythonTarget(HttpTarget):
         except TargetFailed:
             code = child.exited(_EXIT_GRACE_S)
             if code is not None:
-                self._death = f"died ({_exit_text(code)})"
+                # The kernel killed it for the tree's memory: say so rather than a bare signal.
+                exceeded = child.sandbox.memory_exceeded() if child.sandbox else None
+                self._death = f"died ({exceeded or _exit_text(code)})"
                 raise TargetUnreachable(
-                    f"the python target's process died during the task ({_exit_text(code)})"
+                    f"the python target's process died during the task "
+                    f"({exceeded or _exit_text(code)})"
                 ) from None
             raise
+
+    def _confined_call(self, child: _Child, task: Task, tools: Tools) -> None:
+        """The task; a tree that lost a process to its cgroup's memory limit during it fails it
+        saying so (whatever the host then answered), and the next task gets a fresh sandbox."""
+        try:
+            super().__call__(task, tools)
+        finally:
+            exceeded = child.sandbox.memory_exceeded() if child.sandbox is not None else None
+            if exceeded is not None and child.exited() is None:
+                self._end_sandbox(child)
+                raise TargetFailed(exceeded)
 
     def _end_sandbox(self, child: _Child) -> None:
         """A confined task past its deadline ends its whole sandbox (nothing it started runs on);

@@ -210,6 +210,7 @@ class WorkerProcess:
         tenant: str | None = None,
         code_dir: Path | None = None,
         image: str | None = None,
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
         self.log_path = log_dir / f"worker-{name}.log"
@@ -221,6 +222,7 @@ class WorkerProcess:
             env["ASSAYGATE_TENANT_CODE_DIR"] = str(code_dir or tenant_code())
         if image is not None:
             env["ASSAYGATE_TENANT_IMAGE"] = image
+        env.update(extra_env or {})
         self._log = self.log_path.open("wb")
         pool_args = ["--pool", pool] + (["--concurrency", "1"] if pool == "prefork" else [])
         self.process = subprocess.Popen(

@@ -31,7 +31,7 @@ from service.core.evidence.pairs import (
 from service.core.evidence.signature import newcombe, wilson
 from service.core.evidence.spend import from_views
 from service.core.evidence.stopping import Stop, rule_for
-from service.core.evidence.tally import ArmCounts, ShardResult, StormTally, Tally, add_cause
+from service.core.evidence.tally import ArmCounts, ShardResult, StormTally, Tally, add_cause, layers
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.disturbance import Disturbance
 from service.core.faults.plan import AssayPlan
@@ -467,6 +467,7 @@ def merge(
         rule=rule,
         spend=None if spend is None else {k: v for k, v in spend.items() if k != "faults"},
         builds=endpoint_builds(declared, *(t.builds for t in tallies.values())),
+        sandbox=layers(results),
     )
 
 

@@ -197,6 +197,9 @@ class AssayReport:
     # Remote targets: per endpoint, the declared build, the builds reported and the assurance
     # (service/core/evidence/builds.py); written only when there is one.
     builds: tuple[EndpointBuilds, ...] = ()
+    # The sandbox layers in force around the tenant code the assay ran (service/sandbox/layers.py
+    # `Posture.view`), one per distinct worker posture; written only when code ran.
+    sandbox: tuple[JSONObject, ...] = ()
 
     def to_dict(self) -> JSONObject:
         out: JSONObject = {
@@ -230,6 +233,8 @@ class AssayReport:
             out["spend"] = dict(self.spend)
         if self.builds:
             out["builds"] = assay_view(self.builds)
+        if self.sandbox:
+            out["sandbox"] = [dict(s) for s in self.sandbox]
         return out
 
     @classmethod
@@ -261,4 +266,5 @@ class AssayReport:
             rule=str(d.get("rule", "fixed")),
             spend=None if d.get("spend") is None else dict(obj(d["spend"])),
             builds=from_assay_view(obj(d.get("builds") or {})),
+            sandbox=tuple(dict(obj(s)) for s in cast(list[object], d.get("sandbox") or [])),
         )

@@ -7,6 +7,8 @@ result: an arm is a list `[n, one count per oracle flag, violations, effects]`.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -392,6 +394,9 @@ class ShardResult:
     unsafe: int = 0
     # What the shard's runs spent, per fault and arm (service/core/evidence/spend.py `Meter.view`).
     spend: dict[str, Any] | None = None
+    # The sandbox layers in force around the tenant code the shard ran (a tenant worker's
+    # posture, service/sandbox/layers.py); None when it ran none.
+    sandbox: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -405,6 +410,8 @@ class ShardResult:
         }
         if self.spend is not None:
             out["spend"] = self.spend
+        if self.sandbox is not None:
+            out["sandbox"] = self.sandbox
         return out
 
     @classmethod
@@ -418,4 +425,15 @@ class ShardResult:
             int(d.get("effects", 0)),
             int(d.get("unsafe", 0)),
             d.get("spend"),
+            d.get("sandbox"),
         )
+
+
+def layers(results: Iterable[ShardResult]) -> tuple[dict[str, Any], ...]:
+    """The distinct sandbox postures the shards ran tenant code under (one, unless the assay's
+    shards ran on workers that differ), in a stable order."""
+    seen: dict[str, dict[str, Any]] = {}
+    for r in results:
+        if r.sandbox is not None:
+            seen.setdefault(json.dumps(r.sandbox, sort_keys=True), r.sandbox)
+    return tuple(seen[k] for k in sorted(seen))

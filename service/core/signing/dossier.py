@@ -374,6 +374,8 @@ def predicate_from_report(
         **({"artifacts": [a.view() for a in shipped]} if shipped else {}),
         # Remote targets: per endpoint the declared build, those reported and the assurance.
         **({"builds": assay_view(r.builds)} if r.builds else {}),
+        # Tenant code: the sandbox layers that were in force (service/sandbox/layers.py).
+        **({"sandbox": [dict(s) for s in r.sandbox]} if r.sandbox else {}),
     }
     if policy is not None:
         found["organisation_policy"] = dict(policy)
