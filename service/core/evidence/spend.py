@@ -73,6 +73,9 @@ class Meter:
     # What earlier shards of the assay spent (a worker's shard counts against the whole budget).
     used: ArmSpend = field(default_factory=ArmSpend)
     _last: float = 0.0
+    # Every fault's arms summed as they are added: a budget is read after every trial, so the
+    # total is kept running (O(1) a run) rather than summed again over every fault and arm.
+    _total: ArmSpend = field(default_factory=ArmSpend)
 
     def mark(self) -> None:
         """Start timing the next run."""
@@ -82,12 +85,17 @@ class Meter:
     def add(self, fault: str, arm: str, runs: int, usage: tuple[int, float]) -> None:
         """`runs` agent runs of `arm` ended now (and reported `usage`)."""
         spent = self.faults.setdefault(fault, {}).setdefault(arm, ArmSpend())
+        total = self._total
         spent.runs += runs
         spent.tokens += usage[0]
         spent.cost += usage[1]
+        total.runs += runs
+        total.tokens += usage[0]
+        total.cost += usage[1]
         if self.clock is not None:
             now = self.clock()
             spent.seconds += now - self._last
+            total.seconds += now - self._last
             self._last = now
 
     def absorb(self, other: Meter) -> None:
@@ -96,12 +104,12 @@ class Meter:
             mine = self.faults.setdefault(fault, {})
             for arm, spent in arms.items():
                 mine.setdefault(arm, ArmSpend()).add(spent)
+                self._total.add(spent)
 
     def total(self) -> ArmSpend:
+        """What every fault's arms spent (this meter's own runs, not `used`)."""
         out = ArmSpend()
-        for arms in self.faults.values():
-            for spent in arms.values():
-                out.add(spent)
+        out.add(self._total)
         return out
 
     def exceeded(self, stop: StopConditions) -> str | None:
@@ -148,14 +156,14 @@ def from_views(views: Iterable[Mapping[str, object] | None]) -> Meter:
                 if not isinstance(s, Mapping):
                     continue
                 spent = meter.faults.setdefault(fault, {}).setdefault(arm, ArmSpend())
-                spent.add(
-                    ArmSpend(
-                        _int(s.get("runs")),
-                        _float(s.get("seconds")),
-                        _int(s.get("tokens")),
-                        _float(s.get("cost")),
-                    )
+                view_spend = ArmSpend(
+                    _int(s.get("runs")),
+                    _float(s.get("seconds")),
+                    _int(s.get("tokens")),
+                    _float(s.get("cost")),
                 )
+                spent.add(view_spend)
+                meter._total.add(view_spend)
     return meter
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from service.core.decision.merge import merge
 from service.core.decision.report import AssayReport
 from service.core.evidence.pairs import Removal, removal
-from service.core.evidence.spend import Meter
+from service.core.evidence.spend import Meter, budgeted
 from service.core.evidence.stopping import Watch
 from service.core.evidence.tally import SAMPLES, ShardResult, Tally, violating
 from service.core.faults.catalogue import FaultSpec
@@ -113,6 +113,8 @@ def run_shard(
     thresholds = gc.get_threshold()
     gc.set_threshold(_GC_YOUNG, thresholds[1], thresholds[2])
     slots = slots_of(target.slots, concurrency) if isinstance(target, SlottedEngine) else 1
+    # Read after every trial only when the plan sets a budget.
+    budget = meter is not None and budgeted(plan.stop)
     try:
         if slots > 1:
             assert isinstance(target, SlottedEngine)
@@ -150,7 +152,7 @@ def run_shard(
                 reason = limits.tripped(effects, unsafe, target_errors)
                 if reason is not None:
                     break
-            if meter is not None and (reason := meter.exceeded(plan.stop)) is not None:
+            if budget and meter is not None and (reason := meter.exceeded(plan.stop)) is not None:
                 break
             if watch is not None and watch.done(tally, done):
                 break
@@ -298,6 +300,9 @@ def run_assay(
     until its rule stops it. `clock` (seconds; else the limits') times the runs for the report's
     spend and `max_seconds`."""
     meter = Meter(clock if clock is not None or limits is None else limits.clock)
+    # Spend is timing, not a figure: an untimed, unbudgeted fixed assay reports none, so its
+    # trials are not metered at all (the paper assay's hot loop pays nothing for it).
+    metered = meter.clock is not None or budgeted(plan.stop)
     if plan.rule_for(manifest.target.kind) == "sequential":
         return run_sequential(
             run_shard,
@@ -327,7 +332,7 @@ def run_assay(
             limits=limits,
             honours_keys=honours_keys,
             concurrency=concurrency,
-            meter=meter,
+            meter=meter if metered else None,
         )
         folded.trials += result.trials
         for fid, tally in result.tallies.items():
@@ -353,17 +358,7 @@ def run_assay(
                 used_unsafe=limits.used_unsafe + result.unsafe,
                 used_target_errors=limits.used_target_errors + errors,
             )
-    # Spend is timing, not a figure: an untimed, unbudgeted assay equals its shards' merge.
-    budgeted = any(
-        v is not None
-        for v in (
-            plan.stop.max_runs,
-            plan.stop.max_seconds,
-            plan.stop.max_tokens,
-            plan.stop.max_cost,
-        )
-    )
-    spend = meter.view("fixed") if meter.clock is not None or budgeted else None
+    spend = meter.view("fixed") if metered else None
     return merge(manifest, plan, [folded], stopped, spend=spend)
 
 
