@@ -164,7 +164,7 @@ class Slot:
         capture: bool,
     ) -> TrialRecord:
         engine = self.engine
-        trial_id = engine.trial_id(self.index)
+        trial_id = engine.trial_id(spec, workload_key, disabled)
         budget = engine.deadline_s * (MAX_RESTARTS + 3) * 2 + 120
         if engine.refused is not None:
             return _target_error(engine.refused, workload_key)
