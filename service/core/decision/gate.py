@@ -233,6 +233,9 @@ def decide(
     if stopped and stopped.startswith("budget:"):
         # The team's own budget ran out: the evidence is unfinished, which holds (never allows).
         reasons.append(Reason("budget", f"the assay stopped: {stopped}", None, HOLD))
+    elif stopped and stopped.startswith("usage_invalid:"):
+        # Usage a token or cost budget cannot count: the budget cannot be kept, so it holds.
+        reasons.append(Reason("usage_invalid", f"the assay stopped: {stopped}", None, HOLD))
     elif stopped:
         reasons.append(Reason("stopped", f"the assay stopped: {stopped}", None, BLOCK))
     if not faults:

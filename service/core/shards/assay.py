@@ -131,6 +131,9 @@ def run_shard(
             if should_stop is not None and done % batch == 0 and should_stop():
                 reason = "aborted"
                 break
+            # A budget admits a trial before it runs (what is left pays for it).
+            if budget and meter is not None and (reason := meter.refuses(plan.stop)) is not None:
+                break
             spec = pick(k)
             wkey, skey = derive(wroot, k), derive(sroot, k)
             tally = tallies.get(spec.id)
@@ -148,6 +151,8 @@ def run_shard(
             unsafe += u
             target_errors += te
             done += 1
+            if meter is not None:
+                meter.trials += 1
             if limits is not None:
                 reason = limits.tripped(effects, unsafe, target_errors)
                 if reason is not None:
@@ -158,6 +163,8 @@ def run_shard(
                 break
     finally:
         gc.set_threshold(*thresholds)
+    if reason is not None and meter is not None:
+        reason = meter.settled(plan.stop, reason)
     if reason is not None and reason.startswith("target errors"):
         cause = next((m[0] for t in tallies.values() for m in t.error_causes.values() if m), None)
         if cause is not None:
@@ -195,7 +202,7 @@ def _one(
         meter.mark()
     rec = run_trial(rt, spec, wkey, skey)
     if meter is not None:
-        meter.add(spec.id, "intervention", 1, rec.usage)
+        meter.add(spec.id, "intervention", 1, rec.usage, rec.usage_invalid)
         if rec.sensitivity is not None:
             meter.add(spec.id, "sensitivity", 1, (0, 0.0))
     tally.sandbox_refusals += len(rec.world.refusals)
@@ -225,7 +232,7 @@ def _one(
     if extra and plan.matched_baseline:
         base = run_trial(rt, None, wkey, skey)
         if meter is not None:
-            meter.add(spec.id, "baseline", 1, base.usage)
+            meter.add(spec.id, "baseline", 1, base.usage, base.usage_invalid)
         effects += base.outcome.effects
         if base.builds:
             tally.saw(base.builds)
@@ -242,7 +249,7 @@ def _one(
         for arm, removed in rm.pairs():
             cf = run_trial(rt, spec, wkey, skey, removed)
             if meter is not None:
-                meter.add(spec.id, arm, 1, cf.usage)
+                meter.add(spec.id, arm, 1, cf.usage, cf.usage_invalid)
             effects += cf.outcome.effects
             if cf.builds:
                 tally.saw(cf.builds)
