@@ -20,6 +20,7 @@ from service.core.evidence.stopping import Watch
 from service.core.evidence.tally import SAMPLES, ShardResult, Tally, violating
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
+from service.core.shards.scheduled_assay import run_scheduled_assay
 from service.core.shards.sequential_assay import run_sequential
 from service.core.shards.shard import (
     ShardSpec,
@@ -310,6 +311,23 @@ def run_assay(
     # Spend is timing, not a figure: an untimed, unbudgeted fixed assay reports none, so its
     # trials are not metered at all (the paper assay's hot loop pays nothing for it).
     metered = meter.clock is not None or budgeted(plan.stop)
+    slots = slots_of(target.slots, concurrency) if isinstance(target, SlottedEngine) else 1
+    if slots > 1 and not plan.paper:
+        # Every free slot draws from every fault: faults run side by side.
+        assert isinstance(target, SlottedEngine)
+        return run_scheduled_assay(
+            _one,
+            manifest,
+            plan,
+            target,
+            slots,
+            progress,
+            limits,
+            honours_keys,
+            fault_done,
+            meter,
+            metered,
+        )
     if plan.rule_for(manifest.target.kind) == "sequential":
         return run_sequential(
             run_shard,
