@@ -22,7 +22,7 @@ trials per fault). Prints one JSON object:
 
 Benchmarks print figures; they assert nothing.
 
-    .venv/bin/python bench/agent_latency.py --json [--model-ms 200] [--trials 8]
+    .venv/bin/python bench/agent_latency.py --json [--model-ms 200] [--trials 6]
         [--mode ship_order_timeout_after_commit ...]
 """
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--model-ms", type=float, default=200.0)
-    ap.add_argument("--trials", type=int, default=8, help="trials per fault (the cap)")
+    ap.add_argument("--trials", type=int, default=6, help="trials per fault (the cap)")
     ap.add_argument("--mode", action="append", default=None)
     args = ap.parse_args(argv)
     os.environ["WAREHOUSE_MODEL_MS"] = str(args.model_ms)

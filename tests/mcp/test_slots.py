@@ -88,6 +88,11 @@ def assay(
     return report, out.err
 
 
+def trial_ids(report: dict[str, Any]) -> dict[str, list[str]]:
+    """Per fault, the `trial_id` of each sampled trial's task."""
+    return {f["id"]: [x["task"]["trial_id"] for x in f["samples"]] for f in report["faults"]}
+
+
 def counts(report: dict[str, Any]) -> dict[str, Any]:
     """Per fault, what the gate reads: the arms' counts, the invariants, errors, the decision."""
     keep = ("planned", "exercised", "not_exercised", "target_errors", "baseline_errors", "arms")
@@ -105,6 +110,11 @@ def test_the_same_seed_gives_the_same_per_fault_counts_at_concurrency_1_and_4(
     concurrent, err = assay(tmp_path, capsys, slotted.manifest("careful"), SLOTS)
     assert counts(concurrent) == counts(serial)
     assert serial["decision"] == "allow", serial["reasons"]
+    # The agent's task names its trial alike at any concurrency (never the slot that ran it).
+    assert trial_ids(concurrent) == trial_ids(serial)
+    assert all(
+        i.startswith("t") and "-s" not in i for ids in trial_ids(serial).values() for i in ids
+    )
     assert "offers no slots" not in err
     # The serial run used world 0 alone; at concurrency 4 a fault's three trials ran at once,
     # each in a world of its own.
