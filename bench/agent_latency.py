@@ -1,22 +1,29 @@
 """A real agent's cost: the MCP warehouse example with a simulated model latency per step.
 
 The careful and the blind (commit-blind) agents of examples/mcp-warehouse wait `--model-ms` before
-each tool call (WAREHOUSE_MODEL_MS: a model deciding the step) and report their usage. Each is
-assayed with the fixed plan and with the sequential plan at the same error and cap (`--trials`
-trials per fault), and prints one JSON object:
+each tool call (WAREHOUSE_MODEL_MS: a model deciding the step) and report their usage. Several
+faults (`--mode`, four by default) are assayed at once, so what is measured is the scheduler that
+runs them side by side on the example's 8 slots (`--slots 8`; the agents are warm, `--lines`),
+each with the fixed plan and with the sequential plan at the same error and cap (`--trials`
+trials per fault). Prints one JSON object:
 
-- `speedup_concurrency_8`: wall time to the decision at concurrency 1 over concurrency 8 (the
-  example's servers offer 8 isolated worlds, `--slots 8`; the agents are warm, `--lines`);
+- `speedup_concurrency_8`: the careful agent's fixed-plan wall time at concurrency 1 over 8;
 - `runs_ratio_sequential`: agent runs (every arm: intervention, matched baseline, sensitivity
-  pair) of the sequential plan over the fixed plan's, for the careful agent;
-- `decision_same`: both plans decide alike for the careful and the blind agent;
-- `defective_runs_to_block`: the sequential plan's agent runs before the blind agent's block;
+  pair, counterfactual pairs) of the sequential plan over the fixed plan's for the careful agent,
+  at concurrency 1 and at 8 (`runs_ratio_sequential_8`); `runs_ratio_sequential_blind` likewise
+  for the blind agent (its first violation ends each fault);
+- `runs_same_any_concurrency`: every fault's runs, per arm, are the same at concurrency 1 and 8,
+  under both plans and for both agents;
+- `budget_overshoot_runs`: a `max_runs` budget of half the careful fixed plan's runs, at
+  concurrency 8: the runs spent past it (documented bound: the trials in flight);
+- `decision_same`: both plans decide alike for the careful and the blind agent, at 1 and 8;
+- `load`: the box's load average (1, 5, 15 minutes) when the bench ended;
 - the runs, seconds and decisions behind them.
 
 Benchmarks print figures; they assert nothing.
 
-    .venv/bin/python bench/agent_latency.py --json [--model-ms 200] [--trials 60]
-        [--mode ship_order_timeout_after_commit]
+    .venv/bin/python bench/agent_latency.py --json [--model-ms 200] [--trials 6]
+        [--mode ship_order_timeout_after_commit ...]
 """
 
 from __future__ import annotations
@@ -62,6 +69,14 @@ def _manifest(agent: str, shop: int, admin: int) -> Any:
     return parse_manifest(data)
 
 
+MODES = [
+    "ship_order_timeout_after_commit",
+    "issue_credit_timeout_after_commit",
+    "ship_order_partial_reply",
+    "get_order_subject_swap",
+]
+
+
 def _assay(manifest: Any, plan: dict[str, Any], concurrency: int = 1) -> dict[str, Any]:
     parsed = validate_plan({**plan, "catalogue": catalogue_for(manifest)})
     target = load_target(manifest, egress=EgressPolicy.local(), slots=concurrency)
@@ -80,6 +95,11 @@ def _assay(manifest: Any, plan: dict[str, Any], concurrency: int = 1) -> dict[st
         "runs": (spend.get("total") or {}).get("runs"),
         "arms": {a: s["runs"] for a, s in (spend.get("arms") or {}).items()},
         "stops": {f["id"]: (f.get("stop") or {}).get("code") for f in data["faults"]},
+        "fault_runs": {
+            f["id"]: {a: s["runs"] for a, s in (f.get("spend") or {}).items()}
+            for f in data["faults"]
+        },
+        "stopped": data.get("stopped"),
     }
 
 
@@ -87,11 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--model-ms", type=float, default=200.0)
-    ap.add_argument("--trials", type=int, default=60, help="trials per fault (the cap)")
+    ap.add_argument("--trials", type=int, default=6, help="trials per fault (the cap)")
     ap.add_argument("--mode", action="append", default=None)
     args = ap.parse_args(argv)
     os.environ["WAREHOUSE_MODEL_MS"] = str(args.model_ms)
-    modes = args.mode or ["ship_order_timeout_after_commit"]
+    modes = args.mode or MODES
     with tempfile.TemporaryDirectory() as tmp:
         shop, admin = _port(), _port()
         servers = subprocess.Popen(
@@ -119,25 +139,45 @@ def _measure(args: argparse.Namespace, modes: list[str], shop: int, admin: int) 
     runs: dict[str, dict[str, Any]] = {}
     for name, manifest in (("careful", careful), ("blind", blind)):
         for rule in ("fixed", "sequential"):
-            runs[f"{name}_{rule}"] = _assay(manifest, {**base, "rule": rule})
-    one = _assay(careful, {**base, "rule": "fixed"}, concurrency=1)
-    eight = _assay(careful, {**base, "rule": "fixed"}, concurrency=SLOTS)
-    speedup = round(one["seconds"] / eight["seconds"], 2)
-    note = f"{one['seconds']} s at concurrency 1, {eight['seconds']} s at {SLOTS}"
-    runs["careful_fixed_concurrency_8"] = eight
-    fixed, seq = runs["careful_fixed"], runs["careful_sequential"]
+            for concurrency in (1, SLOTS):
+                key = f"{name}_{rule}_{concurrency}"
+                runs[key] = _assay(manifest, {**base, "rule": rule}, concurrency)
+    fixed = runs[f"careful_fixed_{SLOTS}"]
+    budget = max(1, fixed["runs"] // 2)
+    stop = {"max_runs": budget}
+    runs["careful_fixed_budget"] = _assay(careful, {**base, "rule": "fixed", "stop": stop}, SLOTS)
+    one, eight = runs["careful_fixed_1"], runs[f"careful_fixed_{SLOTS}"]
+
+    def ratio(name: str, concurrency: int) -> float:
+        seq = runs[f"{name}_sequential_{concurrency}"]["runs"]
+        return round(seq / runs[f"{name}_fixed_{concurrency}"]["runs"], 3)
+
+    pairs = [
+        (f"{n}_{r}_1", f"{n}_{r}_{SLOTS}")
+        for n in ("careful", "blind")
+        for r in ("fixed", "sequential")
+    ]
     return {
-        "speedup_concurrency_8": speedup,
-        "speedup_note": note,
-        "runs_ratio_sequential": round(seq["runs"] / fixed["runs"], 3),
-        "decision_same": all(
-            runs[f"{n}_fixed"]["decision"] == runs[f"{n}_sequential"]["decision"]
-            for n in ("careful", "blind")
+        "speedup_concurrency_8": round(one["seconds"] / eight["seconds"], 2),
+        "speedup_note": f"{one['seconds']} s at concurrency 1, {eight['seconds']} s at {SLOTS}",
+        "runs_ratio_sequential": ratio("careful", 1),
+        "runs_ratio_sequential_8": ratio("careful", SLOTS),
+        "runs_ratio_sequential_blind": ratio("blind", 1),
+        "runs_same_any_concurrency": all(
+            runs[a]["fault_runs"] == runs[b]["fault_runs"] for a, b in pairs
         ),
-        "defective_runs_to_block": runs["blind_sequential"]["runs"],
+        "budget_overshoot_runs": max(0, runs["careful_fixed_budget"]["runs"] - budget),
+        "budget_max_runs": budget,
+        "decision_same": all(
+            runs[f"{n}_fixed_{c}"]["decision"] == runs[f"{n}_sequential_{c}"]["decision"]
+            for n in ("careful", "blind")
+            for c in (1, SLOTS)
+        ),
+        "defective_runs_to_block": runs["blind_sequential_1"]["runs"],
         "model_ms": args.model_ms,
         "trials_per_fault": args.trials,
         "modes": modes,
+        "load": [round(x, 2) for x in os.getloadavg()],
         "assays": runs,
     }
 

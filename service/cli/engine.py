@@ -384,10 +384,12 @@ def _fault_lines(plan: AssayPlan) -> Callable[[str, Tally, int, int], None]:
 
     def line(fault: str, tally: Tally, done: int, total: int) -> None:
         finished[0] += 1
-        iv = tally.arms["intervention"]
+        # Every trial run counts, fired or not: a fault that never fires still shows violations.
+        arms = tally.arms
+        violations = arms["intervention"].violations + arms["unfired"].violations
         print(
-            f"assaygate: fault {finished[0]}/{faults} {fault}: {tally.planned} trials, fired in "
-            f"{tally.exercised}, violations {iv.violations}, target errors {tally.all_errors} "
+            f"assaygate: fault {finished[0]}/{faults} {fault}: {tally.planned} trials run, fired "
+            f"in {tally.exercised}, violations {violations}, target errors {tally.all_errors} "
             f"({time.monotonic() - start:.1f} s; {done}/{total} trials)",
             file=sys.stderr,
             flush=True,

@@ -11,11 +11,9 @@ called synchronously from the harness.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 
 from service.core.faults.catalogue import Catalogue, FaultSpec
@@ -92,10 +90,8 @@ class McpEngine:
                 check_servers(egress, self.contract)
             except EgressRefused as exc:
                 self.refused = f"TargetUnreachable: egress refused: {exc.message}"
-        self._seq = itertools.count()
         self.runs_done = 0  # trial arms finished (read by `activity`)
         self._counting = threading.Lock()
-        self._prefix = f"{int(time.time() * 1000) % 10**9:x}"
         self._slots: list[Slot] = []
         try:
             for i in range(n):
@@ -161,9 +157,18 @@ class McpEngine:
         with self._counting:  # slots finish runs from their own threads
             self.runs_done += 1
 
-    def trial_id(self, slot: int | None) -> str:
-        n = next(self._seq)
-        return f"{self._prefix}-{n}" if slot is None else f"{self._prefix}-s{slot}-{n}"
+    @staticmethod
+    def trial_id(
+        spec: FaultSpec | None, workload_key: int, disabled: frozenset[str] = frozenset()
+    ) -> str:
+        """The trial's id as the agent and the hooks see it: from the trial (its workload, which
+        the plan's seed, the fault and the trial's number derive) and the arm, never from the
+        slot or the order trials start in, so an agent keyed on it behaves alike at any
+        concurrency."""
+        arm = "" if spec is not None else "-baseline"
+        if disabled:
+            arm += "-without-" + "+".join(sorted(disabled))
+        return f"t{workload_key % 2**64:016x}{arm}"
 
     def run_trial(
         self,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx2
 import uvloop
 
-from service.core.evidence.spend import usage_of
+from service.core.evidence.spend import usage_invalid, usage_of
 from service.core.faults.catalogue import FaultSpec, Recoverability
 from service.core.faults.disturbance import Disturbance
 from service.core.faults.injector import Injector
@@ -164,7 +164,7 @@ class Slot:
         capture: bool,
     ) -> TrialRecord:
         engine = self.engine
-        trial_id = engine.trial_id(self.index)
+        trial_id = engine.trial_id(spec, workload_key, disabled)
         budget = engine.deadline_s * (MAX_RESTARTS + 3) * 2 + 120
         if engine.refused is not None:
             return _target_error(engine.refused, workload_key)
@@ -427,6 +427,7 @@ class Slot:
         rec = TrialRecord(outcome, exercised, inj.receipts, tally.error, storm, None, w, World(w))
         rec.refusals = inj.refusals
         rec.usage = usage_of(claims)
+        rec.usage_invalid = usage_invalid(claims)
         rec.builds = tuple(sorted(self.upstreams.answered, key=_build_key))
         rec.invariants = tuple(sorted(name for name, ok in results.items() if not ok))
         rec.sample = {

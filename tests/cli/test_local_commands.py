@@ -262,7 +262,7 @@ def test_without_a_terminal_an_assay_prints_a_line_per_finished_fault_on_stderr(
     ids = [f["id"] for f in report["faults"]]
     assert len(lines) == len(ids)
     for k, (line, fault) in enumerate(zip(lines, ids, strict=True), start=1):
-        assert line.startswith(f"assaygate: fault {k}/{len(ids)} {fault}: 5 trials, fired in ")
+        assert line.startswith(f"assaygate: fault {k}/{len(ids)} {fault}: 5 trials run, fired in ")
     assert lines[-1].endswith(f"{5 * len(ids)}/{5 * len(ids)} trials)")
 
 

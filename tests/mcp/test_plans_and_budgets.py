@@ -6,6 +6,7 @@ each framework (LangGraph's usage_metadata, the OpenAI Agents SDK's context_wrap
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +128,21 @@ def test_the_framework_runner_reads_usage_from_the_framework(
     assert tokens > 0 and tokens % 100 == 0
     claim = report["faults"][0]["samples"][0]["claim"]
     assert claim["usage"]["tokens"] == tokens
+
+
+USAGE = ROOT / "tests" / "mcp" / "agents" / "usage.py"
+
+
+@pytest.mark.parametrize("bad", ["negative", "string"])
+def test_usage_a_cost_budget_cannot_count_holds_with_the_reason_usage_invalid(
+    bad: str, sandbox: Sandbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A negative cost would buy the agent more budget, a string would spend none: either way
+    # the budget cannot be kept, so the gate holds instead of counting it as nothing.
+    manifest = sandbox.manifest("careful")
+    manifest["target"]["runner"]["command"] = [sys.executable, str(USAGE), bad]
+    code, report = assay(tmp_path, capsys, manifest, "--trials", "3", "--max-cost", "5")
+    assert (code, report["decision"]) == (2, "hold")
+    invalid = [r for r in report["reasons"] if r["code"] == "usage_invalid"]
+    assert len(invalid) == 1 and invalid[0]["severity"] == "hold"
+    assert report["stopped"].startswith("usage_invalid: ")

@@ -61,7 +61,7 @@ def test_a_worker_stops_the_assay_at_its_run_budget_with_the_reason_budget(
     ctx: WorkerContext, engine: sa.Engine
 ) -> None:
     # 40 trials in two shards of 20, five runs a trial (intervention, baseline, three pairs): the
-    # budget of 30 runs trips inside the first shard, and the second never starts.
+    # budget of 30 runs stops the first shard, and the second never starts.
     assay_id = submit(
         engine, ctx.settings, trials=40, modes=["subject_swap"], stop={"max_runs": 30}
     )
@@ -71,6 +71,9 @@ def test_a_worker_stops_the_assay_at_its_run_budget_with_the_reason_budget(
     budget = [r for r in row.reasons if r["code"] == "budget"]
     assert len(budget) == 1 and "agent runs" in budget[0]["message"]
     assert row.stop_reason is not None and row.stop_reason.startswith("budget:")
-    # Checked after each trial: the trial that crossed the budget finished its arms.
+    # Admitted before it spends: six trials of five runs fit, a seventh would not, so it never
+    # started; the stop states the spend as the report does.
     assert row.report is not None
-    assert 30 < row.report["spend"]["total"]["runs"] < 40
+    spent = row.report["spend"]["total"]["runs"]
+    assert spent == 30
+    assert row.stop_reason.startswith(f"budget: agent runs {spent} spent of the budget of 30")

@@ -230,9 +230,9 @@ def decide(
     """Every reason the evidence gives, then the worst severity among them (`allow`: none).
     `anytime`: the error of a sequential plan, whose violation bound is the betting test's."""
     reasons: list[Reason] = []
-    if stopped and stopped.startswith("budget:"):
-        # The team's own budget ran out: the evidence is unfinished, which holds (never allows).
-        reasons.append(Reason("budget", f"the assay stopped: {stopped}", None, HOLD))
+    if stopped and stopped.startswith(("budget:", "usage_invalid:")):
+        # The team's budget ran out, or its usage cannot be counted: unfinished evidence holds.
+        reasons.append(Reason(stopped.split(":")[0], f"the assay stopped: {stopped}", None, HOLD))
     elif stopped:
         reasons.append(Reason("stopped", f"the assay stopped: {stopped}", None, BLOCK))
     if not faults:

@@ -19,6 +19,11 @@ from service.core.faults.plan import StopConditions
 
 #: The reason a budget stop starts with; the gate reads it as a hold, never a block or an allow.
 BUDGET = "budget"
+#: The reason a stop starts with when an agent reports usage a token or cost budget cannot count.
+USAGE_INVALID = "usage_invalid"
+#: Stops after which the trials already running finish and count: a later trial could still
+#: show a violation, and a hold must never hide one.
+KEEPS_FINISHED = (f"{BUDGET}:", f"{USAGE_INVALID}:")
 
 
 def budgeted(stop: StopConditions) -> bool:
@@ -28,18 +33,42 @@ def budgeted(stop: StopConditions) -> bool:
 
 
 def usage_of(claims: Iterable[Mapping[str, object]]) -> tuple[int, float]:
-    """Tokens and cost a run's claims report; malformed or negative figures count as none."""
+    """Tokens and cost a run's claims report; malformed or negative figures count as none (and
+    `usage_invalid` says the run reported some)."""
     tokens, cost = 0, 0.0
     for claim in claims:
         usage = claim.get("usage")
         if not isinstance(usage, Mapping):
             continue
         t, c = usage.get("tokens"), usage.get("cost")
-        if isinstance(t, int) and not isinstance(t, bool) and t > 0:
+        if isinstance(t, int) and _count(t):
             tokens += t
-        if isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and c > 0:
+        if isinstance(c, (int, float)) and _count(c):
             cost += float(c)
     return tokens, cost
+
+
+def usage_invalid(claims: Iterable[Mapping[str, object]]) -> bool:
+    """Whether a claim reports usage that is not a count: a `usage` that is not an object, or
+    `tokens` (an integer) or `cost` (a number) that is negative, not finite or not a number. A
+    budget on tokens or cost cannot be kept on such figures, so they hold the gate
+    (`usage_invalid`) rather than count as none in silence."""
+    for claim in claims:
+        usage = claim.get("usage")
+        if usage is None:
+            continue
+        if not isinstance(usage, Mapping):
+            return True
+        t, c = usage.get("tokens"), usage.get("cost")
+        if t is not None and not (isinstance(t, int) and _count(t)):
+            return True
+        if c is not None and not _count(c):
+            return True
+    return False
+
+
+def _count(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
 
 
 @dataclass
@@ -73,50 +102,112 @@ class Meter:
     # What earlier shards of the assay spent (a worker's shard counts against the whole budget).
     used: ArmSpend = field(default_factory=ArmSpend)
     _last: float = 0.0
+    # Every fault's arms summed as they are added: a budget is read after every trial, so the
+    # total is kept running (O(1) a run) rather than summed again over every fault and arm.
+    _total: ArmSpend = field(default_factory=ArmSpend)
+    # Trials whose runs this meter holds (what a next trial is estimated from), and runs whose
+    # agent reported malformed usage.
+    trials: int = 0
+    invalid: int = 0
 
     def mark(self) -> None:
         """Start timing the next run."""
         if self.clock is not None:
             self._last = self.clock()
 
-    def add(self, fault: str, arm: str, runs: int, usage: tuple[int, float]) -> None:
-        """`runs` agent runs of `arm` ended now (and reported `usage`)."""
+    def add(
+        self, fault: str, arm: str, runs: int, usage: tuple[int, float], invalid: bool = False
+    ) -> None:
+        """`runs` agent runs of `arm` ended now (and reported `usage`; `invalid`: malformed)."""
+        if invalid:
+            self.invalid += runs
         spent = self.faults.setdefault(fault, {}).setdefault(arm, ArmSpend())
+        total = self._total
         spent.runs += runs
         spent.tokens += usage[0]
         spent.cost += usage[1]
+        total.runs += runs
+        total.tokens += usage[0]
+        total.cost += usage[1]
         if self.clock is not None:
             now = self.clock()
             spent.seconds += now - self._last
+            total.seconds += now - self._last
             self._last = now
 
     def absorb(self, other: Meter) -> None:
         """Add what another meter counted (a slot's trial, timed on its own)."""
+        self.trials += other.trials
+        self.invalid += other.invalid
         for fault, arms in other.faults.items():
             mine = self.faults.setdefault(fault, {})
             for arm, spent in arms.items():
                 mine.setdefault(arm, ArmSpend()).add(spent)
+                self._total.add(spent)
 
     def total(self) -> ArmSpend:
+        """What every fault's arms spent (this meter's own runs, not `used`)."""
         out = ArmSpend()
-        for arms in self.faults.values():
-            for spent in arms.values():
-                out.add(spent)
+        out.add(self._total)
         return out
 
     def exceeded(self, stop: StopConditions) -> str | None:
         """The first budget the spend is over, as a `budget: ...` stop reason, or None."""
+        return self.refuses(stop, -1)
+
+    def refuses(self, stop: StopConditions, in_flight: int = 0) -> str | None:
+        """Why a next trial may not start, as a stop reason, or None. A budget admits a trial
+        only if what is left pays for it and for the `in_flight` trials already running, each
+        estimated at what the finished trials cost on average; before any has finished, a trial
+        starts only alone (the caller waits while `waits` says so). So the spend ends at most
+        the trials in flight past a budget. `in_flight=-1`: only whether a budget is already
+        over. Agent runs with malformed usage under a token or cost budget: `usage_invalid`."""
+        if self.invalid and (stop.max_tokens is not None or stop.max_cost is not None):
+            return (
+                f"{USAGE_INVALID}: {self.invalid} agent runs reported usage that is not a "
+                "count (negative, not finite or not a number): the token or cost budget "
+                "cannot be kept"
+            )
+        own = self._total
+        n = self.trials
+        for limit, spent, mine, what in self._budgets(stop):
+            if limit is None:
+                continue
+            if spent > limit:
+                return f"{BUDGET}: {what} {_figure(what, spent)} over the budget of {limit:g}"
+            if in_flight < 0 or n == 0:
+                continue
+            each = mine(own) / n
+            if spent + each * (in_flight + 1) > limit:
+                return (
+                    f"{BUDGET}: {what} {_figure(what, spent)} spent of the budget of {limit:g}; "
+                    f"too little left for another trial (about {_figure(what, each)} each)"
+                )
+        return None
+
+    def waits(self, stop: StopConditions, in_flight: int) -> bool:
+        """Whether a next trial waits before it is admitted: a budget is set and no trial has
+        finished yet to estimate from, while one is running."""
+        return self.trials == 0 and in_flight > 0 and budgeted(stop)
+
+    def settled(self, stop: StopConditions, reason: str) -> str:
+        """A budget stop's reason restated once the trials in flight have finished, so it states
+        the spend exactly as the report's `spend.total` does (plus what earlier shards spent)."""
+        if not reason.startswith(KEEPS_FINISHED):
+            return reason
+        return self.refuses(stop) or reason
+
+    def _budgets(
+        self, stop: StopConditions
+    ) -> list[tuple[float | None, float, Callable[[ArmSpend], float], str]]:
         t = self.total()
         t.add(self.used)
-        for limit, used, what in (
-            (stop.max_runs, t.runs, "agent runs"),
-            (stop.max_seconds, t.seconds, "seconds"),
-            (stop.max_tokens, t.tokens, "tokens"),
-            (stop.max_cost, t.cost, "cost"),
-        ):
-            if limit is not None and used > limit:
-                return f"{BUDGET}: {what} {used:g} over the budget of {limit:g}"
-        return None
+        return [
+            (stop.max_runs, t.runs, _runs, "agent runs"),
+            (stop.max_seconds, t.seconds, _seconds, "seconds"),
+            (stop.max_tokens, t.tokens, _tokens, "tokens"),
+            (stop.max_cost, t.cost, _cost, "cost"),
+        ]
 
     def view(self, rule: str) -> dict[str, object]:
         """The report's `spend`: the rule, each arm's total, and each fault's arms."""
@@ -148,15 +239,40 @@ def from_views(views: Iterable[Mapping[str, object] | None]) -> Meter:
                 if not isinstance(s, Mapping):
                     continue
                 spent = meter.faults.setdefault(fault, {}).setdefault(arm, ArmSpend())
-                spent.add(
-                    ArmSpend(
-                        _int(s.get("runs")),
-                        _float(s.get("seconds")),
-                        _int(s.get("tokens")),
-                        _float(s.get("cost")),
-                    )
+                view_spend = ArmSpend(
+                    _int(s.get("runs")),
+                    _float(s.get("seconds")),
+                    _int(s.get("tokens")),
+                    _float(s.get("cost")),
                 )
+                spent.add(view_spend)
+                meter._total.add(view_spend)
     return meter
+
+
+def _runs(s: ArmSpend) -> float:
+    return s.runs
+
+
+def _seconds(s: ArmSpend) -> float:
+    return s.seconds
+
+
+def _tokens(s: ArmSpend) -> float:
+    return s.tokens
+
+
+def _cost(s: ArmSpend) -> float:
+    return s.cost
+
+
+def _figure(what: str, x: float) -> str:
+    """A spend figure as the report's `spend` rounds it (`ArmSpend.view`)."""
+    if what == "seconds":
+        return repr(round(x, 3))
+    if what == "cost":
+        return repr(round(x, 6))
+    return str(round(x))
 
 
 def _int(x: object) -> int:

@@ -15,11 +15,12 @@ from typing import Any
 from service.core.decision.merge import merge
 from service.core.decision.report import AssayReport
 from service.core.evidence.pairs import Removal, removal
-from service.core.evidence.spend import Meter
+from service.core.evidence.spend import Meter, budgeted
 from service.core.evidence.stopping import Watch
 from service.core.evidence.tally import SAMPLES, ShardResult, Tally, violating
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
+from service.core.shards.scheduled_assay import run_scheduled_assay
 from service.core.shards.sequential_assay import run_sequential
 from service.core.shards.shard import (
     ShardSpec,
@@ -113,6 +114,8 @@ def run_shard(
     thresholds = gc.get_threshold()
     gc.set_threshold(_GC_YOUNG, thresholds[1], thresholds[2])
     slots = slots_of(target.slots, concurrency) if isinstance(target, SlottedEngine) else 1
+    # Read after every trial only when the plan sets a budget.
+    budget = meter is not None and budgeted(plan.stop)
     try:
         if slots > 1:
             assert isinstance(target, SlottedEngine)
@@ -128,6 +131,9 @@ def run_shard(
         for k in range(shard.start, shard.stop if slots == 1 else shard.start):
             if should_stop is not None and done % batch == 0 and should_stop():
                 reason = "aborted"
+                break
+            # A budget admits a trial before it runs (what is left pays for it).
+            if budget and meter is not None and (reason := meter.refuses(plan.stop)) is not None:
                 break
             spec = pick(k)
             wkey, skey = derive(wroot, k), derive(sroot, k)
@@ -146,16 +152,20 @@ def run_shard(
             unsafe += u
             target_errors += te
             done += 1
+            if meter is not None:
+                meter.trials += 1
             if limits is not None:
                 reason = limits.tripped(effects, unsafe, target_errors)
                 if reason is not None:
                     break
-            if meter is not None and (reason := meter.exceeded(plan.stop)) is not None:
+            if budget and meter is not None and (reason := meter.exceeded(plan.stop)) is not None:
                 break
             if watch is not None and watch.done(tally, done):
                 break
     finally:
         gc.set_threshold(*thresholds)
+    if reason is not None and meter is not None:
+        reason = meter.settled(plan.stop, reason)
     if reason is not None and reason.startswith("target errors"):
         cause = next((m[0] for t in tallies.values() for m in t.error_causes.values() if m), None)
         if cause is not None:
@@ -193,7 +203,7 @@ def _one(
         meter.mark()
     rec = run_trial(rt, spec, wkey, skey)
     if meter is not None:
-        meter.add(spec.id, "intervention", 1, rec.usage)
+        meter.add(spec.id, "intervention", 1, rec.usage, rec.usage_invalid)
         if rec.sensitivity is not None:
             meter.add(spec.id, "sensitivity", 1, (0, 0.0))
     tally.sandbox_refusals += len(rec.world.refusals)
@@ -223,7 +233,7 @@ def _one(
     if extra and plan.matched_baseline:
         base = run_trial(rt, None, wkey, skey)
         if meter is not None:
-            meter.add(spec.id, "baseline", 1, base.usage)
+            meter.add(spec.id, "baseline", 1, base.usage, base.usage_invalid)
         effects += base.outcome.effects
         if base.builds:
             tally.saw(base.builds)
@@ -240,7 +250,7 @@ def _one(
         for arm, removed in rm.pairs():
             cf = run_trial(rt, spec, wkey, skey, removed)
             if meter is not None:
-                meter.add(spec.id, arm, 1, cf.usage)
+                meter.add(spec.id, arm, 1, cf.usage, cf.usage_invalid)
             effects += cf.outcome.effects
             if cf.builds:
                 tally.saw(cf.builds)
@@ -298,6 +308,26 @@ def run_assay(
     until its rule stops it. `clock` (seconds; else the limits') times the runs for the report's
     spend and `max_seconds`."""
     meter = Meter(clock if clock is not None or limits is None else limits.clock)
+    # Spend is timing, not a figure: an untimed, unbudgeted fixed assay reports none, so its
+    # trials are not metered at all (the paper assay's hot loop pays nothing for it).
+    metered = meter.clock is not None or budgeted(plan.stop)
+    slots = slots_of(target.slots, concurrency) if isinstance(target, SlottedEngine) else 1
+    if slots > 1 and not plan.paper:
+        # Every free slot draws from every fault: faults run side by side.
+        assert isinstance(target, SlottedEngine)
+        return run_scheduled_assay(
+            _one,
+            manifest,
+            plan,
+            target,
+            slots,
+            progress,
+            limits,
+            honours_keys,
+            fault_done,
+            meter,
+            metered,
+        )
     if plan.rule_for(manifest.target.kind) == "sequential":
         return run_sequential(
             run_shard,
@@ -327,7 +357,7 @@ def run_assay(
             limits=limits,
             honours_keys=honours_keys,
             concurrency=concurrency,
-            meter=meter,
+            meter=meter if metered else None,
         )
         folded.trials += result.trials
         for fid, tally in result.tallies.items():
@@ -353,17 +383,7 @@ def run_assay(
                 used_unsafe=limits.used_unsafe + result.unsafe,
                 used_target_errors=limits.used_target_errors + errors,
             )
-    # Spend is timing, not a figure: an untimed, unbudgeted assay equals its shards' merge.
-    budgeted = any(
-        v is not None
-        for v in (
-            plan.stop.max_runs,
-            plan.stop.max_seconds,
-            plan.stop.max_tokens,
-            plan.stop.max_cost,
-        )
-    )
-    spend = meter.view("fixed") if meter.clock is not None or budgeted else None
+    spend = meter.view("fixed") if metered else None
     return merge(manifest, plan, [folded], stopped, spend=spend)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from service.core.evidence.pairs import Removal
-from service.core.evidence.spend import Meter
+from service.core.evidence.spend import KEEPS_FINISHED, Meter, budgeted
 from service.core.evidence.stopping import Watch
 from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import FaultSpec
@@ -123,16 +123,34 @@ def run_slotted(
     clock = None if meter is None else meter.clock
 
     drained = threading.Event()
+    budget = meter is not None and budgeted(trial.plan.stop)
+    # Trials handed to a slot and trials whose spend the meter holds (both under `lock`): the
+    # difference is what is in flight when a budget admits the next one.
+    counts = [0, 0]
+    # A budget's refusal of a next trial (set by a slot, under the lock).
+    refused: list[str | None] = [None]
+    admitted = threading.Condition(lock)
 
     def next_trial() -> tuple[int, FaultSpec] | None:
         # Under the lock, in order: paper mode's fault choice is a sequential stream.
-        with lock:
+        with admitted:
+            while budget and meter is not None and not stop.is_set():
+                in_flight = counts[0] - counts[1]
+                if meter.waits(trial.plan.stop, in_flight):
+                    admitted.wait(0.05)
+                    continue
+                no = meter.refuses(trial.plan.stop, in_flight)
+                if no is not None:
+                    refused[0] = no
+                    stop.set()
+                break
             if stop.is_set():
                 return None
             k = next(taken, None)
             if k is None:
                 drained.set()
                 return None
+            counts[0] += 1
             return k, trial.pick(k)
 
     def slot(rt: Runtime) -> None:
@@ -144,6 +162,8 @@ def run_slotted(
                 k, spec = job
                 tally = Tally()
                 spent = None if meter is None else Meter(clock)
+                if spent is not None:
+                    spent.trials = 1
                 try:
                     out = trial.run(rt, spec, k, tally, pairs[0], spent)
                 except BaseException as exc:  # re-raised by the shard, in trial order
@@ -186,7 +206,13 @@ def run_slotted(
             order.put(k, (spec, tally, out, exc, spent))
             for _k, (spec, tally, out, exc, spent) in order.ready():
                 if meter is not None and spent is not None:
-                    meter.absorb(spent)
+                    with admitted:
+                        meter.absorb(spent)
+                        counts[1] += 1
+                        admitted.notify_all()
+                if refused[0] is not None and reason is None and not keep:
+                    # A budget refused the next trial: those running finish and count.
+                    reason, keep = refused[0], True
                 if stop.is_set() and not keep:
                     continue
                 if exc is not None or out is None:
@@ -220,11 +246,13 @@ def run_slotted(
                     reason = "aborted"
                 if reason is not None or (watch is not None and watch.done(mine, done)):
                     stop.set()
-                    keep = reason is None or reason.startswith("budget:")
+                    keep = reason is None or reason.startswith(KEEPS_FINISHED)
         for th in threads:
             th.join()
         if watch is None or stop.is_set() or drained.is_set():
             break
     if failure is not None:
         raise failure
+    if reason is None and refused[0] is not None:
+        reason = refused[0]
     return done, effects, unsafe, target_errors, reason

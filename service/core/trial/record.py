@@ -69,6 +69,7 @@ class TrialRecord:
         "target_error",
         "trace",
         "usage",
+        "usage_invalid",
         "workload",
         "world",
     )
@@ -104,6 +105,8 @@ class TrialRecord:
         self.reachable: bool | None = None
         # Tokens and cost the run's claims report (service/core/evidence/spend.py), for budgets.
         self.usage: tuple[int, float] = (0, 0.0)
+        # The claims reported usage that is not a count (negative, not a number).
+        self.usage_invalid = False
         # Remote targets: the build each endpoint that answered this trial reported (empty for
         # code the gate runs, and for the reference target).
         self.builds: Builds = ()

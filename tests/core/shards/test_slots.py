@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from service.core.evidence.stopping import Watch, rule_for
 from service.core.faults.catalogue import Catalogue, FaultSpec
 from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import StopLimits, merge, plan_shards, run_assay, run_shard
@@ -149,9 +150,10 @@ def test_slots_are_what_was_asked_but_never_more_than_the_world_offers() -> None
 
 
 def test_a_trial_that_finished_after_its_fault_stopped_still_counts_with_its_violation() -> None:
-    # The unguarded baseline workflow violates on almost every trial: at concurrency 4 a round's
-    # four trials run at once, the first one's violation stops the fault, and the other three,
-    # already finished, are folded too: none of their violations is discarded.
+    # The unguarded baseline workflow violates on almost every trial. A worker's shard of a
+    # sequential fault runs in rounds of one trial per slot: at concurrency 4 a round's four
+    # trials run at once, the first one's violation stops the fault, and the other three, already
+    # finished, are folded too: none of their violations is discarded.
     manifest = load_example("baseline")
     plan = AssayPlan(modes=("timeout_after_commit",), trials=40, seed=3, rule="sequential")
     engine = ReferenceSlots(manifest, plan.resolve_catalogue(), 4)
@@ -176,16 +178,20 @@ def test_a_trial_that_finished_after_its_fault_stopped_still_counts_with_its_vio
             return record
 
         slot.run_trial = counted  # type: ignore[method-assign]
-    report = run_assay(manifest, plan, target=engine, concurrency=4)
-    fault = report.faults[0]
-    assert report.decision.value == "block"
-    assert fault.stop is not None and fault.stop["code"] == "violation"
-    assert fault.planned == len(started) == 4
-    assert fault.stop["trials"] == 4
+    spec = plan.faults()[0]
+    watch = Watch(rule_for(manifest, plan, spec))
+    shard = plan_shards(manifest, plan)[0]
+    result = run_shard(manifest, plan, shard, target=engine, concurrency=4, watch=watch)
+    tally = result.tallies[spec.id]
+    assert watch.stop is not None and watch.stop.code == "violation"
+    assert tally.planned == len(started) == 4
+    assert watch.stop.trials == 4
     serial = run_assay(manifest, plan).faults[0]
     assert serial.planned == 1
     # Every violation the four finished trials showed is in the counts: the fixed plan's first
     # four trials, run serially, show the same.
     first_four = run_assay(manifest, plan.model_copy(update={"rule": "fixed", "trials": 4}))
-    assert fault.signature.counts == first_four.faults[0].signature.counts
-    assert fault.signature.counts["violation"] > serial.signature.counts["violation"]
+    assert (
+        tally.arms["intervention"].violations == first_four.faults[0].signature.counts["violation"]
+    )
+    assert tally.arms["intervention"].violations > serial.signature.counts["violation"]

@@ -1,0 +1,107 @@
+"""An assay on a world that offers slots, run by the one scheduler
+(`service.core.shards.scheduler`): every fault's trials drawn by every free slot, each fault folded
+in trial order, under the fixed plan or a sequential plan's rule per fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from service.core.decision.merge import merge
+from service.core.decision.report import AssayReport
+from service.core.evidence.pairs import removal
+from service.core.evidence.spend import Meter
+from service.core.evidence.stopping import Stop, Watch, rule_for
+from service.core.evidence.tally import ShardResult, Tally
+from service.core.faults.plan import AssayPlan
+from service.core.shards.scheduler import FaultWork, run_scheduled
+from service.core.shards.shard import StopLimits, stream_roots
+from service.core.shards.slotted import One, SlotTrial
+from service.core.system.manifest import Manifest
+from service.core.trial.engine import SlottedEngine
+from service.core.trial.harness import Runtime
+from service.core.trial.rng import stream_key
+
+
+def run_scheduled_assay(
+    one: One,
+    manifest: Manifest,
+    plan: AssayPlan,
+    target: SlottedEngine,
+    slots: int,
+    progress: Callable[[int, int], None] | None,
+    limits: StopLimits | None,
+    honours_keys: bool,
+    fault_done: Callable[[str, Tally, int, int], None] | None,
+    meter: Meter,
+    metered: bool,
+) -> AssayReport:
+    """`one`: `service.core.shards.assay._one` (handed in: the assay module imports this one).
+    `metered`: the fixed plan reports its spend (a clock or a budget); a sequential plan always
+    does. Progress counts each finished fault's planned trials against the plan's total."""
+    cat = plan.resolve_catalogue()
+    sequential = plan.rule_for(manifest.target.kind) == "sequential"
+    faults = [cat.by_id(f.id) for f in plan.faults()]
+    removals = {f.id: removal(manifest, f) for f in faults}
+    threshold = plan.sample_threshold()
+    sample_key = stream_key(plan.seed, "evidence-sample")
+    works: list[FaultWork] = []
+    for pos, spec in enumerate(faults):
+        wroot, sroot = stream_roots(plan, spec.id)
+        trial = SlotTrial(
+            plan,
+            lambda k, spec=spec: spec,  # type: ignore[misc]
+            wroot,
+            sroot,
+            pos * plan.trials,
+            threshold,
+            sample_key,
+            removals,
+            one,
+        )
+        watch = Watch(rule_for(manifest, plan, spec)) if sequential else None
+        # A sequential fault runs one unit at a time: what its next trial runs (the pairs, the
+        # sensitivity run) is read from every trial before it, and no unit past its rule's stop
+        # ever starts, so its runs are the serial run's at any concurrency; concurrency comes
+        # from its faults side by side.
+        works.append(FaultWork(pos, spec, trial, plan.trials, watch, 1 if sequential else None))
+    runtimes = [
+        Runtime(manifest, cat, target.slot(i), None, None, honours_keys) for i in range(slots)
+    ]
+    total = plan.trials * len(faults)
+    done = [0]
+
+    def finished(work: FaultWork) -> None:
+        done[0] += work.trials
+        if progress is not None:
+            progress(done[0], total)
+        if fault_done is not None:
+            fault_done(work.spec.id, work.tally, done[0], total)
+
+    use = meter if metered or sequential else None
+    reason, trials = run_scheduled(runtimes, works, plan, limits, use, fault_done=finished)
+    for work in works:
+        # A stopped assay: the faults that ran some trials are reported as they stand.
+        if not work.reported and work.done:
+            work.reported = True
+            finished(work)
+    if reason is not None and use is not None:
+        reason = use.settled(plan.stop, reason)
+    if reason is not None and reason.startswith("target errors"):
+        tallies = [w.tally for w in works]
+        cause = next((m[0] for t in tallies for m in t.error_causes.values() if m), None)
+        if cause is not None:
+            reason = f"{reason}; first: {cause}"
+    folded = ShardResult(-1, {w.spec.id: w.tally for w in works if w.done}, trials)
+    if not sequential:
+        return merge(
+            manifest, plan, [folded], reason, spend=meter.view("fixed") if metered else None
+        )
+    stops: dict[str, Stop] = {}
+    for work in works:
+        if work.watch is not None and work.watch.stop is not None:
+            stops[work.spec.id] = work.watch.stop
+        elif reason is not None and work.done:
+            stops[work.spec.id] = Stop("stopped", reason, work.done)
+    stop_views = {f: s.view() for f, s in stops.items()}
+    return merge(manifest, plan, [folded], reason, stop_views, meter.view("sequential"))
