@@ -9,6 +9,7 @@ again (worker.reconciler).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -190,7 +191,9 @@ def run_and_store(
             raise
         except Exception as exc:
             log.exception("shard failed", extra=ids)
-            error = f"shard {index}: {exc}"
+            error = f"shard {index}: {type(exc).__name__}"
+            with contextlib.suppress(Exception):  # the error's words only once secrets are out
+                error = ctx.redactor(parsed.inputs, parsed.manifest).text(f"shard {index}: {exc}")
 
             retrying(
                 ctx, "record the failure", ids, lambda: shards.fail(ctx.engine, assay_id, error)
@@ -201,8 +204,10 @@ def run_and_store(
         code = ctx.code_ran(assay_id) if result.trials else None
         code_sha256 = code.sha256 if code is not None else None
 
+        redactor = ctx.redactor(parsed.inputs, parsed.manifest)
+
         def store() -> Stored:
-            return shards.store(ctx.engine, parsed.inputs, index, result, code_sha256)
+            return shards.store(ctx.engine, parsed.inputs, index, result, code_sha256, redactor)
 
         stored = retrying(ctx, "store the shard", ids, store)
     log.info(

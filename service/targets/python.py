@@ -304,7 +304,7 @@ class PythonTarget(HttpTarget):
                 raise exc from None
             self.url = child.url
             # Confined, the relay is on the gate's own loopback address, not the host's.
-            self._host = urlsplit(child.url).hostname
+            self._host = urlsplit(child.url).hostname or self._host
             self._port = child.port
             return child
 
