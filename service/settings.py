@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     # Huge plans get larger shards rather than millions of rows and messages.
     max_shards_per_assay: int = Field(default=2000, ge=1)
     max_body_bytes: int = Field(default=MIB, ge=1024)
+    # A request head (line and headers) must arrive within this long of its first byte, or of
+    # the connection: a client that trickles headers gets 408 and is closed.
+    head_timeout_s: float = Field(default=5.0, gt=0, le=300)
     # Plan limits, checked before anything is written: trials of one fault (in paper mode, the
     # whole plan) and trials of the whole assay (every fault, before baseline/counterfactual arms).
     max_trials_per_fault: int = Field(default=100_000, ge=1)
