@@ -415,6 +415,11 @@ class SecretPut(BaseModel):
         "stored encrypted, never shown again",
         json_schema_extra={"writeOnly": True},
     )
+    systems: list[SystemName] | None = Field(
+        default=None,
+        max_length=64,
+        description="the systems whose manifests may name it; left out: every system",
+    )
 
 
 class SecretPublic(BaseModel):
@@ -422,6 +427,7 @@ class SecretPublic(BaseModel):
 
     name: str
     updated_at: datetime
+    systems: list[str] | None = None
 
 
 class SecretList(BaseModel):

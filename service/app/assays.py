@@ -64,7 +64,13 @@ def _planned(
     assert manifest_row is not None
     manifest = parse_manifest(manifest_row.document)
     # A secret deleted since the submission is refused here, not at the worker.
-    check_named(session, row.system.tenant_id, manifest.target.secrets, "manifest.target.secrets")
+    check_named(
+        session,
+        row.system.tenant_id,
+        manifest.target.secrets,
+        "manifest.target.secrets",
+        row.system.name,
+    )
     previous = queries.assay(session, row.assay.id)
     assert previous is not None
     overrides = dict(command.plan or {})

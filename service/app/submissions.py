@@ -212,7 +212,11 @@ def submit(
     # Every secret the manifest names must be stored for the tenant (names only: the manifest,
     # and so the dossier, never holds a value). A replay above answers as the first time did.
     check_named(
-        session, principal.tenant_id, checked.manifest.target.secrets, "manifest.target.secrets"
+        session,
+        principal.tenant_id,
+        checked.manifest.target.secrets,
+        "manifest.target.secrets",
+        checked.system,
     )
     admission = admitted(session, principal, checked, services.settings)
     services.queue.ping()

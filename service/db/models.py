@@ -86,6 +86,8 @@ class TenantSecret(SQLModel, table=True):
     updated_at: datetime = Field(
         default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
     )
+    # The systems whose manifests may name it; None: every system of the tenant.
+    systems: list[str] | None = Field(default=None, sa_column=sa.Column(sa.JSON(), nullable=True))
 
 
 class OrgPolicyRow(SQLModel, table=True):
