@@ -417,6 +417,7 @@ class SecretPut(BaseModel):
     )
     systems: list[SystemName] | None = Field(
         default=None,
+        min_length=1,
         max_length=64,
         description="the systems whose manifests may name it; left out: every system",
     )
