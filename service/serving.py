@@ -68,14 +68,14 @@ def _uvicorn_config(settings: Settings, index: int) -> uvicorn.Config:
 
     # loop "auto": uvloop when installed. http: httptools (a dependency) with a cap on each
     # request's head, counted before the parser buffers it (service/http/head.py).
-    from service.http.head import LimitedHttpToolsProtocol
+    from service.http.head import with_head_timeout
 
     return uvicorn.Config(
         create_app(settings),
         log_config=None,
         access_log=False,
         headers=[(PROCESS_HEADER, str(index))],
-        http=LimitedHttpToolsProtocol,
+        http=with_head_timeout(settings.head_timeout_s),
     )
 
 

@@ -17,11 +17,13 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.core.system.artifact import IMAGE_PATTERN
+from service.core.system.egress import parse_port_ranges
 from service.keys import KeyRing
 from service.sandbox.layers import LAYERS
 
@@ -65,6 +67,9 @@ class Settings(BaseSettings):
     # Huge plans get larger shards rather than millions of rows and messages.
     max_shards_per_assay: int = Field(default=2000, ge=1)
     max_body_bytes: int = Field(default=MIB, ge=1024)
+    # A request head (line and headers) must arrive within this long of its first byte, or of
+    # the connection: a client that trickles headers gets 408 and is closed.
+    head_timeout_s: float = Field(default=5.0, gt=0, le=300)
     # Plan limits, checked before anything is written: trials of one fault (in paper mode, the
     # whole plan) and trials of the whole assay (every fault, before baseline/counterfactual arms).
     max_trials_per_fault: int = Field(default=100_000, ge=1)
@@ -114,10 +119,17 @@ class Settings(BaseSettings):
     # by mode — an embedded deployment (SQLite, no servers) allows loopback and private
     # addresses, one with PostgreSQL or Redis refuses both. Metadata addresses and the gate's
     # own API, database and broker are never targets, whatever these say.
-    egress_allow_loopback: bool | None = None
+    # Loopback: `0`/off, or the ports the agents' local services use (`9000-9100,9443`). `1`
+    # (deprecated) is every loopback port; never the control plane nor the gate's own relays.
+    egress_allow_loopback: str | None = None
     egress_allow_private: bool | None = None
     # Comma-separated CIDRs and host names allowed even when loopback or private are refused.
     egress_allowlist: str = ""
+    # The gate's other addresses, never a target (comma-separated URLs or host:port): the API's
+    # advertised URL(s) and anything else of the deployment's (a metrics scraper, a proxy in
+    # front of the API). The listen address, database, broker and result backend are added
+    # from their own settings.
+    control_plane: str = ""
     # Tenant code (docs/operations.md, "Running tenant code"). A worker started with a tenant
     # consumes only that tenant's code queue (`tenant_queue`) and runs its code, from
     # `tenant_code_dir`, inside the OS sandbox; a worker without one consumes only `queue`,
@@ -188,6 +200,35 @@ class Settings(BaseSettings):
     def sandbox_required(self) -> frozenset[str]:
         return frozenset(_names(self.sandbox_min_posture))
 
+    @field_validator("egress_allow_loopback", mode="before")
+    @classmethod
+    def _loopback_words(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return "1" if value else "0"
+        if isinstance(value, str):
+            value = value.strip().lower()
+            if value in _ON | _OFF:
+                return "1" if value in _ON else "0"
+            parse_port_ranges(value)
+        return value
+
+    @field_validator("control_plane")
+    @classmethod
+    def _control_plane_addresses(cls, value: str) -> str:
+        for item in (i.strip() for i in value.split(",")):
+            if not item:
+                continue
+            url = item if "://" in item else f"tcp://{item}"
+            try:
+                parts = urlsplit(url)
+                host = parts.hostname
+                port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+            except ValueError:
+                host, port = None, None
+            if not host or port is None:
+                raise ValueError(f"{item!r} is not host:port or a URL with a host")
+        return value
+
     @model_validator(mode="after")
     def _embedded_defaults(self) -> Settings:
         self.data_dir = self.data_dir.expanduser().absolute()
@@ -252,7 +293,24 @@ class Settings(BaseSettings):
     @property
     def egress_loopback(self) -> bool:
         """Whether manifests may name loopback addresses (the gate's own ports never)."""
-        return self.embedded if self.egress_allow_loopback is None else self.egress_allow_loopback
+        value = self._loopback_value()
+        return self.embedded if value is None else value != "0"
+
+    @property
+    def egress_loopback_ports(self) -> tuple[tuple[int, int], ...]:
+        """The loopback ports allowed (empty with `egress_loopback`: every port)."""
+        value = self._loopback_value()
+        return () if value in (None, "0", "1") else parse_port_ranges(value or "")
+
+    @property
+    def egress_loopback_deprecated(self) -> bool:
+        """`ASSAYGATE_EGRESS_ALLOW_LOOPBACK=1`: every port, which an operator should narrow."""
+        return self._loopback_value() == "1"
+
+    def _loopback_value(self) -> str | None:
+        # `model_copy(update=...)` skips the validator: a bool may still arrive here.
+        value: Any = self.egress_allow_loopback
+        return None if value is None else str(self._loopback_words(value))
 
     @property
     def egress_private(self) -> bool:
@@ -348,6 +406,8 @@ class Settings(BaseSettings):
 
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_ON = frozenset({"1", "true", "yes", "on"})
+_OFF = frozenset({"", "0", "false", "no", "off"})
 
 
 @lru_cache(maxsize=1)

@@ -25,6 +25,7 @@ from service.app.secrets import secrets_for
 from service.core.faults.plan import AssayPlan, parse_plan
 from service.core.signing.dossier import PublicKey
 from service.core.system.manifest import Manifest, parse_manifest, runs_code
+from service.core.system.redaction import Redactor
 from service.core.system.secret import SecretsKey
 from service.core.trial.engine import TrialEngine
 from service.core.trial.target import Target
@@ -64,6 +65,7 @@ class WorkerContext:
         self._targets: OrderedDict[str, Target | TrialEngine | None] = OrderedDict()
         self._egress: EgressPolicy | None = None
         self._secrets_key: SecretsKey | None = None
+        self._redactors: OrderedDict[str, Redactor] = OrderedDict()
         # The code each recent assay runs, fetched, checked and unpacked once per assay.
         self._code: OrderedDict[uuid.UUID, Code] = OrderedDict()
 
@@ -172,6 +174,19 @@ class WorkerContext:
             return secrets_for(
                 session, inputs.tenant_id, manifest.target.secrets, self._secrets_key
             )
+
+    def redactor(self, inputs: AssayInputs, manifest: Manifest) -> Redactor:
+        """What blanks the tenant's secrets the manifest names from a shard's result before it
+        is stored (only a tenant worker decrypts any; nothing to blank elsewhere)."""
+        if not (manifest.target.secrets and runs_code(manifest)):
+            return Redactor()
+        key = f"{inputs.tenant_id.hex}:{manifest.digest()}"
+        found = self._redactors.get(key)
+        if found is None:
+            found = self._redactors[key] = Redactor(self.secrets(inputs, manifest).values())
+            while len(self._redactors) > MAX_TARGETS:
+                self._redactors.popitem(last=False)
+        return found
 
     def _waiting(self, assay_id: uuid.UUID, inputs: AssayInputs | None) -> Callable[[str], None]:
         """Where a trial waiting for its world says so: a log line and the assay's events."""

@@ -9,6 +9,7 @@ again (worker.reconciler).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -195,7 +196,9 @@ def run_and_store(
             raise
         except Exception as exc:
             log.exception("shard failed", extra=ids)
-            error = f"shard {index}: {exc}"
+            error = f"shard {index}: {type(exc).__name__}"
+            with contextlib.suppress(Exception):  # the error's words only once secrets are out
+                error = ctx.redactor(parsed.inputs, parsed.manifest).text(f"shard {index}: {exc}")
 
             retrying(
                 ctx, "record the failure", ids, lambda: shards.fail(ctx.engine, assay_id, error)
@@ -211,8 +214,12 @@ def run_and_store(
         # The image that code ran in, as the worker was told (ASSAYGATE_TENANT_IMAGE).
         image = ctx.settings.tenant_image if code is not None else None
 
+        redactor = ctx.redactor(parsed.inputs, parsed.manifest)
+
         def store() -> Stored:
-            return shards.store(ctx.engine, parsed.inputs, index, result, code_sha256, image)
+            return shards.store(
+                ctx.engine, parsed.inputs, index, result, code_sha256, image, redactor
+            )
 
         stored = retrying(ctx, "store the shard", ids, store)
     log.info(

@@ -421,6 +421,12 @@ class SecretPut(BaseModel):
         "stored encrypted, never shown again",
         json_schema_extra={"writeOnly": True},
     )
+    systems: list[SystemName] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="the systems whose manifests may name it; left out: every system",
+    )
 
 
 class SecretPublic(BaseModel):
@@ -428,6 +434,7 @@ class SecretPublic(BaseModel):
 
     name: str
     updated_at: datetime
+    systems: list[str] | None = None
 
 
 class SecretList(BaseModel):

@@ -122,7 +122,7 @@ def admit(
     _egress(reading, settings)
     _execution(session, principal, reading)
     check_artifact(session, principal.tenant_id, principal.tenant, body.code)
-    check_secrets(session, principal.tenant_id, reading.secrets, "manifest.target.secrets")
+    check_secrets(session, principal.tenant_id, reading.secrets, "manifest.target.secrets", system)
     said = parse_plan(
         plan_data_for(manifest, body.plan.model_dump(exclude_none=True) if body.plan else {})
     )
@@ -157,7 +157,9 @@ def readmit(
     _egress(reading, settings)
     if reading.code_parts and not tenants.code_allowed(session, principal_tenant):
         _refuse_code(reading, tenant)
-    check_secrets(session, principal_tenant, reading.secrets, "manifest.target.secrets")
+    check_secrets(
+        session, principal_tenant, reading.secrets, "manifest.target.secrets", row.system.name
+    )
     previous = queries.assay(session, row.assay.id)
     assert previous is not None
     # The envelope is the manifest's again, raised to the policy in force (not the last one's).

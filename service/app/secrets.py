@@ -29,17 +29,30 @@ def _missing(name: str) -> str:
 
 
 def put(
-    session: Session, principal: Principal, key: SecretsKey, name: str, value: str
+    session: Session,
+    principal: Principal,
+    key: SecretsKey,
+    name: str,
+    value: str,
+    systems: Sequence[str] | None = None,
 ) -> SecretName:
-    """Create or replace the tenant's secret `name`. Audited with the name, never the value."""
+    """Create or replace the tenant's secret `name`, limited to `systems` (None: every system
+    of the tenant). Audited with the name, never the value."""
     check_name(name, "name")
     secret = check_value(value, "value")
+    if systems is not None:
+        systems = sorted(set(systems))
+        if not systems:
+            raise FieldInvalid("name at least one system, or leave systems out", field="systems")
     ciphertext = key.encrypt(principal.tenant_id, name, secret)
     for attempt in range(2):
         try:
             replaced = stored.get(session, principal.tenant_id, name) is not None
-            written = stored.put(session, principal.tenant_id, name, ciphertext)
-            audit(session, principal, "secret.put", f"secret:{name}", replaced=replaced)
+            written = stored.put(session, principal.tenant_id, name, ciphertext, systems)
+            audit(
+                session, principal, "secret.put", f"secret:{name}", replaced=replaced,
+                systems=systems,
+            )  # fmt: skip
             session.commit()
             return written
         except sa.exc.IntegrityError:
@@ -64,12 +77,25 @@ def of_tenant(session: Session, principal: Principal) -> Sequence[SecretName]:
     return stored.names(session, principal.tenant_id)
 
 
-def check_named(session: Session, tenant_id: uuid.UUID, names: Sequence[str], field: str) -> None:
-    """Refuse (FieldInvalid naming `<field>.<i>`) the first name the tenant has no secret of."""
+def check_named(
+    session: Session,
+    tenant_id: uuid.UUID,
+    names: Sequence[str],
+    field: str,
+    system: str | None = None,
+) -> None:
+    """Refuse (FieldInvalid naming `<field>.<i>`) the first name the tenant has no secret of, or
+    whose secret is limited to systems other than `system` (the manifest's)."""
     have = stored.existing(session, tenant_id, names)
     for i, name in enumerate(names):
         if name not in have:
             raise FieldInvalid(_missing(name), field=f"{field}.{i}")
+        systems = have[name]
+        if systems is not None and system not in systems:
+            raise FieldInvalid(
+                f"secret {name} is limited to the systems {', '.join(systems)}; not {system}",
+                field=f"{field}.{i}",
+            )
 
 
 def secrets_for(

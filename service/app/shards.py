@@ -26,6 +26,7 @@ from service.core.shards.assay import ShardResult, StopLimits
 from service.core.shards.shard import ShardActivity
 from service.core.signing.dossier import Signer
 from service.core.system.manifest import Manifest
+from service.core.system.redaction import Redactor
 from service.db import assay as assays
 from service.db.assay import AssayInputs, ShardStart, Stored
 from service.db.injector import (
@@ -186,13 +187,19 @@ def store(
     result: ShardResult,
     code_sha256: str | None = None,
     tenant_image: str | None = None,
+    redactor: Redactor | None = None,
 ) -> Stored:
     """Store the shard's result, and the code it ran (`code_sha256`: the hex digest the worker
     checked; None when it ran none) with the image it ran in (`tenant_image`: the worker's
-    word, `name@sha256:…`); only the run that stores first adds the injector's totals."""
+    word, `name@sha256:…`); only the run that stores first adds the injector's totals.
+    `redactor` blanks the tenant's secrets from everything stored (errors, claims, tool
+    arguments and replies): the report, the events and the signed dossier are made from it."""
+    payload = result.to_dict()
+    if redactor is not None:
+        payload = redactor.value(payload)
     with session_scope(engine) as session:
         stored = assays.store_shard_result(
-            session, inputs, index, result.to_dict(), result.trials, code_sha256, tenant_image
+            session, inputs, index, payload, result.trials, code_sha256, tenant_image
         )
         if stored.written:
             _record_injector(session, inputs, index, result)

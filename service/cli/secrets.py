@@ -29,7 +29,9 @@ def register(sub: Any) -> None:
         dest="secrets_command", required=True, parser_class=type(secrets)
     )
     put = secrets_sub.add_parser(
-        "put", help="store (or replace) a secret; the value comes from stdin or --from-env"
+        "put",
+        aliases=["set"],
+        help="store (or replace) a secret; the value comes from stdin or --from-env",
     )
     put.add_argument("name", help="e.g. OPENAI_API_KEY, as a manifest's target.secrets names it")
     put.add_argument(
@@ -37,6 +39,12 @@ def register(sub: Any) -> None:
         metavar="VAR",
         default=None,
         help="read the value from this environment variable instead of stdin",
+    )
+    put.add_argument(
+        "--systems",
+        metavar="A,B",
+        default=None,
+        help="only manifests of these systems may name it (default: every system)",
     )
     put.set_defaults(func=_put)
     listing = secrets_sub.add_parser("list", help="the tenant's secrets by name (never values)")
@@ -72,8 +80,11 @@ def _put(args: argparse.Namespace) -> int:
     check_name(args.name)
     value = read_value(args)
     check_value(value)
+    body: dict[str, object] = {"value": value}
+    if args.systems is not None:
+        body["systems"] = [s.strip() for s in args.systems.split(",") if s.strip()]
     with service_client(args, auth_headers(args)) as client:
-        response = client.put(f"/v1/secrets/{args.name}", json={"value": value})
+        response = client.put(f"/v1/secrets/{args.name}", json=body)
     if response.status_code != 200:
         return refused(response)
     print(json.dumps(response.json(), indent=2))

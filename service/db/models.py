@@ -72,8 +72,7 @@ class Tenant(SQLModel, table=True):
 
 
 class TenantSecret(SQLModel, table=True):
-    """A named secret of a tenant (a model key): encrypted at rest under the operator's secrets
-    key, handed only to that tenant's sandboxed code, never returned, logged or signed."""
+    """A tenant's named secret: encrypted at rest, for its sandboxed code (of `systems`) alone."""
 
     __tablename__ = "tenant_secret"
 
@@ -86,6 +85,7 @@ class TenantSecret(SQLModel, table=True):
     updated_at: datetime = Field(
         default_factory=utcnow, sa_column=sa.Column(sa.DateTime(timezone=True), nullable=False)
     )
+    systems: list[str] | None = Field(default=None, sa_column=sa.Column(sa.JSON()))
 
 
 class OrgPolicyRow(SQLModel, table=True):

@@ -20,17 +20,26 @@ class SecretName:
     name: str
     created_at: datetime
     updated_at: datetime
+    # The systems it is limited to; None: every system of the tenant.
+    systems: tuple[str, ...] | None = None
 
 
 def _named(row: TenantSecret) -> SecretName:
-    return SecretName(row.name, as_utc(row.created_at), as_utc(row.updated_at))
+    systems = tuple(row.systems) if row.systems is not None else None
+    return SecretName(row.name, as_utc(row.created_at), as_utc(row.updated_at), systems)
 
 
 def get(session: Session, tenant_id: uuid.UUID, name: str) -> TenantSecret | None:
     return session.get(TenantSecret, (tenant_id, name))
 
 
-def put(session: Session, tenant_id: uuid.UUID, name: str, ciphertext: bytes) -> SecretName:
+def put(
+    session: Session,
+    tenant_id: uuid.UUID,
+    name: str,
+    ciphertext: bytes,
+    systems: Sequence[str] | None = None,
+) -> SecretName:
     """Create the row, or replace its ciphertext; staged in the caller's transaction. Locks an
     existing row, so two concurrent writes of one name apply one after the other."""
     row = session.exec(
@@ -46,6 +55,7 @@ def put(session: Session, tenant_id: uuid.UUID, name: str, ciphertext: bytes) ->
     else:
         row.ciphertext = ciphertext
         row.updated_at = now
+    row.systems = list(systems) if systems is not None else None
     session.add(row)
     session.flush()
     return _named(row)
@@ -69,15 +79,19 @@ def names(session: Session, tenant_id: uuid.UUID) -> Sequence[SecretName]:
     return [_named(row) for row in rows]
 
 
-def existing(session: Session, tenant_id: uuid.UUID, wanted: Iterable[str]) -> set[str]:
-    """Which of the wanted names the tenant has."""
+def existing(
+    session: Session, tenant_id: uuid.UUID, wanted: Iterable[str]
+) -> dict[str, tuple[str, ...] | None]:
+    """Which of the wanted names the tenant has, each with the systems it is limited to."""
     wanted = list(wanted)
     if not wanted:
-        return set()
-    query = select(TenantSecret.name).where(
-        TenantSecret.tenant_id == tenant_id, col(TenantSecret.name).in_(wanted)
-    )
-    return set(session.exec(query).all())
+        return {}
+    rows = session.exec(
+        select(TenantSecret).where(
+            TenantSecret.tenant_id == tenant_id, col(TenantSecret.name).in_(wanted)
+        )
+    ).all()
+    return {row.name: _named(row).systems for row in rows}
 
 
 def ciphertexts(session: Session, tenant_id: uuid.UUID, wanted: Iterable[str]) -> dict[str, bytes]:

@@ -21,12 +21,14 @@ from typing import Any
 import mcp_types as types
 import uvicorn
 from mcp.server.lowlevel import Server
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.disturbance import Disturbance
 from service.core.faults.injector import Injector
 from service.core.system.contract import Contract, ToolRole
+from service.core.system.egress import GATE_LOOPBACK_HOST
 from service.mcp.cost import MAX_CALLS
 from service.mcp.forwards import REQUEST_TIMEOUT, answered, effect_record
 from service.mcp.hooks import Upstreams
@@ -319,13 +321,24 @@ class Proxy:
 
     async def start(self) -> None:
         await self.upstreams.tools()  # the listing every run is served, fetched once
+        # The SDK's DNS-rebinding guard, for the gate's own loopback address as well.
+        names = ("127.0.0.1", "localhost", "[::1]", GATE_LOOPBACK_HOST)
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=[f"{n}:*" for n in names],
+            allowed_origins=[f"http://{n}:*" for n in names],
+        )
         app = self.mcp.streamable_http_app(
-            streamable_http_path="/t/{token}/mcp", stateless_http=True, json_response=True
+            streamable_http_path="/t/{token}/mcp",
+            stateless_http=True,
+            json_response=True,
+            transport_security=security,
         )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind(("127.0.0.1", 0))
+        # The gate's own loopback address: no egress allowance reaches another trial's proxy.
+        sock.bind((GATE_LOOPBACK_HOST, 0))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
         self._server = uvicorn.Server(config)
@@ -349,7 +362,7 @@ class Proxy:
         self.runs.pop(token, None)
 
     def url(self, token: str) -> str:
-        return f"http://127.0.0.1:{self.port}/t/{token}/mcp"
+        return f"http://{GATE_LOOPBACK_HOST}:{self.port}/t/{token}/mcp"
 
     def _run_of(self, ctx: Any) -> Run:
         request = getattr(ctx, "request", None)

@@ -36,6 +36,7 @@ import httpx
 
 from service.core.errors import ManifestInvalid
 from service.core.system.endpoint import BUILD_HEADER, reported_build
+from service.core.system.redaction import Redactor
 from service.net.egress import EgressPolicy, EgressRefused, EgressTransport
 from service.sandbox import Confinement, local
 from service.sandbox.bwrap import Sandbox
@@ -216,11 +217,9 @@ def redacted(text: str, confinement: Confinement | None) -> str:
     """`text` with every value of the confinement's environment (its secrets) blanked: what an
     agent says about its failure reaches reports and the signed dossier, and a secret never
     does."""
-    if confinement is not None:
-        for value in confinement.env.values():
-            if len(value) >= 4:
-                text = text.replace(value, "[redacted]")
-    return text
+    if confinement is None:
+        return text
+    return Redactor(confinement.env.values()).text(text)
 
 
 def last_line(stderr: bytes, confinement: Confinement | None) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import http.client
 import ipaddress
+import logging
 import socket
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -36,6 +37,7 @@ from service.settings import Settings
 
 DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "postgres": 5432, "redis": 6379}
 DEFAULT_PORTS["rediss"] = 6379
+log = logging.getLogger("assaygate.egress")
 
 #: Resolves a host name to its addresses (getaddrinfo by default; tests give their own).
 Resolver = Callable[[str, int], list[str]]
@@ -86,8 +88,15 @@ class EgressPolicy:
     ) -> EgressPolicy:
         """The service's policy: the settings' allowances and its own API, database and broker."""
         networks, hosts = _allowlist(settings.egress_allowlist)
+        if settings.egress_loopback_deprecated:
+            log.warning(
+                "ASSAYGATE_EGRESS_ALLOW_LOOPBACK=1 is deprecated: it allows every loopback port "
+                "(the control plane and the gate's own relays excepted); name the ports the "
+                "agents' local services use instead, e.g. 9000-9100"
+            )
         rules = AddressPolicy(
             allow_loopback=settings.egress_loopback,
+            loopback_ports=settings.egress_loopback_ports,
             allow_private=settings.egress_private,
             control_plane=control_plane(settings, resolver),
             allowed_networks=networks,
@@ -240,17 +249,28 @@ class HTTPSConnection(http.client.HTTPSConnection):
 
 
 def control_plane(settings: Settings, resolver: Resolver = system_resolver) -> tuple[Endpoint, ...]:
-    """The gate's own API, database and broker (and result backend), by address and port."""
+    """The gate's own API (its listen address and every address `ASSAYGATE_CONTROL_PLANE` names:
+    its advertised URLs, a metrics endpoint), database and broker (and result backend), by
+    address and port."""
     out = [_endpoint("API", settings.host, settings.port, resolver)]
+    named = [("control plane", item) for item in control_plane_items(settings.control_plane)]
     for name, url in (
         ("database", settings.database_url),
         ("broker", settings.broker_url),
         ("result backend", settings.result_backend),
+        *named,
     ):
         endpoint = _url_endpoint(name, url, resolver)
         if endpoint is not None:
             out.append(endpoint)
     return tuple(out)
+
+
+def control_plane_items(text: str) -> list[str]:
+    """`ASSAYGATE_CONTROL_PLANE`'s items as URLs (a bare `host:port` reads as `tcp://host:port`;
+    a URL without a port takes its scheme's)."""
+    items = [i.strip() for i in text.split(",") if i.strip()]
+    return [i if "://" in i else f"tcp://{i}" for i in items]
 
 
 def _url_endpoint(name: str, url: str, resolver: Resolver) -> Endpoint | None:

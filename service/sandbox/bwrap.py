@@ -94,6 +94,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from service.core.system.egress import GATE_LOOPBACK_HOST
 from service.sandbox import Confinement, cgroup, layers, relay, seccomp
 
 BWRAP = "/usr/bin/bwrap"
@@ -354,7 +355,8 @@ class Sandbox:
             self._serve(relay.serve_egress(self._sock("egress.sock"), confinement.egress))
             for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):
                 program_env[name] = f"http://127.0.0.1:{proxy}"
-            program_env["NO_PROXY"] = program_env["no_proxy"] = "127.0.0.1,localhost"
+            direct = f"127.0.0.1,localhost,{GATE_LOOPBACK_HOST}"
+            program_env["NO_PROXY"] = program_env["no_proxy"] = direct
         inbound: dict[str, int] = {}
         if serve:
             listen = _free_port(taken, 8000)
@@ -362,7 +364,7 @@ class Sandbox:
             program_env[LISTEN_ENV] = str(listen)
             server, port = relay.run(relay.serve_inbound(os.path.join(run_dir, "in.sock")))
             self._servers.append(server)
-            self.url = f"http://127.0.0.1:{port}/"
+            self.url = f"http://{GATE_LOOPBACK_HOST}:{port}/"
         limits = confinement.limits
         config = {
             "run_dir": RUN,
@@ -376,6 +378,8 @@ class Sandbox:
                 "file_mb": limits.file_mb,
             },
             "outbound": outbound,
+            # The gate's relays are on their own loopback address: URLs naming them work inside.
+            "outbound_hosts": sorted({"127.0.0.1", GATE_LOOPBACK_HOST}),
             "inbound": inbound,
         }
         fd = os.open(os.path.join(run_dir, "config.json"), os.O_WRONLY | os.O_CREAT, 0o600)

@@ -108,7 +108,8 @@ async def _serve(config: dict[str, Any], argv: list[str]) -> int:
         async def out(r: asyncio.StreamReader, w: asyncio.StreamWriter, p: str = path) -> None:
             await _splice(r, w, asyncio.open_unix_connection(p))
 
-        servers.append(await asyncio.start_server(out, "127.0.0.1", int(port)))
+        hosts = list(config.get("outbound_hosts") or ["127.0.0.1"])
+        servers.append(await asyncio.start_server(out, hosts, int(port)))
     for name, port in dict(config["inbound"]).items():
 
         async def inb(r: asyncio.StreamReader, w: asyncio.StreamWriter, p: int = port) -> None:

@@ -26,6 +26,8 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from service.core.system.egress import GATE_LOOPBACK_HOST
+
 # The one byte pump both sides of a relay use (the inner launcher is standard library only).
 from service.sandbox.inner import pipe
 
@@ -115,14 +117,15 @@ async def _open_sandbox_socket(path: str) -> Streams:
 
 
 async def serve_inbound(path: str) -> tuple[asyncio.Server, int]:
-    """An ephemeral 127.0.0.1 port whose connections go into the sandbox's Unix socket."""
+    """An ephemeral port on the gate's own loopback address (never an egress target) whose
+    connections go into the sandbox's Unix socket."""
 
     async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         far = await _connect_or_close(w, _open_sandbox_socket(path))
         if far is not None:
             await _splice(r, w, far)
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    server = await asyncio.start_server(handle, GATE_LOOPBACK_HOST, 0)
     return server, int(server.sockets[0].getsockname()[1])
 
 

@@ -31,8 +31,10 @@ import threading
 import time
 import weakref
 from typing import Any
+from urllib.parse import urlsplit
 
 from service.core.errors import ManifestInvalid
+from service.core.system.egress import GATE_LOOPBACK_HOST
 from service.core.trial.sandbox import Task, Tools
 from service.sandbox import Confinement, local
 from service.sandbox.bwrap import Sandbox
@@ -187,7 +189,7 @@ class _Child:
         cls,
         entrypoint: str,
         confinement: Confinement | None = None,
-        tool_server: tuple[str, int] = ("127.0.0.1", 0),
+        tool_server: tuple[str, int] = (GATE_LOOPBACK_HOST, 0),
     ) -> _Child:
         sandbox = None
         if confinement is None:
@@ -304,6 +306,8 @@ class PythonTarget(HttpTarget):
                 self._death = "did not start"
                 raise exc from None
             self.url = child.url
+            # Confined, the relay is on the gate's own loopback address, not the host's.
+            self._host = urlsplit(child.url).hostname or self._host
             self._port = child.port
             return child
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
+from service.core.system.egress import GATE_LOOPBACK_HOST
 from service.core.trial.sandbox import (
     PreconditionFailed,
     RateLimited,
@@ -451,7 +452,7 @@ class _Server(socketserver.ThreadingTCPServer):
 class ToolServer:
     """The loopback tool endpoints of one assay process; trials open and close sessions on it."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = GATE_LOOPBACK_HOST, port: int = 0) -> None:
         self._server = _Server((host, port), _Handler, bind_and_activate=True)
         self._server.sessions = {}
         self._lock = threading.Lock()

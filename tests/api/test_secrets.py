@@ -72,7 +72,8 @@ def test_a_secret_is_put_listed_and_deleted_and_no_answer_holds_its_value(
     answers = []
     put = client.put(f"/v1/secrets/{name}", json={"value": VALUE}, headers=headers)
     assert put.status_code == 200, put.text
-    assert set(put.json()) == {"name", "updated_at"} and put.json()["name"] == name
+    assert set(put.json()) == {"name", "updated_at", "systems"} and put.json()["name"] == name
+    assert put.json()["systems"] is None
     answers.append(put)
     again = client.put(f"/v1/secrets/{name}", json={"value": VALUE + "2"}, headers=headers)
     assert again.status_code == 200 and again.json()["updated_at"] >= put.json()["updated_at"]

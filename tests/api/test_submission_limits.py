@@ -101,6 +101,41 @@ def test_a_runner_field_a_worker_cannot_use_is_refused_naming_it(
     refused(client.post("/v1/candidates", json=mcp_body(**target)), 422, f"manifest.{field}")
 
 
+REMOTE_RUNNER = {"kind": "http", "url": "https://agent.example/run"}
+
+
+@pytest.mark.parametrize(
+    ("target", "field"),
+    [
+        ({"runner": {**REMOTE_RUNNER, "command": ["python", "a.py"]}}, "target.runner.command"),
+        ({"runner": {**REMOTE_RUNNER, "entrypoint": "agent:run"}}, "target.runner.entrypoint"),
+        ({"runner": {"kind": "python", "entrypoint": "a:b", "command": ["sh"]}},
+         "target.runner.command"),
+        ({"entrypoint": "agent:run"}, "target.entrypoint"),
+    ],
+)  # fmt: skip
+def test_a_remote_kind_carrying_code_fields_is_refused_naming_the_field(
+    client: httpx.Client, unchanged: None, target: dict[str, Any], field: str
+) -> None:
+    error = refused(
+        client.post("/v1/candidates", json=mcp_body(**target)), 422, f"manifest.{field}"
+    )
+    assert "code the gate runs" in error["message"]
+
+
+def test_an_http_hook_carrying_a_command_is_refused_naming_it(
+    client: httpx.Client, unchanged: None
+) -> None:
+    body = mcp_body()
+    tools = copy.deepcopy(body["manifest"]["tools"])
+    tools["hooks"]["reset"] = {"kind": "http", "url": "https://h.example/", "command": ["sh"]}
+    body["manifest"]["tools"] = tools
+    error = refused(
+        client.post("/v1/candidates", json=body), 422, "manifest.tools.hooks.reset.command"
+    )
+    assert "code the gate runs" in error["message"]
+
+
 def test_an_http_target_url_that_is_a_file_is_refused(
     client: httpx.Client, unchanged: None
 ) -> None:

@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -180,8 +181,9 @@ def test_code_that_swaps_its_inbound_socket_for_a_symlink_cannot_aim_the_worker_
         proc = sandbox.popen(stdout=subprocess.PIPE)
         assert proc.stdout is not None and proc.stdout.readline() == b"swapped\n"
         assert sandbox.url is not None
-        port = int(sandbox.url.rsplit(":", 1)[1].strip("/"))
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as worker_side:
+        relay = urlsplit(sandbox.url)
+        assert relay.hostname is not None and relay.port is not None
+        with socket.create_connection((relay.hostname, relay.port), timeout=10) as worker_side:
             worker_side.sendall(b"POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
             assert worker_side.recv(100) == b"", "the relay forwarded to what the symlink named"
         with pytest.raises(TimeoutError):

@@ -27,7 +27,8 @@ SecretNamePath = Annotated[
 
 
 def secret_public(row: secrets.SecretName) -> SecretPublic:
-    return SecretPublic(name=row.name, updated_at=row.updated_at)
+    systems = list(row.systems) if row.systems is not None else None
+    return SecretPublic(name=row.name, updated_at=row.updated_at, systems=systems)
 
 
 @router.get("", response_model=SecretList, responses={503: ERROR_RESPONSES[503]})
@@ -49,7 +50,7 @@ def put_secret(
     key: SecretsKeyDep,
 ) -> SecretPublic:
     """Store the tenant's secret `name` (created, or replaced), encrypted; the answer names it."""
-    return secret_public(secrets.put(session, principal, key, name, body.value))
+    return secret_public(secrets.put(session, principal, key, name, body.value, body.systems))
 
 
 @router.delete(

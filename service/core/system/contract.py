@@ -150,6 +150,11 @@ class Hook(StrictModel):
             raise _FieldError("url", "an http hook needs a url")
         if self.kind == "command" and not self.command:
             raise _FieldError("command", "a command hook needs a command")
+        if self.kind != "command" and self.command is not None:
+            # Ignored at run time otherwise: a remote hook carrying code is a mistake to name.
+            raise _FieldError(
+                "command", f"command is code the gate runs; an {self.kind} hook runs none"
+            )
         return self
 
 

@@ -3,14 +3,16 @@
 No I/O here: hosts arrive already resolved (`service.net.egress` resolves them, at submission and
 again at connection). Never a target, whatever the operator allows: link-local and cloud metadata
 addresses, unspecified, multicast, broadcast and reserved addresses, and the gate's own control
-plane (the API's listen address, the database and the broker, by address and port, loopback
-aliases included). Loopback and private ranges only where the operator allows them, or where an
-allowlist names the network or the host.
+plane (the API's listen and advertised addresses, the database and the broker, by address and
+port, loopback aliases included) and the gate's own loopback listeners (`GATE_LOOPBACK_NETWORK`).
+Loopback (per port where the operator names ports) and private ranges only where the operator
+allows them, or where an allowlist names the network or the host.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import sys
 from dataclasses import dataclass, field
 
 from service.core.system.execution import Execution
@@ -48,6 +50,36 @@ LOOPBACK_NETWORKS: tuple[IPNetwork, ...] = (
     ipaddress.ip_network("127.0.0.0/8"),
     ipaddress.ip_network("::1/128"),
 )
+
+
+#: Where the gate's own loopback listeners live (the sandboxes' inbound relays, each trial's MCP
+#: proxy, the python target's tool server): an address of their own, never a target, so a
+#: loopback allowance for the agents' local services never reaches another trial's proxy or
+#: another tenant's relay. Linux routes all of 127/8 to `lo`; elsewhere (no sandbox runs there)
+#: the one loopback address there is.
+GATE_LOOPBACK_NETWORK = ipaddress.ip_network("127.77.0.0/16")
+GATE_LOOPBACK_HOST = "127.77.0.1" if sys.platform.startswith("linux") else "127.0.0.1"
+
+PortRange = tuple[int, int]
+
+
+def parse_port_ranges(text: str) -> tuple[PortRange, ...]:
+    """`9000-9100,9443` as inclusive ranges; raises ValueError naming the bad item."""
+    out: list[PortRange] = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        low, sep, high = item.partition("-")
+        try:
+            first, last = int(low), int(high if sep else low)
+        except ValueError:
+            raise ValueError(f"{item!r} is not a port or a range of ports (9000-9100)") from None
+        if not 1 <= first <= last <= 65535:
+            raise ValueError(f"{item!r} is not a range of ports between 1 and 65535")
+        out.append((first, last))
+    if not out:
+        raise ValueError("no port or range of ports given")
+    return tuple(out)
 
 
 def parse_ip(text: str) -> IPAddress | None:
@@ -135,6 +167,9 @@ class AddressPolicy:
     """Which resolved addresses a manifest's URLs may reach."""
 
     allow_loopback: bool = False
+    # With `allow_loopback`: only these loopback ports (empty: every port). The control plane
+    # and the gate's own listeners stay refused either way.
+    loopback_ports: tuple[PortRange, ...] = ()
     allow_private: bool = False
     control_plane: tuple[Endpoint, ...] = ()
     allowed_networks: tuple[IPNetwork, ...] = ()
@@ -156,6 +191,8 @@ class AddressPolicy:
             return f"{ip} is the unspecified address, never a target"
         if ip.is_multicast or ip == BROADCAST:
             return f"{ip} is a multicast or broadcast address, never a target"
+        if ip in GATE_LOOPBACK_NETWORK:
+            return f"{ip} is the gate's own relays and proxies, never a target"
         for endpoint in self.control_plane:
             if endpoint.covers(ip, port):
                 return f"{ip}:{port} is the gate's own {endpoint.name}, never a target"
@@ -163,8 +200,13 @@ class AddressPolicy:
             ip in n for n in self.allowed_networks
         )
         if _loopback(ip):
-            if self.allow_loopback or allowed:
+            if allowed or (self.allow_loopback and self._loopback_port(port)):
                 return None
+            if self.allow_loopback:
+                return (
+                    f"{ip}:{port} is a loopback port outside ASSAYGATE_EGRESS_ALLOW_LOOPBACK's "
+                    "ranges"
+                )
             return f"{ip} is a loopback address (ASSAYGATE_EGRESS_ALLOW_LOOPBACK is off)"
         if ip.is_reserved and isinstance(ip, ipaddress.IPv4Address):
             return f"{ip} is a reserved address, never a target"
@@ -173,6 +215,9 @@ class AddressPolicy:
                 return None
             return f"{ip} is a private address (ASSAYGATE_EGRESS_ALLOW_PRIVATE is off)"
         return None
+
+    def _loopback_port(self, port: int) -> bool:
+        return not self.loopback_ports or any(a <= port <= b for a, b in self.loopback_ports)
 
 
 def manifest_urls(manifest: Manifest) -> tuple[tuple[str, str], ...]:

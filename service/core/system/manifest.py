@@ -113,6 +113,28 @@ class Orchestration(StrictModel):
     graph: JsonValue = None
 
 
+#: Which kinds carry which code field. A code field on another kind (a remote runner or target with
+#: a `command` or `entrypoint`) would be ignored at run time: refused, naming it, instead.
+RUNNER_CODE: dict[str, tuple[str, ...]] = {
+    "command": ("command",),
+    "entrypoint": ("python", "langgraph", "openai-agents"),
+}
+TARGET_CODE: dict[str, tuple[str, ...]] = {"entrypoint": ("python",)}
+
+
+def _code_field(
+    value: Any, info: ValidationInfo, kinds: dict[str, tuple[str, ...]], noun: str
+) -> Any:
+    kind = info.data.get("kind")
+    field = str(info.field_name)
+    if value is not None and kind is not None and kind not in kinds[field]:
+        raise ValueError(
+            f"{field} is code the gate runs; a {kind} {noun} runs none (only "
+            f"{' or '.join(kinds[field])} {noun}s take a {field})"
+        )
+    return value
+
+
 class Runner(StrictModel):
     """How an `mcp` target's agent is started for a trial (it reaches its tools through the proxy).
 
@@ -136,6 +158,11 @@ class Runner(StrictModel):
     # An http runner: the build the candidate declares behind `url`, compared with the
     # `Assaygate-Build` header of every reply (docs/mcp.md, "Builds"). Left out of the hash unset.
     build: Build | None = Field(default=None, exclude_if=lambda v: v is None)
+
+    @field_validator("command", "entrypoint")
+    @classmethod
+    def _code_of_its_kind(cls, value: Any, info: ValidationInfo) -> Any:
+        return _code_field(value, info, RUNNER_CODE, "runner")
 
     @model_validator(mode="after")
     def _kind_fields(self) -> Runner:
@@ -186,6 +213,11 @@ class TargetSpec(StrictModel):
     # An http target: the build the candidate declares behind `url`, compared with the
     # `Assaygate-Build` header of the agent's every reply (docs/targets.md, "Builds").
     build: Build | None = None
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _code_of_its_kind(cls, value: Any, info: ValidationInfo) -> Any:
+        return _code_field(value, info, TARGET_CODE, "target")
 
     @model_validator(mode="after")
     def _kind_fields(self) -> TargetSpec:

@@ -1,0 +1,64 @@
+"""The redactor: a secret, in each of its common encodings, is blanked wherever it appears."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from urllib.parse import quote
+
+import pytest
+
+from service.core.system.redaction import MASK, Redactor
+
+SECRET = "sk-live-Zq9/+x&y=7 token"
+PEM = (
+    "-----BEGIN PRIVATE KEY-----\n"
+    "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\n"
+    "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu\n"
+    "-----END PRIVATE KEY-----\n"
+)
+
+ENCODINGS = {
+    "plain": SECRET,
+    "reversed": SECRET[::-1],
+    "url-encoded": quote(SECRET, safe=""),
+    "hex": binascii.hexlify(SECRET.encode()).decode(),
+    "HEX": binascii.hexlify(SECRET.encode()).decode().upper(),
+    "base64": base64.b64encode(SECRET.encode()).decode(),
+    "base64url": base64.urlsafe_b64encode(SECRET.encode()).decode().rstrip("="),
+}
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_a_secret_is_blanked_in_each_encoding_inside_other_text(encoding: str) -> None:
+    text = f"error: upstream said {ENCODINGS[encoding]}; retrying"
+    out = Redactor([SECRET]).text(text)
+    assert ENCODINGS[encoding] not in out and MASK in out, out
+    assert out.startswith("error: upstream said ")
+
+
+@pytest.mark.parametrize("prefix", ["", "a", "ab"])
+def test_a_secret_base64_encoded_at_any_offset_of_a_longer_text_is_blanked(prefix: str) -> None:
+    blob = base64.b64encode(f"{prefix}key={SECRET}&end".encode()).decode()
+    out = Redactor([SECRET]).text(blob)
+    assert MASK in out and len(out.replace(MASK, "")) < len(blob) - len(SECRET)
+
+
+def test_every_line_of_a_multi_line_secret_is_blanked_on_its_own() -> None:
+    redactor = Redactor([PEM])
+    lines = PEM.splitlines()
+    out = redactor.text(f"stderr tail: {lines[1]}")
+    assert lines[1] not in out
+    assert lines[2] not in redactor.text(lines[2] + " was the key")
+
+
+def test_claims_tool_arguments_and_keys_are_blanked_in_a_json_shaped_value() -> None:
+    value = {"claim": {"note": SECRET}, SECRET: [1, {"arguments": {"k": ENCODINGS["hex"]}}]}
+    out = Redactor([SECRET]).value(value)
+    assert SECRET not in str(out) and ENCODINGS["hex"] not in str(out)
+    assert out["claim"] == {"note": MASK} and out[MASK][0] == 1
+
+
+def test_without_secrets_nothing_changes_and_short_values_blank_no_ordinary_text() -> None:
+    assert Redactor().value({"a": "b"}) == {"a": "b"} and not Redactor()
+    assert Redactor(["abc"]).text("abcdef abc") == "abcdef abc"
