@@ -107,7 +107,9 @@ def pod_env(stores: Stores, shared: Path, data: Path, **own: str) -> dict[str, s
 def operator(host: Host, env: dict[str, str], *args: str) -> dict[str, Any]:
     done = host.run([sys.executable, "-m", "service.cli", *args], env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    found: dict[str, Any] = json.loads(done.stdout) if done.stdout.strip() else {}
+    # JSON where the command answers with it (`keys create`); `db upgrade` says what it did.
+    text = done.stdout.strip()
+    found: dict[str, Any] = json.loads(text) if text.startswith("{") else {}
     return found
 
 

@@ -19,6 +19,8 @@ import pytest
 from tests.support.service import ROOT
 
 OURS = ("assaygate", "service", "worker")
+# A tenant's queue is named like a module path (`Settings.tenant_queue`).
+QUEUE_PREFIX = "assaygate.tenant."
 _PKG = r"(?:assaygate|service|worker)"
 _NAME = r"[A-Za-z_]\w*"
 FROM_IMPORT = re.compile(rf"^\s*from ({_PKG}(?:\.{_NAME})*) import ([\w, ()]+)$", re.M)
@@ -42,6 +44,8 @@ def named_paths(text: str) -> set[str]:
     found.update(f"{m}:" for m in IMPORT.findall(text))
     found.update(f"{m}:" for m in RUN_MODULE.findall(text))
     for dotted, attr in DOTTED.findall(text):
+        if dotted.startswith(QUEUE_PREFIX):
+            continue  # a Celery queue's name (`assaygate.tenant.acme`), not a module
         found.add(f"{dotted}:{attr}" if attr else f"?{dotted}")
     return found
 
