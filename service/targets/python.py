@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from service.core.errors import ManifestInvalid
+from service.core.system.redaction import Redactor
 from service.core.system.egress import GATE_LOOPBACK_HOST
 from service.core.trial.sandbox import Task, Tools
 from service.sandbox import Confinement, local
@@ -373,6 +374,10 @@ class PythonTarget(HttpTarget):
         if status == 500 and session.fault is None and not session.crashed:
             raised = _raised(body)
             if raised is not None:
+                # Blanked here, whole: the tally keeps a message's first characters only, and a
+                # secret's encoding cut short is no longer what the store's redactor knows.
+                if self.confinement is not None:
+                    raised = Redactor(self.confinement.env.values()).text(raised)
                 raise TargetRaised(raised)
         return status, body, build
 

@@ -4,8 +4,10 @@ Code that holds a secret can print it, return it as a claim, or send it as a too
 of it reaches stored shard results, reports, events and the signed dossier unless it is blanked
 first. `Redactor(values)` knows each value as it is, reversed, URL-encoded, hex, base64 and
 base64url (at each of the three alignments a value can take inside a longer encoded text), and
-each line of a multi-line value (a PEM key) on its own. It cannot know a value encrypted, split
-across fields or leaked through behaviour (timing, which tool is called): docs/operations.md.
+each line of a multi-line value (a PEM key) on its own, plain and encoded. It cannot know a value
+encrypted, split across fields or leaked through behaviour (timing, which tool is called), nor
+an encoding cut short before its first line ends: docs/operations.md. So a message is blanked
+where it is made, before it is cut to length, as well as when it is stored.
 """
 
 from __future__ import annotations
@@ -45,8 +47,11 @@ def needles(value: str) -> set[str]:
         found |= {b64, b64.replace("+", "-").replace("/", "_")}
     lines = [ln.strip() for ln in value.splitlines() if ln.strip()]
     if len(lines) > 1:
-        found |= set(lines)
         found.add("".join(lines))
+        # Each line on its own, and encoded on its own: an encoding of the whole value cut short
+        # (a message kept to its first characters) still holds its first line's.
+        for line in lines:
+            found |= needles(line)
     return {n for n in found if len(n) >= MIN_NEEDLE}
 
 
