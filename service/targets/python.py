@@ -34,8 +34,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from service.core.errors import ManifestInvalid
-from service.core.system.redaction import Redactor
 from service.core.system.egress import GATE_LOOPBACK_HOST
+from service.core.system.redaction import Redactor
 from service.core.trial.sandbox import Task, Tools
 from service.sandbox import Confinement, local
 from service.sandbox.bwrap import Sandbox

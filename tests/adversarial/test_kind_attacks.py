@@ -19,8 +19,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -45,7 +44,7 @@ MCP_PLAN = {"trials": 1, "seed": 7, "modes": ["forked_run"]}
 class Witness(BaseHTTPRequestHandler):
     """The tenant's own local service: what its code reports, by kind."""
 
-    reports: dict[str, list[dict[str, Any]]] = {}
+    reports: ClassVar[dict[str, list[dict[str, Any]]]] = {}
 
     def do_POST(self) -> None:
         report = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
