@@ -5,10 +5,13 @@ worker, and a tenant worker for each tenant the module names, with their code al
 from __future__ import annotations
 
 import contextlib
+import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import sqlalchemy as sa
@@ -29,6 +32,28 @@ from tests.support.service import (
     session_settings,
     tenant_code,
 )
+
+
+class Witness(BaseHTTPRequestHandler):
+    """The tenant's own local service: what its code reports, by kind."""
+
+    reports: ClassVar[dict[str, list[dict[str, Any]]]] = {}
+
+    def do_POST(self) -> None:
+        report = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        self.reports.setdefault(report["kind"], []).append(report)
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def witness_server() -> ThreadingHTTPServer:
+    """The witness on a loopback port of its own, serving from a thread (`shutdown()` ends it)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Witness)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 @dataclass

@@ -15,17 +15,15 @@ import base64
 import binascii
 import copy
 import json
-import threading
 import uuid
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar
+from typing import Any
 
 import httpx
 import pytest
 
 from service.sandbox import relay
-from tests.adversarial.deployment import Deployment, deployment
+from tests.adversarial.deployment import Deployment, Witness, deployment, witness_server
 from tests.api.test_secret_leaks import leaks
 from tests.mcp.conftest import Sandbox, sandbox  # noqa: F401 - the fixture
 from tests.sandbox.conftest import serve
@@ -41,21 +39,6 @@ PYTHON_PLAN = {"trials": 2, "seed": 3, "modes": ["timeout_before_send"]}
 MCP_PLAN = {"trials": 1, "seed": 7, "modes": ["forked_run"]}
 
 
-class Witness(BaseHTTPRequestHandler):
-    """The tenant's own local service: what its code reports, by kind."""
-
-    reports: ClassVar[dict[str, list[dict[str, Any]]]] = {}
-
-    def do_POST(self) -> None:
-        report = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-        self.reports.setdefault(report["kind"], []).append(report)
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-
 @pytest.fixture(scope="module")
 def gate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deployment, dict[str, str]]]:
     """The service, with a metrics port named only in ASSAYGATE_CONTROL_PLANE, another sandbox's
@@ -63,8 +46,7 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deployment,
     is given."""
     folder = tmp_path_factory.mktemp("kinds")
     plane = serve("the gate's metrics")
-    witness = ThreadingHTTPServer(("127.0.0.1", 0), Witness)
-    threading.Thread(target=witness.serve_forever, daemon=True).start()
+    witness = witness_server()
     inbound, relay_port = relay.run(relay.serve_inbound(str(folder / "in.sock")))
     relay_host = str(inbound.sockets[0].getsockname()[0])
     control_plane = f"http://127.0.0.1:{plane.server_address[1]}"
