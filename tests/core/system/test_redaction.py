@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from urllib.parse import quote
 
 import pytest
@@ -62,3 +63,17 @@ def test_claims_tool_arguments_and_keys_are_blanked_in_a_json_shaped_value() -> 
 def test_without_secrets_nothing_changes_and_short_values_blank_no_ordinary_text() -> None:
     assert Redactor().value({"a": "b"}) == {"a": "b"} and not Redactor()
     assert Redactor(["abc"]).text("abcdef abc") == "abcdef abc"
+
+
+@pytest.mark.parametrize("encode", [binascii.hexlify, base64.b64encode], ids=["hex", "base64"])
+def test_an_encoding_of_a_multi_line_secret_cut_short_gives_away_none_of_its_first_line(
+    encode: Callable[[bytes], bytes],
+) -> None:
+    """A report keeps a message's first characters: the whole value's encoding is cut, and what
+    is left still holds the first line's encoding."""
+    value = "sk-leak-7Hq2Zp9Xw4Lm\n" + PEM
+    whole = encode(value.encode()).decode()
+    first = encode(value.splitlines()[0].encode()).decode().rstrip("=")
+    cut = f"TargetRaised: RuntimeError: {whole}"[:120]
+    assert first in cut
+    assert first not in Redactor([value]).text(cut)
