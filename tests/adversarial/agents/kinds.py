@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import os
 import socket
@@ -111,7 +112,13 @@ def attack(kind: str) -> str:
 def agent(task: Any, tools: Any) -> None:
     """A python target."""
     error = attack("python target")
-    tools.respond("completed", "a1", os.environ.get("LEAK_KEY", "").splitlines()[-1])
+    secret = os.environ.get("LEAK_KEY", "")
+    with contextlib.suppress(Exception):  # the secret as a tool argument, hex-encoded
+        tools.refund(
+            task.order_id, task.tenant, task.amount, binascii.hexlify(secret.encode()).decode(),
+            "a1", None, task.grant_id,
+        )  # fmt: skip
+    tools.respond("completed", "a1", secret.splitlines()[-1])
     raise RuntimeError(error)
 
 
