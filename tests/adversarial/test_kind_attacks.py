@@ -33,6 +33,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 TENANT = "kinds"
 VALUE = "sk-leak-7Hq2Zp9Xw4Lm\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj"
+LONG = "tok-" + "9fQ2mZ7xW4kR8vL1" * 12  # one line, its hex longer than a report keeps
+SECRETS = ["LEAK_KEY", "LONG_KEY"]
 ATTACKER = ["python", "tests/adversarial/agents/kinds.py"]
 ENTRY = "tests.adversarial.agents.kinds"
 PYTHON_PLAN = {"trials": 2, "seed": 3, "modes": ["timeout_before_send"]}
@@ -53,6 +55,7 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deployment,
     try:
         with deployment(folder, "kinds", {TENANT: {}}, control_plane=control_plane) as service:
             service.put_secret(TENANT, "LEAK_KEY", VALUE)
+            service.put_secret(TENANT, "LONG_KEY", LONG)
             env = {
                 "API_PORT": str(service.port),
                 "RELAY": f"{relay_host}:{relay_port}",
@@ -67,7 +70,7 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deployment,
 
 
 def python_target(env: dict[str, str], world: Sandbox) -> dict[str, Any]:
-    target = {"kind": "python", "entrypoint": f"{ENTRY}:agent", "secrets": ["LEAK_KEY"], "env": env}
+    target = {"kind": "python", "entrypoint": f"{ENTRY}:agent", "secrets": SECRETS, "env": env}
     return {**example("typed"), "target": target}
 
 
@@ -81,7 +84,7 @@ def warehouse(env: dict[str, str], world: Sandbox, **runner: Any) -> dict[str, A
     servers["shop"]["url"], servers["admin"]["url"] = world.shop, world.admin
     if runner:
         data["target"]["runner"] = runner
-    data["target"]["secrets"], data["target"]["env"] = ["LEAK_KEY"], env
+    data["target"]["secrets"], data["target"]["env"] = SECRETS, env
     return data
 
 
@@ -124,6 +127,9 @@ def given_away(text: str) -> list[str]:
         raw = line.encode()
         forms = {"hex": binascii.hexlify(raw).decode(), "base64": base64.b64encode(raw).decode()}
         found += [f"line {n} {name}" for name, form in forms.items() if form.rstrip("=") in text]
+    # Any 16 bytes of the long secret, hex-encoded: what a cut encoding of it still holds.
+    long = binascii.hexlify(LONG.encode()).decode()
+    found += ["long hex"] * any(long[i : i + 32] in text for i in range(0, len(long) - 32, 2))
     return found
 
 

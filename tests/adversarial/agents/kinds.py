@@ -8,7 +8,8 @@ tunnel   CONNECTs through the sandbox's egress proxy to the gate's API port (`AP
          every spelling of loopback, to another sandbox's relay (`RELAY`, host:port) and to a port
          named only in ASSAYGATE_CONTROL_PLANE (`PLANE_PORT`), and writes each proxy's answer
 leak     takes the tenant's secret (`LEAK_KEY`, a multi-line value), prints it base64-, hex- and
-         URL-encoded and one PEM line at a time to stderr, claims it and fails with it
+         URL-encoded and one PEM line at a time to stderr, claims it and fails with it, the hex
+         of a long one-line secret (`LONG_KEY`) first
 
 and reports both to its own local service (`WITNESS_PORT`, the one loopback port it may reach),
 so the test knows the code ran and what it reached whatever the kind lets through to a report.
@@ -106,7 +107,9 @@ def attack(kind: str) -> str:
     witness(kind, {"tunnels": reached, "secret": secret})
     for line in encodings(secret).split():
         print(line, file=sys.stderr, flush=True)
-    return f"{kind} holds {encodings(secret)}"
+    # A long one-line secret's hex first: a report keeps a message's first characters only.
+    long = binascii.hexlify(os.environ.get("LONG_KEY", "").encode()).decode()
+    return f"{kind} long={long} holds {encodings(secret)}"
 
 
 def agent(task: Any, tools: Any) -> None:
