@@ -27,6 +27,7 @@ from mcp_types import CONNECTION_CLOSED, SERVER_INFO_META_KEY
 from service.core.system.contract import Contract, Hook, Upstream
 from service.core.system.endpoint import reported_build
 from service.core.system.manifest import server_endpoint
+from service.core.system.redaction import Redactor
 from service.mcp.wire import reply_json
 from service.net.egress import (
     AsyncEgressTransport,
@@ -327,7 +328,8 @@ class Upstreams:
                 assert hook.server is not None and hook.tool is not None
                 result = await self._call(hook.server, hook.tool, payload, retry=True)
                 if result.is_error:
-                    raise HookFailed(f"{hook.tool} answered an error: {reply_text(result)}")
+                    said = self._blanked(reply_text(result, limit=None))[:500]
+                    raise HookFailed(f"{hook.tool} answered an error: {said}")
                 return reply_json(result)
             if hook.kind == "http":
                 assert hook.url is not None and self._http is not None
@@ -342,7 +344,16 @@ class Upstreams:
             refused = refusal_in(exc)
             if refused is not None:
                 raise HookFailed(f"TargetUnreachable: egress refused: {refused.message}") from exc
-            raise HookFailed(f"{hook.kind} hook failed: {type(exc).__name__}: {exc}") from exc
+            said = self._blanked(f"{type(exc).__name__}: {exc}")
+            raise HookFailed(f"{hook.kind} hook failed: {said}") from exc
+
+    def _blanked(self, text: str) -> str:
+        """`text` with the tenant's secrets blanked, whole: a server or hook of the tenant's says
+        what it likes, and a report keeps only a message's first characters (an encoding cut
+        short is no longer what the store's redactor knows)."""
+        if self.confinement is None:
+            return text
+        return Redactor(self.confinement.env.values()).text(text)
 
 
 async def _run_hook(
@@ -363,5 +374,6 @@ async def _run_hook(
     return proc.returncode, out
 
 
-def reply_text(result: types.CallToolResult) -> str:
-    return " ".join(b.text for b in result.content if isinstance(b, types.TextContent))[:500]
+def reply_text(result: types.CallToolResult, limit: int | None = 500) -> str:
+    text = " ".join(b.text for b in result.content if isinstance(b, types.TextContent))
+    return text if limit is None else text[:limit]
