@@ -14,6 +14,7 @@ import assaygate.target
 from service.core.trial import sandbox as core_sandbox
 
 PUBLIC = ("assaygate", "assaygate.target", "assaygate.mcp", "assaygate.host")
+PUBLIC += ("assaygate.mcp_host", "assaygate.frameworks")
 # Nothing a target's process would pay for or collide with: the service, the worker, frameworks.
 FOREIGN = ("service", "worker", "pydantic", "fastapi", "starlette", "sqlmodel", "sqlalchemy")
 FOREIGN += ("celery", "redis", "psycopg", "httpx", "uvicorn", "rich", "mcp", "cryptography")
