@@ -55,6 +55,7 @@ def test_the_core_tools_satisfy_the_public_tools_protocol() -> None:
         ("service.targets.clients", "ToolClients"),
         ("service.targets.python_host", "RemoteTools"),
         ("service.core.gate", "block_first"),
+        ("service.mcp.host", "main"),
     ],
 )
 def test_a_path_earlier_docs_named_imports_with_a_deprecation_warning(old: str, name: str) -> None:
