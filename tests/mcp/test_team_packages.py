@@ -1,7 +1,7 @@
 """An MCP runner's agent in a team package named like Assaygate's own (`service`, `worker`) is the
-team's: the `python` and `langgraph` runners' host (`assaygate.mcp_host`) imports nothing of the
-service, so the team's package is the one imported, by `assaygate assay` from the team's folder
-and in the sandbox of a tenant's worker."""
+team's: the host of the `python`, `langgraph` and `openai-agents` runners (`assaygate.mcp_host`)
+imports nothing of the service, so the team's package is the one imported, by `assaygate assay`
+from the team's folder and in the sandbox of a tenant's worker."""
 
 from __future__ import annotations
 
@@ -33,21 +33,27 @@ MODE = "ship_order_timeout_after_commit"
 ENTRYPOINTS = {
     "python": "{package}.mcp:run_careful",
     "langgraph": "{package}.graph:careful",
+    "openai-agents": "{package}.sdk_agent:careful",
 }
 
 
 def team_code(code: Path, package: str) -> None:
     """The warehouse agents as the team's package `package`: the example's command agent (a
-    `python` runner's callable) and its LangGraph graph with the scripted model."""
+    `python` runner's callable), its LangGraph graph and its OpenAI Agents SDK agent (both with
+    the scripted model)."""
     folder = code / package
     folder.mkdir(parents=True)
     (folder / "__init__.py").write_text("")
     (folder / "mcp.py").write_text((EXAMPLE / "agents.py").read_text())
     (folder / "scripted.py").write_text((FRAMEWORKS / "scripted.py").read_text())
-    graph = (FRAMEWORKS / "warehouse_langgraph.py").read_text()
-    own = graph.replace("from examples.frameworks.scripted", f"from {package}.scripted")
-    assert own != graph, "the graph imports the scripted model from the team's package"
-    (folder / "graph.py").write_text(own)
+    for example, module in (
+        ("warehouse_langgraph", "graph"),
+        ("warehouse_openai_agents", "sdk_agent"),
+    ):
+        source = (FRAMEWORKS / f"{example}.py").read_text()
+        own = source.replace("from examples.frameworks.scripted", f"from {package}.scripted")
+        assert own != source, "the agent imports the scripted model from the team's package"
+        (folder / f"{module}.py").write_text(own)
 
 
 def manifest(sandbox: Sandbox, kind: str, package: str) -> dict[str, Any]:
@@ -57,7 +63,7 @@ def manifest(sandbox: Sandbox, kind: str, package: str) -> dict[str, Any]:
     return data
 
 
-@pytest.mark.parametrize("kind", ["python", "langgraph"])
+@pytest.mark.parametrize("kind", list(ENTRYPOINTS))
 @pytest.mark.parametrize("package", ["service", "worker"])
 def test_assay_from_the_teams_folder_runs_its_agent_in_a_package_named_like_the_gates(
     sandbox: Sandbox, tmp_path: Path, kind: str, package: str
@@ -84,7 +90,7 @@ def test_assay_from_the_teams_folder_runs_its_agent_in_a_package_named_like_the_
     assert report["faults"][0]["samples"][0]["calls"], "the team's agent reached the proxy"
 
 
-@pytest.mark.parametrize("kind", ["python", "langgraph"])
+@pytest.mark.parametrize("kind", list(ENTRYPOINTS))
 @pytest.mark.parametrize("package", ["service", "worker"])
 def test_in_the_sandbox_the_runner_serves_the_agent_of_a_team_package_named_like_the_gates(
     sandbox: Sandbox, tmp_path: Path, kind: str, package: str
