@@ -75,7 +75,7 @@ def _cpu_by_role(root: int) -> dict[str, float]:
             p = parent[p]
         if p != root:
             continue
-        agent = "mcp.host" in cmd or "agents.py" in cmd
+        agent = "mcp_host" in cmd or "agents.py" in cmd
         role = "servers" if "servers.py" in cmd else "agent" if agent else "engine"
         out[role] += cpu
     # Agent processes that already ended (a command per run) were reaped by this process.

@@ -209,10 +209,12 @@ class Evaluator:
             return self._conn
         ours, theirs = socket.socketpair()
         try:
-            # No environment beyond the import path: no secret of the worker's is there.
+            # No environment beyond the import path: no secret of the worker's is there. `-P`:
+            # not the working directory first (`assaygate assay` run from a team's folder that
+            # holds a package named `service` would import the team's instead of this module).
             path = os.pathsep.join(p for p in sys.path if p)
             proc = subprocess.Popen(
-                [sys.executable, "-m", "service.mcp.cel", str(theirs.fileno())],
+                [sys.executable, "-P", "-m", "service.mcp.cel", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 env={"PYTHONPATH": path, "PATH": os.defpath},

@@ -8,9 +8,10 @@ agent that wants stdio launches `assaygate mcp-proxy`, which reads the same vari
 JSON on stdout (one object, or one object per line: each is a claim), a per-run deadline.
 `http`: POST `{"task", "mcp_url"}` to the agent; the reply is the claim (or `{"claims": [...]}`).
 `python`: `module:callable(task, mcp_url) -> claim`, served from a child process over the `http`
-protocol (`python -m service.mcp.host`), so the agent never shares a process with the proxy.
+protocol (`python -m assaygate.mcp_host`), so the agent never shares a process with the proxy.
 `langgraph` / `openai-agents`: a graph or an `Agent` as `module:attribute`, served the same way
-(`service.mcp.frameworks`, docs/frameworks.md).
+(`assaygate.frameworks`, docs/frameworks.md). The host is the public package's, importing nothing
+of `service`, so a team package of that name (or `worker`) is the team's own.
 
 With a `Confinement` (a worker running a tenant's code) every process above runs in the sandbox
 (`service.sandbox.bwrap`): a command per run, the python host for the runner's life; the proxy's
@@ -294,6 +295,11 @@ def agent_said(body: str, confinement: Confinement | None) -> str:
     return f": {text}" if text else ""
 
 
+# The host lives in the public package: it imports none of `service` (a team package of that name
+# is the team's own in the child, locally and in the sandbox).
+HOST_MODULE = "assaygate.mcp_host"
+
+
 class PythonRunner(HttpRunner):
     """A callable in the team's code, served by a child process over the http runner protocol.
 
@@ -308,7 +314,7 @@ class PythonRunner(HttpRunner):
         reach: Sequence[tuple[str, int]] = (),
     ) -> None:
         extra = [] if framework is None else ["--framework", framework]
-        self.argv = [sys.executable, "-m", "service.mcp.host", *extra, entrypoint]
+        self.argv = [sys.executable, "-m", HOST_MODULE, *extra, entrypoint]
         self.confinement = confinement
         self.reach = list(reach)
         self._restart_lock = threading.Lock()

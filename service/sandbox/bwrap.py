@@ -16,9 +16,9 @@ local `assaygate assay` on the user's own machine) runs it as the user's own pro
   `nsswitch.conf`, `host.conf`, `gai.conf`, `services`, `protocols`, `ld.so.cache`,
   `localtime`, `alternatives/`, `ssl/certs/`, `ssl/openssl.cnf`; never `shadow` or
   `ssl/private`); the Python installation (`sys.base_prefix`) and the worker's venv
-  (`sys.prefix`) read-only at their own paths; the gate's own package source read-only, only for
-  the gate's python hosts (`service.mcp.host`, `assaygate.host`: code, not secrets), and the
-  public `assaygate` package beside it; the tenant's `code_dir` read-only at its own path, also
+  (`sys.prefix`) read-only at their own paths; the public `assaygate` package read-only, only for
+  the gate's python hosts (`assaygate.host`, `assaygate.mcp_host`: code, not secrets), and the
+  gate's own package source beside it; the tenant's `code_dir` read-only at its own path, also
   the working directory;
   `/proc` of the sandbox's own pid namespace; a minimal `/dev`; `/tmp` a tmpfs (mode 1777,
   `ProcessLimits.tmp_mb`, default 256 MB) holding a private `HOME` (`/tmp/home`); the sandbox's run
@@ -135,7 +135,8 @@ _ETC = (
 )
 # The gate's package: bound for its python hosts only.
 GATE_SOURCE = Path(__file__).resolve().parents[1]
-# The public package (installed beside `service`): the python target's host runs from it.
+# The public package (installed beside `service`): the python hosts (the python target's, the MCP
+# python runner's) run from it.
 PUBLIC_SOURCE = GATE_SOURCE.parent / "assaygate"
 
 

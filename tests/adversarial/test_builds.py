@@ -140,7 +140,7 @@ def served_careful() -> Iterator[str]:
     which names no build."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.mcp.host", "agents:run_careful"],
+        [sys.executable, "-m", "assaygate.mcp_host", "agents:run_careful"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         cwd=EXAMPLE,

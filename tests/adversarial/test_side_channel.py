@@ -71,7 +71,7 @@ def test_an_agent_that_writes_an_effect_its_tools_never_made_is_blocked_by_the_w
 def served_cleaner(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     """The cleaner as a black-box agent the http runner posts tasks to."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.mcp.host", "tests.mcp.agents.sidechannel:cleaner_python"],
+        [sys.executable, "-m", "assaygate.mcp_host", "tests.mcp.agents.sidechannel:cleaner_python"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         cwd=ROOT,

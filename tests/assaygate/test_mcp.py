@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
+import urllib.request
 
 import pytest
 
@@ -47,3 +50,35 @@ def test_the_lines_loop_answers_each_run_with_one_line() -> None:
         {"status": "denied"},
         {"claims": [{"status": "completed", "effect_id": "http://p/1"}]},
     ]
+
+
+@pytest.mark.parametrize("module", ["assaygate.mcp_host", "service.mcp.host"])
+def test_the_mcp_runners_host_serves_a_callable_by_its_name_and_its_earlier_one(
+    module: str,
+) -> None:
+    # The earlier name (service.mcp.host) still starts the host, for a release.
+    host = subprocess.Popen(
+        [
+            sys.executable,
+            "-W",
+            "always::DeprecationWarning",
+            "-m",
+            module,
+            "builtins:dict.fromkeys",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert host.stdout is not None
+        url = json.loads(host.stdout.readline())["url"]
+        body = json.dumps({"task": {"id": 1}, "mcp_url": "http://127.0.0.1:9/mcp"}).encode()
+        request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            # `dict.fromkeys(task, mcp_url)`: the reply is the callable's return, as JSON.
+            assert json.loads(reply.read()) == {"id": "http://127.0.0.1:9/mcp"}
+    finally:
+        _, err = host.communicate(b"", timeout=30)
+    deprecated = b"DeprecationWarning: service.mcp.host is deprecated" in err
+    assert deprecated == (module == "service.mcp.host"), err

@@ -14,6 +14,7 @@ import assaygate.target
 from service.core.trial import sandbox as core_sandbox
 
 PUBLIC = ("assaygate", "assaygate.target", "assaygate.mcp", "assaygate.host")
+PUBLIC += ("assaygate.mcp_host", "assaygate.frameworks")
 # Nothing a target's process would pay for or collide with: the service, the worker, frameworks.
 FOREIGN = ("service", "worker", "pydantic", "fastapi", "starlette", "sqlmodel", "sqlalchemy")
 FOREIGN += ("celery", "redis", "psycopg", "httpx", "uvicorn", "rich", "mcp", "cryptography")
@@ -54,6 +55,7 @@ def test_the_core_tools_satisfy_the_public_tools_protocol() -> None:
         ("service.targets.clients", "ToolClients"),
         ("service.targets.python_host", "RemoteTools"),
         ("service.core.gate", "block_first"),
+        ("service.mcp.host", "main"),
     ],
 )
 def test_a_path_earlier_docs_named_imports_with_a_deprecation_warning(old: str, name: str) -> None:

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from assaygate.frameworks import runner_for
 from service.core.errors import ManifestInvalid
 from service.core.system.manifest import Runner
-from service.mcp.frameworks import runner_for
 from service.mcp.launch import make_runner
 from service.mcp.lines import LinesRunner
 from service.mcp.runners import CommandRunner

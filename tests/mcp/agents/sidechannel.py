@@ -98,7 +98,7 @@ AGENTS = {
 
 def cleaner_python(task: dict[str, Any], mcp_url: str) -> dict[str, Any]:
     """The cleaner as a python runner's `module:callable` (or served over the http runner
-    protocol by `python -m service.mcp.host`); its world's file is in SIDECHANNEL_DB."""
+    protocol by `python -m assaygate.mcp_host`); its world's file is in SIDECHANNEL_DB."""
     return asyncio.run(cleaner(task, mcp_url, os.environ["SIDECHANNEL_DB"]))
 
 

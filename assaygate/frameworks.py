@@ -1,10 +1,14 @@
 """Framework runners: a LangGraph graph or an OpenAI Agents SDK `Agent`, run once per trial with
 its tools on the trial's MCP proxy (docs/frameworks.md).
 
-Both are served like a `python` runner (`python -m service.mcp.host --framework KIND TARGET`), so
-the framework never shares a process with the proxy. The claim is the run's structured final
-output: the graph's final state `claim` (a dict), else its last message's content as a JSON
-object; the agent's `final_output` (a dict, a pydantic model, or a JSON object as text).
+Both are served like a `python` runner (`python -m assaygate.mcp_host --framework KIND TARGET`),
+so the framework never shares a process with the proxy. Standard library only at import: the
+framework, and for a graph the MCP SDK's client, are imported inside the run of the kind that
+needs them, so the host of a plain `python` runner pays for neither.
+
+The claim is the run's structured final output: the graph's final state `claim` (a dict), else
+its last message's content as a JSON object; the agent's `final_output` (a dict, a pydantic
+model, or a JSON object as text).
 """
 
 from __future__ import annotations
