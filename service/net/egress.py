@@ -38,6 +38,7 @@ from service.settings import Settings
 DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "postgres": 5432, "redis": 6379}
 DEFAULT_PORTS["rediss"] = 6379
 log = logging.getLogger("assaygate.egress")
+_said = {"loopback": False}
 
 #: Resolves a host name to its addresses (getaddrinfo by default; tests give their own).
 Resolver = Callable[[str, int], list[str]]
@@ -88,7 +89,8 @@ class EgressPolicy:
     ) -> EgressPolicy:
         """The service's policy: the settings' allowances and its own API, database and broker."""
         networks, hosts = _allowlist(settings.egress_allowlist)
-        if settings.egress_loopback_deprecated:
+        if settings.egress_loopback_deprecated and not _said["loopback"]:
+            _said["loopback"] = True  # once a process: every policy built would say it again
             log.warning(
                 "ASSAYGATE_EGRESS_ALLOW_LOOPBACK=1 is deprecated: it allows every loopback port "
                 "(the control plane and the gate's own relays excepted); name the ports the "

@@ -11,7 +11,9 @@ documented). Submissions and re-runs skip `positive_data_acceptance`, which ever
 is held to outside the stateful phase (whose chained requests carry ids of other callers' making):
 an mcp manifest's tool contract has cross-references JSON Schema cannot state, and a re-run's plan
 must select a fault of the candidate's own catalogue. Adding a webhook skips it too: its URL must
-also pass the deployment's egress policy, which no schema can state.
+also pass the deployment's egress policy, which no schema can state; and so does uploading an
+artifact: its bytes must be an archive a worker would unpack safely, which a schema of bytes
+cannot state.
 
 Then two API-level properties: a submission with any part of a kind that part can never be is a
 4xx naming the field; and whatever a client sends, the answer is never a 500."""
@@ -98,6 +100,7 @@ include-operation-id = [
   "submit_candidate_v1_candidates_post",
   "rerun_v1_candidates__candidate_id__rerun_post",
   "create_webhook_v1_webhooks_post",
+  "upload_artifact_v1_artifacts_post",
 ]
 checks.positive_data_acceptance.enabled = false
 """

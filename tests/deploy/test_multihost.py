@@ -265,6 +265,8 @@ def test_a_tenants_code_runs_on_its_own_worker_host_exactly_as_embedded(cluster:
     local = cluster.api.run(argv, env=env, cwd=ROOT)
     assert local.returncode in (0, 1, 2), local.stderr
     assert_exact(found, json.loads(local.stdout))
+    # What confined it is the worker's record, never the local run's.
+    assert found["report"]["sandbox"] and "sandbox" not in json.loads(local.stdout)
 
 
 def test_no_host_reaches_a_store_or_the_api_over_its_own_loopback(cluster: Cluster) -> None:
