@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from service.net import egress as egress_module
 from service.net.egress import EgressPolicy, control_plane
 from tests.net.test_egress import embedded, production, refusal
 
@@ -67,11 +68,17 @@ def test_a_loopback_allowance_by_range_allows_those_ports_only(tmp_path: Path) -
 
 
 def test_the_deprecated_loopback_switch_warns_and_still_refuses_the_gates_own_addresses(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Said once a process: as if this process had not said it yet.
+    monkeypatch.setitem(egress_module._said, "loopback", False)
     with caplog.at_level(logging.WARNING, "assaygate.egress"):
         policy = EgressPolicy.from_settings(production(tmp_path, egress_allow_loopback="true"))
     assert "deprecated" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "assaygate.egress"):
+        EgressPolicy.from_settings(production(tmp_path, egress_allow_loopback="true"))
+    assert "deprecated" not in caplog.text  # not again for every policy built
     assert refusal(policy, "http://127.0.0.1:9050/") is None
     assert "the gate's own API" in (refusal(policy, "http://127.0.0.1:8000/") or "")
     why = refusal(policy, "http://127.77.0.1:41000/t/token/mcp")
