@@ -153,18 +153,16 @@ def readmit(
     document = session.get(ManifestRow, row.candidate.manifest_digest)
     assert document is not None
     reading = typed(parse_manifest(document.document), row.candidate.code_sha256)
-    principal_tenant = row.system.tenant_id
+    tenant_id = row.system.tenant_id
     _egress(reading, settings)
-    if reading.code_parts and not tenants.code_allowed(session, principal_tenant):
+    if reading.code_parts and not tenants.code_allowed(session, tenant_id):
         _refuse_code(reading, tenant)
-    check_secrets(
-        session, principal_tenant, reading.secrets, "manifest.target.secrets", row.system.name
-    )
+    check_secrets(session, tenant_id, reading.secrets, "manifest.target.secrets", row.system.name)
     previous = queries.assay(session, row.assay.id)
     assert previous is not None
     # The envelope is the manifest's again, raised to the policy in force (not the last one's).
     base = {k: v for k, v in previous.plan.items() if k != "envelope"}
-    force = policies.in_force(session, principal_tenant, tenant, row.system.name)
+    force = policies.in_force(session, tenant_id, tenant, row.system.name)
     manifest = reading.manifest
     plan = policies.admit_rerun(
         force, manifest, parse_plan({**base, **overrides}), list(overrides)
