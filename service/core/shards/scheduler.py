@@ -43,6 +43,8 @@ class FaultWork:
         "order",
         "reported",
         "spec",
+        "start",
+        "stop",
         "taken",
         "tally",
         "trial",
@@ -59,21 +61,26 @@ class FaultWork:
         trials: int,
         watch: Watch | None,
         window: int | None = None,
+        start: int = 0,
     ) -> None:
-        """`window`: units of the fault in flight at most (None: any)."""
+        """Trials `start` to `start + trials` of the fault (a shard's range: trial numbers, and
+        so streams, are the fault's). `window`: trials of the fault in flight at most (None:
+        any)."""
         self.index = index
         self.window = window
         self.spec = spec
         self.trial = trial
         self.trials = trials
         self.watch = watch
-        self.taken = 0
+        self.start = start
+        self.stop = start + trials
+        self.taken = start
         self.in_flight = 0
         self.done = 0
         self.closed = False
         self.reported = False
         self.tally = Tally()
-        self.order: InOrder[_Result] = InOrder(0)
+        self.order: InOrder[_Result] = InOrder(start)
 
     def open(self) -> bool:
         """Whether a free slot may start the fault's next unit."""
@@ -83,10 +90,10 @@ class FaultWork:
 
     def left(self) -> bool:
         """Whether the fault may still start a unit (now or once its units in flight fold)."""
-        return not self.closed and self.taken < self.trials
+        return not self.closed and self.taken < self.stop
 
     def finished(self) -> bool:
-        return (self.closed or self.taken >= self.trials) and self.in_flight == 0
+        return (self.closed or self.taken >= self.stop) and self.in_flight == 0
 
 
 # A unit's result: its own tally, (effects, unsafe, target errors) or the exception it raised,
