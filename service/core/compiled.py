@@ -18,5 +18,6 @@ HOT_MODULES: tuple[str, ...] = (
     "service/core/trial/harness.py",
     "service/core/trial/storm.py",
     "service/core/evidence/tally.py",
+    "service/core/shards/arms.py",
     "service/core/shards/assay.py",
 )

@@ -170,6 +170,9 @@ class McpEngine:
             arm += "-without-" + "+".join(sorted(disabled))
         return f"t{workload_key % 2**64:016x}{arm}"
 
+    def match(self, workload_key: int, spec: FaultSpec) -> None:
+        self._slots[0].match(workload_key, spec)
+
     def run_trial(
         self,
         spec: FaultSpec | None,

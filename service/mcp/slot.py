@@ -155,6 +155,11 @@ class Slot:
 
     # -- the core's TrialEngine --------------------------------------------------------------
 
+    def match(self, workload_key: int, spec: FaultSpec) -> None:
+        """The next baseline on this workload is matched to `spec` (`MatchedEngine`): its
+        intervention may have run in another slot, or not yet."""
+        self._matched = (workload_key, spec)
+
     def run_trial(
         self,
         spec: FaultSpec | None,

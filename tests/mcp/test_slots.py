@@ -95,7 +95,11 @@ def trial_ids(report: dict[str, Any]) -> dict[str, list[str]]:
 
 def counts(report: dict[str, Any]) -> dict[str, Any]:
     """Per fault, what the gate reads: the arms' counts, the invariants, errors, the decision."""
-    keep = ("planned", "exercised", "not_exercised", "target_errors", "baseline_errors", "arms")
+    # `applicability`: the matched baselines' reach, read in whichever slot each baseline ran.
+    keep = (
+        *("planned", "exercised", "not_exercised", "target_errors", "baseline_errors", "arms"),
+        "applicability",
+    )
     faults = {f["id"]: {k: f.get(k) for k in keep} for f in report["faults"]}
     for f in report["faults"]:
         faults[f["id"]]["invariants"] = {n: v["failed"] for n, v in f["invariants"].items()}
@@ -109,6 +113,7 @@ def test_the_same_seed_gives_the_same_per_fault_counts_at_concurrency_1_and_4(
     serial, _ = assay(tmp_path, capsys, slotted.manifest("careful"), 1)
     concurrent, err = assay(tmp_path, capsys, slotted.manifest("careful"), SLOTS)
     assert counts(concurrent) == counts(serial)
+    assert all(f["applicability"] for f in counts(serial)["faults"].values())
     assert serial["decision"] == "allow", serial["reasons"]
     # The agent's task names its trial alike at any concurrency (never the slot that ran it).
     assert trial_ids(concurrent) == trial_ids(serial)

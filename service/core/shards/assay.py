@@ -17,9 +17,10 @@ from service.core.decision.report import AssayReport
 from service.core.evidence.pairs import Removal, removal
 from service.core.evidence.spend import Meter, budgeted
 from service.core.evidence.stopping import Watch
-from service.core.evidence.tally import SAMPLES, ShardResult, Tally, violating
+from service.core.evidence.tally import ShardResult, Tally
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
+from service.core.shards import arms
 from service.core.shards.scheduled_assay import run_scheduled_assay
 from service.core.shards.sequential_assay import run_sequential
 from service.core.shards.shard import (
@@ -35,8 +36,6 @@ from service.core.shards.slotted import SlotTrial, run_slotted
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import SlottedEngine, TrialEngine
 from service.core.trial.harness import Runtime, run_trial
-from service.core.trial.oracle import FLAG_INDEX, Flag
-from service.core.trial.record import TrialRecord
 from service.core.trial.rng import LCG, derive, stream_key
 from service.core.trial.target import Target
 
@@ -52,7 +51,6 @@ __all__ = [
     "run_assay",
     "run_shard",
 ]
-_UNSAFE_ESCAPE = FLAG_INDEX[Flag.UNSAFE_ESCAPE]
 #: Net allocations between young collections inside the shard loop (CPython's default is 700).
 _GC_YOUNG = 20_000
 
@@ -186,107 +184,20 @@ def _one(
     meter: Meter | None = None,
     pairs: bool = True,
 ) -> tuple[int, int, int]:
-    """Run one trial's arms into the tally; return effects, unsafe escapes and target errors.
-    `extra`: the trial is in the plan's evidence sample (its matched baseline and pairs run);
-    `pairs`: a sequential rule still needs the counterfactual pairs.
-
-    Every trial is graded from the world. A target error hides nothing: when the world shows a
-    violation the trial counts as graded evidence (damage beats error); only a clean world makes it
-    a bare target error. A fault that never fired is still graded (never fired is not clean), and
-    the matched baseline always runs (on every trial of the plan's evidence sample: `extra`).
-
-    Over 60 lines on purpose: it runs for every trial, and its arms share locals a split would
-    pass back and forth.
-    """
-    tally.planned += 1
-    if meter is not None:
-        meter.mark()
-    rec = run_trial(rt, spec, wkey, skey)
-    if meter is not None:
-        meter.add(spec.id, "intervention", 1, rec.usage, rec.usage_invalid)
-        if rec.sensitivity is not None:
-            meter.add(spec.id, "sensitivity", 1, (0, 0.0))
-    tally.sandbox_refusals += len(rec.world.refusals)
-    tally.injector_refusals += len(rec.refusals)
-    if rec.builds:
-        tally.saw(rec.builds)
-    effects = rec.outcome.effects
-    flags = rec.outcome.flags
-    damaged = violating(flags)
-    errors = 0
-    if rec.target_error is not None:
-        tally.target_errors += 1
-        tally.error(rec.target_error)
-        errors = 1
-    graded = rec.target_error is None or damaged
-    if not rec.exercised:
-        tally.not_exercised += 1
-        if graded:
-            tally.add_outcome("unfired", rec)
-    elif graded:
-        tally.exercised += 1
-        tally.add_outcome("intervention", rec)
-        if rec.sensitivity is not None:
-            tally.add_flags("sensitivity", rec.sensitivity)
-        if rec.storm is not None:
-            tally.storm.add(rec.storm)
+    """Run one trial's arms (`service.core.shards.arms`) into the tally, one after another;
+    return effects, unsafe escapes and target errors. `extra`: the trial is in the plan's
+    evidence sample (its matched baseline and pairs run); `pairs`: a sequential rule still needs
+    the counterfactual pairs. The matched baseline always runs on every trial of the sample."""
+    effects, unsafe, errors, fired = arms.intervention(rt, spec, tally, trial, wkey, skey, meter)
     if extra and plan.matched_baseline:
-        base = run_trial(rt, None, wkey, skey)
-        if meter is not None:
-            meter.add(spec.id, "baseline", 1, base.usage, base.usage_invalid)
-        effects += base.outcome.effects
-        if base.builds:
-            tally.saw(base.builds)
-        if base.target_error is not None:
-            tally.baseline_errors += 1
-            tally.error(base.target_error)
-            errors += 1
-        elif base.reachable is not None:
-            tally.baseline_reach += 1
-            tally.baseline_reached += base.reachable
-        if base.target_error is None or violating(base.outcome.flags):
-            tally.add_outcome("baseline", base)
-    if extra and pairs and plan.counterfactuals and rec.exercised and graded:
-        for arm, removed in rm.pairs():
-            cf = run_trial(rt, spec, wkey, skey, removed)
-            if meter is not None:
-                meter.add(spec.id, arm, 1, cf.usage, cf.usage_invalid)
-            effects += cf.outcome.effects
-            if cf.builds:
-                tally.saw(cf.builds)
-            tally.counterfactual_runs += 1
-            if cf.target_error is not None:
-                tally.counterfactual_errors += 1
-                tally.error(cf.target_error)
-                errors += 1
-            if not cf.exercised:
-                # A pair that never meets the fault cannot show what the control does.
-                tally.counterfactual_unfired += 1
-            elif cf.target_error is None or violating(cf.outcome.flags):
-                tally.add_outcome(arm, cf)
-    if graded and (len(tally.samples) < SAMPLES or (damaged and tally.first_violation is None)):
-        sample = _sample(rec, trial)
-        if len(tally.samples) < SAMPLES:
-            tally.samples.append(sample)
-        if damaged and tally.first_violation is None:
-            tally.first_violation = sample
-    return effects, int(graded and flags[_UNSAFE_ESCAPE]), errors
-
-
-def _sample(rec: TrialRecord, trial: int) -> dict[str, Any]:
-    if rec.sample is not None:
-        return {"trial": trial, **rec.sample, "outcome": rec.outcome.view()}
-    world = rec.world
-    return {
-        "trial": trial,
-        "injections": [r.view() for r in rec.receipts],
-        "ledger": [e.view() for e in world.ledger],
-        "evidence": [r.view() for r in world.evidence],
-        "claim": world.claims[-1].view() if world.claims else None,
-        "claims": [c.view() for c in world.claims],
-        "target_error": rec.target_error,
-        "outcome": rec.outcome.view(),
-    }
+        e, te = arms.baseline(rt, spec, tally, wkey, skey, meter)
+        effects += e
+        errors += te
+    if extra and pairs and plan.counterfactuals and fired:
+        e, te = arms.pairs(rt, spec, tally, wkey, skey, rm, meter)
+        effects += e
+        errors += te
+    return effects, unsafe, errors
 
 
 def run_assay(
@@ -396,7 +307,7 @@ def replay_trial(
     wkey, skey = trial_keys(plan, fault_id, k)
     rt = Runtime(manifest, cat, target)
     rec = run_trial(rt, spec, wkey, skey, capture=True)
-    sample = _sample(rec, index)
+    sample = arms.sample(rec, index)
     return {
         "trial": index,
         "fault": spec.id,

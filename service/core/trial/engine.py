@@ -37,3 +37,13 @@ class SlottedEngine(Protocol):
     def slots(self) -> int: ...
 
     def slot(self, index: int) -> TrialEngine: ...
+
+
+@runtime_checkable
+class MatchedEngine(Protocol):
+    """A trial engine whose matched baseline resets its world for the fault the trial's
+    intervention ran (the fault's tool, nothing armed). The scheduler may run a trial's baseline
+    in another slot than its intervention, or before it: `match` tells the engine that runs the
+    baseline which fault it is matched to, so the baseline is the same wherever it runs."""
+
+    def match(self, workload_key: int, spec: FaultSpec) -> None: ...
