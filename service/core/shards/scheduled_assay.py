@@ -60,10 +60,10 @@ def run_scheduled_assay(
             one,
         )
         watch = Watch(rule_for(manifest, plan, spec)) if sequential else None
-        # A sequential fault runs one unit at a time: what its next trial runs (the pairs, the
-        # sensitivity run) is read from every trial before it, and no unit past its rule's stop
+        # A sequential fault runs one trial at a time: what its next trial runs (the pairs, the
+        # sensitivity run) is read from every trial before it, and no trial past its rule's stop
         # ever starts, so its runs are the serial run's at any concurrency; concurrency comes
-        # from its faults side by side.
+        # from its faults side by side and each trial's arms at once.
         works.append(FaultWork(pos, spec, trial, plan.trials, watch, 1 if sequential else None))
     runtimes = [
         Runtime(manifest, cat, target.slot(i), None, None, honours_keys) for i in range(slots)
