@@ -21,6 +21,7 @@ from service.core.evidence.tally import ShardResult, Tally
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
 from service.core.shards import arms
+from service.core.shards.held import run_held
 from service.core.shards.scheduled_assay import run_scheduled_assay
 from service.core.shards.sequential_assay import run_sequential
 from service.core.shards.shard import (
@@ -115,7 +116,27 @@ def run_shard(
     # Read after every trial only when the plan sets a budget.
     budget = meter is not None and budgeted(plan.stop)
     try:
+        if slots > 1 and shard.fault_id is not None:
+            # The one scheduler, as the worker runs the shards it holds (a shard is held alone).
+            assert isinstance(target, SlottedEngine)
+            held = run_held(
+                manifest,
+                plan,
+                [(shard, watch)],
+                target,
+                slots,
+                should_stop=should_stop,
+                batch=batch,
+                limits=limits,
+                guard=guard,
+                namespace=namespace,
+                honours_keys=honours_keys,
+                meter=meter,
+                one=_one,
+            )
+            return held[0][0]
         if slots > 1:
+            # Paper mode: its trials mix faults, so its shard runs on the slots alone.
             assert isinstance(target, SlottedEngine)
             runtimes = [
                 Runtime(manifest, cat, target.slot(i), guard, namespace, honours_keys)
@@ -123,7 +144,7 @@ def run_shard(
             ]
             trial = SlotTrial(plan, pick, wroot, sroot, base, threshold, sample_key, removals, _one)
             done, effects, unsafe, target_errors, reason = run_slotted(
-                runtimes, trial, shard, tallies, should_stop, batch, limits, watch, meter
+                runtimes, trial, shard, tallies, should_stop, batch, limits, meter=meter
             )
         # The serial loop: empty when the slots ran the shard.
         for k in range(shard.start, shard.stop if slots == 1 else shard.start):

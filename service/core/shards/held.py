@@ -1,0 +1,196 @@
+"""Shards held together: several shards of one assay (each a range of one fault's trials) run at
+once by the one scheduler (`service.core.shards.scheduler`), one `FaultWork` per shard, so a
+worker's free slots draw from every shard it holds instead of idling behind one.
+
+Each shard is folded on its own, in its own trial order, so its tallies, trials, effects, unsafe
+escapes and spend are exactly what `run_shard` gives for it alone. The stop conditions and budgets
+are read over every held shard together (one meter, seeded by the caller with what stored shards
+already spent), so a stop that blocks (effects, unsafe escapes, target errors, an abort) applies
+to each held shard still running, as it would to shards run one after another. A shard that
+finishes is handed back at once (`shard_done`), never held back by a slower one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from service.core.evidence.pairs import Removal, removal
+from service.core.evidence.spend import Meter, budgeted
+from service.core.evidence.stopping import Watch
+from service.core.evidence.tally import ShardResult, Tally
+from service.core.faults.catalogue import FaultSpec
+from service.core.faults.plan import AssayPlan
+from service.core.shards.scheduler import FaultWork, run_scheduled
+from service.core.shards.shard import ShardSpec, StopLimits, stream_roots
+from service.core.shards.slotted import One, SlotTrial
+from service.core.system.manifest import Manifest
+from service.core.trial.engine import SlottedEngine
+from service.core.trial.harness import Runtime
+from service.core.trial.rng import stream_key
+
+__all__ = ["Done", "run_held"]
+
+#: A finished shard and what its runs spent (None when the run was not metered).
+Done = tuple[ShardResult, Meter | None]
+
+
+class _Units:
+    """One shard's units as its slots run them: each trial's (effects, unsafe, target errors) by
+    trial number, and each unit's own meter (the scheduler absorbs every one it started, so
+    these sum to the shard's share of the one meter)."""
+
+    def __init__(self, one: One) -> None:
+        self._one = one
+        self._lock = threading.Lock()
+        self.outs: dict[int, tuple[int, int, int]] = {}
+        self.spent: list[Meter] = []
+
+    def one(
+        self,
+        rt: Runtime,
+        plan: AssayPlan,
+        spec: FaultSpec,
+        tally: Tally,
+        trial: int,
+        wkey: int,
+        skey: int,
+        rm: Removal,
+        extra: bool,
+        meter: Meter | None,
+        pairs: bool,
+    ) -> tuple[int, int, int]:
+        if meter is not None:
+            with self._lock:
+                self.spent.append(meter)
+        out = self._one(rt, plan, spec, tally, trial, wkey, skey, rm, extra, meter, pairs)
+        with self._lock:
+            self.outs[trial] = out
+        return out
+
+    def folded(self, done: int) -> tuple[int, int, int]:
+        """What the shard's `done` folded trials showed. The scheduler folds a shard's trials in
+        trial order and, short of a failure it raises, folds every trial that ran to its end
+        up to a blocking stop and none after: the folded ones are the first `done` that ran."""
+        with self._lock:
+            firsts = [self.outs[k] for k in sorted(self.outs)[:done]]
+        return sum(o[0] for o in firsts), sum(o[1] for o in firsts), sum(o[2] for o in firsts)
+
+
+def run_held(
+    manifest: Manifest,
+    plan: AssayPlan,
+    held: Sequence[tuple[ShardSpec, Watch | None]],
+    target: SlottedEngine,
+    slots: int,
+    *,
+    should_stop: Callable[[], bool] | None = None,
+    batch: int = 50,
+    limits: StopLimits | None = None,
+    guard: Callable[[FaultSpec], str | None] | None = None,
+    namespace: str | None = None,
+    honours_keys: bool = True,
+    meter: Meter | None = None,
+    shard_done: Callable[[ShardResult, Meter | None], None] | None = None,
+    one: One | None = None,
+) -> list[Done]:
+    """Run the `held` shards (each with its sequential rule's watch, or None) on `slots` slots of
+    `target`; return each shard's result and spend, in the order held. `shard_done(result,
+    spent)` is called (from the scheduler's thread) as each shard finishes: its trials all
+    folded, or its rule decided, with no blocking stop in force; shards a stop ended are handed
+    back with its reason once every slot has stopped. `one`: the trial runner
+    (`service.core.shards.assay._one` unless given). The arguments are `run_shard`'s; the
+    shards must each name a fault (paper mode mixes faults within a trial range)."""
+    if one is None:
+        # Here, not at the top: the assay module imports this one.
+        from service.core.shards.assay import _one
+
+        one = _one
+    run_one: One = one
+    cat = plan.resolve_catalogue()
+    faults = plan.faults()
+    position = {f.id: i for i, f in enumerate(faults)}
+    removals = {f.id: removal(manifest, f) for f in faults}
+    threshold = plan.sample_threshold()
+    sample_key = stream_key(plan.seed, "evidence-sample")
+    works: list[FaultWork] = []
+    units: list[_Units] = []
+    for pos, (shard, watch) in enumerate(held):
+        if shard.fault_id is None:
+            raise ValueError("a paper-mode shard cannot be held with others")
+        spec = cat.by_id(shard.fault_id)
+        wroot, sroot = stream_roots(plan, spec.id)
+        mine = _Units(run_one)
+        trial = SlotTrial(
+            plan,
+            lambda k, spec=spec: spec,  # type: ignore[misc]
+            wroot,
+            sroot,
+            position[spec.id] * plan.trials,
+            threshold,
+            sample_key,
+            removals,
+            mine.one,
+        )
+        # A sequential fault runs one unit at a time (scheduled_assay says why): its runs are
+        # the serial run's at any concurrency.
+        window = 1 if watch is not None else None
+        trials = shard.stop - shard.start
+        works.append(FaultWork(pos, spec, trial, trials, watch, window, shard.start))
+        units.append(mine)
+    runtimes = [
+        Runtime(manifest, cat, target.slot(i), guard, namespace, honours_keys) for i in range(slots)
+    ]
+    budget = meter is not None and budgeted(plan.stop)
+    results: dict[int, Done] = {}
+
+    def report(work: FaultWork, reason: str | None) -> None:
+        shard = held[work.index][0]
+        effects, unsafe, _errors = units[work.index].folded(work.done)
+        tallies = {work.spec.id: work.tally} if work.done else {}
+        if reason is not None and reason.startswith("target errors"):
+            cause = _first_cause([work.tally, *(w.tally for w in works)])
+            if cause is not None:
+                reason = f"{reason}; first: {cause}"
+        result = ShardResult(
+            shard.index, tallies, work.done, reason is not None, reason, effects, unsafe
+        )
+        spent = None
+        if meter is not None:
+            spent = Meter(meter.clock)
+            for unit in units[work.index].spent:
+                spent.absorb(unit)
+        results[work.index] = (result, spent)
+        if shard_done is not None:
+            shard_done(result, spent)
+
+    def blocked() -> bool:
+        """Whether a stop is in force over every held shard's folded trials so far (the
+        scheduler's own stop is not visible here; read again, it is the same)."""
+        if limits is not None:
+            outs = [u.folded(w.done) for u, w in zip(units, works, strict=True)]
+            totals = [sum(o[i] for o in outs) for i in range(3)]
+            if limits.tripped(totals[0], totals[1], totals[2]) is not None:
+                return True
+        return budget and meter is not None and meter.exceeded(plan.stop) is not None
+
+    def finished(work: FaultWork) -> None:
+        # Ended by its own trials or rule, not cut short: stored now. A stop's shards wait for
+        # the stop's reason.
+        if (work.closed or work.done == work.trials) and not blocked():
+            report(work, None)
+
+    reason, _ = run_scheduled(
+        runtimes, works, plan, limits, meter, should_stop, batch, fault_done=finished
+    )
+    if reason is not None and meter is not None:
+        reason = meter.settled(plan.stop, reason)
+    for work in works:
+        if work.index not in results:
+            report(work, reason)
+    return [results[i] for i in range(len(works))]
+
+
+def _first_cause(tallies: list[Tally]) -> str | None:
+    """The first target error's cause among the tallies (the shard's own first)."""
+    return next((m[0] for t in tallies for m in t.error_causes.values() if m), None)
