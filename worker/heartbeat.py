@@ -1,4 +1,5 @@
-"""A running shard's lease, renewed from a thread until the shard is stored, and its progress."""
+"""A running shard's lease (and those of the shards held with it), renewed from a thread until the
+shard is stored, and its progress."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,12 @@ class Heartbeat:
     run stores first is kept.
 
     `activity`, when given, says what the shard's engine is doing (`EngineWatch.activity`):
-    each beat writes it as the shard's progress."""
+    each beat writes it as the shard's progress.
+
+    `held`: the (shard, attempt) of every other shard of the assay the worker holds and runs
+    with this one on the same engine (worker.held); each beat renews all their leases in one
+    transaction. The engine's activity is written on this shard only, as the assay's progress
+    sums its shards'."""
 
     def __init__(
         self,
@@ -60,8 +66,10 @@ class Heartbeat:
         index: int,
         attempt: int,
         activity: Callable[[], ShardActivity | None] | None = None,
+        held: Sequence[tuple[int, int]] = (),
     ) -> None:
         self._ctx, self._assay_id, self._index, self._attempt = ctx, assay_id, index, attempt
+        self._held = [(index, attempt), *held] if held else []
         self._activity = activity
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
@@ -106,7 +114,12 @@ class Heartbeat:
                 continue
             renewed = 0.0
             try:
-                shards.renew(self._ctx.engine, self._assay_id, self._index, self._attempt, lease_s)
+                if self._held:
+                    shards.renew_all(self._ctx.engine, self._assay_id, self._held, lease_s)
+                else:
+                    shards.renew(
+                        self._ctx.engine, self._assay_id, self._index, self._attempt, lease_s
+                    )
             except DATABASE_ERRORS:
                 log.warning(
                     "lease not renewed: the database did not answer",

@@ -26,6 +26,7 @@ from service.app.shards import InjectorState, ShardStart, Stored
 from service.core.errors import CredentialInvalid
 from service.core.evidence.spend import ArmSpend, Meter
 from service.core.evidence.stopping import watch_for
+from service.core.faults.catalogue import FaultSpec
 from service.core.shards.assay import ShardResult, ShardSpec, run_shard
 from service.core.signing.credential import InjectorScope, injection_guard, verify_credential
 from service.core.signing.dossier import Signer
@@ -109,7 +110,8 @@ def execute_shard(
 ) -> dict[str, Any]:
     """Start the shard, run it, store it, and merge the assay if it was the last; a shard that
     is not started (stored, held by a live lease, or its assay finished) may still be the last
-    one a merge waits for."""
+    one a merge waits for. On an engine with slots to spare the worker also begins, runs and
+    stores more of the assay's shards with this one (worker.held)."""
     ids: dict[str, Any] = {"assay_id": str(assay_id), "shard": shard_index, "worker": worker}
     outcome: dict[str, Any] = {"assay_id": str(assay_id), "shard": shard_index, "stored": False}
 
@@ -144,7 +146,15 @@ def execute_shard(
             ctx, "read the assay", ids, lambda: shards.ready_to_merge(ctx.engine, assay_id)
         )
     else:
-        stored = run_and_store(ctx, parsed, shard_index, start, state, ids)
+        # Here, not at the top: worker.held builds on this module.
+        from worker import held
+
+        lead = (shard_index, start, state)
+        more = held.hold_more(ctx, parsed, lead, worker)
+        if more:
+            stored = held.run_and_store_held(ctx, parsed, [lead, *more], ids)
+        else:
+            stored = run_and_store(ctx, parsed, shard_index, start, state, ids)
         outcome["stored"], complete = stored.written, stored.complete
     decision = (
         retrying(ctx, "merge the assay", ids, lambda: finalize(ctx, parsed)) if complete else None
@@ -195,33 +205,45 @@ def run_and_store(
         except TRANSIENT:
             raise
         except Exception as exc:
-            log.exception("shard failed", extra=ids)
-            error = f"shard {index}: {type(exc).__name__}"
-            with contextlib.suppress(Exception):  # the error's words only once secrets are out
-                error = ctx.redactor(parsed.inputs, parsed.manifest).text(f"shard {index}: {exc}")
-
-            retrying(
-                ctx, "record the failure", ids, lambda: shards.fail(ctx.engine, assay_id, error)
-            )
+            fail_assay(ctx, parsed, f"shard {index}", exc, ids)
             raise
+        return store_result(ctx, parsed, result, ids)
 
-        # The code this shard ran, by digest, when it ran any trial of it.
-        code = ctx.code_ran(assay_id) if result.trials else None
-        code_sha256 = code.sha256 if code is not None else None
-        if code is not None:
-            # What confined it, carried into the report and the signed dossier.
-            result.sandbox = posture_view(ctx.settings)
-        # The image that code ran in, as the worker was told (ASSAYGATE_TENANT_IMAGE).
-        image = ctx.settings.tenant_image if code is not None else None
 
-        redactor = ctx.redactor(parsed.inputs, parsed.manifest)
+def fail_assay(
+    ctx: WorkerContext, parsed: Parsed, what: str, exc: Exception, ids: dict[str, Any]
+) -> None:
+    """An engine that failed fails the assay, with the error's words once secrets are out."""
+    log.exception("shard failed", extra=ids)
+    error = f"{what}: {type(exc).__name__}"
+    with contextlib.suppress(Exception):  # the error's words only once secrets are out
+        error = ctx.redactor(parsed.inputs, parsed.manifest).text(f"{what}: {exc}")
+    assay_id = parsed.inputs.assay_id
+    retrying(ctx, "record the failure", ids, lambda: shards.fail(ctx.engine, assay_id, error))
 
-        def store() -> Stored:
-            return shards.store(
-                ctx.engine, parsed.inputs, index, result, code_sha256, image, redactor
-            )
 
-        stored = retrying(ctx, "store the shard", ids, store)
+def store_result(
+    ctx: WorkerContext, parsed: Parsed, result: ShardResult, ids: dict[str, Any]
+) -> Stored:
+    """Store a shard's result with the code it ran, its sandbox posture and image, its secrets
+    blanked."""
+    assay_id, index = parsed.inputs.assay_id, result.index
+    # The code this shard ran, by digest, when it ran any trial of it.
+    code = ctx.code_ran(assay_id) if result.trials else None
+    code_sha256 = code.sha256 if code is not None else None
+    if code is not None:
+        # What confined it, carried into the report and the signed dossier.
+        result.sandbox = posture_view(ctx.settings)
+    # The image that code ran in, as the worker was told (ASSAYGATE_TENANT_IMAGE).
+    image = ctx.settings.tenant_image if code is not None else None
+
+    redactor = ctx.redactor(parsed.inputs, parsed.manifest)
+
+    def store() -> Stored:
+        return shards.store(ctx.engine, parsed.inputs, index, result, code_sha256, image, redactor)
+
+    ids = {**ids, "shard": index}
+    stored = retrying(ctx, "store the shard", ids, store)
     log.info(
         "shard stored" if stored.written else "shard result already stored; discarded",
         extra={**ids, "trials": result.trials, "stop_reason": result.stop_reason},
@@ -244,36 +266,18 @@ def run_guarded(
     `allow`). A running shard re-reads the stop flag between batches of trials.
     """
     assay_id = parsed.inputs.assay_id
-    if state.stop_reason is not None:
-        log.info("shard not started: the assay is stopping", extra=ids)
-        return ShardResult(spec.index, {}, 0, True, state.stop_reason)
-    try:
-        scope = verified_scope(ctx, assay_id, state)
-    except CredentialInvalid as exc:
-        reason = f"injector credential refused: {exc}"
-        refusal = {"reason": str(exc), "field": exc.field}
-
-        def refuse() -> None:
-            shards.refuse_credential(ctx.engine, parsed.inputs, spec.index, reason, refusal)
-
-        retrying(ctx, "record the refusal", ids, refuse)
-        log.warning("injector credential refused", extra={**ids, "reason": str(exc)})
-        return ShardResult(spec.index, {}, 0, True, reason)
+    scope = admit(ctx, parsed, spec, state, ids)
+    if isinstance(scope, ShardResult):
+        return scope
     target = ctx.target(assay_id, parsed.manifest, parsed.inputs)
     if engine is not None:
         engine.watch(target)  # the heartbeat writes what it does as the shard's progress
-    guard = injection_guard(scope, time.time)
-    if isinstance(target, TrialEngine) and hasattr(target, "guard"):
-        target.guard = guard  # an engine's injector checks this assay's credential too
+    guard = guard_target(target, scope)
     manifest, plan = parsed.manifest, parsed.plan
     # As in the local CLI: a sequential fault (one shard) stops on its own tally; budgets count
     # what the assay's stored shards already spent.
     watch = watch_for(manifest, plan, spec.fault_id)
-
-    def spent() -> ArmSpend:
-        return shards.spent(ctx.engine, assay_id, plan.stop)
-
-    meter = Meter(time.monotonic, used=retrying(ctx, "read the spend", ids, spent))
+    meter = Meter(time.monotonic, used=spent(ctx, parsed, ids))
     result = run_shard(
         manifest,
         plan,
@@ -287,8 +291,58 @@ def run_guarded(
         watch=watch,
         meter=meter,
     )
-    faults = meter.view(plan.rule_for(manifest.target.kind))["faults"]
-    result.spend = dict(faults) if isinstance(faults, dict) else None
+    return settle(ctx, parsed, result, meter, ids)
+
+
+def admit(
+    ctx: WorkerContext, parsed: Parsed, spec: ShardSpec, state: InjectorState, ids: dict[str, Any]
+) -> InjectorScope | ShardResult:
+    """The started shard's injector scope, or the empty, stopped result it stores instead: the
+    assay is stopping, or its credential fails a check (said, and the assay stopped)."""
+    assay_id = parsed.inputs.assay_id
+    if state.stop_reason is not None:
+        log.info("shard not started: the assay is stopping", extra=ids)
+        return ShardResult(spec.index, {}, 0, True, state.stop_reason)
+    try:
+        return verified_scope(ctx, assay_id, state)
+    except CredentialInvalid as exc:
+        reason = f"injector credential refused: {exc}"
+        refusal = {"reason": str(exc), "field": exc.field}
+
+        def refuse() -> None:
+            shards.refuse_credential(ctx.engine, parsed.inputs, spec.index, reason, refusal)
+
+        retrying(ctx, "record the refusal", ids, refuse)
+        log.warning("injector credential refused", extra={**ids, "reason": str(exc)})
+        return ShardResult(spec.index, {}, 0, True, reason)
+
+
+def guard_target(target: Any, scope: InjectorScope) -> Callable[[FaultSpec], str | None]:
+    """The credential's injection guard, also handed to an engine whose injector checks it."""
+    guard = injection_guard(scope, time.time)
+    if isinstance(target, TrialEngine) and hasattr(target, "guard"):
+        target.guard = guard  # an engine's injector checks this assay's credential too
+    return guard
+
+
+def spent(ctx: WorkerContext, parsed: Parsed, ids: dict[str, Any]) -> ArmSpend:
+    """What the assay's stored shards spent (the budgets' starting point)."""
+    assay_id, stop = parsed.inputs.assay_id, parsed.plan.stop
+    return retrying(ctx, "read the spend", ids, lambda: shards.spent(ctx.engine, assay_id, stop))
+
+
+def settle(
+    ctx: WorkerContext,
+    parsed: Parsed,
+    result: ShardResult,
+    meter: Meter | None,
+    ids: dict[str, Any],
+) -> ShardResult:
+    """The run shard's spend (what `meter` counted), and an abort said in its recorded words."""
+    assay_id, manifest = parsed.inputs.assay_id, parsed.manifest
+    if meter is not None:
+        faults = meter.view(parsed.plan.rule_for(manifest.target.kind))["faults"]
+        result.spend = dict(faults) if isinstance(faults, dict) else None
     if result.stop_reason == "aborted":
         # Say why, in the words the abort was recorded with.
         def why() -> str | None:

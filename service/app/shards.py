@@ -37,7 +37,14 @@ from service.db.injector import (
     request_stop,
 )
 from service.db.injector import stop_reason as stop_reason_in
-from service.db.lease import record_progress, release_all, renew_lease
+from service.db.lease import (
+    free_shards,
+    record_progress,
+    release_all,
+    renew_lease,
+    renew_leases,
+)
+from service.db.models import utcnow
 from service.db.session import session_scope
 from service.db.tenant import code_allowed
 from service.settings import Settings
@@ -154,6 +161,24 @@ def renew(engine: Engine, assay_id: uuid.UUID, index: int, attempt: int, lease_s
     """The running shard's heartbeat; False once it is stored or another attempt took it."""
     with session_scope(engine) as session:
         return renew_lease(session, assay_id, index, attempt, lease_s)
+
+
+def renew_all(
+    engine: Engine, assay_id: uuid.UUID, held: list[tuple[int, int]], lease_s: float
+) -> int:
+    """The heartbeat of every (shard, attempt) a worker holds, in one transaction; returns how
+    many it still holds."""
+    with session_scope(engine) as session:
+        return renew_leases(session, assay_id, held, lease_s)
+
+
+def free(
+    engine: Engine, assay_id: uuid.UUID, *, limit: int, max_attempts: int | None = None
+) -> list[int]:
+    """The assay's shards a worker may begin now (queued, or whose lease lapsed), in order: what
+    a worker holding several shards at once tries to `begin` next."""
+    with Session(engine) as session:
+        return free_shards(session, assay_id, utcnow(), limit=limit, max_attempts=max_attempts)
 
 
 def progress(

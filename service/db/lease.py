@@ -81,6 +81,47 @@ def renew_lease(
     return bool(written.rowcount == 1)  # type: ignore[attr-defined]
 
 
+def renew_leases(
+    session: Session, assay_id: uuid.UUID, held: Sequence[tuple[int, int]], lease_s: float
+) -> int:
+    """`renew_lease` for each (shard, attempt) a worker holds, in one transaction; returns how
+    many it still holds (a stored shard, or one another attempt took over, is not renewed)."""
+    return sum(renew_lease(session, assay_id, index, attempt, lease_s) for index, attempt in held)
+
+
+def free_shards(
+    session: Session,
+    assay_id: uuid.UUID,
+    now: datetime,
+    *,
+    limit: int,
+    max_attempts: int | None = None,
+) -> list[int]:
+    """The open assay's shards a worker may begin now, in shard order, at most `limit`: not
+    stored, queued or whose lease lapsed, with attempts left (what `begin_shard` takes, read
+    without a lock: a shard another worker takes meanwhile is refused by `begin_shard`)."""
+    attempts_left = sa.true() if max_attempts is None else col(AssayShard.attempts) < max_attempts
+    return list(
+        session.execute(
+            sa.select(col(AssayShard.shard_index))
+            .join(Assay, col(Assay.id) == col(AssayShard.assay_id))
+            .where(
+                col(AssayShard.assay_id) == assay_id,
+                col(Assay.status).in_(OPEN),
+                col(AssayShard.status) != ShardStatus.DONE.value,
+                attempts_left,
+                sa.or_(
+                    col(AssayShard.status) == ShardStatus.PENDING.value,
+                    col(AssayShard.lease_expires_at).is_(None),
+                    col(AssayShard.lease_expires_at) < now,
+                ),
+            )
+            .order_by(col(AssayShard.shard_index))
+            .limit(limit)
+        ).scalars()
+    )
+
+
 def record_progress(
     session: Session,
     assay_id: uuid.UUID,
