@@ -22,13 +22,14 @@ from service.core.evidence.spend import Meter
 from service.core.evidence.stopping import watch_for
 from service.core.evidence.tally import ShardResult
 from service.core.shards.assay import ShardSpec
+from service.core.shards.assay import _one as run_trial_arms
 from service.core.shards.held import run_held
 from service.core.shards.slots import slots_of
 from service.core.signing.credential import InjectorScope
 from service.core.trial.engine import SlottedEngine
 from worker.context import Parsed, WorkerContext
 from worker.heartbeat import EngineWatch, Heartbeat
-from worker.tasks import (
+from worker.steps import (
     TRANSIENT,
     admit,
     code_refusal,
@@ -192,4 +193,5 @@ def run_together(
         namespace=scope.namespace,
         meter=Meter(time.monotonic, used=spent(ctx, parsed, ids)),
         shard_done=done,
+        one=run_trial_arms,
     )

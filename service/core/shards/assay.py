@@ -144,7 +144,7 @@ def run_shard(
             ]
             trial = SlotTrial(plan, pick, wroot, sroot, base, threshold, sample_key, removals, _one)
             done, effects, unsafe, target_errors, reason = run_slotted(
-                runtimes, trial, shard, tallies, should_stop, batch, limits, meter=meter
+                runtimes, trial, shard, tallies, should_stop, batch, limits, meter
             )
         # The serial loop: empty when the slots ran the shard.
         for k in range(shard.start, shard.stop if slots == 1 else shard.start):

@@ -92,21 +92,16 @@ def run_held(
     honours_keys: bool = True,
     meter: Meter | None = None,
     shard_done: Callable[[ShardResult, Meter | None], None] | None = None,
-    one: One | None = None,
+    one: One,
 ) -> list[Done]:
     """Run the `held` shards (each with its sequential rule's watch, or None) on `slots` slots of
     `target`; return each shard's result and spend, in the order held. `shard_done(result,
     spent)` is called (from the scheduler's thread) as each shard finishes: its trials all
     folded, or its rule decided, with no blocking stop in force; shards a stop ended are handed
     back with its reason once every slot has stopped. `one`: the trial runner
-    (`service.core.shards.assay._one` unless given). The arguments are `run_shard`'s; the
-    shards must each name a fault (paper mode mixes faults within a trial range)."""
-    if one is None:
-        # Here, not at the top: the assay module imports this one.
-        from service.core.shards.assay import _one
-
-        one = _one
-    run_one: One = one
+    (`service.core.shards.assay._one`, handed in: the assay module imports this one). The other
+    arguments are `run_shard`'s; each shard must name a fault (paper mode mixes faults within a
+    trial range)."""
     cat = plan.resolve_catalogue()
     faults = plan.faults()
     position = {f.id: i for i, f in enumerate(faults)}
@@ -120,7 +115,7 @@ def run_held(
             raise ValueError("a paper-mode shard cannot be held with others")
         spec = cat.by_id(shard.fault_id)
         wroot, sroot = stream_roots(plan, spec.id)
-        mine = _Units(run_one)
+        mine = _Units(one)
         trial = SlotTrial(
             plan,
             lambda k, spec=spec: spec,  # type: ignore[misc]

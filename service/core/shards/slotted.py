@@ -1,6 +1,8 @@
-"""The slotted executor: a shard's trials on N isolated copies of the team's world at once
-(`SlottedEngine`), folded in trial order so counts, samples, stop conditions and a sequential
-rule's decision are those of the serial loop in `service.core.shards.assay.run_shard`.
+"""The slotted executor of a paper-mode shard: its trials on N isolated copies of the team's world
+at once (`SlottedEngine`), folded in trial order so counts, samples and stop conditions are those
+of the serial loop in `service.core.shards.assay.run_shard`. A paper shard's trials mix faults, so
+it is not a range of one fault's trials; a fault's shard runs by the one scheduler instead
+(`service.core.shards.held`). What a slot runs (`SlotTrial`) is shared by both.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from service.core.evidence.pairs import Removal
 from service.core.evidence.spend import KEEPS_FINISHED, Meter, budgeted
-from service.core.evidence.stopping import Watch
 from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
@@ -93,7 +94,6 @@ def run_slotted(
     should_stop: Callable[[], bool] | None,
     batch: int,
     limits: StopLimits | None,
-    watch: Watch | None = None,
     meter: Meter | None = None,
 ) -> tuple[int, int, int, int, str | None]:
     """The executor path: one thread per slot takes the next trial number, runs it into a tally
@@ -104,25 +104,14 @@ def run_slotted(
     assay whatever they show (what they spent still counts against the budgets: the runs
     happened).
 
-    A finished trial is never discarded after a stop that a later trial could overturn: a
-    sequential rule's stop (`watch`) or a budget (a hold). Trials still running then finish and
-    are folded in trial order, and the rule is read again (`Watch.recount`), so a violation they
-    show always counts: a `decided` fault becomes a `violation`, a budget's hold a block.
-
-    Under a sequential plan the slots run in rounds: what a round's trials run (the pair arms,
-    the sensitivity run) is decided from the trials folded before the round, so the runs used
-    depend on the concurrency but never on timing; the rule is read after every trial in trial
-    order, so up to the stop the decision is the serial loop's."""
+    A finished trial is never discarded after a stop that a later trial could overturn: a budget
+    (a hold). Trials still running then finish and are folded in trial order, so a violation
+    they show always counts: a budget's hold becomes a block."""
     taken = iter(range(shard.start, shard.stop))
     lock = threading.Lock()
     stop = threading.Event()
     finished: queue.SimpleQueue[_Done] = queue.SimpleQueue()
-    # A round's budget of trials per slot (None: as many as the shard has).
-    quota: list[int | None] = [None]
-    pairs = [True]
     clock = None if meter is None else meter.clock
-
-    drained = threading.Event()
     budget = meter is not None and budgeted(trial.plan.stop)
     # Trials handed to a slot and trials whose spend the meter holds (both under `lock`): the
     # difference is what is in flight when a budget admits the next one.
@@ -148,24 +137,20 @@ def run_slotted(
                 return None
             k = next(taken, None)
             if k is None:
-                drained.set()
                 return None
             counts[0] += 1
             return k, trial.pick(k)
 
     def slot(rt: Runtime) -> None:
-        left = quota[0]
         try:
-            while (left is None or left > 0) and (job := next_trial()) is not None:
-                if left is not None:
-                    left -= 1
+            while (job := next_trial()) is not None:
                 k, spec = job
                 tally = Tally()
                 spent = None if meter is None else Meter(clock)
                 if spent is not None:
                     spent.trials = 1
                 try:
-                    out = trial.run(rt, spec, k, tally, pairs[0], spent)
+                    out = trial.run(rt, spec, k, tally, True, spent)
                 except BaseException as exc:  # re-raised by the shard, in trial order
                     finished.put((k, spec, tally, None, exc, spent))
                     return
@@ -176,7 +161,7 @@ def run_slotted(
     done = effects = unsafe = target_errors = 0
     reason: str | None = None
     failure: BaseException | None = None
-    # Set when the stop lets finished trials still count (a rule's stop, a budget).
+    # Set when the stop lets finished trials still count (a budget).
     keep = False
     if should_stop is not None and should_stop():
         return 0, 0, 0, 0, "aborted"
@@ -184,73 +169,55 @@ def run_slotted(
         tuple[FaultSpec, Tally, tuple[int, int, int] | None, BaseException | None, Meter | None]
     ]
     order = InOrder(shard.start)
-    if watch is not None:
-        quota[0] = 1
-    while True:
-        if watch is not None:
-            folded = tallies.get(trial.pick(shard.start).id) if tallies else None
-            now = folded if folded is not None else Tally()
-            pairs[0] = watch.needs_pairs(now)
-            for rt in runtimes:
-                watch.steer(rt.engine, now)
-        threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
-        for th in threads:
-            th.start()
-        running = len(threads)
-        while running:
-            item = finished.get()
-            if item is None:
-                running -= 1
+    threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
+    for th in threads:
+        th.start()
+    running = len(threads)
+    while running:
+        item = finished.get()
+        if item is None:
+            running -= 1
+            continue
+        k, spec, tally, out, exc, spent = item
+        order.put(k, (spec, tally, out, exc, spent))
+        for _k, (spec, tally, out, exc, spent) in order.ready():
+            if meter is not None and spent is not None:
+                with admitted:
+                    meter.absorb(spent)
+                    counts[1] += 1
+                    admitted.notify_all()
+            if refused[0] is not None and reason is None and not keep:
+                # A budget refused the next trial: those running finish and count.
+                reason, keep = refused[0], True
+            if stop.is_set() and not keep:
                 continue
-            k, spec, tally, out, exc, spent = item
-            order.put(k, (spec, tally, out, exc, spent))
-            for _k, (spec, tally, out, exc, spent) in order.ready():
-                if meter is not None and spent is not None:
-                    with admitted:
-                        meter.absorb(spent)
-                        counts[1] += 1
-                        admitted.notify_all()
-                if refused[0] is not None and reason is None and not keep:
-                    # A budget refused the next trial: those running finish and count.
-                    reason, keep = refused[0], True
-                if stop.is_set() and not keep:
-                    continue
-                if exc is not None or out is None:
-                    if not keep:
-                        failure = exc
-                        stop.set()
-                    continue
-                mine = tallies.get(spec.id)
-                if mine is None:
-                    mine = tallies[spec.id] = tally
-                else:
-                    mine.merge(tally)
-                effects += out[0]
-                unsafe += out[1]
-                target_errors += out[2]
-                done += 1
-                if keep:
-                    if watch is not None:
-                        watch.recount(mine, done)
-                    continue
-                if limits is not None:
-                    reason = limits.tripped(effects, unsafe, target_errors)
-                if reason is None and meter is not None:
-                    reason = meter.exceeded(trial.plan.stop)
-                if (
-                    reason is None
-                    and should_stop is not None
-                    and done % batch == 0
-                    and should_stop()
-                ):
-                    reason = "aborted"
-                if reason is not None or (watch is not None and watch.done(mine, done)):
+            if exc is not None or out is None:
+                if not keep:
+                    failure = exc
                     stop.set()
-                    keep = reason is None or reason.startswith(KEEPS_FINISHED)
-        for th in threads:
-            th.join()
-        if watch is None or stop.is_set() or drained.is_set():
-            break
+                continue
+            mine = tallies.get(spec.id)
+            if mine is None:
+                mine = tallies[spec.id] = tally
+            else:
+                mine.merge(tally)
+            effects += out[0]
+            unsafe += out[1]
+            target_errors += out[2]
+            done += 1
+            if keep:
+                continue
+            if limits is not None:
+                reason = limits.tripped(effects, unsafe, target_errors)
+            if reason is None and meter is not None:
+                reason = meter.exceeded(trial.plan.stop)
+            if reason is None and should_stop is not None and done % batch == 0 and should_stop():
+                reason = "aborted"
+            if reason is not None:
+                stop.set()
+                keep = reason.startswith(KEEPS_FINISHED)
+    for th in threads:
+        th.join()
     if failure is not None:
         raise failure
     if reason is None and refused[0] is not None:

@@ -91,6 +91,16 @@ def test_an_assay_at_any_concurrency_has_the_serial_assays_report(
     assert len(set(engine.ran)) == concurrency
 
 
+def test_a_paper_mode_assay_on_slots_has_the_serial_assays_report(typed: Manifest) -> None:
+    # Paper mode's shards mix faults trial by trial: they run on the slots alone (run_slotted).
+    plan = AssayPlan(catalogue="paper", trials=120, seed=9)
+    serial = run_assay(typed, plan, trials_per_shard=50).to_dict()
+    engine = ReferenceSlots(typed, plan.resolve_catalogue(), 4)
+    slotted = run_assay(typed, plan, target=engine, concurrency=4, trials_per_shard=50)
+    assert slotted.to_dict() == serial
+    assert len(set(engine.ran)) == 4
+
+
 def test_a_stop_condition_trips_at_the_same_trial_at_any_concurrency(typed: Manifest) -> None:
     plan = AssayPlan(modes=("timeout_after_commit",), trials=60, seed=1)
     shard = plan_shards(typed, plan)[0]
