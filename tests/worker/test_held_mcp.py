@@ -42,6 +42,41 @@ def running_on(engine: sa.Engine, assay_id: uuid.UUID, worker: str) -> int:
     return len(rows)
 
 
+def submit(client: httpx.Client, manifest: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
+    body = {"system": f"held-{uuid.uuid4().hex[:8]}", "version": "v1", "source_revision": "abc123"}
+    response = client.post("/v1/candidates", json={**body, "manifest": manifest, "plan": plan})
+    assert response.status_code == 202, response.text
+    submitted: dict[str, Any] = response.json()
+    return submitted
+
+
+def local_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], manifest: dict[str, Any], trials: int
+) -> dict[str, Any]:
+    """The local run's per-fault figures, one trial at a time."""
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest))
+    args = ["assay", str(path), "--trials", str(trials), "--json", "--seed", "11"]
+    args += ["--rule", "sequential", "--concurrency", "1"]
+    for mode in FAULTS:
+        args += ["--mode", mode]
+    main(args)
+    return counts(json.loads(capsys.readouterr().out))
+
+
+def code_worker(settings: Settings, name: str, tmp_path: Path) -> WorkerProcess:
+    """The tenant's own worker with `SLOTS` slots (the agent is its code), the checkout as the
+    operator's folder."""
+    return WorkerProcess(
+        settings,
+        name,
+        tmp_path,
+        tenant=TENANT,
+        code_dir=ROOT,
+        extra_env={"ASSAYGATE_WORKER_SLOTS": str(SLOTS)},
+    )
+
+
 def test_a_worker_with_slots_holds_several_shards_of_an_mcp_assay_at_once_with_exact_figures(
     settings: Settings,
     engine: sa.Engine,
@@ -52,35 +87,18 @@ def test_a_worker_with_slots_holds_several_shards_of_an_mcp_assay_at_once_with_e
     key = make_key(engine, TENANT, ALL_ROLES)
     allow_code(engine, TENANT)
     manifest = slotted.manifest("careful")
-    trials = 3
-    # An mcp target's plan is sequential unless it says otherwise.
-    plan = {"trials": trials, "seed": 11, "modes": list(FAULTS)}
-    # The tenant's own worker (the agent is its code), the checkout as the operator's folder.
-    worker = WorkerProcess(
-        settings,
-        "held-mcp",
-        tmp_path,
-        tenant=TENANT,
-        code_dir=ROOT,
-        extra_env={"ASSAYGATE_WORKER_SLOTS": str(SLOTS)},
-    )
+    # An mcp target's plan is sequential unless it says otherwise: one shard a fault, run one
+    # trial at a time, so alone each would use one of the four slots.
+    plan = {"trials": 3, "seed": 11, "modes": list(FAULTS)}
+    worker = code_worker(settings, "held-mcp", tmp_path)
     most = 0
     try:
         worker.wait_ready(120)
-        body: dict[str, Any] = {
-            "system": f"held-{uuid.uuid4().hex[:8]}",
-            "version": "v1",
-            "source_revision": "abc123",
-            "manifest": manifest,
-            "plan": plan,
-        }
         with (
             ApiServer(create_app(settings)) as server,
             httpx.Client(base_url=server.url, timeout=30.0, headers=key.headers) as client,
         ):
-            response = client.post("/v1/candidates", json=body)
-            assert response.status_code == 202, response.text
-            submitted = response.json()
+            submitted = submit(client, manifest, plan)
             assay_id = uuid.UUID(submitted["assay_id"])
             end = time.monotonic() + 600
             while time.monotonic() < end:
@@ -98,14 +116,65 @@ def test_a_worker_with_slots_holds_several_shards_of_an_mcp_assay_at_once_with_e
     # One worker process ran every fault's shard at once.
     assert most == len(FAULTS), log[-3000:]
     assert "holding shards together" in log
-    # The local run, one trial at a time: the same per-fault figures.
-    path = tmp_path / "manifest.json"
-    path.write_text(json.dumps(manifest))
-    args = ["assay", str(path), "--trials", str(trials), "--json", "--seed", "11"]
-    args += ["--rule", "sequential", "--concurrency", "1"]
-    for mode in FAULTS:
-        args += ["--mode", mode]
-    main(args)
-    local_counts = counts(json.loads(capsys.readouterr().out))
-    assert counts(report)["faults"] == local_counts["faults"]
-    assert counts(report)["decision"] == local_counts["decision"]
+    expected = local_counts(tmp_path, capsys, manifest, 3)
+    assert counts(report)["faults"] == expected["faults"]
+    assert counts(report)["decision"] == expected["decision"]
+
+
+def test_the_shards_a_killed_worker_held_are_sent_again_and_the_figures_stay_exact(
+    settings: Settings,
+    engine: sa.Engine,
+    slotted: Slotted,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    key = make_key(engine, TENANT, ALL_ROLES)
+    allow_code(engine, TENANT)
+    manifest = slotted.manifest("careful")
+    plan = {"trials": 6, "seed": 11, "modes": list(FAULTS)}
+    doomed = code_worker(settings, "held-doomed", tmp_path)
+    rescuer: WorkerProcess | None = None
+    try:
+        doomed.wait_ready(120)
+        with (
+            ApiServer(create_app(settings)) as server,
+            httpx.Client(base_url=server.url, timeout=30.0, headers=key.headers) as client,
+        ):
+            submitted = submit(client, manifest, plan)
+            assay_id = uuid.UUID(submitted["assay_id"])
+            end = time.monotonic() + 300
+            while running_on(engine, assay_id, doomed.hostname) < 2:
+                assert time.monotonic() < end, doomed.log_path.read_text(errors="replace")[-3000:]
+                time.sleep(0.05)
+            doomed.kill()
+            held = [s for s in shard_rows(engine, assay_id) if s.status == ShardStatus.RUNNING]
+            assert len(held) >= 2
+            rescuer = code_worker(settings, "held-rescuer", tmp_path)
+            rescuer.wait_ready(120)
+            done = wait_decided(client, submitted["id"], timeout=600)
+            report = client.get(f"/v1/assays/{assay_id}").json()["report"]
+    finally:
+        doomed.stop()
+        if rescuer is not None:
+            rescuer.stop()
+    final = shard_rows(engine, assay_id)
+    assert done["status"] == "done"
+    assert all(s.status == ShardStatus.DONE for s in final)
+    # Every shard the dead worker held was started again, by the worker that lived.
+    again = {s.shard_index: s for s in final}
+    assert all(again[s.shard_index].attempts >= 2 for s in held)
+    assert all(again[s.shard_index].worker != doomed.hostname for s in held)
+    expected = local_counts(tmp_path, capsys, manifest, 6)
+    assert counts(report)["faults"] == expected["faults"]
+    assert counts(report)["decision"] == expected["decision"]
+
+
+def shard_rows(engine: sa.Engine, assay_id: uuid.UUID) -> list[AssayShard]:
+    with Session(engine) as session:
+        return list(
+            session.exec(
+                select(AssayShard)
+                .where(col(AssayShard.assay_id) == assay_id)
+                .order_by(col(AssayShard.shard_index))
+            ).all()
+        )
