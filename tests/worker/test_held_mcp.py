@@ -1,6 +1,7 @@
 """A real worker process with slots, on the warehouse example's real MCP servers serving isolated
 worlds: it holds several shards of one assay at once (each sequential fault is one shard that runs
-one trial at a time), and the assay's per-fault figures are exactly the local run's."""
+one trial at a time), and the assay's per-fault figures are exactly the local run's. Killed while
+it holds them, its shards are sent again and finished by another worker, the figures unchanged."""
 
 from __future__ import annotations
 
