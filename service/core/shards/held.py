@@ -12,10 +12,9 @@ finishes is handed back at once (`shard_done`), never held back by a slower one.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 
-from service.core.evidence.pairs import Removal, removal
+from service.core.evidence.pairs import removal
 from service.core.evidence.spend import Meter, budgeted
 from service.core.evidence.stopping import Watch
 from service.core.evidence.tally import ShardResult, Tally
@@ -35,46 +34,14 @@ __all__ = ["Done", "run_held"]
 Done = tuple[ShardResult, Meter | None]
 
 
-class _Units:
-    """One shard's units as its slots run them: each trial's (effects, unsafe, target errors) by
-    trial number, and each unit's own meter (the scheduler absorbs every one it started, so
-    these sum to the shard's share of the one meter)."""
+class _Kept:
+    """One shard's own share of the run, from the scheduler's word on each of its trials: what
+    its folded trials showed (effects, unsafe escapes, target errors) and what all its trials
+    spent (the one meter's share that is this shard's)."""
 
-    def __init__(self, one: One) -> None:
-        self._one = one
-        self._lock = threading.Lock()
-        self.outs: dict[int, tuple[int, int, int]] = {}
-        self.spent: list[Meter] = []
-
-    def one(
-        self,
-        rt: Runtime,
-        plan: AssayPlan,
-        spec: FaultSpec,
-        tally: Tally,
-        trial: int,
-        wkey: int,
-        skey: int,
-        rm: Removal,
-        extra: bool,
-        meter: Meter | None,
-        pairs: bool,
-    ) -> tuple[int, int, int]:
-        if meter is not None:
-            with self._lock:
-                self.spent.append(meter)
-        out = self._one(rt, plan, spec, tally, trial, wkey, skey, rm, extra, meter, pairs)
-        with self._lock:
-            self.outs[trial] = out
-        return out
-
-    def folded(self, done: int) -> tuple[int, int, int]:
-        """What the shard's `done` folded trials showed. The scheduler folds a shard's trials in
-        trial order and, short of a failure it raises, folds every trial that ran to its end
-        up to a blocking stop and none after: the folded ones are the first `done` that ran."""
-        with self._lock:
-            firsts = [self.outs[k] for k in sorted(self.outs)[:done]]
-        return sum(o[0] for o in firsts), sum(o[1] for o in firsts), sum(o[2] for o in firsts)
+    def __init__(self, clock: Callable[[], float] | None) -> None:
+        self.out = [0, 0, 0]
+        self.spent = Meter(clock)
 
 
 def run_held(
@@ -98,10 +65,10 @@ def run_held(
     `target`; return each shard's result and spend, in the order held. `shard_done(result,
     spent)` is called (from the scheduler's thread) as each shard finishes: its trials all
     folded, or its rule decided, with no blocking stop in force; shards a stop ended are handed
-    back with its reason once every slot has stopped. `one`: the trial runner
-    (`service.core.shards.assay._one`, handed in: the assay module imports this one). The other
-    arguments are `run_shard`'s; each shard must name a fault (paper mode mixes faults within a
-    trial range)."""
+    back with its reason once every slot has stopped. `one`: the trial runner a `SlotTrial`
+    carries (`service.core.shards.assay._one`, handed in: the assay module imports this one). The
+    other arguments are `run_shard`'s; each shard must name a fault (paper mode mixes faults
+    within a trial range)."""
     cat = plan.resolve_catalogue()
     faults = plan.faults()
     position = {f.id: i for i, f in enumerate(faults)}
@@ -109,13 +76,12 @@ def run_held(
     threshold = plan.sample_threshold()
     sample_key = stream_key(plan.seed, "evidence-sample")
     works: list[FaultWork] = []
-    units: list[_Units] = []
+    kept = [_Kept(None if meter is None else meter.clock) for _ in held]
     for pos, (shard, watch) in enumerate(held):
         if shard.fault_id is None:
             raise ValueError("a paper-mode shard cannot be held with others")
         spec = cat.by_id(shard.fault_id)
         wroot, sroot = stream_roots(plan, spec.id)
-        mine = _Units(one)
         trial = SlotTrial(
             plan,
             lambda k, spec=spec: spec,  # type: ignore[misc]
@@ -125,14 +91,13 @@ def run_held(
             threshold,
             sample_key,
             removals,
-            mine.one,
+            one,
         )
         # A sequential fault runs one unit at a time (scheduled_assay says why): its runs are
         # the serial run's at any concurrency.
         window = 1 if watch is not None else None
         trials = shard.stop - shard.start
         works.append(FaultWork(pos, spec, trial, trials, watch, window, shard.start))
-        units.append(mine)
     runtimes = [
         Runtime(manifest, cat, target.slot(i), guard, namespace, honours_keys) for i in range(slots)
     ]
@@ -141,7 +106,7 @@ def run_held(
 
     def report(work: FaultWork, reason: str | None) -> None:
         shard = held[work.index][0]
-        effects, unsafe, _errors = units[work.index].folded(work.done)
+        effects, unsafe, _errors = kept[work.index].out
         tallies = {work.spec.id: work.tally} if work.done else {}
         if reason is not None and reason.startswith("target errors"):
             cause = _first_cause([work.tally, *(w.tally for w in works)])
@@ -150,11 +115,7 @@ def run_held(
         result = ShardResult(
             shard.index, tallies, work.done, reason is not None, reason, effects, unsafe
         )
-        spent = None
-        if meter is not None:
-            spent = Meter(meter.clock)
-            for unit in units[work.index].spent:
-                spent.absorb(unit)
+        spent = None if meter is None else kept[work.index].spent
         results[work.index] = (result, spent)
         if shard_done is not None:
             shard_done(result, spent)
@@ -163,8 +124,7 @@ def run_held(
         """Whether a stop is in force over every held shard's folded trials so far (the
         scheduler's own stop is not visible here; read again, it is the same)."""
         if limits is not None:
-            outs = [u.folded(w.done) for u, w in zip(units, works, strict=True)]
-            totals = [sum(o[i] for o in outs) for i in range(3)]
+            totals = [sum(k.out[i] for k in kept) for i in range(3)]
             if limits.tripped(totals[0], totals[1], totals[2]) is not None:
                 return True
         return budget and meter is not None and meter.exceeded(plan.stop) is not None
@@ -175,8 +135,27 @@ def run_held(
         if (work.closed or work.done == work.trials) and not blocked():
             report(work, None)
 
+    def trial_done(
+        work: FaultWork, spent: tuple[Meter | None, ...], out: tuple[int, int, int] | None
+    ) -> None:
+        mine = kept[work.index]
+        for arm in spent:
+            if arm is not None:
+                mine.spent.absorb(arm)
+        if out is not None:
+            for i in range(3):
+                mine.out[i] += out[i]
+
     reason, _ = run_scheduled(
-        runtimes, works, plan, limits, meter, should_stop, batch, fault_done=finished
+        runtimes,
+        works,
+        plan,
+        limits,
+        meter,
+        should_stop,
+        batch,
+        fault_done=finished,
+        trial_done=trial_done,
     )
     if reason is not None and meter is not None:
         reason = meter.settled(plan.stop, reason)

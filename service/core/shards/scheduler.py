@@ -32,7 +32,7 @@ from service.core.shards.slotted import SlotTrial
 from service.core.trial.harness import Runtime
 from service.core.trial.rng import derive
 
-__all__ = ["FaultWork", "run_scheduled"]
+__all__ = ["FaultWork", "TrialDone", "run_scheduled"]
 
 
 class FaultWork:
@@ -149,6 +149,10 @@ class _Trial:
         return merged
 
 
+#: What `run_scheduled` tells of each trial it releases: its fault, what its arms spent, and its
+#: (effects, unsafe escapes, target errors) when folded (None: discarded).
+TrialDone = Callable[[FaultWork, tuple[Meter | None, ...], tuple[int, int, int] | None], None]
+
 # A trial whose arms are all in, on its way from a slot to the fold; None: a slot has stopped.
 _Done = tuple[FaultWork, _Trial] | None
 
@@ -178,11 +182,16 @@ def run_scheduled(
     should_stop: Callable[[], bool] | None = None,
     batch: int = 50,
     fault_done: Callable[[FaultWork], None] | None = None,
+    *,
+    trial_done: TrialDone | None = None,
 ) -> tuple[str | None, int]:
     """Run `works` on one thread per slot; return the stop reason (None: every fault ran to
     its end or its rule's stop) and the trials folded. Each fault's tally, trials done and rule
     are left on its `FaultWork`; `fault_done(work)` is called (from this thread) as each fault
-    finishes.
+    finishes. `trial_done(work, spent, out)` is called (from this thread) for every trial of a
+    fault, in trial order, as the meter takes what its arms spent: `out` is its (effects, unsafe
+    escapes, target errors) when it is folded, None when it is discarded (service.core.shards.held
+    keeps each shard's own figures from it).
 
     A free slot first runs an arm of a trial already started (the trials in flight finish
     first), else starts the next trial of the open fault with the fewest trials in flight (then
@@ -329,6 +338,12 @@ def run_scheduled(
                             meter.absorb(spent)
                     counts[1] += 1
                 admitted.notify_all()
+            if trial_done is not None:
+                # Only this thread drops: what the checks below decide is decided now.
+                kept = not drop.is_set() and tr.exc is None
+                trial_done(
+                    work, tuple(tr.spent), (tr.out[0], tr.out[1], tr.out[2]) if kept else None
+                )
             if refused[0] is not None and reason is None and not keep:
                 # A budget refused the next trial: those running finish and count.
                 reason, keep = refused[0], True
