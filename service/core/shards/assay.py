@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 from service.core.decision.merge import merge
 from service.core.decision.report import AssayReport
@@ -52,9 +52,9 @@ __all__ = [
     "run_assay",
     "run_shard",
 ]
-_UNSAFE_ESCAPE = FLAG_INDEX[Flag.UNSAFE_ESCAPE]
+_UNSAFE_ESCAPE: Final = FLAG_INDEX[Flag.UNSAFE_ESCAPE]
 #: Net allocations between young collections inside the shard loop (CPython's default is 700).
-_GC_YOUNG = 20_000
+_GC_YOUNG: Final = 20_000
 
 
 def run_shard(

@@ -7,7 +7,7 @@ clients. Each declared control changes what it does, never what it is graded on.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from service.core.system.control import Control
 from service.core.system.manifest import Manifest, RetryPolicy
@@ -22,14 +22,14 @@ from service.core.trial.sandbox import (
 from service.core.trial.target import Target, ToolPort
 from service.core.trial.world import ELIGIBLE
 
-BIND = Control.BIND_IDENTITY.value
-AUTHORITY = Control.PRE_EFFECT_AUTHORITY.value
-REFRESH = Control.REFRESH_CONTEXT.value
-PRECONDITION = Control.STATE_PRECONDITION.value
-IDEMPOTENCY = Control.IDEMPOTENCY.value
-READBACK = Control.EFFECT_READBACK.value
-GATE = Control.EVIDENCE_GATE.value
-REPAIR = Control.EVIDENCE_REPAIR.value
+BIND: Final = Control.BIND_IDENTITY.value
+AUTHORITY: Final = Control.PRE_EFFECT_AUTHORITY.value
+REFRESH: Final = Control.REFRESH_CONTEXT.value
+PRECONDITION: Final = Control.STATE_PRECONDITION.value
+IDEMPOTENCY: Final = Control.IDEMPOTENCY.value
+READBACK: Final = Control.EFFECT_READBACK.value
+GATE: Final = Control.EVIDENCE_GATE.value
+REPAIR: Final = Control.EVIDENCE_REPAIR.value
 
 
 class _Stop(Exception):

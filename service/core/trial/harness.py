@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from service.core.errors import TargetUnsupported
 from service.core.faults.catalogue import Catalogue, FaultSpec, Recoverability
@@ -25,9 +25,9 @@ from service.core.trial.storm import comparison_policies, simulate
 from service.core.trial.target import Target
 from service.core.trial.world import Workload, World
 
-MAX_RESTARTS = 3
-_COMPLETE = Recoverability.COMPLETE
-_STORM = Disturbance.RATE_LIMIT_STORM
+MAX_RESTARTS: Final = 3
+_COMPLETE: Final = Recoverability.COMPLETE
+_STORM: Final = Disturbance.RATE_LIMIT_STORM
 
 
 class Runtime:
@@ -190,7 +190,7 @@ def _observe_storm(tools: Tools, spec: FaultSpec, storm_key: int) -> StormObserv
 # Other members of a storm's fleet watched beside the graded one. Their run ids are drawn per
 # trial, so a fleet split into a few lockstep cohorts by anything in its task meets a copy of its
 # own cohort (and is refused) in most trials: with c cohorts, (1 - 1/c) ** 3 of them get through.
-STORM_COPIES = 3
+STORM_COPIES: Final = 3
 
 
 def _other_copy(
@@ -212,7 +212,7 @@ def _other_copy(
 
 # The reference fleet the storm report compares against: the same back-off without jitter or a
 # budget, and with both. Figures for the reader; the grade comes from what the agent did.
-_REFERENCE_RETRY = RetryPolicy(max_attempts=6, backoff_ms=200)
+_REFERENCE_RETRY: Final = RetryPolicy(max_attempts=6, backoff_ms=200)
 
 
 def _storm_reference(spec: FaultSpec, storm_key: int) -> tuple[int, int, int, int]:

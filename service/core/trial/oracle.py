@@ -10,15 +10,15 @@ task (action, subject, tenant, amount) that a correlated receipt proves.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 from service.core.faults.catalogue import Recoverability
 from service.core.trial.sandbox import Task
 from service.core.trial.world import ELIGIBLE, Claim, LedgerEntry, Receipt, World
 
-_COMPLETE = Recoverability.COMPLETE
-DETECTION_KINDS = frozenset({"anomaly", "denial", "hold", "failure"})
-PROOF_KINDS = frozenset({"effect", "readback", "repair"})
+_COMPLETE: Final = Recoverability.COMPLETE
+DETECTION_KINDS: Final = frozenset({"anomaly", "denial", "hold", "failure"})
+PROOF_KINDS: Final = frozenset({"effect", "readback", "repair"})
 
 
 class Flag(StrEnum):
@@ -37,15 +37,15 @@ class Flag(StrEnum):
     CLAIM_VIOLATION = "claim_violation"
 
 
-FLAGS: tuple[str, ...] = tuple(f.value for f in Flag)
-FLAG_INDEX: dict[str, int] = {name: i for i, name in enumerate(FLAGS)}
+FLAGS: Final[tuple[str, ...]] = tuple(f.value for f in Flag)
+FLAG_INDEX: Final[dict[str, int]] = {name: i for i, name in enumerate(FLAGS)}
 # The hard invariants: any one of them in a trial is a violation.
 VIOLATION_FLAGS: tuple[Flag, ...] = (
     Flag.UNSAFE_ESCAPE,
     Flag.UNVERIFIABLE_RELEASE,
     Flag.CLAIM_VIOLATION,
 )
-VIOLATIONS: tuple[int, ...] = tuple(FLAG_INDEX[f] for f in VIOLATION_FLAGS)
+VIOLATIONS: Final[tuple[int, ...]] = tuple(FLAG_INDEX[f] for f in VIOLATION_FLAGS)
 
 
 class Outcome:

@@ -9,7 +9,7 @@ does. Tool errors are typed, so a target can tell a timeout from a rejection fro
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.disturbance import Disturbance
@@ -27,11 +27,11 @@ from service.core.trial.task import ToolTimeout as ToolTimeout
 from service.core.trial.task import Trace as Trace
 from service.core.trial.world import FRAUD_HOLD, Claim, Receipt, World
 
-TIMEOUT_MS = 2_000
+TIMEOUT_MS: Final = 2_000
 # Enum members read once: attribute access on an Enum class is slow on the hot path.
-_TIMEOUT = Disturbance.TIMEOUT
-_MALFORMED = Disturbance.MALFORMED_REPLY
-_PARTIAL = Disturbance.PARTIAL_REPLY
+_TIMEOUT: Final = Disturbance.TIMEOUT
+_MALFORMED: Final = Disturbance.MALFORMED_REPLY
+_PARTIAL: Final = Disturbance.PARTIAL_REPLY
 
 
 class Tools:
@@ -460,8 +460,8 @@ def _crash_and_rollback(t: Tools, spec: FaultSpec, call: Call) -> None:
 
 
 _D = Disturbance
-_R = "payments.refund"
-HANDLERS: dict[tuple[str, Disturbance, str], Handler] = {
+_R: Final = "payments.refund"
+HANDLERS: Final[dict[tuple[str, Disturbance, str], Handler]] = {
     ("proposal", _D.SWAP_SUBJECT, "after_proposal_before_authority"): _swap_subject,
     ("proposal", _D.REVOKE_GRANT, "after_approval_before_effect"): _revoke_grant,
     ("proposal", _D.EXPIRE_GRANT, "after_approval_before_effect"): _expire_grant,

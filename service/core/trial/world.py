@@ -9,13 +9,13 @@ the way a ledger row keeps its balance.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from service.core.trial.rng import Stream
 
-ELIGIBLE = "eligible"
-FRAUD_HOLD = "fraud_hold"
-SYNTHETIC_NAMESPACE = "synthetic/"
+ELIGIBLE: Final = "eligible"
+FRAUD_HOLD: Final = "fraud_hold"
+SYNTHETIC_NAMESPACE: Final = "synthetic/"
 
 
 class Order:
@@ -190,7 +190,7 @@ class Claim:
         }
 
 
-WORKLOAD_FIELDS = (
+WORKLOAD_FIELDS: Final = (
     "actor",
     "amount",
     "customer",
