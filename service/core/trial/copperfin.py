@@ -62,7 +62,9 @@ class _Run:
     ) -> None:
         self.task = task
         self.t = tools
-        self.c = controls - task.disabled_controls
+        # Only a counterfactual pair disables controls: no new set for every other run.
+        disabled = task.disabled_controls
+        self.c = controls - disabled if disabled else controls
         self.retry = retry
         self.deny_on_warning = deny_on_warning
         self.action: dict[str, Any] = {}

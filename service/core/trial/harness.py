@@ -134,9 +134,11 @@ def run_trial(
     inj = Injector(spec, rt.catalogue, rt.guard)
     trace: list[dict[str, Any]] | None = [] if capture else None
     tools = Tools(world, inj, w.latency_ms, w.decoy_order, trace)
-    task = Task("run-1", w.order, w.tenant, w.customer, w.amount, "G-" + w.order, w.actor, disabled)
+    task = Task("run-1", w.order, w.tenant, w.customer, w.amount, w.grant, w.actor, disabled)
     target = rt.target
-    if spec is not None and spec.disturbance is _STORM:
+    storming = spec is not None and spec.disturbance is _STORM
+    if storming:
+        assert spec is not None
         tools.storm_others = _fleet(rt, spec, workload_key, storm_key, disabled)
     runs = _Runs(target, task, tools)
     tools._fork = runs.invoke
@@ -148,12 +150,12 @@ def run_trial(
         # (closures here once cost about a sixth of an assay's time in garbage collection).
         tools._fork = None
     error = runs.error
-    finished = runs.finished
     expected = spec.expected_recoverability if spec is not None else _COMPLETE
-    outcome = grade(world, task, expected, rt.deadline_ms, w.start, frozenset(finished))
+    outcome = grade(world, task, expected, rt.deadline_ms, w.start, runs.finished)
     exercised = spec is None or inj.exercised(spec)
     storm = None
-    if spec is not None and spec.disturbance is _STORM and exercised:
+    if storming and exercised:
+        assert spec is not None
         storm = _observe_storm(tools, spec, storm_key)
     rec = TrialRecord(outcome, exercised, inj.receipts, error, storm, trace, w, world)
     rec.refusals = inj.refusals
@@ -203,7 +205,7 @@ def _other_copy(
     if rt.namespace is not None:
         world.subject_namespace = rt.namespace
     tools = Tools(world, Injector(spec, rt.catalogue, rt.guard), w.latency_ms, w.decoy_order)
-    task = Task(run_id, w.order, w.tenant, w.customer, w.amount, "G-" + w.order, w.actor, disabled)
+    task = Task(run_id, w.order, w.tenant, w.customer, w.amount, w.grant, w.actor, disabled)
     # Its failures are the graded copy's to show, not this one's.
     with contextlib.suppress(Exception, RunCrashed):
         rt.target(task, tools)

@@ -9,6 +9,7 @@ task (action, subject, tenant, amount) that a correlated receipt proves.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from enum import StrEnum
 from typing import Any, Final
 
@@ -114,7 +115,7 @@ def grade(
     expected: Recoverability,
     deadline_ms: int,
     start: int,
-    finished: frozenset[int] = frozenset({0}),
+    finished: AbstractSet[int] = frozenset({0}),
 ) -> Outcome:
     """Grade one trial from the world. `finished`: the runs that returned (not crashed or failed);
     each of them owes exactly one claim, and no run may release more than one.
@@ -165,9 +166,12 @@ def grade(
     useful = verified and claim is not None and claim.at - start <= deadline_ms
     # Only signals raised after the disturbance took effect detect it; in a trial without one,
     # any alarm is a false alarm (the baseline arm counts them against the system).
-    since = world.injected_at
-    evidence = world.evidence if since is None else world.evidence[since:]
-    detected = any(r.kind in DETECTION_KINDS for r in evidence)
+    evidence = world.evidence
+    detected = False
+    for i in range(world.injected_at or 0, len(evidence)):
+        if evidence[i].kind in DETECTION_KINDS:
+            detected = True
+            break
     service_loss = not unsafe and not useful and not unverifiable
     if unsafe:
         verdict = "unsafe"
