@@ -88,8 +88,8 @@ def _mul_words(h: i64, lo: i64, ch: i64, cl: i64) -> tuple[i64, i64]:
     return hi & _M32, s & _M32
 
 
-def _mix_words(h: i64, lo: i64) -> int:
-    """`_mix_wide` of h * 2**32 + lo (each below 2**32), computed in machine words."""
+def _mix_halves(h: i64, lo: i64) -> tuple[i64, i64]:
+    """`_mix_wide` of h * 2**32 + lo (each below 2**32), in machine words: its two halves."""
     lo ^= ((h << 2) & _M32) | (lo >> 30)
     h ^= h >> 30
     h, lo = _mul_words(h, lo, _C1_HI, _C1_LO)
@@ -98,6 +98,12 @@ def _mix_words(h: i64, lo: i64) -> int:
     h, lo = _mul_words(h, lo, _C2_HI, _C2_LO)
     lo ^= ((h << 1) & _M32) | (lo >> 31)
     h ^= h >> 31
+    return h, lo
+
+
+def _mix_words(h: i64, lo: i64) -> int:
+    """`_mix_wide` of h * 2**32 + lo (each below 2**32), computed in machine words."""
+    h, lo = _mix_halves(h, lo)
     return (int(h) << 32) | int(lo)
 
 
@@ -130,16 +136,39 @@ def derive(key: int, index: int) -> int:
 
 
 class Stream:
-    """SplitMix64: tiny, fast, and independent per key."""
+    """SplitMix64: tiny, fast, and independent per key. Its state is kept in 32-bit halves, so
+    the compiled core steps it in machine words."""
 
-    __slots__ = ("state",)
+    __slots__ = ("hi", "lo")
 
     def __init__(self, key: int) -> None:
-        self.state = key & _M64
+        key &= _M64
+        self.hi: i64 = key >> 32
+        self.lo: i64 = key & _M32
+
+    def _step(self) -> tuple[i64, i64]:
+        """Advance the state by the golden step; its new halves."""
+        lo = self.lo + _G_LO
+        hi = (self.hi + _G_HI + (lo >> 32)) & _M32
+        lo &= _M32
+        self.hi = hi
+        self.lo = lo
+        return hi, lo
 
     def next64(self) -> int:
-        self.state = (self.state + 0x9E3779B97F4A7C15) & _M64
-        return _mix(self.state)
+        h, lo = self._step()
+        if _NATIVE:
+            return _mix_words(h, lo)
+        return _mix_wide((h << 32) | lo)
+
+    def next_divmod(self, m: int) -> tuple[int, int]:
+        """`divmod(self.next64(), m)` for 4 <= m < 2**22: compiled, without a 64-bit int."""
+        h, lo = self._step()
+        if _NATIVE:
+            h, lo = _mix_halves(h, lo)
+            r = (h % m << 32) | lo
+            return (h // m << 32) + r // m, r % m
+        return divmod(_mix_wide((h << 32) | lo), m)
 
     def random(self) -> float:
         return (self.next64() >> 11) / 9007199254740992.0

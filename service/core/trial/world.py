@@ -260,9 +260,8 @@ class Workload:
     def __init__(self, stream: Stream) -> None:
         # Three 64-bit draws, each split into mixed-radix fields: the workload costs three
         # generator steps instead of twelve.
-        x = stream.next64()
-        self.tenant = _TENANTS[x % 8]
-        x //= 8
+        x, tenant = stream.next_divmod(8)
+        self.tenant = _TENANTS[tenant]
         n = 100 + x % 890
         x //= 890
         decoy = n + 1 + x % 10
@@ -277,17 +276,15 @@ class Workload:
         self.decoy_customer = _customer(1000 + x % 9000)
         x //= 9000
         self.actor = _ACTORS[x % 40]
-        y = stream.next64()
-        self.amount = 500 + y % 49_501  # pence
-        y //= 49_501
+        y, amount = stream.next_divmod(49_501)
+        self.amount = 500 + amount  # pence
         self.order_version = 1 + y % 60
         y //= 60
         self.policy_version = 5 + y % 16
         y //= 16
         self.latency_ms = 20 + y % 381
-        z = stream.next64()
-        self.start = 36_000_000 + z % 3_600_001  # ms of the virtual day
-        z //= 3_600_001
+        z, start = stream.next_divmod(3_600_001)
+        self.start = 36_000_000 + start  # ms of the virtual day
         self.expiry_ms = 60_000 + z % 540_001
 
     def view(self) -> dict[str, Any]:

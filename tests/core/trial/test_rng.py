@@ -45,3 +45,15 @@ def test_derive_is_one_mixing_round_of_the_key_and_the_golden_step() -> None:
         for index in (0, 1, 7, 2**31, 2**40, 2**64 - 1, 2**64 + 3):
             expected = rng._mix_wide((key ^ ((index + 1) * 0x9E3779B97F4A7C15)) & (2**64 - 1))
             assert rng.derive(key, index) == expected
+
+
+def test_the_stream_draws_splitmix64_in_halves_and_splits_a_draw_exactly() -> None:
+    golden, mask = 0x9E3779B97F4A7C15, 2**64 - 1
+    draws = random.Random(17)
+    for key in [0, 2**64 - 1, 2**63, *(draws.getrandbits(64) for _ in range(3000))]:
+        state, whole, split = key, rng.Stream(key), rng.Stream(key)
+        for m in (8, 890, 49_501, 3_600_001):
+            state = (state + golden) & mask
+            expected = rng._mix_wide(state)
+            assert whole.next64() == expected
+            assert split.next_divmod(m) == divmod(expected, m)
