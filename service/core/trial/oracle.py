@@ -146,13 +146,14 @@ def grade(
     claim = claims[-1] if claims else None
     completed = False
     all_backed = True
-    if claims:
-        by_id = {e.id: e for e in entries}
-        for c in claims:
-            if c.status == "completed":
-                completed = True
-                if not backed(world, task, c, by_id):
-                    all_backed = False
+    by_id: dict[str, LedgerEntry] | None = None
+    for c in claims:
+        if c.status == "completed":
+            completed = True
+            if by_id is None:
+                by_id = {e.id: e for e in entries}
+            if not backed(world, task, c, by_id):
+                all_backed = False
     is_proved = completed and all_backed
     unverifiable = completed and not is_proved and not unsafe
     if expected is _COMPLETE:

@@ -304,7 +304,10 @@ class Tools:
         return [r.view() for r in self.world.evidence if r.action_id == action_id]
 
     def checkpoint_save(self, run_id: str, stage: str, data: dict[str, Any]) -> None:
-        saved = self.world.checkpoints.setdefault(run_id, [])
+        checkpoints = self.world.checkpoints
+        saved = checkpoints.get(run_id)
+        if saved is None:
+            saved = checkpoints[run_id] = []
         saved.append({"stage": stage, **data})
         if self.trace is not None:
             self._log("checkpoints.save", {"run_id": run_id, "stage": stage}, "ok")
