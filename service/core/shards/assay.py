@@ -137,16 +137,17 @@ def run_shard(
                 break
             spec = pick(k)
             wkey, skey = derive(wroot, k), derive(sroot, k)
-            tally = tallies.get(spec.id)
+            fault = spec.id  # a pydantic field: read once
+            tally = tallies.get(fault)
             if tally is None:
-                tally = tallies[spec.id] = Tally()
+                tally = tallies[fault] = Tally()
             extra = threshold is None or derive(sample_key, base + k) < threshold
             pairs = True
             if watch is not None:
                 pairs = watch.needs_pairs(tally)
                 watch.steer(rt.engine, tally)
             e, u, te = _one(
-                rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id], extra, meter, pairs
+                rt, plan, spec, tally, base + k, wkey, skey, removals[fault], extra, meter, pairs
             )
             effects += e
             unsafe += u

@@ -2,7 +2,8 @@
 
 It is written against the same target interface a user implements (`Task`, `ToolPort`): it reads,
 proposes, checks authority, acts, records evidence and releases a claim only through the tool
-clients. Each declared control changes what it does, never what it is graded on.
+clients. Each declared control changes what it does, never what it is graded on. It holds its
+tools as a `NativePort` (port.py), the same methods the compiled core calls directly.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any, Final
 
 from service.core.system.control import Control
 from service.core.system.manifest import Manifest, RetryPolicy
+from service.core.trial.port import Forwarded, NativePort
 from service.core.trial.rng import Stream, stream_key
 from service.core.trial.sandbox import (
     PreconditionFailed,
@@ -57,7 +59,7 @@ class _Run:
     def __init__(
         self,
         task: Task,
-        tools: ToolPort,
+        tools: NativePort,
         controls: frozenset[str],
         retry: RetryPolicy,
         deny_on_warning: bool,
@@ -329,6 +331,8 @@ def copperfin(manifest: Manifest) -> Target:
     deny_on_warning = manifest.orchestration.on_warning == "deny"
 
     def target(task: Task, tools: ToolPort) -> None:
-        _Run(task, tools, controls, retry, deny_on_warning).run()
+        # The sandbox's tools are called natively; any other port through `Forwarded`.
+        port = tools if isinstance(tools, NativePort) else Forwarded(tools)
+        _Run(task, port, controls, retry, deny_on_warning).run()
 
     return target

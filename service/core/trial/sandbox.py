@@ -14,6 +14,7 @@ from typing import Any, Final
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.disturbance import Disturbance
 from service.core.faults.injector import Injector
+from service.core.trial.port import NativePort
 from service.core.trial.storm import FleetLimit
 from service.core.trial.task import Call as Call
 from service.core.trial.task import PreconditionFailed as PreconditionFailed
@@ -34,7 +35,7 @@ _MALFORMED: Final = Disturbance.MALFORMED_REPLY
 _PARTIAL: Final = Disturbance.PARTIAL_REPLY
 
 
-class Tools:
+class Tools(NativePort):
     __slots__ = (
         "_calls",
         "_fork",
