@@ -47,11 +47,14 @@ class _Run:
         "action_id",
         "c",
         "deny_on_warning",
+        "grant_id",
         "jitter",
+        "order_id",
         "retry",
+        "run_id",
         "stopped",
         "t",
-        "task",
+        "tenant",
         "trace_id",
         "version",
     )
@@ -64,7 +67,12 @@ class _Run:
         retry: RetryPolicy,
         deny_on_warning: bool,
     ) -> None:
-        self.task = task
+        # The task's fields, read once: it is the public package's (interpreted) class, so each
+        # read of it is a generic attribute lookup, where these are native.
+        self.order_id = task.order_id
+        self.run_id = task.run_id
+        self.tenant = task.tenant
+        self.grant_id = task.grant_id
         self.t = tools
         # Only a counterfactual pair disables controls: no new set for every other run.
         disabled = task.disabled_controls
@@ -72,7 +80,7 @@ class _Run:
         self.retry = retry
         self.deny_on_warning = deny_on_warning
         self.action: dict[str, Any] = {}
-        self.action_id = f"{task.order_id}:refund:{task.run_id}"
+        self.action_id = f"{self.order_id}:refund:{self.run_id}"
         self.trace_id: str | None = None
         self.version: int | None = None
         self.jitter: Stream | None = None
@@ -101,7 +109,7 @@ class _Run:
 
     # -- the workflow -------------------------------------------------------------------------
     def run(self) -> None:
-        cp = self.t.checkpoint_load(self.task.run_id)
+        cp = self.t.checkpoint_load(self.run_id)
         reply = None
         if cp is None:
             if self.assemble_and_authorise():
@@ -119,21 +127,19 @@ class _Run:
             reply = self.effect()
             if reply is None:
                 return
-        self.t.checkpoint_save(
-            self.task.run_id, "effect_done", {"ledger_ref": reply.get("ledger_ref")}
-        )
+        self.t.checkpoint_save(self.run_id, "effect_done", {"ledger_ref": reply.get("ledger_ref")})
         self.release(reply)
 
     def assemble_and_authorise(self) -> bool:
         """Read, propose and authorise; True when the run ended here."""
-        task, t, c = self.task, self.t, self.c
-        record = t.crm_read(task.order_id)
+        t, c = self.t, self.c
+        record = t.crm_read(self.order_id)
         if record is None:
             return self.deny("order not found")
         status, version, amount = record["status"], record["version"], record["amount"]
         policy = t.policy_read()
         if REFRESH in c:
-            auth = t.orders_read(task.order_id)
+            auth = t.orders_read(self.order_id)
             if auth is None:
                 return self.deny("order not found in the authoritative source")
             differ = (auth["status"], auth["version"], auth["amount"]) != (status, version, amount)
@@ -146,11 +152,11 @@ class _Run:
             return self.deny(f"order is {status}")
         if not policy["refunds_allowed"]:
             return self.deny(f"policy v{policy['version']} excludes refunds")
-        approval = t.capability_check(task.grant_id)
+        approval = t.capability_check(self.grant_id)
         if approval is None or not approval["valid"]:
             return self.deny("no valid capability at approval")
         self.version = version
-        action = t.propose(task.order_id, task.tenant, task.grant_id, amount)
+        action = t.propose(self.order_id, self.tenant, self.grant_id, amount)
         self.action = action
         self.trace_id = t.new_trace()
         t.record(
@@ -161,9 +167,9 @@ class _Run:
             f"refund {action['amount']} on {action['subject']}",
         )
         if BIND in c and (action["subject"], action["tenant"], action["grant_id"]) != (
-            task.order_id,
-            task.tenant,
-            task.grant_id,
+            self.order_id,
+            self.tenant,
+            self.grant_id,
         ):
             if self.warn("proposal does not match the bound action contract"):
                 return True
@@ -179,7 +185,7 @@ class _Run:
             if not current["refunds_allowed"]:
                 return self.deny(f"policy v{current['version']} excludes refunds")
         t.checkpoint_save(
-            task.run_id,
+            self.run_id,
             "authorised",
             {"action": action, "trace_id": self.trace_id, "version": self.version},
         )
@@ -254,7 +260,7 @@ class _Run:
         if self.retry.jitter != "full":
             return cap
         if self.jitter is None:
-            self.jitter = Stream(stream_key("jitter", self.task.run_id, self.task.order_id))
+            self.jitter = Stream(stream_key("jitter", self.run_id, self.order_id))
         return self.jitter.randint(0, cap)
 
     def release(self, reply: dict[str, Any]) -> None:

@@ -127,8 +127,9 @@ def grade(
     wrong_subject = False
     unentitled = False
     on_task = 0
+    order_id, tenant = task.order_id, task.tenant
     for e in entries:
-        if e.subject != task.order_id or e.tenant != task.tenant:
+        if e.subject != order_id or e.tenant != tenant:
             wrong_subject = True
         else:
             on_task += 1

@@ -142,8 +142,8 @@ class Stream:
     __slots__ = ("hi", "lo")
 
     def __init__(self, key: int) -> None:
-        key &= _M64
-        self.hi: i64 = key >> 32
+        # The key's low 64 bits, in halves.
+        self.hi: i64 = (key >> 32) & _M32
         self.lo: i64 = key & _M32
 
     def _step(self) -> tuple[i64, i64]:
