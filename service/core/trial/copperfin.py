@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from service.core.system.control import Control
 from service.core.system.manifest import Manifest, RetryPolicy
-from service.core.trial.port import Forwarded, NativePort
+from service.core.trial.port import ForwardingPort, NativePort
 from service.core.trial.rng import Stream, stream_key
 from service.core.trial.sandbox import (
     PreconditionFailed,
@@ -337,8 +337,8 @@ def copperfin(manifest: Manifest) -> Target:
     deny_on_warning = manifest.orchestration.on_warning == "deny"
 
     def target(task: Task, tools: ToolPort) -> None:
-        # The sandbox's tools are called natively; any other port through `Forwarded`.
-        port = tools if isinstance(tools, NativePort) else Forwarded(tools)
+        # The sandbox's tools are called natively; any other port through `ForwardingPort`.
+        port = tools if isinstance(tools, NativePort) else ForwardingPort(tools)
         _Run(task, port, controls, retry, deny_on_warning).run()
 
     return target

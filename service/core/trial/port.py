@@ -4,8 +4,8 @@ Compiled, a call through a protocol (`ToolPort`) is a generic Python method call
 looked up by name and its arguments are boxed and parsed, about fifteen times a run (a tenth of a
 compiled trial). `NativePort` is a native class with the same methods, so a call through it is
 direct. The sandbox's `Tools` is one; any other `ToolPort` (a `python` target's stand-in, which
-crosses the HTTP target protocol) is handed to the workflow behind `Forwarded`, which calls it by
-name as before. The methods are the public protocol's, `assaygate.target.Tools`
+crosses the HTTP target protocol) is handed to the workflow behind `ForwardingPort`, which calls
+it by name as before. The methods are the public protocol's, `assaygate.target.Tools`
 (tests/core/trial/test_port.py holds the three lists to one).
 """
 
@@ -87,7 +87,7 @@ class NativePort:
         raise NotImplementedError
 
 
-class Forwarded(NativePort):
+class ForwardingPort(NativePort):
     """Any other `ToolPort`, behind the native methods: each call goes on to it unchanged."""
 
     __slots__ = ("port",)

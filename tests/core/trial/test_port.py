@@ -11,7 +11,7 @@ from assaygate.target import Tools as ToolPort
 from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import run_assay
 from service.core.trial.copperfin import copperfin
-from service.core.trial.port import Forwarded, NativePort
+from service.core.trial.port import ForwardingPort, NativePort
 from service.core.trial.sandbox import Task, Tools
 from tests.core.conftest import load_example
 
@@ -23,7 +23,7 @@ def _methods(cls: type) -> set[str]:
 def test_the_native_port_and_its_forwarder_have_the_public_protocols_methods() -> None:
     public = _methods(ToolPort)
     assert _methods(NativePort) == public
-    assert _methods(Forwarded) >= public
+    assert _methods(ForwardingPort) >= public
     # The sandbox's tools override every one of them (a stub left would raise mid-trial).
     assert _methods(Tools) >= public
 
