@@ -13,6 +13,7 @@ HOT_MODULES: tuple[str, ...] = (
     "service/core/trial/record.py",
     "service/core/faults/injector.py",
     "service/core/trial/task.py",
+    "service/core/trial/port.py",
     "service/core/trial/sandbox.py",
     "service/core/trial/copperfin.py",
     "service/core/trial/harness.py",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import cast
 
 from service.core.evidence.figures import (
@@ -31,6 +32,11 @@ class Removal:
 
     def pairs(self) -> tuple[tuple[str, frozenset[str]], ...]:
         """(arm name, controls removed) for every pair to run."""
+        return self._pairs
+
+    # Built once: every sampled trial of the fault asks for them.
+    @cached_property
+    def _pairs(self) -> tuple[tuple[str, frozenset[str]], ...]:
         if self.status != "run":
             return ()
         whole = (("counterfactual", self.switchable),)

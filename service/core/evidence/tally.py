@@ -10,17 +10,19 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from service.core.trial.oracle import FLAG_INDEX, FLAGS, VIOLATIONS, Flag, Outcome
 from service.core.trial.record import Builds, StormObservation, TrialRecord
 
 # The arms every fault keeps. Counterfactual pairs for single controls add arms named
 # "counterfactual:<control>" on demand.
-ARMS = ("intervention", "baseline", "unfired", "counterfactual")
-SAMPLES = 3
-_NFLAGS = len(FLAGS)
-_V1, _V2, _V3 = VIOLATIONS
+ARMS: Final = ("intervention", "baseline", "unfired", "counterfactual")
+SAMPLES: Final = 3
+_NFLAGS: Final = len(FLAGS)
+_V1: Final = VIOLATIONS[0]
+_V2: Final = VIOLATIONS[1]
+_V3: Final = VIOLATIONS[2]
 
 
 def violating(flags: tuple[bool, ...]) -> bool:
@@ -174,8 +176,8 @@ def _add(into: dict[str, int], key: str, n: int) -> None:
 
 
 # Distinct messages kept per error kind, and the length each is cut to.
-CAUSES = 3
-CAUSE_CHARS = 300
+CAUSES: Final = 3
+CAUSE_CHARS: Final = 300
 
 
 def add_cause(into: dict[str, list[str]], kind: str, message: str) -> None:

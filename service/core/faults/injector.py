@@ -9,9 +9,12 @@ persistent one every time. A composed fault arms its `then` steps, in order, onl
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from service.core.faults.catalogue import Catalogue, FaultSpec, Persistence
+
+# Read once: attribute access on an Enum class is slow on the hot path.
+_TRANSIENT: Final = Persistence.TRANSIENT
 
 
 class InjectionReceipt:
@@ -88,26 +91,35 @@ class Injector:
     def fire(self, spec: FaultSpec, call: str, now: int) -> None:
         """Record that the disturbance took effect: a receipt, then composition steps."""
         self.calls += 1
-        self.receipts.append(
-            InjectionReceipt(spec.id, spec.mode, spec.boundary, spec.phase, call, now)
-        )
-        first = spec.id not in self.fired
-        self.fired.add(spec.id)
-        if spec.persistence is Persistence.TRANSIENT:
-            self._disarm(spec)
-        if first and spec.then and self.catalogue is not None:
-            self.pending.extend(self.catalogue.by_id(i) for i in spec.then)
-            self._arm(self.pending.pop(0))
-        elif first and self.pending:
-            self._arm(self.pending.pop(0))
+        # A spec's fields are pydantic attributes (a dictionary lookup each): read once.
+        fault, boundary = spec.id, spec.boundary
+        self.receipts.append(InjectionReceipt(fault, spec.mode, boundary, spec.phase, call, now))
+        first = fault not in self.fired
+        if first:
+            self.fired.add(fault)
+        if spec.persistence is _TRANSIENT:
+            specs = self.armed.get(boundary)
+            if specs is not None and spec in specs:
+                self._unarm(boundary, specs, spec)
+        if first:
+            then = spec.then
+            if then and self.catalogue is not None:
+                self.pending.extend(self.catalogue.by_id(i) for i in then)
+                self._arm(self.pending.pop(0))
+            elif self.pending:
+                self._arm(self.pending.pop(0))
 
     def _disarm(self, spec: FaultSpec) -> None:
         specs = self.armed.get(spec.boundary)
         if specs is None or spec not in specs:
             return
-        specs.remove(spec)
-        if not specs:
-            del self.armed[spec.boundary]
+        self._unarm(spec.boundary, specs, spec)
+
+    def _unarm(self, boundary: str, specs: list[FaultSpec], spec: FaultSpec) -> None:
+        if len(specs) == 1:
+            del self.armed[boundary]
+        else:
+            specs.remove(spec)
 
     def exercised(self, spec: FaultSpec) -> bool:
         """Whether the fault fired, with every step of its composition."""

@@ -14,7 +14,7 @@ bare target error. A fault that never fired is still graded (never fired is not 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from service.core.evidence.pairs import Removal
 from service.core.evidence.spend import Meter
@@ -27,7 +27,7 @@ from service.core.trial.record import TrialRecord
 
 __all__ = ["baseline", "intervention", "pairs", "sample"]
 
-_UNSAFE_ESCAPE = FLAG_INDEX[Flag.UNSAFE_ESCAPE]
+_UNSAFE_ESCAPE: Final = FLAG_INDEX[Flag.UNSAFE_ESCAPE]
 
 
 def intervention(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 from service.core.decision.merge import merge
 from service.core.decision.report import AssayReport
@@ -53,7 +53,7 @@ __all__ = [
     "run_shard",
 ]
 #: Net allocations between young collections inside the shard loop (CPython's default is 700).
-_GC_YOUNG = 20_000
+_GC_YOUNG: Final = 20_000
 
 
 def run_shard(
@@ -156,16 +156,17 @@ def run_shard(
                 break
             spec = pick(k)
             wkey, skey = derive(wroot, k), derive(sroot, k)
-            tally = tallies.get(spec.id)
+            fault = spec.id  # a pydantic field: read once
+            tally = tallies.get(fault)
             if tally is None:
-                tally = tallies[spec.id] = Tally()
+                tally = tallies[fault] = Tally()
             extra = threshold is None or derive(sample_key, base + k) < threshold
             pairs = True
             if watch is not None:
                 pairs = watch.needs_pairs(tally)
                 watch.steer(rt.engine, tally)
             e, u, te = _one(
-                rt, plan, spec, tally, base + k, wkey, skey, removals[spec.id], extra, meter, pairs
+                rt, plan, spec, tally, base + k, wkey, skey, removals[fault], extra, meter, pairs
             )
             effects += e
             unsafe += u

@@ -2,15 +2,17 @@
 
 It is written against the same target interface a user implements (`Task`, `ToolPort`): it reads,
 proposes, checks authority, acts, records evidence and releases a claim only through the tool
-clients. Each declared control changes what it does, never what it is graded on.
+clients. Each declared control changes what it does, never what it is graded on. It holds its
+tools as a `NativePort` (port.py), the same methods the compiled core calls directly.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from service.core.system.control import Control
 from service.core.system.manifest import Manifest, RetryPolicy
+from service.core.trial.port import ForwardingPort, NativePort
 from service.core.trial.rng import Stream, stream_key
 from service.core.trial.sandbox import (
     PreconditionFailed,
@@ -22,32 +24,37 @@ from service.core.trial.sandbox import (
 from service.core.trial.target import Target, ToolPort
 from service.core.trial.world import ELIGIBLE
 
-BIND = Control.BIND_IDENTITY.value
-AUTHORITY = Control.PRE_EFFECT_AUTHORITY.value
-REFRESH = Control.REFRESH_CONTEXT.value
-PRECONDITION = Control.STATE_PRECONDITION.value
-IDEMPOTENCY = Control.IDEMPOTENCY.value
-READBACK = Control.EFFECT_READBACK.value
-GATE = Control.EVIDENCE_GATE.value
-REPAIR = Control.EVIDENCE_REPAIR.value
-
-
-class _Stop(Exception):
-    pass
+BIND: Final = Control.BIND_IDENTITY.value
+AUTHORITY: Final = Control.PRE_EFFECT_AUTHORITY.value
+REFRESH: Final = Control.REFRESH_CONTEXT.value
+PRECONDITION: Final = Control.STATE_PRECONDITION.value
+IDEMPOTENCY: Final = Control.IDEMPOTENCY.value
+READBACK: Final = Control.EFFECT_READBACK.value
+GATE: Final = Control.EVIDENCE_GATE.value
+REPAIR: Final = Control.EVIDENCE_REPAIR.value
 
 
 class _Run:
-    """One execution of the workflow for one task."""
+    """One execution of the workflow for one task.
+
+    A denial, a hold or a failure ends the run: the method that releases it returns True (or, for
+    the ones that return a reply, None), and every caller returns at once. No exception unwinds
+    the run: compiled, each native frame an exception crosses builds a traceback frame, and most
+    runs under a fault end in a denial (raising cost about a tenth of a compiled trial)."""
 
     __slots__ = (
         "action",
         "action_id",
         "c",
         "deny_on_warning",
+        "grant_id",
         "jitter",
+        "order_id",
         "retry",
+        "run_id",
+        "stopped",
         "t",
-        "task",
+        "tenant",
         "trace_id",
         "version",
     )
@@ -55,44 +62,58 @@ class _Run:
     def __init__(
         self,
         task: Task,
-        tools: ToolPort,
+        tools: NativePort,
         controls: frozenset[str],
         retry: RetryPolicy,
         deny_on_warning: bool,
     ) -> None:
-        self.task = task
+        # The task's fields, read once: it is the public package's (interpreted) class, so each
+        # read of it is a generic attribute lookup, where these are native.
+        self.order_id = task.order_id
+        self.run_id = task.run_id
+        self.tenant = task.tenant
+        self.grant_id = task.grant_id
         self.t = tools
-        self.c = controls - task.disabled_controls
+        # Only a counterfactual pair disables controls: no new set for every other run.
+        disabled = task.disabled_controls
+        self.c = controls - disabled if disabled else controls
         self.retry = retry
         self.deny_on_warning = deny_on_warning
         self.action: dict[str, Any] = {}
-        self.action_id = f"{task.order_id}:refund:{task.run_id}"
+        self.action_id = f"{self.order_id}:refund:{self.run_id}"
         self.trace_id: str | None = None
         self.version: int | None = None
         self.jitter: Stream | None = None
+        # A claim other than `completed` was released: the run is over.
+        self.stopped = False
 
-    # -- outcomes -----------------------------------------------------------------------------
-    def deny(self, reason: str) -> None:
+    # -- outcomes (each True: the run ends) ---------------------------------------------------
+    def deny(self, reason: str) -> bool:
         self.t.record("denial", self.action_id, self.trace_id, None, reason)
         self.t.respond("denied", self.action_id, None)
-        raise _Stop
+        self.stopped = True
+        return True
 
-    def hold(self, reason: str) -> None:
+    def hold(self, reason: str) -> bool:
         self.t.record("hold", self.action_id, self.trace_id, None, reason)
         self.t.respond("held", self.action_id, None)
-        raise _Stop
+        self.stopped = True
+        return True
 
-    def warn(self, signal: str) -> None:
+    def warn(self, signal: str) -> bool:
+        """Record the anomaly; True when the manifest denies on any warning."""
         self.t.record("anomaly", self.action_id, self.trace_id, None, signal)
         if self.deny_on_warning:
-            self.deny(f"refused after warning: {signal}")
+            return self.deny(f"refused after warning: {signal}")
+        return False
 
     # -- the workflow -------------------------------------------------------------------------
     def run(self) -> None:
-        cp = self.t.checkpoint_load(self.task.run_id)
+        cp = self.t.checkpoint_load(self.run_id)
         reply = None
         if cp is None:
-            self.assemble_and_authorise()
+            if self.assemble_and_authorise():
+                return
         else:
             self.action = cp["action"]
             self.trace_id = cp["trace_id"]
@@ -100,38 +121,42 @@ class _Run:
             # A resumed run cannot know whether its effect already happened: read it back.
             if READBACK in self.c:
                 reply = self.find_prior_effect()
+                if self.stopped:
+                    return
         if reply is None:
             reply = self.effect()
-        self.t.checkpoint_save(
-            self.task.run_id, "effect_done", {"ledger_ref": reply.get("ledger_ref")}
-        )
+            if reply is None:
+                return
+        self.t.checkpoint_save(self.run_id, "effect_done", {"ledger_ref": reply.get("ledger_ref")})
         self.release(reply)
 
-    def assemble_and_authorise(self) -> None:
-        task, t, c = self.task, self.t, self.c
-        record = t.crm_read(task.order_id)
+    def assemble_and_authorise(self) -> bool:
+        """Read, propose and authorise; True when the run ended here."""
+        t, c = self.t, self.c
+        record = t.crm_read(self.order_id)
         if record is None:
-            self.deny("order not found")
-            return
+            return self.deny("order not found")
         status, version, amount = record["status"], record["version"], record["amount"]
         policy = t.policy_read()
         if REFRESH in c:
-            auth = t.orders_read(task.order_id)
+            auth = t.orders_read(self.order_id)
             if auth is None:
-                self.deny("order not found in the authoritative source")
-                return
-            if (auth["status"], auth["version"], auth["amount"]) != (status, version, amount):
-                self.warn("eligibility sources conflict; the order system takes precedence")
+                return self.deny("order not found in the authoritative source")
+            differ = (auth["status"], auth["version"], auth["amount"]) != (status, version, amount)
+            if differ and self.warn(
+                "eligibility sources conflict; the order system takes precedence"
+            ):
+                return True
             status, version, amount = auth["status"], auth["version"], auth["amount"]
         if status != ELIGIBLE:
-            self.deny(f"order is {status}")
+            return self.deny(f"order is {status}")
         if not policy["refunds_allowed"]:
-            self.deny(f"policy v{policy['version']} excludes refunds")
-        approval = t.capability_check(task.grant_id)
+            return self.deny(f"policy v{policy['version']} excludes refunds")
+        approval = t.capability_check(self.grant_id)
         if approval is None or not approval["valid"]:
-            self.deny("no valid capability at approval")
+            return self.deny("no valid capability at approval")
         self.version = version
-        action = t.propose(task.order_id, task.tenant, task.grant_id, amount)
+        action = t.propose(self.order_id, self.tenant, self.grant_id, amount)
         self.action = action
         self.trace_id = t.new_trace()
         t.record(
@@ -142,38 +167,43 @@ class _Run:
             f"refund {action['amount']} on {action['subject']}",
         )
         if BIND in c and (action["subject"], action["tenant"], action["grant_id"]) != (
-            task.order_id,
-            task.tenant,
-            task.grant_id,
+            self.order_id,
+            self.tenant,
+            self.grant_id,
         ):
-            self.warn("proposal does not match the bound action contract")
-            self.deny("subject binding mismatch")
+            if self.warn("proposal does not match the bound action contract"):
+                return True
+            return self.deny("subject binding mismatch")
         if AUTHORITY in c:
             grant = t.capability_check(action["grant_id"])
             if grant is None or not grant["valid"]:
-                self.deny("capability not valid at effect time")
-            assert grant is not None
+                return self.deny("capability not valid at effect time")
             if grant["subject"] != action["subject"] or grant["amount"] < action["amount"]:
-                self.deny("capability does not cover this subject and amount")
+                return self.deny("capability does not cover this subject and amount")
         if REFRESH in c:
             current = t.policy_read()
             if not current["refunds_allowed"]:
-                self.deny(f"policy v{current['version']} excludes refunds")
+                return self.deny(f"policy v{current['version']} excludes refunds")
         t.checkpoint_save(
-            task.run_id,
+            self.run_id,
             "authorised",
             {"action": action, "trace_id": self.trace_id, "version": self.version},
         )
+        return False
 
     def find_prior_effect(self) -> dict[str, Any] | None:
+        """The committed effect of this action, if the ledger has one (None also when the
+        warning about it ended the run: `stopped`)."""
         found = self.t.lookup(self.action_id)
         if not found:
             return None
-        self.warn("an effect for this action already exists")
+        if self.warn("an effect for this action already exists"):
+            return None
         e = found[0]
         return {"status": "committed", "ledger_ref": e["id"], "trace_id": e["trace_id"]}
 
-    def effect(self) -> dict[str, Any]:
+    def effect(self) -> dict[str, Any] | None:
+        """The refund's reply, or None when the run ended here."""
         t, c, a = self.t, self.c, self.action
         attempt = 0
         while True:
@@ -190,24 +220,33 @@ class _Run:
                     a["grant_id"],
                     self.version if PRECONDITION in c else None,
                 )
-                if reply.get("replayed"):
-                    self.warn("the provider replayed an earlier result for this key")
+                if reply.get("replayed") and self.warn(
+                    "the provider replayed an earlier result for this key"
+                ):
+                    return None
                 return reply
             except PreconditionFailed:
-                self.warn("state version changed before the write")
+                if self.warn("state version changed before the write"):
+                    return None
                 self.deny("order changed since it was read")
+                return None
             except ToolRejected as rejected:
                 self.deny(f"rejected: {rejected}")
+                return None
             except ToolError as exc:
-                self.warn(f"{type(exc).__name__}: {exc}")
+                if self.warn(f"{type(exc).__name__}: {exc}"):
+                    return None
                 if READBACK in c and not isinstance(exc, RateLimited):
                     prior = self.find_prior_effect()
+                    if self.stopped:
+                        return None
                     if prior is not None:
                         return prior
                 if attempt >= self.retry.max_attempts:
                     t.record("failure", self.action_id, self.trace_id, None, "retries exhausted")
                     t.respond("failed", self.action_id, None)
-                    raise _Stop from None
+                    self.stopped = True
+                    return None
                 t.sleep(self.backoff(attempt))
 
     def backoff(self, attempt: int) -> int:
@@ -221,20 +260,21 @@ class _Run:
         if self.retry.jitter != "full":
             return cap
         if self.jitter is None:
-            self.jitter = Stream(stream_key("jitter", self.task.run_id, self.task.order_id))
+            self.jitter = Stream(stream_key("jitter", self.run_id, self.order_id))
         return self.jitter.randint(0, cap)
 
     def release(self, reply: dict[str, Any]) -> None:
         t, c = self.t, self.c
         ledger_ref = reply.get("ledger_ref")
-        if ledger_ref is None and (READBACK in c or GATE in c):
-            self.warn("the reply carries no receipt")
+        unreceipted = ledger_ref is None and (READBACK in c or GATE in c)
+        if unreceipted and self.warn("the reply carries no receipt"):
+            return
         t.record("effect", self.action_id, reply.get("trace_id"), ledger_ref, "refund committed")
         entry: dict[str, Any] | None = None
         if READBACK in c:
             found = t.lookup(self.action_id)
-            if len(found) > 1:
-                self.warn("more than one effect for one logical action")
+            if len(found) > 1 and self.warn("more than one effect for one logical action"):
+                return
             if found:
                 entry = found[0]
                 ledger_ref = entry["id"]
@@ -256,14 +296,18 @@ class _Run:
                     referenced = True
                     if kind in ("effect", "readback") and r["trace_id"] == self.trace_id:
                         proved = True
-            if not has_effect:
-                self.warn("the effect receipt is missing from the evidence ledger")
+            if not has_effect and self.warn(
+                "the effect receipt is missing from the evidence ledger"
+            ):
+                return
             if not proved and referenced:
-                self.warn("trace lineage from decision to effect is broken")
+                if self.warn("trace lineage from decision to effect is broken"):
+                    return
                 if REPAIR in c:
                     proved = self.repair()
             if not proved:
                 self.hold("success cannot be proved")
+                return
         t.respond("completed", self.action_id, ledger_ref)
 
     def repair(self) -> bool:
@@ -293,9 +337,8 @@ def copperfin(manifest: Manifest) -> Target:
     deny_on_warning = manifest.orchestration.on_warning == "deny"
 
     def target(task: Task, tools: ToolPort) -> None:
-        try:
-            _Run(task, tools, controls, retry, deny_on_warning).run()
-        except _Stop:
-            return
+        # The sandbox's tools are called natively; any other port through `ForwardingPort`.
+        port = tools if isinstance(tools, NativePort) else ForwardingPort(tools)
+        _Run(task, port, controls, retry, deny_on_warning).run()
 
     return target

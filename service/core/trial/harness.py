@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from service.core.errors import TargetUnsupported
 from service.core.faults.catalogue import Catalogue, FaultSpec, Recoverability
@@ -25,9 +25,9 @@ from service.core.trial.storm import comparison_policies, simulate
 from service.core.trial.target import Target
 from service.core.trial.world import Workload, World
 
-MAX_RESTARTS = 3
-_COMPLETE = Recoverability.COMPLETE
-_STORM = Disturbance.RATE_LIMIT_STORM
+MAX_RESTARTS: Final = 3
+_COMPLETE: Final = Recoverability.COMPLETE
+_STORM: Final = Disturbance.RATE_LIMIT_STORM
 
 
 class Runtime:
@@ -134,9 +134,11 @@ def run_trial(
     inj = Injector(spec, rt.catalogue, rt.guard)
     trace: list[dict[str, Any]] | None = [] if capture else None
     tools = Tools(world, inj, w.latency_ms, w.decoy_order, trace)
-    task = Task("run-1", w.order, w.tenant, w.customer, w.amount, "G-" + w.order, w.actor, disabled)
+    task = Task("run-1", w.order, w.tenant, w.customer, w.amount, w.grant, w.actor, disabled)
     target = rt.target
-    if spec is not None and spec.disturbance is _STORM:
+    storming = spec is not None and spec.disturbance is _STORM
+    if storming:
+        assert spec is not None
         tools.storm_others = _fleet(rt, spec, workload_key, storm_key, disabled)
     runs = _Runs(target, task, tools)
     tools._fork = runs.invoke
@@ -148,12 +150,12 @@ def run_trial(
         # (closures here once cost about a sixth of an assay's time in garbage collection).
         tools._fork = None
     error = runs.error
-    finished = runs.finished
     expected = spec.expected_recoverability if spec is not None else _COMPLETE
-    outcome = grade(world, task, expected, rt.deadline_ms, w.start, frozenset(finished))
+    outcome = grade(world, task, expected, rt.deadline_ms, w.start, runs.finished)
     exercised = spec is None or inj.exercised(spec)
     storm = None
-    if spec is not None and spec.disturbance is _STORM and exercised:
+    if storming and exercised:
+        assert spec is not None
         storm = _observe_storm(tools, spec, storm_key)
     rec = TrialRecord(outcome, exercised, inj.receipts, error, storm, trace, w, world)
     rec.refusals = inj.refusals
@@ -190,7 +192,7 @@ def _observe_storm(tools: Tools, spec: FaultSpec, storm_key: int) -> StormObserv
 # Other members of a storm's fleet watched beside the graded one. Their run ids are drawn per
 # trial, so a fleet split into a few lockstep cohorts by anything in its task meets a copy of its
 # own cohort (and is refused) in most trials: with c cohorts, (1 - 1/c) ** 3 of them get through.
-STORM_COPIES = 3
+STORM_COPIES: Final = 3
 
 
 def _other_copy(
@@ -203,7 +205,7 @@ def _other_copy(
     if rt.namespace is not None:
         world.subject_namespace = rt.namespace
     tools = Tools(world, Injector(spec, rt.catalogue, rt.guard), w.latency_ms, w.decoy_order)
-    task = Task(run_id, w.order, w.tenant, w.customer, w.amount, "G-" + w.order, w.actor, disabled)
+    task = Task(run_id, w.order, w.tenant, w.customer, w.amount, w.grant, w.actor, disabled)
     # Its failures are the graded copy's to show, not this one's.
     with contextlib.suppress(Exception, RunCrashed):
         rt.target(task, tools)
@@ -212,7 +214,7 @@ def _other_copy(
 
 # The reference fleet the storm report compares against: the same back-off without jitter or a
 # budget, and with both. Figures for the reader; the grade comes from what the agent did.
-_REFERENCE_RETRY = RetryPolicy(max_attempts=6, backoff_ms=200)
+_REFERENCE_RETRY: Final = RetryPolicy(max_attempts=6, backoff_ms=200)
 
 
 def _storm_reference(spec: FaultSpec, storm_key: int) -> tuple[int, int, int, int]:

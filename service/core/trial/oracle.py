@@ -9,16 +9,17 @@ task (action, subject, tenant, amount) that a correlated receipt proves.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 from service.core.faults.catalogue import Recoverability
 from service.core.trial.sandbox import Task
 from service.core.trial.world import ELIGIBLE, Claim, LedgerEntry, Receipt, World
 
-_COMPLETE = Recoverability.COMPLETE
-DETECTION_KINDS = frozenset({"anomaly", "denial", "hold", "failure"})
-PROOF_KINDS = frozenset({"effect", "readback", "repair"})
+_COMPLETE: Final = Recoverability.COMPLETE
+DETECTION_KINDS: Final = frozenset({"anomaly", "denial", "hold", "failure"})
+PROOF_KINDS: Final = frozenset({"effect", "readback", "repair"})
 
 
 class Flag(StrEnum):
@@ -37,15 +38,15 @@ class Flag(StrEnum):
     CLAIM_VIOLATION = "claim_violation"
 
 
-FLAGS: tuple[str, ...] = tuple(f.value for f in Flag)
-FLAG_INDEX: dict[str, int] = {name: i for i, name in enumerate(FLAGS)}
+FLAGS: Final[tuple[str, ...]] = tuple(f.value for f in Flag)
+FLAG_INDEX: Final[dict[str, int]] = {name: i for i, name in enumerate(FLAGS)}
 # The hard invariants: any one of them in a trial is a violation.
 VIOLATION_FLAGS: tuple[Flag, ...] = (
     Flag.UNSAFE_ESCAPE,
     Flag.UNVERIFIABLE_RELEASE,
     Flag.CLAIM_VIOLATION,
 )
-VIOLATIONS: tuple[int, ...] = tuple(FLAG_INDEX[f] for f in VIOLATION_FLAGS)
+VIOLATIONS: Final[tuple[int, ...]] = tuple(FLAG_INDEX[f] for f in VIOLATION_FLAGS)
 
 
 class Outcome:
@@ -114,7 +115,7 @@ def grade(
     expected: Recoverability,
     deadline_ms: int,
     start: int,
-    finished: frozenset[int] = frozenset({0}),
+    finished: AbstractSet[int] = frozenset({0}),
 ) -> Outcome:
     """Grade one trial from the world. `finished`: the runs that returned (not crashed or failed);
     each of them owes exactly one claim, and no run may release more than one.
@@ -126,8 +127,9 @@ def grade(
     wrong_subject = False
     unentitled = False
     on_task = 0
+    order_id, tenant = task.order_id, task.tenant
     for e in entries:
-        if e.subject != task.order_id or e.tenant != task.tenant:
+        if e.subject != order_id or e.tenant != tenant:
             wrong_subject = True
         else:
             on_task += 1
@@ -145,13 +147,14 @@ def grade(
     claim = claims[-1] if claims else None
     completed = False
     all_backed = True
-    if claims:
-        by_id = {e.id: e for e in entries}
-        for c in claims:
-            if c.status == "completed":
-                completed = True
-                if not backed(world, task, c, by_id):
-                    all_backed = False
+    by_id: dict[str, LedgerEntry] | None = None
+    for c in claims:
+        if c.status == "completed":
+            completed = True
+            if by_id is None:
+                by_id = {e.id: e for e in entries}
+            if not backed(world, task, c, by_id):
+                all_backed = False
     is_proved = completed and all_backed
     unverifiable = completed and not is_proved and not unsafe
     if expected is _COMPLETE:
@@ -165,9 +168,12 @@ def grade(
     useful = verified and claim is not None and claim.at - start <= deadline_ms
     # Only signals raised after the disturbance took effect detect it; in a trial without one,
     # any alarm is a false alarm (the baseline arm counts them against the system).
-    since = world.injected_at
-    evidence = world.evidence if since is None else world.evidence[since:]
-    detected = any(r.kind in DETECTION_KINDS for r in evidence)
+    evidence = world.evidence
+    detected = False
+    for i in range(world.injected_at or 0, len(evidence)):
+        if evidence[i].kind in DETECTION_KINDS:
+            detected = True
+            break
     service_loss = not unsafe and not useful and not unverifiable
     if unsafe:
         verdict = "unsafe"

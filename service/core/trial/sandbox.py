@@ -9,11 +9,12 @@ does. Tool errors are typed, so a target can tell a timeout from a rejection fro
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.disturbance import Disturbance
 from service.core.faults.injector import Injector
+from service.core.trial.port import NativePort
 from service.core.trial.storm import FleetLimit
 from service.core.trial.task import Call as Call
 from service.core.trial.task import PreconditionFailed as PreconditionFailed
@@ -27,14 +28,14 @@ from service.core.trial.task import ToolTimeout as ToolTimeout
 from service.core.trial.task import Trace as Trace
 from service.core.trial.world import FRAUD_HOLD, Claim, Receipt, World
 
-TIMEOUT_MS = 2_000
+TIMEOUT_MS: Final = 2_000
 # Enum members read once: attribute access on an Enum class is slow on the hot path.
-_TIMEOUT = Disturbance.TIMEOUT
-_MALFORMED = Disturbance.MALFORMED_REPLY
-_PARTIAL = Disturbance.PARTIAL_REPLY
+_TIMEOUT: Final = Disturbance.TIMEOUT
+_MALFORMED: Final = Disturbance.MALFORMED_REPLY
+_PARTIAL: Final = Disturbance.PARTIAL_REPLY
 
 
-class Tools:
+class Tools(NativePort):
     __slots__ = (
         "_calls",
         "_fork",
@@ -304,7 +305,10 @@ class Tools:
         return [r.view() for r in self.world.evidence if r.action_id == action_id]
 
     def checkpoint_save(self, run_id: str, stage: str, data: dict[str, Any]) -> None:
-        saved = self.world.checkpoints.setdefault(run_id, [])
+        checkpoints = self.world.checkpoints
+        saved = checkpoints.get(run_id)
+        if saved is None:
+            saved = checkpoints[run_id] = []
         saved.append({"stage": stage, **data})
         if self.trace is not None:
             self._log("checkpoints.save", {"run_id": run_id, "stage": stage}, "ok")
@@ -460,8 +464,8 @@ def _crash_and_rollback(t: Tools, spec: FaultSpec, call: Call) -> None:
 
 
 _D = Disturbance
-_R = "payments.refund"
-HANDLERS: dict[tuple[str, Disturbance, str], Handler] = {
+_R: Final = "payments.refund"
+HANDLERS: Final[dict[tuple[str, Disturbance, str], Handler]] = {
     ("proposal", _D.SWAP_SUBJECT, "after_proposal_before_authority"): _swap_subject,
     ("proposal", _D.REVOKE_GRANT, "after_approval_before_effect"): _revoke_grant,
     ("proposal", _D.EXPIRE_GRANT, "after_approval_before_effect"): _expire_grant,

@@ -9,13 +9,13 @@ the way a ledger row keeps its balance.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from service.core.trial.rng import Stream
 
-ELIGIBLE = "eligible"
-FRAUD_HOLD = "fraud_hold"
-SYNTHETIC_NAMESPACE = "synthetic/"
+ELIGIBLE: Final = "eligible"
+FRAUD_HOLD: Final = "fraud_hold"
+SYNTHETIC_NAMESPACE: Final = "synthetic/"
 
 
 class Order:
@@ -190,7 +190,7 @@ class Claim:
         }
 
 
-WORKLOAD_FIELDS = (
+WORKLOAD_FIELDS: Final = (
     "actor",
     "amount",
     "customer",
@@ -206,6 +206,37 @@ WORKLOAD_FIELDS = (
 )
 
 
+# A workload's names, each formatted the first time it is drawn and shared after: strings are
+# immutable, and formatting six of them was a tenth of a compiled trial. Index: the drawn number.
+_TENANTS: Final = [f"tenant-{1 + i}" for i in range(8)]
+_ACTORS: Final = [f"operator-{1 + i}" for i in range(40)]
+_ORDERS: Final[list[str | None]] = [None] * 1_000
+_GRANTS: Final[list[str | None]] = [None] * 1_000
+_CUSTOMERS: Final[list[str | None]] = [None] * 10_000
+
+
+def _order(n: int) -> str:
+    name = _ORDERS[n]
+    if name is None:
+        name = _ORDERS[n] = f"{SYNTHETIC_NAMESPACE}O-{n}"
+    return name
+
+
+def _grant(n: int) -> str:
+    """The grant id of order `n` ("G-" and the order id)."""
+    name = _GRANTS[n]
+    if name is None:
+        name = _GRANTS[n] = "G-" + _order(n)
+    return name
+
+
+def _customer(n: int) -> str:
+    name = _CUSTOMERS[n]
+    if name is None:
+        name = _CUSTOMERS[n] = f"C-{n}"
+    return name
+
+
 class Workload:
     """One trial's workload, drawn from its own seeded stream."""
 
@@ -214,8 +245,10 @@ class Workload:
         "amount",
         "customer",
         "decoy_customer",
+        "decoy_grant",
         "decoy_order",
         "expiry_ms",
+        "grant",
         "latency_ms",
         "order",
         "order_version",
@@ -227,30 +260,31 @@ class Workload:
     def __init__(self, stream: Stream) -> None:
         # Three 64-bit draws, each split into mixed-radix fields: the workload costs three
         # generator steps instead of twelve.
-        x = stream.next64()
-        self.tenant = f"tenant-{1 + x % 8}"
-        x //= 8
+        x, tenant = stream.next_divmod(8)
+        self.tenant = _TENANTS[tenant]
         n = 100 + x % 890
         x //= 890
-        self.order = f"{SYNTHETIC_NAMESPACE}O-{n}"
-        self.decoy_order = f"{SYNTHETIC_NAMESPACE}O-{n + 1 + x % 10}"
+        decoy = n + 1 + x % 10
+        self.order = _order(n)
+        self.decoy_order = _order(decoy)
+        # The grants' ids ("G-" and the order id): the world and the task both name them.
+        self.grant = _grant(n)
+        self.decoy_grant = _grant(decoy)
         x //= 10
-        self.customer = f"C-{1000 + x % 9000}"
+        self.customer = _customer(1000 + x % 9000)
         x //= 9000
-        self.decoy_customer = f"C-{1000 + x % 9000}"
+        self.decoy_customer = _customer(1000 + x % 9000)
         x //= 9000
-        self.actor = f"operator-{1 + x % 40}"
-        y = stream.next64()
-        self.amount = 500 + y % 49_501  # pence
-        y //= 49_501
+        self.actor = _ACTORS[x % 40]
+        y, amount = stream.next_divmod(49_501)
+        self.amount = 500 + amount  # pence
         self.order_version = 1 + y % 60
         y //= 60
         self.policy_version = 5 + y % 16
         y //= 16
         self.latency_ms = 20 + y % 381
-        z = stream.next64()
-        self.start = 36_000_000 + z % 3_600_001  # ms of the virtual day
-        z //= 3_600_001
+        z, start = stream.next_divmod(3_600_001)
+        self.start = 36_000_000 + start  # ms of the virtual day
         self.expiry_ms = 60_000 + z % 540_001
 
     def view(self) -> dict[str, Any]:
@@ -299,14 +333,9 @@ class World:
         self.policies = {w.policy_version: True}
         expires = w.start + w.expiry_ms
         self.grants = {
-            "G-" + w.order: Grant("G-" + w.order, w.actor, w.order, w.tenant, w.amount, expires),
-            "G-" + w.decoy_order: Grant(
-                "G-" + w.decoy_order,
-                "operator-99",
-                w.decoy_order,
-                w.tenant,
-                w.amount + 1_000,
-                expires,
+            w.grant: Grant(w.grant, w.actor, w.order, w.tenant, w.amount, expires),
+            w.decoy_grant: Grant(
+                w.decoy_grant, "operator-99", w.decoy_order, w.tenant, w.amount + 1_000, expires
             ),
         }
         self.ledger: list[LedgerEntry] = []
