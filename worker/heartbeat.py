@@ -70,9 +70,17 @@ class Heartbeat:
     ) -> None:
         self._ctx, self._assay_id, self._index, self._attempt = ctx, assay_id, index, attempt
         self._held = [(index, attempt), *held] if held else []
+        self._holding = threading.Lock()  # `hold` adds a lease while the beat renews them
         self._activity = activity
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
+
+    def hold(self, index: int, attempt: int) -> None:
+        """Renew one more shard's lease from now on (a worker holding one more shard)."""
+        with self._holding:
+            if not self._held:
+                self._held = [(self._index, self._attempt)]
+            self._held.append((index, attempt))
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()
@@ -114,8 +122,10 @@ class Heartbeat:
                 continue
             renewed = 0.0
             try:
-                if self._held:
-                    shards.renew_all(self._ctx.engine, self._assay_id, self._held, lease_s)
+                with self._holding:
+                    held = list(self._held)
+                if held:
+                    shards.renew_all(self._ctx.engine, self._assay_id, held, lease_s)
                 else:
                     shards.renew(
                         self._ctx.engine, self._assay_id, self._index, self._attempt, lease_s

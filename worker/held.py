@@ -4,7 +4,8 @@ a time), never leaves the worker's slots idle while the assay's other shards wai
 
 Each held shard is begun as its own message would begin it (`shards.begin`: its own lease,
 attempt, injector state and code refusal), renewed by the one heartbeat, and stored as it
-finishes. Their own messages, when a worker takes them, find the shard held by a live lease or
+finishes; as each finishes the worker begins one more of the assay's free shards in its place
+(`take_free`), so the slots stay as busy as when it began while the assay has shards queued. Their own messages, when a worker takes them, find the shard held by a live lease or
 stored, and are acknowledged; if this worker dies, the leases lapse and the reconciler sends
 each shard again (worker.reconciler), so a shard held but never run is never stranded.
 """
@@ -19,7 +20,7 @@ from typing import Any
 from service.app import shards
 from service.app.shards import InjectorState, ShardStart, Stored
 from service.core.evidence.spend import Meter
-from service.core.evidence.stopping import watch_for
+from service.core.evidence.stopping import Watch, watch_for
 from service.core.evidence.tally import ShardResult
 from service.core.shards.assay import ShardSpec
 from service.core.shards.assay import _one as run_trial_arms
@@ -75,18 +76,36 @@ def hold_more(ctx: WorkerContext, parsed: Parsed, lead: Begun, worker: str) -> l
     if room <= 0:
         return []
     ids: dict[str, Any] = {"assay_id": str(inputs.assay_id), "shard": index, "worker": worker}
+    held: list[Begun] = []
+    taken = {index}
+    while room > 0 and len(held) + 1 < settings.worker_slots:
+        got = take_free(ctx, parsed, worker, taken, ids)
+        if got is None:
+            break
+        taken.add(got[0])
+        held.append(got)
+        room -= fills(ShardSpec.from_dict(got[1].spec))
+    if held:
+        log.info("holding shards together", extra={**ids, "held": [h[0] for h in held]})
+    return held
+
+
+def take_free(
+    ctx: WorkerContext, parsed: Parsed, worker: str, taken: set[int], ids: dict[str, Any]
+) -> Begun | None:
+    """Begin one more of the assay's free shards, not one of `taken`, as its own message would
+    begin it; None when none is free (another worker may have taken it first) or its code is
+    refused."""
+    settings, inputs = ctx.settings, parsed.inputs
 
     def free() -> list[int]:
-        limit = settings.worker_slots
+        limit = settings.worker_slots + len(taken)
         return shards.free(
             ctx.engine, inputs.assay_id, limit=limit, max_attempts=settings.shard_max_attempts
         )
 
-    held: list[Begun] = []
     for other in retrying(ctx, "list the free shards", ids, free):
-        if room <= 0 or len(held) + 1 >= settings.worker_slots:
-            break
-        if other == index:
+        if other in taken:
             continue
 
         def begin(other: int = other) -> shards.Begun:
@@ -103,18 +122,14 @@ def hold_more(ctx: WorkerContext, parsed: Parsed, lead: Begun, worker: str) -> l
         begun = retrying(ctx, "start a held shard", {**ids, "shard": other}, begin)
         if begun.refused is not None:
             log.error("%s", begun.refused, extra={**ids, "shard": other})
-            break
-        if begun.start is None or begun.state is None:
-            continue  # another worker took it first
-        held.append((other, begun.start, begun.state))
-        room -= fills(ShardSpec.from_dict(begun.start.spec))
-    if held:
-        log.info("holding shards together", extra={**ids, "held": [h[0] for h in held]})
-    return held
+            return None
+        if begun.start is not None and begun.state is not None:
+            return other, begun.start, begun.state
+    return None
 
 
 def run_and_store_held(
-    ctx: WorkerContext, parsed: Parsed, group: list[Begun], ids: dict[str, Any]
+    ctx: WorkerContext, parsed: Parsed, group: list[Begun], ids: dict[str, Any], worker: str
 ) -> Stored:
     """Run the begun shards together under one heartbeat that renews every lease, storing each
     as it finishes; `written` is the first shard's, `complete` whether any store completed the
@@ -137,7 +152,32 @@ def run_and_store_held(
 
     engine = EngineWatch()
     others = [(index, start.attempt) for index, start, _ in group[1:]]
-    with Heartbeat(ctx, assay_id, lead, lead_start.attempt, engine.activity, held=others):
+    taken = {index for index, _start, _state in group}
+    with Heartbeat(
+        ctx, assay_id, lead, lead_start.attempt, engine.activity, held=others
+    ) as heartbeat:
+
+        def more() -> list[tuple[ShardSpec, Watch | None]]:
+            # One held shard finished: hold one more of the assay's free shards in its place,
+            # so the slots stay as busy as when the worker began. Never raises: a store that
+            # fails only means no more is held (the shard's own message or the reconciler runs
+            # it).
+            try:
+                while (got := take_free(ctx, parsed, worker, taken, ids)) is not None:
+                    index, start, state = got
+                    taken.add(index)
+                    heartbeat.hold(index, start.attempt)
+                    spec = ShardSpec.from_dict(start.spec)
+                    scope = admit(ctx, parsed, spec, state, {**ids, "shard": index})
+                    if isinstance(scope, ShardResult):
+                        store(scope)  # stopping, or a credential refused: stored as it is
+                        return []
+                    log.info("holding one more shard", extra={**ids, "held": index})
+                    return [(spec, watch_for(parsed.manifest, parsed.plan, spec.fault_id))]
+            except Exception:
+                log.warning("no further shard held", exc_info=True, extra=ids)
+            return []
+
         runnable: list[tuple[ShardSpec, InjectorScope]] = []
         for _index, start, state in group:
             spec = ShardSpec.from_dict(start.spec)
@@ -148,7 +188,7 @@ def run_and_store_held(
                 runnable.append((spec, scope))
         if runnable:
             try:
-                run_together(ctx, parsed, runnable, group[-1][2], engine, store, ids)
+                run_together(ctx, parsed, runnable, group[-1][2], engine, store, ids, more)
             except TRANSIENT:
                 raise
             except Exception as exc:
@@ -167,6 +207,7 @@ def run_together(
     engine: EngineWatch,
     store: Callable[[ShardResult], None],
     ids: dict[str, Any],
+    more: Callable[[], list[tuple[ShardSpec, Watch | None]]] | None = None,
 ) -> None:
     """`service.core.shards.held.run_held` over the shards, under the assay's stop conditions
     (`state`: the latest read) and budgets (one meter, from what stored shards spent); each
@@ -194,4 +235,5 @@ def run_together(
         meter=Meter(time.monotonic, used=spent(ctx, parsed, ids)),
         shard_done=done,
         one=run_trial_arms,
+        more=more,
     )

@@ -121,7 +121,7 @@ def execute_shard(
         lead = (shard_index, start, state)
         more = held.hold_more(ctx, parsed, lead, worker)
         if more:
-            stored = held.run_and_store_held(ctx, parsed, [lead, *more], ids)
+            stored = held.run_and_store_held(ctx, parsed, [lead, *more], ids, worker)
         else:
             stored = run_and_store(ctx, parsed, shard_index, start, state, ids)
         outcome["stored"], complete = stored.written, stored.complete

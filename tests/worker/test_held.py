@@ -51,7 +51,8 @@ class Observed(Watched):
         self.began = time.monotonic()
         self.holding: list[int] = []
         self.taken_late: list[int | None] = []
-        self.looked = threading.Event()
+        self.looking = threading.Lock()
+        self.looks = 0
         # Trials in flight now, and the most at once (one shard of three trials offers three).
         self.busy = self.most = 0
         for slot in self._slots:
@@ -69,9 +70,15 @@ class Observed(Watched):
                     self.busy += 1
                     self.most = max(self.most, self.busy)
                 time.sleep(0.01)
-                if time.monotonic() - self.began > 1.0 and not self.looked.is_set():
-                    self.looked.set()
-                    self.look()
+                if time.monotonic() - self.began > 1.0 and self.looking.acquire(blocking=False):
+                    # Until it has seen several held at once: a held shard that just finished
+                    # may be stored a moment before the worker holds the next in its place.
+                    try:
+                        if self.looks < 10 and len(self.holding) < 2:
+                            self.looks += 1
+                            self.look()
+                    finally:
+                        self.looking.release()
                 try:
                     record: TrialRecord = inner(spec, workload_key, storm_key, disabled, capture)
                 finally:
@@ -96,9 +103,10 @@ class Observed(Watched):
         with session_scope(self.db) as session:
             inputs = assay_inputs(session, self.assay_id)
             assert inputs is not None
-            for index in self.holding:
-                start = begin_shard(session, inputs, index, "w2", lease_s=60)
-                self.taken_late.append(None if start is None else index)
+            taken = [begin_shard(session, inputs, i, "w2", lease_s=60) for i in self.holding]
+            self.taken_late = [
+                None if start is None else i for i, start in zip(self.holding, taken, strict=True)
+            ]
 
 
 def shard_rows(engine: sa.Engine, assay_id: uuid.UUID) -> list[AssayShard]:
@@ -200,3 +208,27 @@ def test_shards_a_dead_worker_held_are_sent_again_and_completed_once_their_lease
     expected = run_assay(manifest, parsed).to_dict()
     assert figures(report_of(engine, assay_id)) == figures(expected)
     purge_queue(settings)  # the messages sent again, for no worker of this test
+
+
+def test_a_worker_holds_one_more_shard_as_each_held_one_finishes_and_runs_the_assay_in_one_message(
+    settings: Settings, engine: sa.Engine
+) -> None:
+    # Two slots: the worker begins two of the four sequential faults' shards (at most as many
+    # shards as slots), and as each finishes it holds one more of the assay's free shards in
+    # its place. Without that, this message would have stored two.
+    plan = {"trials": 6, "seed": 9, "modes": MODES, "rule": "sequential"}
+    assay_id = record_assay(engine, settings, plan, version="held-more", trials_per_shard=6)
+    manifest, parsed = parse_manifest(example("typed")), parse_plan(plan)
+    purge_queue(settings)
+    world = Watched(manifest, parsed, SLOTS)
+    ctx = slotted(settings, world, worker_slots=2)
+    first = execute_shard(ctx, assay_id, 0, "w1")
+    final = shard_rows(engine, assay_id)
+    # The one message ran every shard: the two it began with, and two it took up after.
+    assert all(s.status == ShardStatus.DONE and s.worker == "w1" for s in final)
+    assert first["decision"] is not None
+    later = [execute_shard(ctx, assay_id, s.shard_index, "w1") for s in final[1:]]
+    assert not any(o["stored"] for o in later)
+    expected = run_assay(manifest, parsed).to_dict()
+    assert figures(report_of(engine, assay_id)) == figures(expected)
+    purge_queue(settings)

@@ -60,6 +60,7 @@ def run_held(
     meter: Meter | None = None,
     shard_done: Callable[[ShardResult, Meter | None], None] | None = None,
     one: One,
+    more: Callable[[], Sequence[tuple[ShardSpec, Watch | None]]] | None = None,
 ) -> list[Done]:
     """Run the `held` shards (each with its sequential rule's watch, or None) on `slots` slots of
     `target`; return each shard's result and spend, in the order held. `shard_done(result,
@@ -68,7 +69,8 @@ def run_held(
     back with its reason once every slot has stopped. `one`: the trial runner a `SlotTrial`
     carries (`service.core.shards.assay._one`, handed in: the assay module imports this one). The
     other arguments are `run_shard`'s; each shard must name a fault (paper mode mixes faults
-    within a trial range)."""
+    within a trial range). `more()`, asked as each shard finishes while no stop is in force,
+    returns further shards to hold (begun by the caller), which join the run and the result."""
     cat = plan.resolve_catalogue()
     faults = plan.faults()
     position = {f.id: i for i, f in enumerate(faults)}
@@ -76,8 +78,10 @@ def run_held(
     threshold = plan.sample_threshold()
     sample_key = stream_key(plan.seed, "evidence-sample")
     works: list[FaultWork] = []
-    kept = [_Kept(None if meter is None else meter.clock) for _ in held]
-    for pos, (shard, watch) in enumerate(held):
+    holding: list[ShardSpec] = []
+    kept: list[_Kept] = []
+
+    def hold(shard: ShardSpec, watch: Watch | None) -> FaultWork:
         if shard.fault_id is None:
             raise ValueError("a paper-mode shard cannot be held with others")
         spec = cat.by_id(shard.fault_id)
@@ -93,11 +97,21 @@ def run_held(
             removals,
             one,
         )
-        # A sequential fault runs one unit at a time (scheduled_assay says why): its runs are
+        # A sequential fault runs one trial at a time (scheduled_assay says why): its runs are
         # the serial run's at any concurrency.
         window = 1 if watch is not None else None
         trials = shard.stop - shard.start
-        works.append(FaultWork(pos, spec, trial, trials, watch, window, shard.start))
+        pos = len(holding)
+        holding.append(shard)
+        kept.append(_Kept(None if meter is None else meter.clock))
+        return FaultWork(pos, spec, trial, trials, watch, window, shard.start)
+
+    works.extend(hold(shard, watch) for shard, watch in held)
+
+    def joined() -> list[FaultWork]:
+        # The scheduler adds them to `works`, in this order, as `hold` numbered them.
+        return [] if more is None else [hold(shard, watch) for shard, watch in more()]
+
     runtimes = [
         Runtime(manifest, cat, target.slot(i), guard, namespace, honours_keys) for i in range(slots)
     ]
@@ -105,7 +119,7 @@ def run_held(
     results: dict[int, Done] = {}
 
     def report(work: FaultWork, reason: str | None) -> None:
-        shard = held[work.index][0]
+        shard = holding[work.index]
         effects, unsafe, _errors = kept[work.index].out
         tallies = {work.spec.id: work.tally} if work.done else {}
         if reason is not None and reason.startswith("target errors"):
@@ -156,6 +170,7 @@ def run_held(
         batch,
         fault_done=finished,
         trial_done=trial_done,
+        more=None if more is None else joined,
     )
     if reason is not None and meter is not None:
         reason = meter.settled(plan.stop, reason)

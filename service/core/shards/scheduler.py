@@ -184,6 +184,7 @@ def run_scheduled(
     fault_done: Callable[[FaultWork], None] | None = None,
     *,
     trial_done: TrialDone | None = None,
+    more: Callable[[], list[FaultWork]] | None = None,
 ) -> tuple[str | None, int]:
     """Run `works` on one thread per slot; return the stop reason (None: every fault ran to
     its end or its rule's stop) and the trials folded. Each fault's tally, trials done and rule
@@ -191,7 +192,11 @@ def run_scheduled(
     finishes. `trial_done(work, spent, out)` is called (from this thread) for every trial of a
     fault, in trial order, as the meter takes what its arms spent: `out` is its (effects, unsafe
     escapes, target errors) when it is folded, None when it is discarded (service.core.shards.held
-    keeps each shard's own figures from it).
+    keeps each shard's own figures from it). `more()` is called (from this thread) as each fault
+    finishes while no stop is in force: the works it returns join the run (a worker holding more
+    of an assay's shards as its held ones finish); it must not raise (an exception counts as
+    nothing more, and it is not asked again), and the slots stop only once it has returned
+    nothing with every work finished.
 
     A free slot first runs an arm of a trial already started (the trials in flight finish
     first), else starts the next trial of the open fault with the fewest trials in flight (then
@@ -217,6 +222,10 @@ def run_scheduled(
     counts = [0, 0]
     live = [0]
     refused: list[str | None] = [None]
+    # Set once `more` has nothing to add and every work is finished (at once without `more`).
+    exhausted = threading.Event()
+    if more is None:
+        exhausted.set()
 
     def settle(work: FaultWork, tr: _Trial) -> None:
         # Under the lock: one of the trial's arms is in (or will never run).
@@ -277,7 +286,9 @@ def run_scheduled(
                     job = take(rt)
                     if job is not None:
                         return job
-                if live[0] == 0 and (halt.is_set() or not any(w.left() for w in works)):
+                if live[0] == 0 and (
+                    halt.is_set() or (exhausted.is_set() and not any(w.left() for w in works))
+                ):
                     return None
                 # An arm may yet be readied, a fault held to its window may yet open.
                 admitted.wait(0.05)
@@ -391,9 +402,22 @@ def run_scheduled(
                 with admitted:
                     work.closed = True
                     admitted.notify_all()
-        if fault_done is not None and not work.reported and work.finished():
+        if not work.reported and work.finished():
             work.reported = True
-            fault_done(work)
+            if fault_done is not None:
+                fault_done(work)
+            if not exhausted.is_set():
+                added: list[FaultWork] = []
+                if not halt.is_set():
+                    try:
+                        added = more() if more is not None else []
+                    except Exception:  # nothing more: the works held finish as they are
+                        more = None
+                with admitted:
+                    works.extend(added)
+                    if halt.is_set() or (not added and all(w.finished() for w in works)):
+                        exhausted.set()
+                    admitted.notify_all()
     for th in threads:
         th.join()
     if failure is not None:

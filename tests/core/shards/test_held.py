@@ -118,3 +118,61 @@ def test_a_paper_shard_is_not_held_with_others(typed: Manifest) -> None:
     shard = plan_shards(typed, plan, 5)[0]
     with pytest.raises(ValueError, match="paper"):
         run_held(typed, plan, [(shard, None)], Watched(typed, plan, 2), 2, one=_one)
+
+
+@pytest.mark.parametrize("rule", ["fixed", "sequential"])
+def test_shards_taken_up_as_held_ones_finish_give_exactly_what_they_give_alone(
+    baseline: Manifest, rule: str
+) -> None:
+    plan = AssayPlan(modes=MODES, trials=12, seed=5, rule=rule)
+    expected = alone(baseline, plan, 5)
+    shards = plan_shards(baseline, plan, 5)
+    first, rest = shards[:2], list(shards[2:])
+    engine = Watched(baseline, plan, 8)
+    asked: list[int] = []  # trials started when each further shard was taken up
+
+    def more() -> list[tuple[Any, Any]]:
+        if not rest:
+            return []
+        with engine.lock:
+            asked.append(sum(engine.started.values()))
+        shard = rest.pop(0)
+        return [(shard, watch_for(baseline, plan, shard.fault_id))]
+
+    done = run_held(
+        baseline,
+        plan,
+        [(s, watch_for(baseline, plan, s.fault_id)) for s in first],
+        engine,
+        4,
+        meter=Meter(lambda: 0.0),
+        one=_one,
+        more=more,
+    )
+    # Every shard ran, each exactly as alone, in the order it was taken up (the plan's).
+    assert [held_view(r, m, plan) for r, m in done] == expected
+    assert not rest and len(asked) == len(shards) - 2
+
+
+def test_no_further_shard_is_taken_up_once_a_stop_blocks(baseline: Manifest) -> None:
+    plan = AssayPlan(modes=MODES, trials=12, seed=5)
+    shards = plan_shards(baseline, plan, 3)
+    rest = list(shards[1:])
+    engine = Watched(baseline, plan, 4)
+
+    def more() -> list[tuple[Any, Any]]:
+        return [(rest.pop(0), None)] if rest else []
+
+    done = run_held(
+        baseline,
+        plan,
+        [(shards[0], None)],
+        engine,
+        4,
+        limits=StopLimits(max_effects=1),
+        one=_one,
+        more=more,
+    )
+    # The unguarded workflow trips the effects limit in its first shard: nothing more is held.
+    assert all(r.stopped for r, _m in done)
+    assert len(done) < len(shards) and rest
