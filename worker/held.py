@@ -5,9 +5,10 @@ a time), never leaves the worker's slots idle while the assay's other shards wai
 Each held shard is begun as its own message would begin it (`shards.begin`: its own lease,
 attempt, injector state and code refusal), renewed by the one heartbeat, and stored as it
 finishes; as each finishes the worker begins one more of the assay's free shards in its place
-(`take_free`), so the slots stay as busy as when it began while the assay has shards queued. Their own messages, when a worker takes them, find the shard held by a live lease or
-stored, and are acknowledged; if this worker dies, the leases lapse and the reconciler sends
-each shard again (worker.reconciler), so a shard held but never run is never stranded.
+(`take_free`), so the slots stay as busy as when it began while the assay has shards queued.
+Their own messages, when a worker takes them, find the shard held by a live lease or stored, and
+are acknowledged; if this worker dies, the leases lapse and the reconciler sends each shard again
+(worker.reconciler), so a shard held but never run is never stranded.
 """
 
 from __future__ import annotations
