@@ -24,7 +24,6 @@ from service.core.evidence.spend import Meter
 from service.core.evidence.stopping import Watch, watch_for
 from service.core.evidence.tally import ShardResult
 from service.core.shards.assay import ShardSpec
-from service.core.shards.assay import _one as run_trial_arms
 from service.core.shards.held import run_held
 from service.core.shards.slots import slots_of
 from service.core.signing.credential import InjectorScope
@@ -235,6 +234,5 @@ def run_together(
         namespace=scope.namespace,
         meter=Meter(time.monotonic, used=spent(ctx, parsed, ids)),
         shard_done=done,
-        one=run_trial_arms,
         more=more,
     )

@@ -31,6 +31,7 @@ from service.core.shards.shard import (
     stream_roots,
     trial_at,
     trial_keys,
+    with_first_cause,
 )
 from service.core.shards.slots import slots_of
 from service.core.shards.slotted import SlotTrial, run_slotted
@@ -132,7 +133,6 @@ def run_shard(
                 namespace=namespace,
                 honours_keys=honours_keys,
                 meter=meter,
-                one=_one,
             )
             return held[0][0]
         if slots > 1:
@@ -186,10 +186,8 @@ def run_shard(
         gc.set_threshold(*thresholds)
     if reason is not None and meter is not None:
         reason = meter.settled(plan.stop, reason)
-    if reason is not None and reason.startswith("target errors"):
-        cause = next((m[0] for t in tallies.values() for m in t.error_causes.values() if m), None)
-        if cause is not None:
-            reason = f"{reason}; first: {cause}"
+    if reason is not None:
+        reason = with_first_cause(reason, tallies.values())
     return ShardResult(shard.index, tallies, done, reason is not None, reason, effects, unsafe)
 
 
@@ -249,7 +247,6 @@ def run_assay(
         # Every free slot draws from every fault: faults run side by side.
         assert isinstance(target, SlottedEngine)
         return run_scheduled_assay(
-            _one,
             manifest,
             plan,
             target,

@@ -17,12 +17,12 @@ from collections.abc import Callable, Sequence
 from service.core.evidence.pairs import removal
 from service.core.evidence.spend import Meter, budgeted
 from service.core.evidence.stopping import Watch
-from service.core.evidence.tally import ShardResult, Tally
+from service.core.evidence.tally import ShardResult
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
 from service.core.shards.scheduler import FaultWork, run_scheduled
-from service.core.shards.shard import ShardSpec, StopLimits, stream_roots
-from service.core.shards.slotted import One, SlotTrial
+from service.core.shards.shard import ShardSpec, StopLimits, stream_roots, with_first_cause
+from service.core.shards.slotted import SlotTrial
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import SlottedEngine
 from service.core.trial.harness import Runtime
@@ -59,18 +59,16 @@ def run_held(
     honours_keys: bool = True,
     meter: Meter | None = None,
     shard_done: Callable[[ShardResult, Meter | None], None] | None = None,
-    one: One,
     more: Callable[[], Sequence[tuple[ShardSpec, Watch | None]]] | None = None,
 ) -> list[Done]:
     """Run the `held` shards (each with its sequential rule's watch, or None) on `slots` slots of
     `target`; return each shard's result and spend, in the order held. `shard_done(result,
     spent)` is called (from the scheduler's thread) as each shard finishes: its trials all
     folded, or its rule decided, with no blocking stop in force; shards a stop ended are handed
-    back with its reason once every slot has stopped. `one`: the trial runner a `SlotTrial`
-    carries (`service.core.shards.assay._one`, handed in: the assay module imports this one). The
-    other arguments are `run_shard`'s; each shard must name a fault (paper mode mixes faults
-    within a trial range). `more()`, asked as each shard finishes while no stop is in force,
-    returns further shards to hold (begun by the caller), which join the run and the result."""
+    back with its reason once every slot has stopped. The other arguments are `run_shard`'s; each
+    shard must name a fault (paper mode mixes faults within a trial range). `more()`, asked as
+    each shard finishes while no stop is in force, returns further shards to hold (begun by the
+    caller), which join the run and the result."""
     cat = plan.resolve_catalogue()
     faults = plan.faults()
     position = {f.id: i for i, f in enumerate(faults)}
@@ -95,7 +93,6 @@ def run_held(
             threshold,
             sample_key,
             removals,
-            one,
         )
         # A sequential fault runs one trial at a time (scheduled_assay says why): its runs are
         # the serial run's at any concurrency.
@@ -122,10 +119,8 @@ def run_held(
         shard = holding[work.index]
         effects, unsafe, _errors = kept[work.index].out
         tallies = {work.spec.id: work.tally} if work.done else {}
-        if reason is not None and reason.startswith("target errors"):
-            cause = _first_cause([work.tally, *(w.tally for w in works)])
-            if cause is not None:
-                reason = f"{reason}; first: {cause}"
+        if reason is not None:
+            reason = with_first_cause(reason, [work.tally, *(w.tally for w in works)])
         result = ShardResult(
             shard.index, tallies, work.done, reason is not None, reason, effects, unsafe
         )
@@ -178,8 +173,3 @@ def run_held(
         if work.index not in results:
             report(work, reason)
     return [results[i] for i in range(len(works))]
-
-
-def _first_cause(tallies: list[Tally]) -> str | None:
-    """The first target error's cause among the tallies (the shard's own first)."""
-    return next((m[0] for t in tallies for m in t.error_causes.values() if m), None)

@@ -15,8 +15,8 @@ from service.core.evidence.stopping import Stop, Watch, rule_for
 from service.core.evidence.tally import ShardResult, Tally
 from service.core.faults.plan import AssayPlan
 from service.core.shards.scheduler import FaultWork, run_scheduled
-from service.core.shards.shard import StopLimits, stream_roots
-from service.core.shards.slotted import One, SlotTrial
+from service.core.shards.shard import StopLimits, stream_roots, with_first_cause
+from service.core.shards.slotted import SlotTrial
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import SlottedEngine
 from service.core.trial.harness import Runtime
@@ -24,7 +24,6 @@ from service.core.trial.rng import stream_key
 
 
 def run_scheduled_assay(
-    one: One,
     manifest: Manifest,
     plan: AssayPlan,
     target: SlottedEngine,
@@ -36,8 +35,7 @@ def run_scheduled_assay(
     meter: Meter,
     metered: bool,
 ) -> AssayReport:
-    """`one`: `service.core.shards.assay._one` (handed in: the assay module imports this one).
-    `metered`: the fixed plan reports its spend (a clock or a budget); a sequential plan always
+    """`metered`: the fixed plan reports its spend (a clock or a budget); a sequential plan always
     does. Progress counts each finished fault's planned trials against the plan's total."""
     cat = plan.resolve_catalogue()
     sequential = plan.rule_for(manifest.target.kind) == "sequential"
@@ -57,7 +55,6 @@ def run_scheduled_assay(
             threshold,
             sample_key,
             removals,
-            one,
         )
         watch = Watch(rule_for(manifest, plan, spec)) if sequential else None
         # A sequential fault runs one trial at a time: what its next trial runs (the pairs, the
@@ -87,11 +84,8 @@ def run_scheduled_assay(
             finished(work)
     if reason is not None and use is not None:
         reason = use.settled(plan.stop, reason)
-    if reason is not None and reason.startswith("target errors"):
-        tallies = [w.tally for w in works]
-        cause = next((m[0] for t in tallies for m in t.error_causes.values() if m), None)
-        if cause is not None:
-            reason = f"{reason}; first: {cause}"
+    if reason is not None:
+        reason = with_first_cause(reason, [w.tally for w in works])
     folded = ShardResult(-1, {w.spec.id: w.tally for w in works if w.done}, trials)
     if not sequential:
         return merge(

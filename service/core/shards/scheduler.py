@@ -30,7 +30,6 @@ from service.core.shards.shard import StopLimits
 from service.core.shards.slots import InOrder
 from service.core.shards.slotted import SlotTrial
 from service.core.trial.harness import Runtime
-from service.core.trial.rng import derive
 
 __all__ = ["FaultWork", "TrialDone", "run_scheduled"]
 
@@ -257,9 +256,7 @@ def run_scheduled(
         work.in_flight += 1
         counts[0] += 1
         live[0] += 1
-        t = work.trial
-        wkey, skey = derive(t.wroot, k), derive(t.sroot, k)
-        extra = t.threshold is None or derive(t.sample_key, t.base + k) < t.threshold
+        wkey, skey, extra = work.trial.keys(k)
         pairs = True
         if work.watch is not None:
             # What the trial runs is read from the trials folded so far.

@@ -4,11 +4,12 @@ wherever and however often it runs, and what a running shard reports (`ShardActi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from service.core.errors import PlanInvalid
+from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import Catalogue, FaultSpec
 from service.core.faults.plan import AssayPlan
 from service.core.system.manifest import Manifest
@@ -125,3 +126,12 @@ def trial_at(plan: AssayPlan, cat: Catalogue, index: int) -> tuple[FaultSpec, st
         return spec, None, index
     spec = faults[index // plan.trials]
     return spec, spec.id, index % plan.trials
+
+
+def with_first_cause(reason: str, tallies: Iterable[Tally]) -> str:
+    """A `target errors` stop reason with the first error's cause among the tallies (in the
+    order given) added, so the stop says what failed; any other reason as it is."""
+    if not reason.startswith("target errors"):
+        return reason
+    cause = next((m[0] for t in tallies for m in t.error_causes.values() if m), None)
+    return reason if cause is None else f"{reason}; first: {cause}"

@@ -34,7 +34,8 @@ One = Callable[
 
 class SlotTrial:
     """What a slot needs to run trial `k` of a shard (the slotted path's share of run_shard's
-    locals)."""
+    locals). `one` runs a whole trial (`run`, paper mode's executor); the scheduler runs a
+    trial's arms itself and needs only `keys`."""
 
     def __init__(
         self,
@@ -46,7 +47,7 @@ class SlotTrial:
         threshold: int | None,
         sample_key: int,
         removals: dict[str, Removal],
-        one: One,
+        one: One | None = None,
     ) -> None:
         self.plan = plan
         self.pick = pick
@@ -58,6 +59,13 @@ class SlotTrial:
         self.removals = removals
         self.one = one
 
+    def keys(self, k: int) -> tuple[int, int, bool]:
+        """Trial `k`'s workload and storm keys, and whether it is in the evidence sample (its
+        matched baseline and pairs run)."""
+        t = self.threshold
+        extra = t is None or derive(self.sample_key, self.base + k) < t
+        return derive(self.wroot, k), derive(self.sroot, k), extra
+
     def run(
         self,
         rt: Runtime,
@@ -67,9 +75,8 @@ class SlotTrial:
         pairs: bool = True,
         meter: Meter | None = None,
     ) -> tuple[int, int, int]:
-        wkey, skey = derive(self.wroot, k), derive(self.sroot, k)
-        t = self.threshold
-        extra = t is None or derive(self.sample_key, self.base + k) < t
+        assert self.one is not None  # run_slotted's SlotTrial carries it
+        wkey, skey, extra = self.keys(k)
         rm = self.removals[spec.id]
         if meter is not None:
             meter.mark()

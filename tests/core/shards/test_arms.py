@@ -12,9 +12,10 @@ from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import run_assay
 from service.core.system.manifest import Manifest
-from service.core.trial.engine import MatchedEngine, TrialEngine
+from service.core.trial.engine import MatchedEngine
 from service.core.trial.harness import Runtime, run_trial
 from service.core.trial.record import TrialRecord
+from tests.core.shards.test_slots import ReferenceSlots
 
 MODES = ("timeout_after_commit", "subject_swap", "fork_run")
 
@@ -56,7 +57,9 @@ class Timed:
         return record
 
 
-class TimedSlots:
+class TimedSlots(ReferenceSlots):
+    """The reference world on `n` slots of `Timed`."""
+
     def __init__(self, manifest: Manifest, plan: AssayPlan, n: int, pause: float = 0.0) -> None:
         self.rt = Runtime(manifest, plan.resolve_catalogue())
         self.pause = pause
@@ -65,24 +68,7 @@ class TimedSlots:
         self.told: list[tuple[int, str | None]] = []
         self.faults: dict[int, str] = {}
         self.raise_on: tuple[str, int] | None = None
-        self._slots = [Timed(self, i) for i in range(n)]
-
-    @property
-    def slots(self) -> int:
-        return len(self._slots)
-
-    def slot(self, index: int) -> TrialEngine:
-        return self._slots[index]
-
-    def run_trial(
-        self,
-        spec: FaultSpec | None,
-        workload_key: int,
-        storm_key: int,
-        disabled: frozenset[str],
-        capture: bool,
-    ) -> TrialRecord:
-        return self._slots[0].run_trial(spec, workload_key, storm_key, disabled, capture)
+        self._slots = [Timed(self, i) for i in range(n)]  # type: ignore[misc]
 
 
 def _by_trial(engine: TimedSlots) -> dict[int, dict[str, list[tuple[int, float, float]]]]:

@@ -10,7 +10,7 @@ import pytest
 from service.core.evidence.spend import Meter
 from service.core.evidence.stopping import watch_for
 from service.core.faults.plan import AssayPlan
-from service.core.shards.assay import ShardResult, StopLimits, _one, plan_shards, run_shard
+from service.core.shards.assay import ShardResult, StopLimits, plan_shards, run_shard
 from service.core.shards.held import run_held
 from service.core.system.manifest import Manifest
 from tests.core.shards.test_scheduler import MODES, Watched
@@ -50,7 +50,6 @@ def test_shards_held_together_each_give_exactly_what_they_give_alone(
         concurrency,
         meter=Meter(lambda: 0.0),
         shard_done=lambda result, spent: handed.append(held_view(result, spent, plan)),
-        one=_one,
     )
     assert [held_view(r, m, plan) for r, m in done] == expected
     # Every shard was handed back as it finished, none held back to the end.
@@ -70,7 +69,7 @@ def test_a_short_shard_is_handed_back_while_a_longer_one_still_runs(typed: Manif
         with engine.lock:
             at.append((result.index, sum(engine.started.values())))
 
-    run_held(typed, plan, [(s, None) for s in shards], engine, 4, shard_done=finished, one=_one)
+    run_held(typed, plan, [(s, None) for s in shards], engine, 4, shard_done=finished)
     assert len(at) == len(shards)
     short = [i for i, s in enumerate(shards) if s.stop - s.start == 2]
     first_short = next(n for index, n in at if index in short)
@@ -90,7 +89,6 @@ def test_a_stop_that_blocks_stops_every_held_shard(baseline: Manifest) -> None:
         4,
         limits=StopLimits(max_effects=3),
         shard_done=lambda result, spent: handed.append(result.index),
-        one=_one,
     )
     stopped = [r for r, _ in done if r.stopped]
     assert stopped, "the effects cap should trip"
@@ -106,9 +104,7 @@ def test_an_abort_before_the_held_shards_start_runs_no_trial(typed: Manifest) ->
     plan = AssayPlan(modes=MODES, trials=10, seed=5)
     shards = plan_shards(typed, plan, 5)
     engine = Watched(typed, plan, 4)
-    done = run_held(
-        typed, plan, [(s, None) for s in shards], engine, 4, should_stop=lambda: True, one=_one
-    )
+    done = run_held(typed, plan, [(s, None) for s in shards], engine, 4, should_stop=lambda: True)
     assert [(r.trials, r.stop_reason) for r, _ in done] == [(0, "aborted")] * len(shards)
     assert engine.started == {}
 
@@ -117,7 +113,7 @@ def test_a_paper_shard_is_not_held_with_others(typed: Manifest) -> None:
     plan = AssayPlan(catalogue="paper", trials=10, seed=5)
     shard = plan_shards(typed, plan, 5)[0]
     with pytest.raises(ValueError, match="paper"):
-        run_held(typed, plan, [(shard, None)], Watched(typed, plan, 2), 2, one=_one)
+        run_held(typed, plan, [(shard, None)], Watched(typed, plan, 2), 2)
 
 
 @pytest.mark.parametrize("rule", ["fixed", "sequential"])
@@ -146,7 +142,6 @@ def test_shards_taken_up_as_held_ones_finish_give_exactly_what_they_give_alone(
         engine,
         4,
         meter=Meter(lambda: 0.0),
-        one=_one,
         more=more,
     )
     # Every shard ran, each exactly as alone, in the order it was taken up (the plan's).
@@ -170,7 +165,6 @@ def test_no_further_shard_is_taken_up_once_a_stop_blocks(baseline: Manifest) -> 
         engine,
         4,
         limits=StopLimits(max_effects=1),
-        one=_one,
         more=more,
     )
     # The unguarded workflow trips the effects limit in its first shard: nothing more is held.
