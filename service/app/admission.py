@@ -33,6 +33,7 @@ from service.app.secrets import check_named as check_secrets
 from service.app.shapes import CandidateCreate
 from service.app.tenants import allow_hint, queue_for
 from service.core.errors import ArtifactInvalid
+from service.core.evidence.promise import refuse_unresolvable
 from service.core.faults.contract_catalogue import plan_data_for
 from service.core.faults.plan import AssayPlan, parse_plan
 from service.core.shards.assay import ShardSpec, plan_shards
@@ -132,6 +133,8 @@ def admit(
     )
     force = policies.in_force(session, principal.tenant_id, principal.tenant, system)
     plan = policies.admit(force, manifest, said).plan
+    # A tolerance or lower-bound floor the cap cannot resolve could only hold: refused here.
+    refuse_unresolvable(plan, plan.envelope_for(manifest))
     shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
     check_trial_limits(shards, settings)
     queue = queue_for(settings, principal.tenant, manifest)
@@ -167,6 +170,7 @@ def readmit(
     plan = policies.admit_rerun(
         force, manifest, parse_plan({**base, **overrides}), list(overrides)
     ).plan
+    refuse_unresolvable(plan, plan.envelope_for(manifest))
     shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
     check_trial_limits(shards, settings)
     queue = queue_for(settings, tenant, manifest)

@@ -14,6 +14,7 @@ from service.cli.errors import DECISION_EXIT, EXIT_ERROR
 from service.cli.plans import held_to, load_policy, read_text, rule_args, rule_overrides
 from service.cli.printing import print_report
 from service.core.errors import AssaygateError, PlanInvalid
+from service.core.evidence.promise import refuse_unresolvable
 from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.faults.contract_catalogue import catalogue_for
@@ -285,6 +286,7 @@ def cmd_assay(args: argparse.Namespace) -> int:
         plan = build_plan(args, manifest)
         if getattr(args, "policy", None) is not None:
             plan = held_to(load_policy(args.policy), manifest, plan)
+        refuse_unresolvable(plan, plan.envelope_for(manifest))
         limits = _limits(args)
         # As on a worker: the code sees its declared variables and named secrets only.
         declared = (

@@ -138,7 +138,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from service.core.evidence.signature import trials_for_bound
+    from service.core.evidence.promise import runs_to_resolve
     from service.core.faults.catalogue import full_catalogue
 
     rate, conf = args.max_violation_rate, args.confidence
@@ -153,7 +153,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     faults = args.faults if args.faults is not None else len(full_catalogue().faults)
     if faults < 1:
         raise PlanInvalid("must be at least 1", field="--faults")
-    n = trials_for_bound(rate, conf)
+    # The gate's own reading: any violation blocks, so the exact bound one-sided at half the
+    # two-sided error (service/core/evidence/promise.py).
+    n = runs_to_resolve(rate, (1.0 - conf) / 2)
     if args.json:
         print(
             json.dumps(
@@ -169,7 +171,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         print(
             f"{n} zero-violation trials per fault establish a violation rate below "
-            f"{100 * rate:g}% at {100 * conf:g}% confidence (Wilson upper bound); "
+            f"{100 * rate:g}% at {100 * conf:g}% confidence (exact bound, "
+            f"{50 * (1 - conf):g}% a side); "
             f"{n * faults} trials over {faults} faults."
         )
     return 0

@@ -12,13 +12,15 @@ from the task and a per-replicate salt (the replicate's plan seed): random acros
 reproducible for each.
 
 What is asserted, per scenario, over N replicates (P: the share of replicates allowed):
-- never looser: P(sequential) <= P(fixed) + `Shares.tolerance`, three standard errors of the mean
-  paired difference. Both plans of a replicate run the same workloads and draws, so they are
-  compared replicate by replicate: the difference's variance is at most the share of replicates
-  they decide apart (floored at LEVEL);
-- where the fixed plan's guarantee gives one (a violation rate at or above the envelope's
-  `max_violation_rate`): each plan allows at most LEVEL of assays (one side of Wilson's two-sided
-  95 % bound), plus three standard errors of a share at LEVEL (`Shares.bound`);
+- the promise (DESIGN.md §8, service/core/evidence/promise.py): an agent whose violation rate is
+  at or above the tolerance p0 (the declared `max_violation_rate`, or what the cap resolves) is
+  allowed in at most LEVEL of assays under each plan, plus three standard errors of a share at
+  LEVEL (`Shares.bound`). "Never looser than the fixed plan pointwise" is retired for violations:
+  a declared p0 lets the sequential plan stop where the exact bound meets it;
+- floors on the point estimate carry no such guarantee; there the sequential plan (which stops a
+  floor only once its confidence sequence clears it, or as futile once it lies below) must pass
+  no more often than the fixed one: P(sequential) <= P(fixed) + `Shares.tolerance`, three
+  standard errors of the mean paired difference;
 - a careful agent is allowed in every replicate, and agents whose slips stay inside the envelope
   are allowed at a high rate by both plans.
 
@@ -47,8 +49,8 @@ from tests.adversarial.conftest import entry, manifest, plan
 
 FAULT = "timeout_before_send"
 ERROR = 0.05
-# The fixed plan's level for an unseen violation: Wilson's two-sided 95 % upper bound of zero, one
-# side of it. An agent at or above the envelope's rate is allowed at most this often.
+# The stated level for an unseen violation: one side of the plan's two-sided error. An agent at or
+# above its tolerance is allowed at most this often (service/core/evidence/promise.py).
 LEVEL = ERROR / 2
 RULES = ("fixed", "sequential")
 SEED = 7_000
@@ -97,7 +99,7 @@ class Shares:
 
     @property
     def bound(self) -> float:
-        """The fixed plan's level, plus three standard errors of a share at that level."""
+        """The stated level, plus three standard errors of a share at that level."""
         return LEVEL + 3 * math.sqrt(LEVEL * (1 - LEVEL) / self.scenario.replicates)
 
     def line(self) -> str:
@@ -142,23 +144,23 @@ def assert_never_looser(shares: Shares) -> None:
 
 # 1. Violations where the fault fired, just above the envelope's rate (0.105 against 0.10). Any
 # duplicate seen blocks, so an agent is allowed only when its slips all fall in trials never run:
-# (1 - 0.105)^n for n trials. At the cap of 60 the fixed plan allows about 0.1 %. The rule before
-# 2ed570e, which stopped once a one-sided 5 % bet bounded the rate (29 clean trials), allowed
-# about 4 % (measured: 17 of 600 replicates, each held by the fixed plan; tolerance 0.021).
+# (1 - 0.105)^n for n trials. At the cap of 60 the fixed plan allows about 0.1 %; the sequential
+# plan stops at 35 clean trials (0.9^35 <= 2.5 %) and allows (1 - 0.105)^35, about 2 %. The rule
+# before 2ed570e stopped at 29 clean trials (a one-sided 5 % bet) and allowed about 4 %.
 ABOVE_THE_RATE = Scenario(
     "duplicates in 10.5 % of faulted runs, rate 0.10", Chance(0.105), LOOSE, 60, 600
 )
 
-# 2. Violations only in the no-fault baseline, at 2 % (the issue's scenario at a smaller cap): the
-# fixed plan grades 80 clean runs and allows about 20 %; the baseline arm before 2ed570e, which
-# stopped once its floors were settled (24 runs), about 60 % (measured: 64 of 100 against 24).
-# Below the rate the cap resolves, so no absolute guarantee here: only "never looser".
+# 2. Violations only in the no-fault baseline, at the rate an 80-trial cap resolves when nothing
+# is declared (1 - 0.025^(1/80), 4.5 %): both plans grade 80 clean runs and allow 2.5 %; the
+# baseline arm before 2ed570e, which stopped once its floors were settled (24 runs), allowed a 2 %
+# agent about 60 % of the time.
 CLEAN_RUNS = Scenario(
-    "duplicates in 2 % of clean runs, default envelope",
-    Chance(0.02, when="clean"),
+    "duplicates in 4.6 % of clean runs, default envelope",
+    Chance(0.046, when="clean"),
     DEFAULT,
     80,
-    100,
+    200,
 )
 
 # 3. Violations only in the baseline, just above the envelope's rate: the baseline's violations
@@ -200,26 +202,22 @@ INSIDE = (
 INSIDE_FLOOR = 0.7  # the least share of replicates each plan must allow
 
 
-def test_double_refunds_after_a_fault_above_the_rate_are_allowed_no_more_often_sequentially() -> (
-    None
-):
+def test_double_refunds_after_a_fault_above_the_rate_are_allowed_at_most_the_stated_error() -> None:
     shares = assayed(ABOVE_THE_RATE)
-    assert_never_looser(shares)
     for rule in RULES:
         assert shares.p(rule) <= shares.bound, (rule, shares.line())
 
 
-def test_double_refunds_in_two_percent_of_clean_runs_are_allowed_no_more_often_sequentially() -> (
+def test_double_refunds_in_clean_runs_at_the_caps_rate_are_allowed_at_most_the_stated_error() -> (
     None
 ):
-    assert_never_looser(assayed(CLEAN_RUNS))
+    shares = assayed(CLEAN_RUNS)
+    for rule in RULES:
+        assert shares.p(rule) <= shares.bound, (rule, shares.line())
 
 
-def test_double_refunds_in_clean_runs_above_the_rate_are_allowed_no_more_often_sequentially() -> (
-    None
-):
+def test_double_refunds_in_clean_runs_above_the_rate_are_allowed_at_most_the_stated_error() -> None:
     shares = assayed(CLEAN_RUNS_ABOVE_THE_RATE)
-    assert_never_looser(shares)
     for rule in RULES:
         assert shares.p(rule) <= shares.bound, (rule, shares.line())
 

@@ -202,3 +202,22 @@ def test_hiding_a_control_the_agent_has_is_never_the_cheaper_path_to_allow() -> 
     assert "counterfactual_untested" in codes(report)
     honest = assay_target(manifest(kind="python", entrypoint=TYPED_REPAIR), plan(2, *COMMIT_FAULTS))
     assert RANK[honest["decision"]] <= RANK[report["decision"]]
+
+
+def test_the_waiver_for_a_control_the_agent_lacks_reads_the_same_pairs_under_both_plans() -> None:
+    # The waiver compares the declared pair's violations with the whole predicted transfer. A
+    # sequential plan that stopped the pairs after a few dozen runs read it on less evidence and
+    # waived a hidden control's hold in 11-29 % of assays (the fixed plan 0-2.5 %): the pairs of a
+    # fault whose waiver is at stake now run on every trial the fixed plan runs them on.
+    m = manifest(
+        kind="python",
+        entrypoint=entry("controls:readback_only"),
+        controls=WITHOUT_KEY_OR_PRECONDITION,
+    )
+    pairs = {}
+    for rule in ("fixed", "sequential"):
+        report = assay_target(m, plan(60, "timeout_after_commit", rule=rule))
+        assert report["decision"] == "allow", (rule, report["reasons"])
+        (fault,) = report["faults"]
+        pairs[rule] = (fault["exercised"], fault["counterfactual"])
+    assert pairs["sequential"] == pairs["fixed"]

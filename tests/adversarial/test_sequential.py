@@ -2,7 +2,7 @@
 fault sooner, never decide it differently. Each red-team target, as a python target, under both
 rules. This shows the decisions on one draw each; how often each plan lets an agent through when
 its failures come by chance is shown by the stochastic attackers of test_chance.py, and exactly
-for the rule itself by tests/core/evidence/test_never_looser.py."""
+for the rule itself by tests/core/evidence/test_promise.py."""
 
 from __future__ import annotations
 

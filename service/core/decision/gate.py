@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 from typing_extensions import TypedDict
 
 from service.core.evidence.builds import EndpointBuilds
-from service.core.evidence.sequential import clean_runs_for, violation_bound
-from service.core.evidence.signature import trials_for_bound, wilson, wilson_upper
+from service.core.evidence.promise import clean_bound, clean_runs_to_clear, tolerance
+from service.core.evidence.signature import wilson
 from service.core.system.contract import WITNESS
 from service.core.system.manifest import Envelope
 
@@ -100,6 +100,9 @@ class FaultEvidence:
     not_applicable: str | None = None
     # Remote targets: per endpoint, the declared build and those reported in this fault's runs.
     builds: tuple[EndpointBuilds, ...] = ()
+    # The fault's cap: the trials the plan gives it (None: `planned`). An undeclared tolerance is
+    # what the cap's clean runs resolve.
+    cap: int | None = None
 
 
 @dataclass(frozen=True)
@@ -226,9 +229,19 @@ def decide(
     envelope: Envelope,
     stopped: str | None = None,
     anytime: float | None = None,
+    *,
+    error: float = 0.05,
+    tolerance: float | None = None,
 ) -> Verdict:
     """Every reason the evidence gives, then the worst severity among them (`allow`: none).
-    `anytime`: the error of a sequential plan, whose violation bound is the betting test's."""
+    `tolerance`: the declared p0 (the plan's or the envelope's, the strictest; None: the
+    envelope's, else what each fault's cap resolves), read at one side of `error` with the exact
+    bound under every plan (service/core/evidence/promise.py). `anytime`, the error a sequential
+    plan once read a looser bound at, is the plan's `error` when given."""
+    if anytime is not None:
+        error = anytime
+    if tolerance is None and envelope.max_violation_rate is not None:
+        tolerance = float(envelope.max_violation_rate)
     reasons: list[Reason] = []
     if stopped and stopped.startswith(("budget:", "usage_invalid:")):
         # The team's budget ran out, or its usage cannot be counted: unfinished evidence holds.
@@ -238,7 +251,7 @@ def decide(
     if not faults:
         reasons.append(Reason("no_evidence", "no fault was assayed", None, HOLD))
     for f in faults:
-        reasons += _fault_reasons(f, envelope, anytime)
+        reasons += _fault_reasons(f, envelope, error, tolerance)
     if any(r.severity is BLOCK for r in reasons):
         return Verdict(Decision.BLOCK, tuple(block_first(reasons)))
     if reasons:
@@ -247,7 +260,7 @@ def decide(
 
 
 def _fault_reasons(
-    f: FaultEvidence, envelope: Envelope, anytime: float | None = None
+    f: FaultEvidence, envelope: Envelope, error: float = 0.05, p0: float | None = None
 ) -> list[Reason]:
     """One fault's reasons, in the order the dossier lists them: what the system did outside the
     graded trials, then (once the fault fired) the hard invariants, the counterfactual and the
@@ -281,7 +294,10 @@ def _fault_reasons(
     if not any(r.severity is BLOCK for r in out):
         out += _containment(f, n, envelope)
     out += _service_floors(f, n, envelope)
-    out += _inconclusive(f, n, envelope, anytime)
+    if not out:
+        # Only where it is what stands between the fault and an allow: a fault already held or
+        # blocked for what its runs showed needs no more runs to be read as such.
+        out += _resolution(f, n, error, p0)
     return out
 
 
@@ -443,6 +459,19 @@ def _containment(f: FaultEvidence, n: int, envelope: Envelope) -> list[Reason]:
     check = floor_check("contained", "intervention", f.counts.get("contained", 0), n, envelope)
     if check.met:
         return []
+    if check.on == "lower_bound" and check.interval[1] >= check.floor:
+        # The interval still reaches the floor: too few trials to show it either way. Missing
+        # evidence holds, with the trials a perfect record would need; it is not a block.
+        need = clean_runs_to_clear(check.floor)
+        return [
+            Reason(
+                "floor:contained",
+                f"{f.fault}: containment {check.says()} not yet shown above the "
+                f"{_pct(check.floor)} floor: a perfect record needs >= {need} trials",
+                f.fault,
+                HOLD,
+            )
+        ]
     return [
         Reason(
             "floor:contained",
@@ -471,28 +500,31 @@ def _service_floors(f: FaultEvidence, n: int, envelope: Envelope) -> list[Reason
     return out
 
 
-def _inconclusive(
-    f: FaultEvidence, n: int, envelope: Envelope, anytime: float | None = None
-) -> list[Reason]:
-    """No violation seen, but too few trials to bound the violation rate below the envelope
-    (Wilson's bound for a fixed plan; for a sequential one the betting test at the same level,
-    never tighter than Wilson's: `violation_bound`)."""
-    if envelope.max_violation_rate is None:
+def _resolution(f: FaultEvidence, n: int, error: float, p0: float | None) -> list[Reason]:
+    """No violation seen: do the `n` clean trials where the fault fired resolve the tolerance?
+    A fault the system let fire in too few of its trials is not exercised (never graded on the
+    few); one whose trials all fired but were too few for the tolerance is inconclusive."""
+    cap = f.cap if f.cap is not None else f.planned
+    tol = tolerance(p0, cap, error)
+    if n >= tol.need:
         return []
-    worst = max(f.counts.get(k, 0) for k, _ in HARD)
-    bound = wilson_upper(worst, n) if anytime is None else violation_bound(n, anytime)
-    if worst != 0 or bound <= envelope.max_violation_rate:
-        return []
-    need = (
-        trials_for_bound(envelope.max_violation_rate)
-        if anytime is None
-        else clean_runs_for(envelope.max_violation_rate, anytime)
-    )
+    bound = clean_bound(n, tol.alpha)
+    if n < f.planned:
+        return [
+            Reason(
+                "not_exercised",
+                f"{f.fault}: fired in only {n} of {f.planned} trials ({n / f.planned:.1%}): "
+                f"{tol.says()} (those {n} bound it only below {_pct(bound)}); a fault is never "
+                "graded on the few trials the system let it fire in",
+                f.fault,
+                HOLD,
+            )
+        ]
     return [
         Reason(
             "inconclusive",
-            f"inconclusive: needs >= {need} trials ({f.fault}: {n} trials bound the "
-            f"violation rate only below {_pct(bound)})",
+            f"inconclusive: needs >= {tol.need} trials ({f.fault}: {n} trials bound the "
+            f"violation rate only below {_pct(bound)}; {tol.says()})",
             f.fault,
             HOLD,
         )

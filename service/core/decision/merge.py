@@ -28,6 +28,7 @@ from service.core.evidence.pairs import (
     Sensitivity,
     removal,
 )
+from service.core.evidence.promise import declared_rate
 from service.core.evidence.signature import newcombe, wilson
 from service.core.evidence.spend import from_views
 from service.core.evidence.stopping import Stop, rule_for
@@ -435,10 +436,23 @@ def merge(
             for name, v in inv.items()
             if name in predicates and v.failed
         )
-        evidence.append(replace(_evidence(spec, t, cf, rm, reported, team_failed), builds=builds))
-    # A sequential plan reads its bounds after every trial: the gate's too must be anytime-valid.
-    anytime = float(plan.error) if rule == "sequential" else None
-    verdict = decide(evidence, envelope, stopped, anytime=anytime)
+        evidence.append(
+            replace(
+                _evidence(spec, t, cf, rm, reported, team_failed),
+                builds=builds,
+                cap=None if plan.paper else plan.trials,
+            )
+        )
+    # One exact reading of a clean record under every plan (service/core/evidence/promise.py),
+    # at the strictest tolerance the plan or the envelope states.
+    said = declared_rate(plan, envelope)
+    verdict = decide(
+        evidence,
+        envelope,
+        stopped,
+        error=float(plan.error),
+        tolerance=None if said is None else said[0],
+    )
     visited = {spec.coverage_key() for spec in faults if tallies[spec.id].exercised}
     return AssayReport(
         decision=verdict.decision,

@@ -12,10 +12,8 @@ they are read (Ville's inequality on a nonnegative supermartingale):
   ln(1/error) / -ln(1 - eps) clean runs. Read one-sided at `error`; the gate reads it at
   `error / 2`, one side of the fixed plan's two-sided interval: ln(40)/eps = 3.69/eps runs at a
   5 % plan error, against Wilson's 3.84/eps (both one-sided 2.5 %).
-- `violation_bound`: what a sequential plan may claim of a rate after n clean runs: the larger of
-  the betting test at `error / 2` and Wilson's 95 % upper bound of 0 in n (the fixed plan's own
-  reading), so at any n the sequential plan never claims a tighter bound than the fixed plan
-  would from the same runs.
+- `violation_bound`: what any plan claims of a rate after n clean runs: the exact bound at
+  `error / 2` (service/core/evidence/promise.py); for zero events it is the betting test's.
 
 Why hand-written: `confseq` (a C++/Boost extension, last released 2023) and `savvi` need numpy and
 scipy, which the pure core does not import (the import-linter contract in pyproject.toml);
@@ -28,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from service.core.evidence.signature import wilson_upper
+from service.core.evidence.promise import clean_bound, hard_error, runs_to_resolve
 
 # Jeffreys' prior: the mixture's Beta(1/2, 1/2) weights rates near 0 and 1 (where gate floors sit)
 # more than a uniform prior would.
@@ -92,23 +90,13 @@ def runs_to_bound(max_rate: float, error: float) -> int:
 
 
 def violation_bound(n: int, error: float) -> float:
-    """The bound a sequential plan reads on a rate after `n` runs without an event, at the fixed
-    plan's sidedness and level: the betting test one-sided at `error / 2` (one side of a
-    two-sided interval at `error`), and never below Wilson's 95 % upper bound of 0 in `n`."""
-    if n == 0:
-        return 1.0
-    return max(zero_event_bound(n, error / 2), wilson_upper(0, n))
+    """The bound every plan reads on a rate after `n` runs without an event: Clopper-Pearson's
+    exact one-sided bound at `error / 2` (one side of the plan's two-sided error). Any violation
+    blocks, so a record of clean runs needs no correction for looking after every run
+    (service/core/evidence/promise.py)."""
+    return clean_bound(n, hard_error(error))
 
 
 def clean_runs_for(max_rate: float, error: float) -> int:
-    """Clean runs before `violation_bound` falls to `max_rate` (bisection: it falls with n)."""
-    low, high = 1, max(runs_to_bound(max_rate, error / 2), 1)
-    while violation_bound(high, error) > max_rate:
-        high *= 2
-    while low < high:
-        mid = (low + high) // 2
-        if violation_bound(mid, error) <= max_rate:
-            high = mid
-        else:
-            low = mid + 1
-    return low
+    """Clean runs before `violation_bound` falls to `max_rate`."""
+    return runs_to_resolve(max_rate, hard_error(error))

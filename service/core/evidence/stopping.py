@@ -1,19 +1,20 @@
 """When a fault's trials may stop: the sequential plan's rule, read after every trial.
 
-The rule is never looser than the fixed plan at the same cap and error: every bound it reads has
-the fixed plan's sidedness and level (each side of a two-sided interval at `error`), and it allows
-only on evidence the fixed plan would also have read as an allow. A fault stops with:
+The promise is per release, not "never looser than the fixed plan pointwise": for every hard
+invariant P(allow | rate >= p0) <= error / 2, at the tolerance p0 the plan declares (what the cap
+resolves when none is declared; service/core/evidence/promise.py). Any violation blocks, so the
+exact bound on a clean record holds however often it is read, and a fault stops with:
 - `violation`: a hard invariant broke in a graded arm (the fault's trials, trials where it never
   fired, the matched baseline), a blocking team invariant failed, or the sandbox refused an effect
   outside the assay's subjects. Each blocks whatever later trials show, so the fault ends at once;
+- `futile`: a floor's confidence sequence lies wholly below it: more trials could only confirm
+  the hold (a service rate of 0.60 against a 0.80 floor stops within a few dozen trials);
 - `decided`: every floor's confidence sequence lies wholly on one side of it, the violation rate
-  of the fault's trials *and* of the matched baseline is bounded below the rule's rate
-  (`violation_bound`: never tighter than Wilson's reading of the same runs, and the rate never
-  looser than what the fixed plan's cap resolves), the counterfactual pair's sequences have
-  separated and the sensitivity pair has shown its violation. Since no clean-run bound beats
-  the fixed plan's own at its cap, a careful agent's fault is decided at the cap, not before;
-- `max_runs`: the plan's trial count, the fixed plan's, is the cap: an undecided fault gets
-  exactly the fixed plan's evidence.
+  of the fault's trials *and* of the matched baseline is bounded below p0 by the exact bound,
+  the counterfactual pair's sequences have separated and the sensitivity pair has shown its
+  violation. With no declared p0 that is at the cap; a declared p0 lets a careful agent stop
+  where the bound meets it;
+- `max_runs`: the plan's trial count is the cap.
 The matched baseline runs on every trial the fixed plan would run it on: its violations are graded
 like the fault's. Only the counterfactual arms stop on their own (`needs_pairs`) once what they
 prove is settled; they are not graded for hard invariants (they are meant to fail), so their stop
@@ -34,7 +35,7 @@ from dataclasses import dataclass, replace
 
 from service.core.evidence.pairs import removal
 from service.core.evidence.sequential import confidence_sequence, violation_bound
-from service.core.evidence.signature import wilson, wilson_upper
+from service.core.evidence.signature import wilson
 from service.core.evidence.tally import ArmCounts, Tally
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
@@ -80,14 +81,22 @@ class Rule:
     predicted_transfer: str | None = None  # the fault's, for the sensitivity pair
     blocking: frozenset[str] = frozenset()  # team invariants whose failure blocks
     baseline_runs: int | None = None
+    # An undeclared nominated control the pair may account for (merge.whole_transfer): its pairs
+    # and the sensitivity pair run on every trial the fixed plan runs them on, so the waiver
+    # reads the same evidence under both plans.
+    waivable: bool = False
 
     @property
     def violation_rate(self) -> float:
-        resolved = wilson_upper(0, self.max_runs)
-        declared = self.max_violation_rate
-        if declared is None and self.envelope.max_violation_rate is not None:
-            declared = float(self.envelope.max_violation_rate)
-        return resolved if declared is None else min(declared, resolved)
+        """The tolerance p0: the strictest declared rate, else what the cap's clean runs resolve
+        (service/core/evidence/promise.py); the exact bound meets it after the same clean runs
+        under either plan, so stopping there keeps P(allow | rate >= p0) <= error / 2."""
+        declared = [
+            float(r)
+            for r in (self.max_violation_rate, self.envelope.max_violation_rate)
+            if r is not None
+        ]
+        return min(declared) if declared else violation_bound(self.max_runs, self.error)
 
     @property
     def baseline_rate(self) -> float:
@@ -95,13 +104,16 @@ class Rule:
         smaller than the cap) resolves less."""
         if self.baseline_runs is None:
             return 1.0
-        return max(self.violation_rate, wilson_upper(0, self.baseline_runs))
+        return max(self.violation_rate, violation_bound(self.baseline_runs, self.error))
 
     def step(self, tally: Tally, trials: int) -> Stop | None:
         """After `trials` trials of the fault: stop (and why), or None to run another."""
         broken = self._violation(tally)
         if broken is not None:
             return Stop("violation", broken, trials)
+        futile = self._futile(tally)
+        if futile is not None:
+            return Stop("futile", futile, trials)
         if self._decided(tally):
             iv = tally.arms["intervention"]
             return Stop(
@@ -122,8 +134,9 @@ class Rule:
         """Whether the next trial still runs its counterfactual arms (the matched baseline always
         runs: its violations are graded like the fault's, and its floors settle the pairs')."""
         iv = tally.arms["intervention"]
-        if iv.n == 0:
-            # Nothing fired yet: the baselines say whether the workload can reach the fault.
+        if iv.n == 0 or self.waivable:
+            # Nothing fired yet: the baselines say whether the workload can reach the fault. Or
+            # a waiver rests on the pairs: they run as the fixed plan runs them.
             return True
         return not (self._floors(tally.arms["baseline"], _FLOORED) and self._pair(tally))
 
@@ -160,6 +173,29 @@ class Rule:
             and self._sensitivity(tally)
         )
 
+    def _futile(self, tally: Tally) -> str | None:
+        """A floor the runs can no longer meet: its confidence sequence lies wholly below it (and
+        the gate's measure agrees), so more trials could only confirm the hold."""
+        floors = self.envelope.floors
+        for arm_name, keys in (
+            ("intervention", ("contained", *_FLOORED)),
+            ("baseline", _FLOORED),
+        ):
+            arm = tally.arms[arm_name]
+            if arm.n == 0:
+                continue
+            for key in keys:
+                floor = float(getattr(floors, key))
+                k = arm.count(key)
+                high = confidence_sequence(k, arm.n, self.error)[1]
+                point = k / arm.n
+                if high < floor and point < floor:
+                    return (
+                        f"futile after {arm.n} {arm_name} runs: {key} {point:.1%}, its "
+                        f"confidence sequence below {high:.1%}, cannot reach the {floor:.0%} floor"
+                    )
+        return None
+
     def _floors(self, arm: ArmCounts, keys: Iterable[str]) -> bool:
         """Every floor's sequence lies on one side of it (and the gate's measure agrees)."""
         if arm.n == 0:
@@ -190,6 +226,8 @@ class Rule:
         """The naive agent has shown the predicted violation (or the fault predicts none)."""
         naive = tally.arms.get("sensitivity")
         predicted = self.predicted_transfer
+        if self.waivable and predicted is not None:
+            return False
         return predicted is None or (naive is not None and naive.count(predicted) > 0)
 
     def _sensitivity(self, tally: Tally) -> bool:
@@ -242,6 +280,9 @@ def rule_for(manifest: Manifest, plan: AssayPlan, spec: FaultSpec) -> Rule:
         table = invariant_table(invariants_of(manifest))
         blocking = frozenset([WITNESS, *(n for n, _e, sev in table if sev == "block")])
     mvr = plan.max_violation_rate
+    waivable = pair is not None and any(
+        how == "undeclared" for _c, how in removal(manifest, spec).controls
+    )
     baseline = None
     if plan.matched_baseline:
         # The fixed plan's baseline: every trial, or its evidence sample when the cap is larger.
@@ -256,6 +297,7 @@ def rule_for(manifest: Manifest, plan: AssayPlan, spec: FaultSpec) -> Rule:
         pt,
         blocking,
         baseline,
+        waivable,
     )
 
 
@@ -275,8 +317,7 @@ def estimate(envelope: Envelope, error: float, trials: int, rate: float | None) 
     counterfactual pairs until the baseline's floors and the pair's separation are settled. A
     defective agent stops at its first violation."""
     floors = envelope.floors
-    resolved = wilson_upper(0, trials)
-    bound = resolved if rate is None else min(rate, resolved)
+    bound = violation_bound(trials, error) if rate is None else rate
     top = max(floors.contained, floors.recovered, floors.verified, floors.useful_service)
     base_top = max(floors.recovered, floors.verified, floors.useful_service)
     mine = pairs = trials

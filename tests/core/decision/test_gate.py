@@ -55,7 +55,8 @@ def test_floors_on_the_lower_bound_hold_a_small_perfect_sample() -> None:
         "f", 5, 5, {"contained": 5, "recovered": 5, "verified": 5, "useful_service": 5}
     )
     verdict = decide([clean], Envelope(floor_on="lower_bound"))
-    assert verdict.decision is Decision.BLOCK  # containment's lower bound misses 99 %
+    # Containment's lower bound misses 99 % for want of trials: missing evidence holds.
+    assert verdict.decision is Decision.HOLD
     assert any(r.code == "floor:useful_service" for r in verdict.reasons)
 
 
@@ -65,7 +66,8 @@ def test_a_required_violation_bound_the_trials_cannot_establish_is_inconclusive(
     )
     verdict = decide([clean], Envelope(max_violation_rate=0.005))
     assert verdict.decision is Decision.HOLD
-    assert verdict.reasons[0].message.startswith("inconclusive: needs >= 765 trials")
+    # Exact: the least n with 0.995^n <= 0.025 (Wilson read 765).
+    assert verdict.reasons[0].message.startswith("inconclusive: needs >= 736 trials")
 
 
 def test_a_missed_floor_says_the_point_estimate_and_its_interval() -> None:
@@ -118,3 +120,20 @@ def test_the_report_and_the_dossier_carry_every_floor_the_gate_read(typed_repair
     }
     assert all(f["on"] == "point" and f["met"] for f in floors)
     assert type(report).from_dict(report.to_dict()) == report
+
+
+def test_a_perfect_record_too_short_for_a_lower_bound_containment_floor_holds_not_blocks() -> None:
+    # 100 of 100 contained: Wilson's lower bound 96.3 % is below 0.99, but so is nothing the
+    # runs showed. Missing evidence holds, naming the trials a perfect record needs (381).
+    perfect = FaultEvidence(
+        "f", 100, 100, {"contained": 100, "recovered": 100, "verified": 100, "useful_service": 100}
+    )
+    verdict = decide([perfect], Envelope(floor_on="lower_bound"))
+    assert verdict.decision is Decision.HOLD
+    (reason,) = [r for r in verdict.reasons if r.code == "floor:contained"]
+    assert reason.severity is Decision.HOLD and "needs >= 381 trials" in reason.message
+    # Containment surely below the floor still blocks.
+    poor = FaultEvidence(
+        "f", 100, 100, {"contained": 90, "recovered": 100, "verified": 100, "useful_service": 100}
+    )
+    assert decide([poor], Envelope(floor_on="lower_bound")).decision is Decision.BLOCK

@@ -70,13 +70,12 @@ def test_the_betting_test_bounds_a_clean_rate_with_fewer_runs_than_wilson() -> N
 
 
 @pytest.mark.parametrize("n", [1, 5, 24, 94, 95, 149, 199, 200, 1000])
-def test_the_violation_bound_is_never_tighter_than_wilson_nor_than_one_side_at_half_the_error(
-    n: int,
-) -> None:
+def test_the_violation_bound_is_the_exact_bound_at_one_side_of_the_error(n: int) -> None:
+    # Clopper-Pearson for zero events: an agent violating at exactly the bound leaves n runs
+    # clean with probability 2.5 %, the stated level, at every n (Wilson's was looser at small n).
     bound = violation_bound(n, 0.05)
-    assert bound >= wilson(0, n)[1]
-    assert bound >= zero_event_bound(n, 0.025)
-    assert bound == max(wilson(0, n)[1], zero_event_bound(n, 0.025))
+    assert bound == pytest.approx(zero_event_bound(n, 0.025))
+    assert (1 - bound) ** n == pytest.approx(0.025)
 
 
 @pytest.mark.parametrize(
@@ -91,12 +90,13 @@ def test_clean_runs_for_a_rate_is_the_first_count_whose_bound_reaches_it(
 
 def test_the_docs_clean_run_figures_for_a_one_percent_rate() -> None:
     # docs/mcp.md and docs/operations.md quote these: a 0.99 containment floor is a 1 % rate of
-    # uncontained runs. The betting test one-sided at 5 % needs 299 clean runs; at the fixed
-    # plan's level (2.5 % a side) 368; Wilson's 95 % bound 381; the mixture sequence 680.
+    # uncontained runs. The exact bound one-sided at 5 % needs 299 clean runs; at the plan's
+    # level (2.5 % a side) 368, what every plan now reads; Wilson's 95 % bound read 381; the
+    # mixture sequence 680.
     assert runs_to_bound(0.01, 0.05) == 299
     assert runs_to_bound(0.01, 0.025) == 368
     assert trials_for_bound(0.01) == 381
-    assert clean_runs_for(0.01, 0.05) == 381
+    assert clean_runs_for(0.01, 0.05) == 368
     assert next(n for n in range(1, 2000) if confidence_sequence(n, n, 0.05)[0] >= 0.99) == 680
 
 
@@ -110,7 +110,8 @@ def test_the_sequential_plan_decides_the_examples_as_the_fixed_plan_does(name: s
     assert sequential.trials_executed <= fixed.trials_executed
     assert sequential.rule == "sequential" and fixed.rule == "fixed"
     for fault in sequential.faults:
-        assert fault.stop is not None and fault.stop["code"] in ("violation", "decided", "max_runs")
+        assert fault.stop is not None
+        assert fault.stop["code"] in ("violation", "futile", "decided", "max_runs")
 
 
 def test_a_violation_ends_its_fault_at_the_first_trial_that_shows_it() -> None:
@@ -123,11 +124,10 @@ def test_a_violation_ends_its_fault_at_the_first_trial_that_shows_it() -> None:
         assert "in 1 of 1" in str(fault.stop["message"])
 
 
-def test_a_loose_violation_rate_never_stops_a_careful_fault_before_the_fixed_plans_cap() -> None:
-    # A plan's max_violation_rate of 0.2 once decided the careful workflow after ~15 trials; at
-    # the fixed plan's level no clean-run bound beats the fixed plan's own at its cap, so the rate
-    # can tighten the rule and never loosen it: the fault runs its 200 trials, its matched
-    # baseline as many, and only the counterfactual pair stops sooner.
+def test_a_declared_tolerance_stops_a_careful_fault_where_the_exact_bound_meets_it() -> None:
+    # A declared max_violation_rate of 0.2: any violation blocks, so 17 clean trials (0.8^17 <=
+    # 2.5 % < 0.8^16) keep P(allow | rate >= 0.2) <= 2.5 % exactly, and the careful workflow's
+    # fault stops there with its matched baseline; the fixed plan decides the same.
     data = json.loads((ROOT / "examples" / "copperfin-typed-repair.json").read_text())
     data["envelope"] = {
         "floors": {"contained": 0.5, "recovered": 0.5, "verified": 0.5, "useful_service": 0.5}
@@ -145,11 +145,23 @@ def test_a_loose_violation_rate_never_stops_a_careful_fault_before_the_fixed_pla
     fault = report.faults[0]
     assert report.decision.value == "allow", report.reasons
     assert fault.stop is not None and fault.stop["code"] == "decided"
-    assert fault.planned == 200
-    assert fault.baseline is not None and fault.baseline.trials == 200
-    assert fault.counterfactual.runs < 200
+    assert fault.planned == runs_to_bound(0.2, 0.025) == 17
+    assert fault.baseline is not None and fault.baseline.trials == 17
     fixed = run_assay(manifest, plan.model_copy(update={"rule": "fixed"}))
     assert fixed.decision == report.decision
+
+
+def test_a_floor_the_runs_cannot_meet_stops_its_fault_as_futile() -> None:
+    # The refuse-all profile serves nobody: its service floors' sequences fall below 0.80 within
+    # a few trials, and more trials could only confirm the hold.
+    report = run_assay(
+        load_example("refuse-all"),
+        parse_plan({"trials": 200, "rule": "sequential", "modes": ["timeout_before_send"]}),
+    )
+    fault = report.faults[0]
+    assert report.decision.value == "hold"
+    assert fault.stop is not None and fault.stop["code"] == "futile", fault.stop
+    assert fault.planned < 20
 
 
 def test_paper_mode_refuses_a_sequential_rule_naming_the_field() -> None:

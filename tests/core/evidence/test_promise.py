@@ -1,6 +1,8 @@
-"""The sequential plan is never looser than the fixed plan at the same cap and error.
+"""The promise per release: P(allow | rate >= p0) <= error / 2 under every plan, exactly.
 
-The reviewer's table (one fault, the default envelope, error 0.05), recomputed exactly with the
+"Never looser than the fixed plan pointwise" is retired: a declared tolerance lets a careful
+agent stop where the exact bound meets it, sooner than the fixed plan's cap, and that is sound
+because any violation blocks. Each scenario (one fault, error 0.05) is computed exactly with the
 project's own functions rather than sampled: `Rule.step` and `Rule.needs_pairs` drive the
 trials, `decide` judges where they stop, and each scenario's probability of `allow` is summed
 over every path of outcomes. A hard violation blocks in every plan, so a path that shows one
@@ -19,6 +21,7 @@ from functools import cache
 import pytest
 
 from service.core.decision.gate import Decision, FaultEvidence, decide
+from service.core.evidence.promise import allow_chance, clean_bound, runs_to_resolve
 from service.core.evidence.stopping import Rule
 from service.core.evidence.tally import Tally
 from service.core.faults.plan import parse_plan
@@ -121,22 +124,41 @@ def p_allow_sequential(s: Scenario, cap: int) -> float:
     return allow
 
 
-ROWS: list[tuple[str, Scenario, int]] = [
+ALPHA = ERROR / 2
+# What 200 clean trials resolve when no tolerance is declared: 1 - 0.025^(1/200), 1.83 %.
+AT_CAP = clean_bound(200, ALPHA)
+
+# (name, scenario, cap, whether the scenario's agent sits at or above its tolerance p0)
+ROWS: list[tuple[str, Scenario, int, bool]] = [
     (
-        "violations at 0.021 against an envelope rate of 0.02, cap 200",
-        Scenario(violation=0.021, envelope=Envelope(max_violation_rate=0.02)),
+        "violations at 0.02 against an envelope rate of 0.02, cap 200",
+        Scenario(violation=0.02, envelope=Envelope(max_violation_rate=0.02)),
         200,
+        True,
     ),
     (
-        "violations at 0.021 against a plan rate of 0.02, cap 1000",
-        Scenario(violation=0.021, plan_rate=0.02),
+        "violations at 0.02 against a plan rate of 0.02, cap 1000",
+        Scenario(violation=0.02, plan_rate=0.02),
         1000,
+        True,
     ),
-    ("1 % hard violations in the no-fault baseline", Scenario(baseline_violation=0.01), 200),
     (
-        "service 0.78 against the 0.80 floor on the point estimate",
-        Scenario(service=0.78, envelope=Envelope(floors=Floors(contained=0.5))),
+        "violations at what the cap resolves, nothing declared, cap 200",
+        Scenario(violation=AT_CAP),
         200,
+        True,
+    ),
+    (
+        "baseline violations at what the cap resolves, cap 200",
+        Scenario(baseline_violation=AT_CAP),
+        200,
+        True,
+    ),
+    (
+        "violations at 0.15 against a declared 0.15, cap 30",
+        Scenario(violation=0.15, envelope=Envelope(max_violation_rate=0.15)),
+        30,
+        True,
     ),
     (
         "service 0.78 against the 0.80 floor on the lower bound",
@@ -144,23 +166,45 @@ ROWS: list[tuple[str, Scenario, int]] = [
             service=0.78, envelope=Envelope(floors=Floors(contained=0.5), floor_on="lower_bound")
         ),
         200,
+        True,
+    ),
+    (
+        "service 0.78 against the 0.80 floor on the point estimate",
+        Scenario(service=0.78, envelope=Envelope(floors=Floors(contained=0.5))),
+        200,
+        False,
     ),
 ]
 
 
-@pytest.mark.parametrize(("row", "scenario", "cap"), ROWS, ids=[r[0] for r in ROWS])
-def test_the_sequential_plan_allows_no_more_often_than_the_fixed_plan(
-    row: str, scenario: Scenario, cap: int
+@pytest.mark.parametrize(("row", "scenario", "cap", "bound"), ROWS, ids=[r[0] for r in ROWS])
+def test_no_plan_allows_an_agent_at_its_tolerance_more_often_than_the_stated_error(
+    row: str, scenario: Scenario, cap: int, bound: bool
 ) -> None:
     fixed, sequential = p_allow_fixed(scenario, cap), p_allow_sequential(scenario, cap)
-    print(f"{row}: fixed P(allow) {fixed:.3g}, sequential {sequential:.3g}")
-    # Exact sums, not samples: no simulation error to allow for beyond rounding.
-    assert sequential <= fixed + 1e-12
+    print(f"{row}: fixed P(allow) {fixed:.4g}, sequential {sequential:.4g}")
+    if bound:
+        # Exact sums, not samples: no simulation error to allow for beyond rounding.
+        assert fixed <= ALPHA + 1e-12
+        assert sequential <= ALPHA + 1e-12
+    else:
+        # A point floor is a decision rule, not a guarantee (docs/evidence.md): it says so, and
+        # this row keeps the figure the docs quote honest.
+        assert 0.2 < fixed < 0.4
+
+
+def test_a_declared_tolerance_is_met_with_exactly_the_stated_error_at_the_tolerance() -> None:
+    # Allowed only on `need` clean runs: an agent at p0 is allowed with (1 - p0)^need, the
+    # largest such chance not above 2.5 %.
+    for p0 in (0.3, 0.15, 0.05, 0.02, 0.01):
+        need = runs_to_resolve(p0, ALPHA)
+        assert allow_chance(p0, need) <= ALPHA < allow_chance(p0, need - 1)
 
 
 def test_a_rate_the_cap_cannot_resolve_holds_under_both_plans() -> None:
-    # 200 clean trials bound violations only below 1.88 % (Wilson) and 1.83 % (the betting test
-    # at 2.5 %): a 1.5 % rate is unresolved at this cap, whichever plan ran them.
+    # 200 clean trials bound violations only below 1.83 % (the exact bound at 2.5 %): a 1.5 %
+    # rate is unresolved at this cap, whichever plan ran them (the service refuses such a plan at
+    # submission; the gate still holds it).
     envelope = Envelope(max_violation_rate=0.015)
     clean = Scenario(envelope=envelope)
     assert not _allowed(clean, 200, 200, 200, None)
