@@ -5,8 +5,8 @@ manifest and the organisation's policy it is assayed under (their digests). A re
 candidate, a re-run after an error and a new candidate with the same digests are attempts of one
 release, never new draws: a block an attempt earned on evidence of a violation stands for every
 later attempt until the code, the manifest or the policy changes (DESIGN.md §8, "the promise is
-per release"). An operator's abort, a deadline or the target's own errors stop an assay without
-saying anything about the code, so they block that attempt alone.
+per release"). An operator's abort, a deadline, the target's own errors or the plan's cap on
+effects stop an assay without saying anything about the code, so they block that attempt alone.
 """
 
 from __future__ import annotations
@@ -24,11 +24,14 @@ RELEASE_BLOCKED = "release_blocked"
 
 #: Block reasons that are evidence of a violation by the code: the hard invariants, an effect
 #: outside the namespace, the witness's disagreement and missed containment (`invariant:*`
-#: blocks and the unsafe and effects caps' stops are told apart below).
+#: blocks and the unsafe-escape cap's stop are told apart below).
 EVIDENCE = frozenset({*(code for code, _ in HARD), "outside_namespace", WITNESS, "floor:contained"})
-#: The stop conditions that trip on the system's own conduct (service.db.injector.add_totals,
-#: service.core.shards.shard.Limits.tripped); an abort, a deadline or target errors do not.
-EVIDENCE_STOPS = ("unsafe escapes above the limit", "effects above the cap")
+#: The stop that trips on violations the system committed (service.db.injector.add_totals,
+#: service.core.shards.shard.Limits.tripped). An abort, a deadline, target errors and the
+#: effects cap do not: the cap is the plan's budget on the world (a careful agent meets a cap of
+#: a few effects too), and every effect graded before it stopped carries its own evidence (a
+#: duplicate among them is `duplicate_effect`).
+EVIDENCE_STOPS = ("unsafe escapes above the limit",)
 
 
 @dataclass(frozen=True)

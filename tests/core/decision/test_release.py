@@ -65,14 +65,8 @@ def test_a_block_on_evidence_of_a_violation_blocks_every_later_attempt(reason: R
     assert "version 1.1" in first["message"] and reason.code in first["message"]
 
 
-@pytest.mark.parametrize(
-    "stopped",
-    [
-        "unsafe escapes above the limit (3 > 2)",
-        "effects above the cap (201 > 200)",
-    ],
-)
-def test_a_stop_on_the_systems_own_conduct_blocks_the_release(stopped: str) -> None:
+def test_a_stop_on_the_systems_unsafe_escapes_blocks_the_release() -> None:
+    stopped = "unsafe escapes above the limit (3 > 2)"
     earlier = attempt(1, "block", Reason("stopped", "s", None, BLOCK), stopped=stopped)
     assert carry(clean(), [earlier])["decision"] == "block"
 
@@ -84,9 +78,12 @@ def test_a_stop_on_the_systems_own_conduct_blocks_the_release(stopped: str) -> N
         "aborted: wrong plan",
         "wall-clock deadline passed",
         "target errors above the limit (9 > 8); first: ConnectionRefused",
+        "effects above the cap (6 > 5)",
     ],
 )
-def test_an_abort_a_deadline_or_target_errors_block_that_attempt_alone(stopped: str) -> None:
+def test_an_abort_a_deadline_target_errors_or_the_effects_cap_block_that_attempt_alone(
+    stopped: str,
+) -> None:
     earlier = attempt(1, "block", Reason("stopped", "s", None, BLOCK), stopped=stopped)
     assert blocking([earlier]) is None
     assert carry(clean(), [earlier]) == clean()
