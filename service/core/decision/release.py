@@ -125,7 +125,7 @@ def carry(report: Mapping[str, Any], earlier: Sequence[Attempt]) -> dict[str, An
     the report already carries it."""
     found = dict(report)
     first = blocking(earlier)
-    reasons = [r for r in _reasons(report)]
+    reasons = _reasons(report)
     if first is None or any(r.get("code") == RELEASE_BLOCKED for r in reasons):
         return found
     found["decision"] = Decision.BLOCK.value
