@@ -22,6 +22,7 @@ from service.app.artifacts import images_after, subjects_after
 from service.app.errors import NotFound
 from service.app.notify import HookEvent
 from service.core.decision.gate import Decision, Reason, ReasonView
+from service.core.decision.release import carry
 from service.core.faults.plan import AssayPlan
 from service.core.signing.dossier import (
     CandidateRef,
@@ -35,6 +36,7 @@ from service.core.signing.dossier import (
 from service.core.system.manifest import Manifest
 from service.db import dossier as dossiers
 from service.db import queries
+from service.db import release as releases
 from service.db import tenant as tenants
 from service.db.apikey import actor_view
 from service.db.dossier import REOPENED, REVIEWABLE, OpenChange, iso
@@ -93,6 +95,11 @@ def record_assay_dossier(
     system = dossiers.lock_system(session, owner.system_id)
     candidate = dossiers.lock(session, assay.candidate_id)
     before = dossiers.latest(session, candidate.id)
+    # Every finished attempt of the release, this one among them: a block an earlier one earned
+    # on evidence stands (`record_merge` carried it already; a report recorded without it
+    # carries it here), and the dossier lists them all.
+    attempts = releases.attempts(session, releases.of(candidate, assay))
+    report = carry(report, [a for a in attempts if a.assay_id != str(assay_id)])
     triggers = _triggers(session, system, report, candidate.code_sha256)
     # What the release ships, by digest: the code this assay's workers ran, and what the
     # candidate names besides.
@@ -127,6 +134,7 @@ def record_assay_dossier(
         else f"re-run: assay {assay_id} replaces the evidence of version {before.version}",
         artifacts=shipped,
         policy=assay.policy,
+        attempts=[a.view() for a in attempts],
     )
     dossier = dossiers.store(
         session,

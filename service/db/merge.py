@@ -1,6 +1,8 @@
 """Merging an assay once every shard is stored: the merged report and the per-fault results,
 recorded only while the assay is open, so of any number of racing callers one wins and the others
-change nothing. The signed dossier version that goes with it is the application's
+change nothing. An earlier attempt of the same release that blocked on evidence of a violation
+blocks this one too (`service.core.decision.release`): re-running the same code buys no new
+draw. The signed dossier version that goes with it is the application's
 (`service.app.dossiers.decide`), in the same transaction.
 """
 
@@ -12,10 +14,12 @@ from typing import Any
 
 from sqlmodel import Session
 
+from service.core.decision.release import carry
 from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import ShardResult, merge
 from service.core.system.manifest import Manifest
 from service.db import queries
+from service.db import release as releases
 from service.db.assay import FaultResultValues, ready_to_merge, record_report
 
 
@@ -37,11 +41,14 @@ def record_merge(
         return None
     results = queries.done_shard_results(session, assay_id)
     merged = merge(manifest, plan, [ShardResult.from_dict(r) for r in results])
-    report = merged.to_dict()
+    release = releases.lock(session, assay_id)
+    earlier = releases.attempts(session, release, excluding=assay_id)
+    report = carry(merged.to_dict(), earlier)
+    decision = str(report["decision"])
     won = record_report(
-        session, assay_id, decision=merged.decision, report=report, faults=fault_rows(report)
+        session, assay_id, decision=decision, report=report, faults=fault_rows(report)
     )
-    return Merged(merged.decision, won, report)
+    return Merged(decision, won, report)
 
 
 def fault_rows(report: dict[str, Any]) -> list[FaultResultValues]:

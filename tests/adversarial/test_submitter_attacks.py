@@ -1,7 +1,9 @@
 """A submitter attacking the service itself (issue 25): predicates that cost minutes, and target
 fields that would only fail later, in a worker. Each is refused at submission naming its field,
 quickly; a predicate that is cheap on its face but slow on the world's data is stopped in its
-trial by the deadline, and the other invariants still run.
+trial by the deadline, and the other invariants still run. And a submitter who retries (issue 44)
+until an attempt looks clean: a release blocked once stays blocked, whatever a later attempt of
+the same code, manifest and policy shows.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import copy
 import json
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,9 @@ import pytest
 from service.core.errors import ManifestInvalid
 from service.core.system.manifest import invariants_of, parse_manifest
 from service.mcp.cel import Evaluator, compile_invariants
+from tests.adversarial.deployment import Deployment, deployment
+from tests.support.flipping import PLAN, agent_at, manifest
+from tests.support.service import free_port, wait_decided
 
 ROOT = Path(__file__).resolve().parents[2]
 WAREHOUSE = ROOT / "examples" / "mcp-warehouse" / "manifest.careful.json"
@@ -122,3 +129,63 @@ def test_a_target_field_that_would_fail_in_a_worker_is_refused_naming_it(
         section[where[1]] = value
     data[where[0]] = section
     assert refused_field(data)[0] == field
+
+
+# --------------------------------------------------------------------- the submitter who retries
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    with deployment(tmp_path_factory.mktemp("retries"), "retries", {}) as found:
+        yield found
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_a_submitter_who_retries_until_an_attempt_looks_clean_is_never_allowed(
+    service: Deployment,
+) -> None:
+    """The team's agent answers at its own URL: its broken build duplicates a refund, then the
+    careful build answers every later attempt of the same manifest — a re-run, a re-run with
+    another seed, new candidates of other versions. Each looks clean on its own evidence; the
+    release stays blocked on the first attempt's, and the gate never answers `allow`."""
+    system, port = f"retrier-{uuid.uuid4().hex[:6]}", free_port()
+    tenant = "retrier"
+    with service.submitter(tenant) as client:
+
+        def submitted(version: str, seed: int) -> dict[str, Any]:
+            body = {
+                "system": system,
+                "version": version,
+                "source_revision": "abc",
+                "manifest": manifest(port),
+                "plan": {**PLAN, "seed": seed},
+            }
+            sent = client.post("/v1/candidates", json=body)
+            assert sent.status_code == 202, sent.text
+            return wait_decided(client, sent.json()["id"], timeout=300)
+
+        def rerun(candidate_id: str, seed: int) -> dict[str, Any]:
+            sent = client.post(
+                f"/v1/candidates/{candidate_id}/rerun", json={"plan": {**PLAN, "seed": seed}}
+            )
+            assert sent.status_code == 202, sent.text
+            return wait_decided(client, candidate_id, timeout=300)
+
+        with agent_at(port, broken=True):
+            first = submitted("1", 1)
+        assert first["decision"] == "block", first
+        with agent_at(port):
+            tries = [
+                rerun(first["id"], 1),
+                rerun(first["id"], 2),
+                submitted("2", 3),
+                submitted("3", 4),
+            ]
+        for decided in tries:
+            assert decided["decision"] == "block", decided
+            codes = [r["code"] for r in decided["reasons"]]
+            assert codes == ["release_blocked"], codes  # its own evidence clean, but blocked
+            assert first["assay_id"] in decided["reasons"][0]["message"]
+        gate = client.get(f"/v1/gate/{system}").json()
+        assert gate["decision"] == "block", gate

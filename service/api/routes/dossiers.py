@@ -140,7 +140,8 @@ def rerun(
     limit: SubmissionLimitDep = None,
 ) -> JSONResponse:
     """Assay the candidate again. Its result is a new dossier version with its own trial counts:
-    it replaces the standing evidence whatever it says (no best-of-N)."""
+    it replaces the standing evidence whatever it says (no best-of-N), and while an earlier
+    attempt of the release blocked on evidence of a violation it is `block` whatever it says."""
     done = assays.rerun(
         session,
         Services(settings, dispatcher, signer, limit),

@@ -332,13 +332,17 @@ def predicate_from_report(
     change: str | None = None,
     artifacts: Sequence[ArtifactSubject] = (),
     policy: Mapping[str, Any] | None = None,
+    attempts: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Everything DESIGN.md lists for a dossier, from a merged assay report (typed, or its
     stored JSON). `artifacts`: the code the release ships, by digest, with its assurance; with
     the remote builds the report records (`builds.build_subjects`) they are the predicate's
     `artifacts` and the statement's subjects beside the manifest (none: no `artifacts`).
     `policy`: the organisation's policy the assay ran under (its digest, versions and document),
-    signed as `organisation_policy` when there is one."""
+    signed as `organisation_policy` when there is one. `attempts`: every finished attempt of the
+    release, oldest first and this one among them
+    (`service.core.decision.release.Attempt.view`), signed as `attempts` only when there is more
+    than one (a release's first dossier reads as it always did)."""
     r = report if isinstance(report, AssayReport) else AssayReport.from_dict(report)
     shipped = [*artifacts, *build_subjects(r.builds)]
     found = {
@@ -376,6 +380,8 @@ def predicate_from_report(
         **({"builds": assay_view(r.builds)} if r.builds else {}),
         # Tenant code: the sandbox layers that were in force (service/sandbox/layers.py).
         **({"sandbox": [dict(s) for s in r.sandbox]} if r.sandbox else {}),
+        # Every attempt of the release (same system, code, manifest and policy), when re-run.
+        **({"attempts": [dict(a) for a in attempts]} if len(attempts) > 1 else {}),
     }
     if policy is not None:
         found["organisation_policy"] = dict(policy)

@@ -383,3 +383,27 @@ def test_a_statement_that_drops_a_build_subject_fails_the_subject_check(
     forged = seal(stmt, signer)[1]
     failed = verify(forged, _keys(signer)).failed()
     assert failed is not None and failed.name == "artifact_subjects"
+
+
+# ------------------------------------------------------------------------ a release's attempts
+
+
+def test_a_dossier_lists_the_releases_attempts_only_when_there_is_more_than_one(
+    typed_repair: Manifest,
+) -> None:
+    report = run_assay(typed_repair, AssayPlan(catalogue="paper", trials=20, seed=1)).to_dict()
+    cand = CandidateRef("c-1", "copperfin-returns", "1.6.0")
+    first = {"candidate": {"id": "c-0", "version": "1.6.0"}, "assay_id": "a-0", "trials": 20}
+    this = {"candidate": {"id": "c-1", "version": "1.6.0"}, "assay_id": "a-1", "trials": 20}
+    args: dict[str, Any] = {
+        "version": 1,
+        "previous": None,
+        "issued_at": "2026-12-05T00:00:00Z",
+        "triggers": {},
+    }
+    assert "attempts" not in predicate_from_report(report, cand, **args)
+    assert "attempts" not in predicate_from_report(report, cand, attempts=[this], **args)
+    pred = predicate_from_report(report, cand, attempts=[first, this], **args)
+    assert pred["attempts"] == [first, this]
+    _, env = seal(statement(cand.subject_name(), report["manifest_digest"], pred), _signer())
+    assert verify(env, _keys(_signer())).ok
