@@ -10,7 +10,7 @@ that record is exact: a rate p leaves n runs clean with probability (1 - p)^n, h
 were scheduled or looked at. The bound a record of n clean runs gives is therefore
 Clopper-Pearson's one-sided upper bound for zero events, 1 - alpha^(1/n), and it needs no
 correction for looking after every trial (a sequential plan) or for several attempts of one
-release (a violation in any attempt blocks the release for good: service/app/releases.py).
+release (a violation in any attempt blocks the release for good: service/core/decision/release.py).
 Wilson's score bound, read before, is looser than its stated level at small n (2.8 % at a 0.15
 tolerance, 5.1 % at six trials).
 
