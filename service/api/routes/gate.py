@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from service.api.errors import ERROR_RESPONSES
 from service.api.present import dossier_ref, subject_public
 from service.api.schemas import (
+    ArtifactAssurancePublic,
     ConfigChangeCreate,
     ConfigChangePublic,
     GatePublic,
@@ -145,6 +146,11 @@ def _rendered(found: gate.Answer) -> bytes:
         basis=standing.basis.value,
         until=as_utc_or_none(standing.until),
         artifacts=[subject_public(a) for a in found.artifacts],
+        artifact_assurance=(
+            ArtifactAssurancePublic.model_validate(found.assurance.view())
+            if found.assurance is not None
+            else None
+        ),
     )
     return bytes(JSONResponse(public.model_dump(mode="json", by_alias=True)).body)
 
