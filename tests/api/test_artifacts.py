@@ -19,9 +19,12 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
+from sqlmodel import Session
 
 from service.asgi import create_app
 from service.core.decision.policy import EMPTY
+from service.core.system.artifact import CODE, ArtifactSubject, Assurance, Source
+from service.db.artifact import set_subjects
 from service.db.models import ArtifactRow
 from service.db.session import session_scope
 from service.packing import Entry, archive, pack
@@ -413,6 +416,41 @@ def test_a_declared_artifact_is_held_until_the_policy_accepts_it_and_then_the_al
     )
     assert f"answer: {asked.stdout.strip()}" in offline.stdout
     client.close()
+
+
+def test_code_a_worker_ran_is_allowed_by_its_digest_with_nothing_to_accept(
+    api_url: str, keys: KeyBook, engine: sa.Engine, tmp_path: Path
+) -> None:
+    """The rule's other side, on a machine whose workers cannot run tenant code (no
+    bubblewrap): what a worker records once its shards ran the artifact (`subjects_after`,
+    `executed`) is written here directly; the end-to-end test above runs it for real."""
+    tenant = f"ran-{uuid.uuid4().hex[:8]}"
+    key = keys.key(f"ci-{tenant}", tenant=tenant)
+    with httpx.Client(base_url=api_url, timeout=30.0, headers=key.headers) as client:
+        packed = pack(write_code(tmp_path / "code"))
+        digest = client.post(
+            "/v1/artifacts", content=packed.data, headers={"Content-Type": "application/gzip"}
+        ).json()["digest"]
+        system = f"ran-{uuid.uuid4().hex[:6]}"
+        body = {"system": system, "version": "1", "source_revision": "abc"}
+        body |= {"manifest": example("typed-repair"), "plan": PLAN, "code": digest}
+        submitted = client.post("/v1/candidates", json=body)
+        assert submitted.status_code == 202, submitted.text
+        candidate = submitted.json()["id"]
+        assert wait_decided(client, candidate)["decision"] == "allow"
+        with Session(engine) as session:
+            ran = ArtifactSubject(CODE, packed.sha256, Assurance.EXECUTED, Source.ARTIFACT)
+            set_subjects(session, uuid.UUID(candidate), [ran])
+            session.commit()
+        answer = client.get(f"/v1/gate/{system}", params={"artifact": digest}).json()
+        assert (answer["decision"], answer["basis"]) == ("allow", "assay")
+        assured = answer["artifact_assurance"]
+        assert (assured["assurance"], assured["required"]) == ("executed", "executed")
+        assert assured["met"] and not assured["accepted_by_policy"]
+    asked = assaygate(key, api_url, "gate", system, "--artifact", digest)
+    assert asked.returncode == 0, asked.stdout
+    assert asked.stdout.strip() == f"allow: {system} 1"
+    assert argo_result(key, api_url, system, digest) == "successful"
 
 
 # ------------------------------------------------------------------ per tenant, by name
