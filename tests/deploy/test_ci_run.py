@@ -210,7 +210,7 @@ def test_the_deploy_job_stops_code_the_gate_never_ran_where_the_policy_accepts_o
     env = github_env(runner, workflow, ASSAYGATE_MANIFEST="strict.json")
     ctx = runner.context({"github.sha": "strict-" + SHA})
     assert runner.github_job(workflow["jobs"]["assay"]["steps"], env, ctx) == 0, "allowed"
-    assert runner.github_job(workflow["jobs"]["deploy"]["steps"], env, ctx) == 1, "not its code"
+    assert runner.github_job(workflow["jobs"]["deploy"]["steps"], env, ctx) == 2, "held: not run"
     assert not (runner.checkout / "deployed.txt").exists()
     junit = assert_junit(runner.checkout / "assaygate-gate-junit.xml")
     assert "hold: assurance" in str(junit.find(".//testcase[@name='gate']/failure").get("message"))
