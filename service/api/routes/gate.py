@@ -58,7 +58,9 @@ ArtifactQuery = Annotated[
         pattern=DIGEST_PATTERN,
         description="ask about the newest candidate that ships this artifact (`sha256:…`, "
         "the digest `POST /v1/artifacts` answered): a subject of its dossier, or its code "
-        "while its assay runs. With `version`, that version's candidate must ship it",
+        "while its assay runs. With `version`, that version's candidate must ship it. `allow` "
+        "only for code the gate ran (`executed`), unless the organisation's policy accepts a "
+        "weaker assurance (`artifact_assurance` says which); else `hold`, reason `assurance`",
     ),
 ]
 VersionQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)]
@@ -78,7 +80,8 @@ async def get_gate(
     artifact: ArtifactQuery = None,
 ) -> Response:
     """May this version (or this artifact) ship? `allow` only on a signed dossier that allows
-    it, and never while a reported production change this candidate does not carry is open."""
+    it, never while a reported production change this candidate does not carry is open, and, for
+    an artifact, only for code the gate ran unless the organisation's policy accepts weaker."""
     return await _answer(request, system, state, principal, version, artifact)
 
 
