@@ -54,6 +54,7 @@ GateBasis = Literal[
     "trigger_changed",
     "pending",
     "failed",
+    "assurance",
 ]
 
 
@@ -92,6 +93,30 @@ class SubjectPublic(BaseModel):
     )
     source: str | None = Field(
         default=None, description="artifact (uploaded) or operator_dir (a worker's folder)"
+    )
+
+
+class ArtifactAssurancePublic(BaseModel):
+    """What an answer asked by artifact rests on (docs/evidence.md, "An allow names the code
+    that ran")."""
+
+    digest: str = Field(description="`sha256:…`, the artifact asked about")
+    assurance: Literal["executed", "reported", "declared"] | None = Field(
+        description="its assurance in the candidate's dossier (the strongest of its subjects "
+        "with this digest); null: no subject names it yet (its assay has not finished)"
+    )
+    required: Literal["executed", "reported", "declared"] = Field(
+        description="the weakest assurance the organisation's policy the dossier was signed "
+        "under accepts: `executed` unless the policy's `accept_assurance` says otherwise"
+    )
+    met: bool = Field(description="the assurance is `required` or stronger")
+    accepted_by_policy: bool = Field(
+        description="met only because the policy accepts an assurance weaker than `executed`: "
+        "an allow on it says so (`assaygate gate` exits 4)"
+    )
+    policy: str | None = Field(
+        description="the digest of the policy read (`organisation_policy.digest` of the "
+        "dossier); null before a dossier, or for one signed before policies were recorded"
     )
 
 
@@ -265,6 +290,12 @@ class GatePublic(BaseModel):
         default_factory=list,
         description="what the candidate ships, by digest, with its assurance (its dossier's "
         "subjects beside the manifest; `declared` before its assay ran the code)",
+    )
+    artifact_assurance: ArtifactAssurancePublic | None = Field(
+        default=None,
+        description="asked by `artifact`: its assurance and what the policy accepts; an "
+        "`allow` needs `executed` unless the policy explicitly accepts weaker, and then "
+        "`accepted_by_policy` is true (null: asked by version)",
     )
 
 

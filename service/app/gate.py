@@ -27,6 +27,7 @@ from service.app import changes, reviews
 from service.app.artifacts import asked, subjects_of
 from service.app.dossiers import config_changed_reason, unmet
 from service.app.errors import NotFound
+from service.core.decision.assurance import ArtifactAssurance, accepted_by, assurance_of, gated
 from service.core.decision.gate import Reason, ReasonView, block_first, reason_view
 from service.core.signing.dossier import compare_triggers, trigger_hashes
 from service.core.system.artifact import ArtifactSubject
@@ -59,6 +60,9 @@ class Basis(StrEnum):
     TRIGGER_CHANGED = "trigger_changed"  # no dossier yet; triggers differ from the last allowed
     PENDING = "pending"  # no dossier yet; the assay has not finished
     FAILED = "failed"  # no dossier; the assay failed
+    # Asked by artifact: the dossier allows, but the artifact's assurance is weaker than the
+    # policy it was signed under accepts (`executed` unless it says otherwise).
+    ASSURANCE = "assurance"
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,9 @@ class Answer:
     triggers: dict[str, Any] = field(default_factory=dict)
     # What the candidate ships, by digest, with its assurance (its dossier's subjects).
     artifacts: Sequence[ArtifactSubject] = ()
+    # Asked by artifact: its assurance, what the dossier's policy accepts, and whether the answer
+    # rests on an accepted weaker one (None: asked by version).
+    assurance: ArtifactAssurance | None = None
 
 
 def standing(
@@ -136,13 +143,25 @@ def standings(
 
 
 def answer(
-    session: Session, system: System, candidate: Candidate, *, now: datetime | None = None
+    session: Session,
+    system: System,
+    candidate: Candidate,
+    *,
+    now: datetime | None = None,
+    artifact: str | None = None,
 ) -> Answer:
     """The deploy gate for one candidate: its standing, and its trigger hashes compared with
-    the last allowed dossier of another candidate of the system."""
+    the last allowed dossier of another candidate of the system. Asked by `artifact` (hex), the
+    standing is for those bytes: an allow needs their assurance to be one the dossier's policy
+    accepts (`service.core.decision.assurance`)."""
     row = queries.candidate(session, candidate.id)
     assert row is not None
     found = standing(session, row, now=now)
+    subjects = subjects_of(session, candidate.id)
+    assured = None
+    if artifact is not None:
+        assured = artifact_assurance(found.dossier, subjects, artifact)
+        found = _assured(found, assured)
     components = dossiers.system_triggers(system)
     hashes = trigger_hashes(queries.release_hashes_one(session, candidate), components)
     since = since_allowed(session, row)
@@ -156,7 +175,44 @@ def answer(
         # or not: `changed` names only the trigger components.
         "components_changed": since.components,
     }
-    return Answer(system.name, candidate, found, triggers, subjects_of(session, candidate.id))
+    return Answer(system.name, candidate, found, triggers, subjects, assured)
+
+
+def artifact_assurance(
+    dossier: Dossier | None, subjects: Sequence[ArtifactSubject], sha256: str
+) -> ArtifactAssurance:
+    """The artifact's assurance among the candidate's subjects, and what the organisation's
+    policy its dossier was signed under accepts (before a dossier: `executed` only). The same
+    reading `assaygate verify --artifact` makes of the signed statement."""
+    signed = dossiers.predicate_of(dossier).get("organisation_policy") if dossier else None
+    signed = signed if isinstance(signed, dict) else {}
+    policy = signed.get("policy")
+    return ArtifactAssurance(
+        sha256,
+        assurance_of(((s.sha256, s.assurance) for s in subjects), sha256),
+        accepted_by(policy if isinstance(policy, dict) else None),
+        str(signed["digest"]) if signed.get("digest") is not None else None,
+    )
+
+
+def _assured(found: Standing, assured: ArtifactAssurance) -> Standing:
+    """The standing for an artifact: an allow on an assurance the policy does not accept is a
+    hold (basis `assurance`); before a dossier the word stands (it is no allow) and no reason
+    is added, for the assurance is not yet known."""
+    if found.dossier is None:
+        return found
+    ruled = gated(found.decision.value, found.reasons, assured)
+    if not ruled.held and ruled.reasons == tuple(found.reasons):
+        return found
+    return _block_first(
+        replace(
+            found,
+            decision=Word(ruled.decision),
+            basis=Basis.ASSURANCE if ruled.held else found.basis,
+            reasons=list(ruled.reasons),
+            assay_decision=found.assay_decision or (found.dossier.decision if ruled.held else None),
+        )
+    )
 
 
 def read(
@@ -198,7 +254,7 @@ def read(
                 + (f" with version {version}" if version else ""),
                 field="version" if version else "system",
             )
-        found = answer(session, row, candidate, now=now)
+        found = answer(session, row, candidate, now=now, artifact=sha256)
         body = render(found)
         answers.put(row, version, found.standing, body, artifact=sha256)
         return body

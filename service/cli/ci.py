@@ -2,7 +2,8 @@
 
 `submit` prints JSON, `gate` one line (`--json`: the whole answer); both exit 0 allow, 1 block,
 2 hold or reopened, 3 error (unreachable service, refused input, a failed assay, a timeout), and
-write their reports on every exit code.
+write their reports on every exit code. `gate --artifact` exits 4 on an allow that rests on an
+artifact assurance weaker than `executed` which the organisation's policy accepts.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from service.cli.common import (
     service_client,
 )
 from service.cli.engine import report_args
-from service.cli.errors import DECISION_EXIT, EXIT_ERROR, UsageError
+from service.cli.errors import DECISION_EXIT, EXIT_ACCEPTED, EXIT_ERROR, UsageError
 from service.cli.progress import ProgressLines, ShardProgress
+from service.core.decision.assurance import CODE as ASSURANCE
 from service.core.decision.gate import reason_view
 from service.core.errors import AssaygateError
 from service.core.system.artifact import written
@@ -103,7 +105,7 @@ def register(sub: Any) -> None:
     gate = sub.add_parser(
         "gate",
         help="may this version ship? one line (--json: the whole answer); exit 0 allow, 1 block, "
-        "2 hold or reopened, 3 error",
+        "2 hold or reopened, 3 error, 4 allow on an accepted weaker assurance (--artifact)",
         description="Ask the service whether a version may ship. Prints one line, the decision "
         "and its leading reasons; --json prints the whole answer. Without --version the answer "
         "is for the system's last submitted candidate.",
@@ -130,7 +132,8 @@ def register(sub: Any) -> None:
         default=None,
         metavar="DIGEST|PATH",
         help="ask about the candidate that ships this artifact: its digest (sha256:…), or a "
-        "packed file or a folder to digest as `submit --code` does",
+        "packed file or a folder to digest as `submit --code` does; allow only for code the "
+        "gate ran (executed), unless the organisation's policy accepts weaker (exit 4)",
     )
     gate.add_argument("--json", action="store_true", help="print the whole answer as JSON")
     gate.add_argument(
@@ -365,16 +368,34 @@ def gate_line(answer: dict[str, Any]) -> str:
     """The gate's answer in one line: the decision, what it is about, and its leading reasons
     in the order the answer holds them (the gate puts the ones that decide first)."""
     head = f"{answer.get('decision')}: {answer.get('system')} {answer.get('version')}".rstrip()
+    assured = answer.get("artifact_assurance") or {}
+    if assured.get("accepted_by_policy") and answer.get("decision") == "allow":
+        head += (
+            f" — artifact {assured.get('assurance')}, not executed: accepted by the "
+            "organisation's policy"
+        )
     reasons = list(answer.get("reasons") or [])
     if not reasons:
         return head
     shown = []
     for reason in reasons[:LEADING_REASONS]:
         fault = f" ({reason['fault']})" if reason.get("fault") else ""
+        if reason.get("code") == ASSURANCE and assured:
+            fault = f" ({assured.get('assurance')}; the policy requires {assured.get('required')})"
         shown.append(f"{reason.get('code')}{fault}")
     more = len(reasons) - LEADING_REASONS
     tail = f" and {more} more (--json)" if more > 0 else ""
     return f"{head} — {'; '.join(shown)}{tail}"
+
+
+def gate_exit(answer: dict[str, Any]) -> int:
+    """The gate's exit code: the decision's, and 4 for an allow that rests on an artifact
+    assurance weaker than `executed` the organisation's policy accepts."""
+    decision = str(answer.get("decision"))
+    assured = answer.get("artifact_assurance") or {}
+    if decision == "allow" and assured.get("accepted_by_policy"):
+        return EXIT_ACCEPTED
+    return DECISION_EXIT.get(decision, EXIT_ERROR)
 
 
 @_reports_on_every_exit
@@ -415,7 +436,7 @@ def _gate(args: argparse.Namespace) -> int:
             )
             reports.write_reports(outcome, args.junit, args.summary)
             args.reported = True
-    return DECISION_EXIT.get(str(answer.get("decision")), EXIT_ERROR)
+    return gate_exit(answer)
 
 
 def _write_reports(

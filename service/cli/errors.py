@@ -13,6 +13,9 @@ class UsageError(Exception):
 
 DECISION_EXIT = {"allow": 0, "block": 1, "hold": 2, "reopened": 2}
 EXIT_ERROR = 3
+#: `gate --artifact`: allow, on an assurance weaker than `executed` that the organisation's policy
+#: accepts (`accept_assurance`). Not 0, so a pipeline deploys on it only by saying so.
+EXIT_ACCEPTED = 4
 #: Commands whose exit code a pipeline reads as a decision: any error there is 3, never 2.
 CI_COMMANDS = ("assay", "submit", "gate")
 
@@ -39,6 +42,14 @@ EXIT_CODES: dict[str, tuple[tuple[int, str], ...]] = {
             "`assaygate gate` or the dashboard)",
         ),
         *_DECISION[1:],
+    ),
+    "gate": (
+        *_DECISION,
+        (
+            EXIT_ACCEPTED,
+            "allow with --artifact, on an artifact assurance weaker than executed (declared: "
+            "code the gate never ran) that the organisation's policy accepts; the line says so",
+        ),
     ),
     # A request the service refused prints its JSON error and exits 3 (service.cli.common.refused).
     "secrets": (

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.cli.plans import read_text
 from service.core.errors import PlanInvalid
+
+if TYPE_CHECKING:
+    from service.core.signing.dossier import Verification
 
 
 def register(sub: Any) -> None:
@@ -20,9 +23,10 @@ def register(sub: Any) -> None:
         "--artifact",
         default=None,
         metavar="FILE",
-        help="also check that this artifact is one of the dossier's subjects: a packed file "
-        "(as `assaygate pack --out` writes it), a folder (packed as `submit --code` packs it), "
-        "or a digest (sha256:…)",
+        help="also check that this artifact is one of the dossier's subjects, with an assurance "
+        "the dossier's organisation policy accepts (executed unless it accepts weaker), and "
+        "print the gate's answer for it: a packed file (as `assaygate pack --out` writes it), "
+        "a folder (packed as `submit --code` packs it), or a digest (sha256:…)",
     )
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
@@ -118,6 +122,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         check_chain=bool(args.previous),
         artifact=artifact,
     )
+    answer = artifact_answer(result)
     if args.json:
         print(
             json.dumps(
@@ -125,6 +130,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     "ok": result.ok,
                     "digest": result.digest,
                     "checks": [c.view() for c in result.checks],
+                    **({"answer": answer} if answer is not None else {}),
                 },
                 indent=2,
             )
@@ -132,9 +138,39 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         for c in result.checks:
             print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
+        if answer is not None:
+            from service.cli.ci import gate_line
+
+            print(f"answer: {gate_line(answer)}")
         failed = result.failed()
         print("verified" if failed is None else f"NOT VERIFIED: {failed.name} failed")
     return 0 if result.ok else 1
+
+
+def artifact_answer(result: Verification) -> dict[str, Any] | None:
+    """With `--artifact` on an authentic dossier that names it: the online gate's answer for
+    these bytes as this version gives it (its decision, with the assurance rule over it), in the
+    gate's own fields."""
+    from service.core.decision.assurance import gated
+    from service.core.decision.gate import block_first, reason_view
+
+    found, stmt = result.artifact, result.statement
+    if found is None or found.assurance is None or stmt is None:
+        return None
+    if not all(c.ok for c in result.checks if c.name != "assurance"):
+        return None  # nothing an unverified statement says is an answer
+    predicate = stmt.get("predicate") or {}
+    candidate = predicate.get("candidate") or {}
+    reasons = [reason_view(r) for r in predicate.get("reasons") or [] if isinstance(r, dict)]
+    ruled = gated(str(predicate.get("decision")), reasons, found)
+    return {
+        "system": candidate.get("system"),
+        "version": candidate.get("version"),
+        "candidate_id": candidate.get("id"),
+        "decision": ruled.decision,
+        "reasons": block_first(ruled.reasons),
+        "artifact_assurance": found.view(),
+    }
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -19,15 +19,19 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
+from sqlmodel import Session
 
 from service.asgi import create_app
+from service.core.decision.policy import EMPTY
+from service.core.system.artifact import CODE, ArtifactSubject, Assurance, Source
+from service.db.artifact import set_subjects
 from service.db.models import ArtifactRow
 from service.db.session import session_scope
 from service.packing import Entry, archive, pack
 from service.settings import Settings
 from tests.adversarial.test_archive_attacks import ATTACKS, LIMITS
 from tests.api.test_bad_input import refused
-from tests.deploy.test_ci_examples import argo_metric, argo_reads
+from tests.deploy.test_ci_examples import argo_metric, argo_outcome
 from tests.support.keys import Key, KeyBook
 from tests.support.service import (
     ROOT,
@@ -93,12 +97,12 @@ def assaygate(key: Key, api_url: str, *args: str) -> subprocess.CompletedProcess
     )
 
 
-def argo_result(team: Team, api_url: str, system: str, artifact: str) -> Any:
+def argo_result(key: Key, api_url: str, system: str, artifact: str) -> str:
     """The analysis template's web metric against the live API: its URL and header with the
-    rollout's arguments, and the value its `jsonPath` reads from the answer."""
+    rollout's arguments, and the outcome its conditions give the answer."""
     web = argo_metric()["provider"]["web"]
     args = {"assaygate-url": api_url, "system": system, "artifact": artifact}
-    args["api-key"] = team.key.secret
+    args["api-key"] = key.secret
 
     def filled(template: str) -> str:
         for name, value in args.items():
@@ -109,7 +113,7 @@ def argo_result(team: Team, api_url: str, system: str, artifact: str) -> Any:
     headers = {h["key"]: filled(h["value"]) for h in web["headers"]}
     response = httpx.get(url, headers=headers, timeout=web["timeoutSeconds"])
     assert response.status_code == 200, response.text
-    return argo_reads(response.json())
+    return argo_outcome(response.json())
 
 
 class Team:
@@ -190,6 +194,13 @@ def test_a_broken_commits_artifact_is_blocked_while_the_previous_artifact_stays_
     assert answer["artifacts"] == [
         {"name": "code", "digest": good_digest, "assurance": "executed", "source": "artifact"}
     ]
+    # Code the gate ran needs no acceptance: the allow rests on `executed`.
+    assured = answer["artifact_assurance"]
+    assert (assured["assurance"], assured["met"], assured["accepted_by_policy"]) == (
+        "executed",
+        True,
+        False,
+    )
     asked = assaygate(team.key, api_url, "gate", system, "--artifact", str(repo))  # HEAD
     assert asked.returncode == 1, asked.stdout
     assert asked.stdout.startswith(f"block: {system} 2")
@@ -197,8 +208,8 @@ def test_a_broken_commits_artifact_is_blocked_while_the_previous_artifact_stays_
     assert by_version["candidate_id"] == answer["candidate_id"]
 
     # Argo Rollouts' analysis, as deploy/ci/argo-analysis-template.yaml asks and reads it.
-    for digest, result in ((good_digest, "allow"), (broken_digest, "block")):
-        assert argo_result(team, api_url, system, digest) == result
+    for digest, result in ((good_digest, "successful"), (broken_digest, "failed")):
+        assert argo_result(team.key, api_url, system, digest) == result
         by_query = team.client.get("/v1/gate", params={"system": system, "artifact": digest})
         assert by_query.json() == team.client.get(f"/v1/gate/{system}?artifact={digest}").json()
 
@@ -214,6 +225,8 @@ def test_a_broken_commits_artifact_is_blocked_while_the_previous_artifact_stays_
         team.key, api_url, "verify", str(dossier), "--keys", str(keys), "--artifact", str(good_file)
     )
     assert verified.returncode == 0, verified.stdout
+    assert "ok   assurance: executed" in verified.stdout
+    assert f"answer: allow: {system} 1\n" in verified.stdout  # the online gate's answer
     not_it = assaygate(
         team.key, api_url, "verify", str(dossier), "--keys", str(keys), "--artifact", str(repo)
     )
@@ -289,6 +302,155 @@ def test_an_artifact_whose_stored_bytes_do_not_match_its_digest_is_refused_by_th
     gate = team.client.get(f"/v1/gate/{system}", params={"artifact": digest}).json()
     assert gate["decision"] == "hold" and gate["basis"] == "failed"
     assert gate["artifacts"][0]["assurance"] == "declared"  # it never ran
+
+
+# ------------------------------------------------------------- assurance gates the answer
+
+
+def test_a_declared_artifact_is_held_until_the_policy_accepts_it_and_then_the_allow_says_so(
+    api_url: str, keys: KeyBook, settings: Settings, tmp_path: Path
+) -> None:
+    """The reference target runs no code: the artifact its candidate names stays `declared`.
+    The assay allows the candidate, but the deploy asking by digest gets `hold` (reason
+    `assurance`), online, from the CLI, through the Argo template and offline from the dossier;
+    the tenant's admin cannot accept it, an operator's policy can, and then the allow says so."""
+    tenant = f"declared-{uuid.uuid4().hex[:8]}"
+    key = keys.key(f"ci-{tenant}", tenant=tenant)
+    client = httpx.Client(base_url=api_url, timeout=30.0, headers=key.headers)
+    packed = pack(write_code(tmp_path / "code"))
+    digest = client.post(
+        "/v1/artifacts", content=packed.data, headers={"Content-Type": "application/gzip"}
+    ).json()["digest"]
+    system = f"declared-{uuid.uuid4().hex[:6]}"
+    submitted = client.post(
+        "/v1/candidates",
+        json={
+            "system": system,
+            "version": "1",
+            "source_revision": "abc",
+            "manifest": example("typed-repair"),
+            "plan": PLAN,
+            "code": digest,
+        },
+    )
+    assert submitted.status_code == 202, submitted.text
+    candidate = submitted.json()["id"]
+    assert wait_decided(client, candidate)["decision"] == "allow"
+
+    # Asked by version, the gate answers as it always did; asked by the bytes, it holds.
+    assert client.get(f"/v1/gate/{system}").json()["decision"] == "allow"
+    held = client.get(f"/v1/gate/{system}", params={"artifact": digest}).json()
+    assert (held["decision"], held["basis"]) == ("hold", "assurance")
+    assert held["reasons"][0]["code"] == "assurance"
+    assert f"{digest} is declared" in held["reasons"][0]["message"]
+    assert held["artifact_assurance"] == {
+        "digest": digest,
+        "assurance": "declared",
+        "required": "executed",
+        "met": False,
+        "accepted_by_policy": False,
+        "policy": EMPTY.digest(),  # the policy the dossier was signed under: none set
+    }
+    asked = assaygate(key, api_url, "gate", system, "--artifact", digest)
+    assert asked.returncode == 2, asked.stdout
+    assert asked.stdout.strip() == (
+        f"hold: {system} 1 — assurance (declared; the policy requires executed)"
+    )
+    assert argo_result(key, api_url, system, digest) == "inconclusive"
+    keys_file, dossier_file = tmp_path / "keys.json", tmp_path / "dossier.json"
+    keys_file.write_text(json.dumps(client.get("/v1/keys").json()))
+
+    def verified() -> subprocess.CompletedProcess[str]:
+        envelope = client.get(f"/v1/candidates/{candidate}/dossier").json()["envelope"]
+        dossier_file.write_text(json.dumps(envelope))
+        return assaygate(
+            key, api_url, "verify", str(dossier_file), "--keys", str(keys_file),
+            "--artifact", digest,
+        )  # fmt: skip
+
+    offline = verified()
+    assert offline.returncode == 1, offline.stdout
+    assert "FAIL assurance: declared; the organisation's policy" in offline.stdout
+    assert f"answer: {asked.stdout.strip()}" in offline.stdout  # the online gate's answer
+    assert offline.stdout.strip().endswith("NOT VERIFIED: assurance failed")
+
+    # Accepting weaker code is lowering the bar: not the tenant's admin's to do.
+    lowered = client.put("/v1/policy", json={"accept_assurance": "declared"})
+    assert lowered.status_code == 403, lowered.text
+    assert lowered.json()["error"]["field"] == "accept_assurance"
+    accepting = tmp_path / "policy.json"
+    accepting.write_text(json.dumps({"accept_assurance": "declared"}))
+    done = subprocess.run(
+        [sys.executable, "-m", "service.cli", "policy", "set", tenant, str(accepting)],
+        cwd=ROOT, env=settings.child_environment(), capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # The policy's change reopens the gate, as any change does, until an assay under it passes.
+    reopened = client.get(f"/v1/gate/{system}", params={"artifact": digest}).json()
+    assert reopened["decision"] == "reopened"
+    assert client.post(f"/v1/candidates/{candidate}/rerun").status_code == 202
+    assert wait_decided(client, candidate)["decision"] == "allow"
+
+    allowed = client.get(f"/v1/gate/{system}", params={"artifact": digest}).json()
+    assert allowed["decision"] == "allow" and allowed["basis"] == "assay"
+    policy = client.get("/v1/policy").json()["digest"]
+    assert allowed["artifact_assurance"] == {
+        "digest": digest,
+        "assurance": "declared",
+        "required": "declared",
+        "met": True,
+        "accepted_by_policy": True,
+        "policy": policy,
+    }
+    asked = assaygate(key, api_url, "gate", system, "--artifact", digest)
+    assert asked.returncode == 4, asked.stdout  # an allow, said apart from one on executed code
+    assert asked.stdout.strip() == (
+        f"allow: {system} 1 — artifact declared, not executed: accepted by the organisation's "
+        "policy"
+    )
+    offline = verified()
+    assert offline.returncode == 0, offline.stdout
+    assert "ok   assurance: declared, not executed: accepted by the organisation's" in (
+        offline.stdout
+    )
+    assert f"answer: {asked.stdout.strip()}" in offline.stdout
+    client.close()
+
+
+def test_code_a_worker_ran_is_allowed_by_its_digest_with_nothing_to_accept(
+    api_url: str, keys: KeyBook, engine: sa.Engine, tmp_path: Path
+) -> None:
+    """The rule's other side, on a machine whose workers cannot run tenant code (no
+    bubblewrap): what a worker records once its shards ran the artifact (`subjects_after`,
+    `executed`) is written here directly; the end-to-end test above runs it for real."""
+    tenant = f"ran-{uuid.uuid4().hex[:8]}"
+    key = keys.key(f"ci-{tenant}", tenant=tenant)
+    with httpx.Client(base_url=api_url, timeout=30.0, headers=key.headers) as client:
+        packed = pack(write_code(tmp_path / "code"))
+        digest = client.post(
+            "/v1/artifacts", content=packed.data, headers={"Content-Type": "application/gzip"}
+        ).json()["digest"]
+        system = f"ran-{uuid.uuid4().hex[:6]}"
+        body = {"system": system, "version": "1", "source_revision": "abc"}
+        body |= {"manifest": example("typed-repair"), "plan": PLAN, "code": digest}
+        submitted = client.post("/v1/candidates", json=body)
+        assert submitted.status_code == 202, submitted.text
+        candidate = submitted.json()["id"]
+        assert wait_decided(client, candidate)["decision"] == "allow"
+        with Session(engine) as session:
+            ran = ArtifactSubject(CODE, packed.sha256, Assurance.EXECUTED, Source.ARTIFACT)
+            set_subjects(session, uuid.UUID(candidate), [ran])
+            session.commit()
+        answer = client.get(f"/v1/gate/{system}", params={"artifact": digest}).json()
+        assert (answer["decision"], answer["basis"]) == ("allow", "assay")
+        assured = answer["artifact_assurance"]
+        assert (assured["assurance"], assured["required"]) == ("executed", "executed")
+        assert assured["met"] and not assured["accepted_by_policy"]
+    asked = assaygate(key, api_url, "gate", system, "--artifact", digest)
+    assert asked.returncode == 0, asked.stdout
+    assert asked.stdout.strip() == f"allow: {system} 1"
+    assert argo_result(key, api_url, system, digest) == "successful"
 
 
 # ------------------------------------------------------------------ per tenant, by name

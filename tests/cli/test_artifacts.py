@@ -3,6 +3,7 @@ packs to, whether a file is a dossier's subject (offline), and bad input as one 
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -12,6 +13,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from service.cli import main
+from service.cli.ci import gate_exit, gate_line
+from service.core.decision.policy import parse_policy
 from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import run_assay
 from service.core.signing.dossier import (
@@ -64,14 +67,21 @@ def test_pack_of_something_that_is_not_a_folder_is_one_line_and_exit_2(tmp_path:
     ]
 
 
-@pytest.fixture
-def dossier_with_code(tmp_path: Path, typed_repair: Manifest) -> tuple[Path, Path, Path]:
-    """A signed dossier whose subjects name a team folder's artifact, its keys, the folder."""
-    folder = team_folder(tmp_path / "code")
+def signed_with_code(
+    root: Path,
+    manifest: Manifest,
+    assurance: Assurance = Assurance.EXECUTED,
+    policy: dict[str, object] | None = None,
+) -> tuple[Path, Path, Path]:
+    """A signed dossier whose subjects name a team folder's artifact (with this assurance, under
+    this organisation policy), its keys, the folder."""
+    folder = team_folder(root / "code")
     signer = Signer(Ed25519PrivateKey.from_private_bytes(bytes(range(32))))
-    report = run_assay(typed_repair, AssayPlan(catalogue="paper", trials=10, seed=1)).to_dict()
+    plan = AssayPlan(catalogue="full", modes=["timeout_after_commit"], trials=10, seed=3)
+    report = run_assay(manifest, plan).to_dict()
     cand = CandidateRef("c-1", "refunds", "1.0.0")
-    subject = ArtifactSubject("code", pack(folder).sha256, Assurance.EXECUTED, Source.ARTIFACT)
+    subject = ArtifactSubject("code", pack(folder).sha256, assurance, Source.ARTIFACT)
+    found = parse_policy(policy or {})
     pred = predicate_from_report(
         report,
         cand,
@@ -80,12 +90,18 @@ def dossier_with_code(tmp_path: Path, typed_repair: Manifest) -> tuple[Path, Pat
         issued_at="2026-12-08T00:00:00Z",
         triggers={},
         artifacts=[subject],
+        policy={"digest": found.digest(), "policy": found.document()},
     )
     _, envelope = seal(statement(cand.subject_name(), report["manifest_digest"], pred), signer)
-    dossier, keys = tmp_path / "dossier.json", tmp_path / "keys.json"
+    dossier, keys = root / "dossier.json", root / "keys.json"
     dossier.write_text(json.dumps(envelope))
     keys.write_text(json.dumps({"keys": [{"keyid": signer.keyid, **key_dict(signer.public)}]}))
     return dossier, keys, folder
+
+
+@pytest.fixture
+def dossier_with_code(tmp_path: Path, typed_repair: Manifest) -> tuple[Path, Path, Path]:
+    return signed_with_code(tmp_path, typed_repair)
 
 
 def test_verify_artifact_finds_the_packed_file_and_the_folder_among_the_subjects(
@@ -98,6 +114,47 @@ def test_verify_artifact_finds_the_packed_file_and_the_folder_among_the_subjects
         done = assaygate("verify", str(dossier), "--keys", str(keys), "--artifact", artifact)
         assert done.returncode == 0, done.stdout
         assert "ok   artifact: sha256:" in done.stdout and "(executed)" in done.stdout
+
+
+def test_verify_artifact_of_declared_code_fails_its_assurance_and_answers_as_the_gate_would(
+    tmp_path: Path, typed_repair: Manifest
+) -> None:
+    dossier, keys, folder = signed_with_code(tmp_path, typed_repair, Assurance.DECLARED)
+    decision = json.loads(base64.b64decode(json.loads(dossier.read_text())["payload"]))
+    assert decision["predicate"]["decision"] == "allow"  # the candidate's evidence allows
+    done = assaygate("verify", str(dossier), "--keys", str(keys), "--artifact", str(folder))
+    assert done.returncode == 1, done.stdout
+    assert "FAIL assurance: declared; the organisation's policy" in done.stdout
+    held = "hold: refunds 1.0.0 — assurance (declared; the policy requires executed)"
+    assert f"answer: {held}\n" in done.stdout
+    assert done.stdout.strip().endswith("NOT VERIFIED: assurance failed")
+    shown = assaygate(
+        "verify", str(dossier), "--keys", str(keys), "--artifact", str(folder), "--json"
+    )
+    answer = json.loads(shown.stdout)["answer"]
+    assert answer["decision"] == "hold" and answer["reasons"][0]["code"] == "assurance"
+    assert gate_line(answer) == held and gate_exit(answer) == 2
+
+
+def test_verify_artifact_of_declared_code_the_policy_accepts_passes_and_says_so(
+    tmp_path: Path, typed_repair: Manifest
+) -> None:
+    accepting = {"accept_assurance": "declared"}
+    dossier, keys, folder = signed_with_code(tmp_path, typed_repair, Assurance.DECLARED, accepting)
+    done = assaygate("verify", str(dossier), "--keys", str(keys), "--artifact", str(folder))
+    assert done.returncode == 0, done.stdout
+    line = "allow: refunds 1.0.0 — artifact declared, not executed: accepted by the organisation's"
+    assert f"answer: {line} policy\n" in done.stdout
+    shown = assaygate(
+        "verify", str(dossier), "--keys", str(keys), "--artifact", str(folder), "--json"
+    )
+    answer = json.loads(shown.stdout)["answer"]
+    assert answer["artifact_assurance"]["accepted_by_policy"] is True
+    assert gate_exit(answer) == 4  # what `gate` exits on the same answer online
+    # Executed code under that policy is a plain allow: exit 0, nothing accepted.
+    ran = signed_with_code(tmp_path / "ran", typed_repair, Assurance.EXECUTED, accepting)
+    shown = assaygate("verify", str(ran[0]), "--keys", str(ran[1]), "--artifact", str(ran[2]))
+    assert shown.returncode == 0 and "answer: allow: refunds 1.0.0\n" in shown.stdout
 
 
 def test_verify_artifact_of_other_bytes_is_not_verified_and_says_so(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -104,8 +105,11 @@ def argo_metric() -> dict[str, Any]:
 
 
 def argo_reads(answer: dict[str, Any]) -> Any:
-    """What the template's `jsonPath` reads from a gate answer (`{$.a.b}`: keys, in order)."""
-    path = argo_metric()["provider"]["web"]["jsonPath"]
+    """What the template's web metric reads from a gate answer: with no `jsonPath`, the whole
+    body (Argo Rollouts' web provider), else the keys `{$.a.b}` names, in order."""
+    path = argo_metric()["provider"]["web"].get("jsonPath")
+    if path is None:
+        return answer
     assert path.startswith("{$.") and path.endswith("}"), path
     value: Any = answer
     for key in path[3:-1].split("."):
@@ -113,7 +117,35 @@ def argo_reads(answer: dict[str, Any]) -> Any:
     return value
 
 
-def test_the_argo_template_asks_the_gate_by_artifact_digest_and_reads_a_published_field(
+def _namespace(value: Any) -> Any:
+    if isinstance(value, dict):
+        return SimpleNamespace(**{k: _namespace(v) for k, v in value.items()})
+    return value
+
+
+def argo_outcome(answer: dict[str, Any]) -> str:
+    """The metric's outcome for a gate answer: `successful`, `failed` or `inconclusive`, by
+    the template's own conditions (Argo's expressions: `&&`, `||`, `==` on `result`'s fields)."""
+    metric = argo_metric()
+    result = _namespace(argo_reads(answer))
+
+    def holds(condition: str) -> bool:
+        python = condition.replace("&&", " and ").replace("||", " or ")
+        return bool(eval(python, {"__builtins__": {}}, {"result": result}))
+
+    if holds(metric["successCondition"]):
+        return "successful"
+    return "failed" if holds(metric["failureCondition"]) else "inconclusive"
+
+
+def _answer(decision: str, assurance: str | None, accepted: bool = False) -> dict[str, Any]:
+    assured = None
+    if assurance is not None:
+        assured = {"assurance": assurance, "accepted_by_policy": accepted}
+    return {"decision": decision, "artifact_assurance": assured}
+
+
+def test_the_argo_template_rolls_out_only_an_allowed_artifact_the_gate_ran(
     tmp_path: Path,
 ) -> None:
     from service.asgi import create_app
@@ -122,15 +154,22 @@ def test_the_argo_template_asks_the_gate_by_artifact_digest_and_reads_a_publishe
     metric = argo_metric()
     web = metric["provider"]["web"]
     assert web["url"].endswith("/v1/gate/{{args.system}}?artifact={{args.artifact}}")
-    assert metric["successCondition"] == 'result == "allow"'
-    assert metric["failureCondition"] == 'result == "block"'
-    # The field it reads is one the gate's published answer has, and the values the conditions
-    # compare with are the decisions that answer can hold.
+    assert argo_outcome(_answer("allow", "executed")) == "successful"
+    assert argo_outcome(_answer("block", "executed")) == "failed"
+    assert argo_outcome(_answer("hold", "declared")) == "inconclusive"
+    assert argo_outcome(_answer("reopened", "executed")) == "inconclusive"
+    # An allow on a weaker assurance the policy accepted is a person's call here.
+    assert argo_outcome(_answer("allow", "declared", accepted=True)) == "inconclusive"
+    # The fields it reads are ones the gate's published answer has, and the values the
+    # conditions compare with are ones that answer can hold.
     document = create_app(Settings(data_dir=tmp_path)).openapi()
-    answer = document["components"]["schemas"]["GatePublic"]
-    field = web["jsonPath"][3:-1]
-    assert field in answer["required"]
-    assert {"allow", "block"} <= set(answer["properties"][field]["enum"])
+    schemas = document["components"]["schemas"]
+    answer = schemas["GatePublic"]
+    assert "decision" in answer["required"]
+    assert {"allow", "block"} <= set(answer["properties"]["decision"]["enum"])
+    assert "artifact_assurance" in answer["properties"]
+    assured = schemas["ArtifactAssurancePublic"]["properties"]
+    assert "executed" in str(assured["assurance"]) and "accepted_by_policy" in assured
     assert "artifact" in {
         p["name"] for p in document["paths"]["/v1/gate/{system}"]["get"]["parameters"]
     }

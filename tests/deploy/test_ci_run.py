@@ -96,12 +96,32 @@ class Runner:
         return failed
 
 
+def operator(service: Embedded, *args: str) -> subprocess.CompletedProcess[str]:
+    """An operator's `assaygate` command where the embedded service keeps its data."""
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        cwd=service.data_dir, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+def set_policy(service: Embedded, document: dict[str, Any], *scope: str) -> None:
+    path = service.data_dir / f"policy-{len(scope)}.json"
+    path.write_text(json.dumps(document))
+    done = operator(service, "policy", "set", "default", str(path), *scope)
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
     data_dir = tmp_path_factory.mktemp("ci-service")
     with embedded_service(
         [sys.executable, "-m", "service.cli"], data_dir, {"PYTHONPATH": str(ROOT)}
     ) as running:
+        # The examples' manifest is the reference target: it runs none of the code the jobs
+        # upload, so that code is `declared`, and the deploy job's gate allows it only because
+        # the organisation's policy accepts it (exit 4).
+        set_policy(running, {"accept_assurance": "declared"})
         yield running
 
 
@@ -168,6 +188,32 @@ def test_the_github_workflow_from_a_fresh_checkout_assays_uploads_and_deploys_an
     assert workflow["jobs"]["deploy"]["needs"] == "assay"
     assert runner.github_job(workflow["jobs"]["deploy"]["steps"], env, ctx) == 0
     assert (runner.checkout / "deployed.txt").read_text().strip() == f"deploying {SHA}"
+    # It deployed on the gate's 4: an allow for code the gate never ran, which the policy
+    # accepts, said apart from an allow for code it ran.
+    asked = runner.shell(
+        f'assaygate gate --manifest "$ASSAYGATE_MANIFEST" --version {SHA} --artifact .', env
+    )
+    assert asked == 4
+
+
+def test_the_deploy_job_stops_code_the_gate_never_ran_where_the_policy_accepts_only_executed(
+    runner: Runner,
+) -> None:
+    manifest = json.loads(
+        (runner.checkout / "examples" / "copperfin-typed-repair.json").read_text()
+    )
+    manifest["system"] = "strict-returns"
+    (runner.checkout / "strict.json").write_text(json.dumps(manifest))
+    # The system's policy tightens the tenant's: only code the gate ran may ship.
+    set_policy(runner.service, {"accept_assurance": "executed"}, "--system", "strict-returns")
+    workflow = yaml.safe_load((CI / "github-actions.yml").read_text())
+    env = github_env(runner, workflow, ASSAYGATE_MANIFEST="strict.json")
+    ctx = runner.context({"github.sha": "strict-" + SHA})
+    assert runner.github_job(workflow["jobs"]["assay"]["steps"], env, ctx) == 0, "allowed"
+    assert runner.github_job(workflow["jobs"]["deploy"]["steps"], env, ctx) == 2, "held: not run"
+    assert not (runner.checkout / "deployed.txt").exists()
+    junit = assert_junit(runner.checkout / "assaygate-gate-junit.xml")
+    assert "hold: assurance" in str(junit.find(".//testcase[@name='gate']/failure").get("message"))
 
 
 def test_the_github_workflow_stops_a_blocked_build_before_deploy_and_still_uploads(
@@ -207,11 +253,9 @@ def test_a_held_build_passes_when_its_job_is_run_again_after_a_reviewer_waives_t
         for h in holds
     }
     (hold,) = [h for h, v in versions.items() if v == "held-" + SHA]
-    minted = subprocess.run(
-        [sys.executable, "-m", "service.cli", "keys", "create", "--tenant", "default",
-         "--role", "reviewer", "--person", "Rita Reviewer"],
-        cwd=service.data_dir, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True, text=True, check=False,
+    minted = operator(
+        service, "keys", "create", "--tenant", "default", "--role", "reviewer",
+        "--person", "Rita Reviewer",
     )  # fmt: skip
     assert minted.returncode == 0, minted.stderr
     reviewer = {"Authorization": f"Bearer {json.loads(minted.stdout)['key']}"}

@@ -48,6 +48,10 @@ EXIT_CODES = {
     ".venv/bin/assaygate assay examples/copperfin-typed.json": 2,
     ".venv/bin/assaygate assay examples/copperfin-baseline.json": 1,
     ".venv/bin/assaygate assay examples/http-agent/typed.json": 2,
+    # The reference target runs none of the code it ships: an allow for those bytes is held
+    # (`assurance`), online (2) and offline (1), under the default policy.
+    "assaygate gate copperfin-returns --artifact examples/frameworks": 2,
+    "assaygate verify shipped.json --keys keys.json --artifact examples/frameworks": 1,
 }
 AGENT_PORT = 8081
 

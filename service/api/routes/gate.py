@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from service.api.errors import ERROR_RESPONSES
 from service.api.present import dossier_ref, subject_public
 from service.api.schemas import (
+    ArtifactAssurancePublic,
     ConfigChangeCreate,
     ConfigChangePublic,
     GatePublic,
@@ -57,7 +58,9 @@ ArtifactQuery = Annotated[
         pattern=DIGEST_PATTERN,
         description="ask about the newest candidate that ships this artifact (`sha256:…`, "
         "the digest `POST /v1/artifacts` answered): a subject of its dossier, or its code "
-        "while its assay runs. With `version`, that version's candidate must ship it",
+        "while its assay runs. With `version`, that version's candidate must ship it. `allow` "
+        "only for code the gate ran (`executed`), unless the organisation's policy accepts a "
+        "weaker assurance (`artifact_assurance` says which); else `hold`, reason `assurance`",
     ),
 ]
 VersionQuery = Annotated[str | None, Query(min_length=1, max_length=MAX_TEXT)]
@@ -77,7 +80,8 @@ async def get_gate(
     artifact: ArtifactQuery = None,
 ) -> Response:
     """May this version (or this artifact) ship? `allow` only on a signed dossier that allows
-    it, and never while a reported production change this candidate does not carry is open."""
+    it, never while a reported production change this candidate does not carry is open, and, for
+    an artifact, only for code the gate ran unless the organisation's policy accepts weaker."""
     return await _answer(request, system, state, principal, version, artifact)
 
 
@@ -145,6 +149,11 @@ def _rendered(found: gate.Answer) -> bytes:
         basis=standing.basis.value,
         until=as_utc_or_none(standing.until),
         artifacts=[subject_public(a) for a in found.artifacts],
+        artifact_assurance=(
+            ArtifactAssurancePublic.model_validate(found.assurance.view())
+            if found.assurance is not None
+            else None
+        ),
     )
     return bytes(JSONResponse(public.model_dump(mode="json", by_alias=True)).body)
 

@@ -19,9 +19,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
+from service.core.decision.assurance import accepted_by, rank
 from service.core.errors import PolicyInvalid, PolicyViolation
 from service.core.faults.catalogue import DOMAINS, Domain
 from service.core.faults.plan import MAX_TRIALS, AssayPlan
+from service.core.system.artifact import Assurance
 from service.core.system.contract import StrictModel
 from service.core.system.manifest import Envelope, Floors, sha256_canonical
 from service.core.system.text import CONTROL_CLASS
@@ -48,7 +50,8 @@ class PolicyFloors(StrictModel):
 
 class OrgPolicy(StrictModel):
     """What an organisation requires of every assay of a tenant (or of one system). Every field
-    is a requirement; left out, it requires nothing."""
+    is a requirement; left out, it requires nothing. `accept_assurance` alone accepts: left out,
+    an allow for an artifact needs code the gate ran (`service.core.decision.assurance`)."""
 
     floors: PolicyFloors = PolicyFloors()
     # Floors compare the Wilson 95 % lower bound, not the point estimate.
@@ -73,6 +76,10 @@ class OrgPolicy(StrictModel):
     # The smallest evidence sample the extra arms may run on (a plan's `null`, every trial, is
     # always enough).
     evidence_sample: Annotated[int, Field(strict=True, ge=1, le=MAX_TRIALS), INTEGRAL] | None = None
+    # The one field that accepts rather than requires: the weakest assurance of a shipped artifact
+    # an allow for it may rest on (`GET /v1/gate?artifact=`, `verify --artifact`). Left out, only
+    # `executed` (code the gate ran); `declared` accepts code nothing the gate ran vouches for.
+    accept_assurance: Literal["executed", "reported", "declared"] | None = None
 
     @field_validator("rules", "families", "coverage")
     @classmethod
@@ -147,17 +154,23 @@ def combine(a: OrgPolicy, b: OrgPolicy) -> OrgPolicy:
         matched_baseline=a.matched_baseline or b.matched_baseline,
         counterfactuals=a.counterfactuals or b.counterfactuals,
         evidence_sample=_most(a.evidence_sample, b.evidence_sample),
+        accept_assurance=_stronger(a.accept_assurance, b.accept_assurance),
     )
 
 
 def loosened(new: OrgPolicy, old: OrgPolicy) -> str | None:
     """The first field (dotted) that `new` sets looser than `old`; None when `new` is at least as
-    strict everywhere."""
+    strict everywhere. An acceptance left out accepts only `executed`: accepting a weaker
+    assurance than before, or than that, is looser."""
+    if _accepts(new) > _accepts(old):
+        return "accept_assurance"
     try:
         both = _flat(combine(old, new).document())
     except PolicyInvalid:
         return "rules"
     mine = _flat(new.document())
+    both.pop("accept_assurance", None)
+    mine.pop("accept_assurance", None)
     for key in sorted(set(both) | set(mine)):
         if both.get(key) != mine.get(key):
             return key
@@ -367,6 +380,17 @@ def _most(a: Any, b: Any) -> Any:
 
 def _least(a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else min(a, b)
+
+
+def _accepts(policy: OrgPolicy) -> int:
+    return rank(accepted_by({"accept_assurance": policy.accept_assurance}))
+
+
+def _stronger(a: str | None, b: str | None) -> Any:
+    """Two acceptances at once: the stronger assurance of those set (one left out defers)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return a if rank(Assurance(a)) <= rank(Assurance(b)) else b
 
 
 def _flat(document: dict[str, Any], prefix: str = "") -> dict[str, Any]:

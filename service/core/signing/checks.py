@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from service.core.decision.assurance import ArtifactAssurance
 from service.core.evidence.figures import JSONObject
 from service.core.system.artifact import subjects_of, written
 
@@ -78,6 +79,29 @@ def is_subject(stmt: Mapping[str, Any], sha256: str) -> Check:
         f"{written(sha256)} is not a subject of this dossier "
         f"({len(artifact_subjects(stmt))} artifact subject(s))",
     )
+
+
+def assurance(found: ArtifactAssurance) -> Check:
+    """The artifact's assurance is one the organisation's policy the dossier was signed under
+    accepts: `executed`, or a weaker one its `accept_assurance` names (an allow for these bytes
+    needs it; the online gate holds without it)."""
+    have = found.assurance.value if found.assurance is not None else "not a subject"
+    policy = f"policy {found.policy[:12]}" if found.policy else "no policy recorded"
+    if not found.met:
+        return Check(
+            "assurance",
+            False,
+            f"{have}; the organisation's policy ({policy}) accepts {found.required.value} or "
+            "stronger: an allow for these bytes is held (reason assurance)",
+        )
+    if found.accepted:
+        return Check(
+            "assurance",
+            True,
+            f"{have}, not executed: accepted by the organisation's policy ({policy}, "
+            f"accept_assurance: {found.required.value})",
+        )
+    return Check("assurance", True, f"{have}: the gate ran these bytes")
 
 
 def chain(predicate: Mapping[str, Any], previous_digest: str | None) -> Check:

@@ -21,6 +21,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from service.core.decision.assurance import ArtifactAssurance, from_statement
 from service.core.decision.gate import ReasonView, block_first
 from service.core.decision.report import AssayReport, FaultResult
 from service.core.evidence.builds import assay_view, build_subjects
@@ -28,6 +29,7 @@ from service.core.evidence.figures import JSONObject
 from service.core.signing.checks import (
     Check,
     artifact_subjects_match,
+    assurance,
     chain,
     is_subject,
     subject,
@@ -129,6 +131,8 @@ class Verification:
     checks: tuple[Check, ...]
     statement: dict[str, Any] | None
     digest: str | None
+    # With `artifact`: its assurance and what the dossier's policy accepts.
+    artifact: ArtifactAssurance | None = None
 
     @property
     def ok(self) -> bool:
@@ -157,7 +161,8 @@ def verify(
     """Check payload type, signature, statement shape, the signing key's validity window
     against the statement's time, subject digest, the artifact subjects against the predicate
     (when there are any), chain link, and (`artifact`: a hex SHA-256) that this artifact is a
-    subject.
+    subject whose assurance the dossier's organisation policy accepts (`executed`, unless the
+    policy's `accept_assurance` names a weaker one).
 
     Every check is reported; the first failing one names what is wrong.
     """
@@ -204,9 +209,13 @@ def verify(
         checks.append(artifact_subjects_match(stmt, predicate))
     if check_chain or previous_digest is not None:
         checks.append(chain(predicate, previous_digest))
+    found = None
     if artifact is not None:
         checks.append(is_subject(stmt, artifact))
-    return Verification(tuple(checks), stmt, digest)
+        found = from_statement(stmt, artifact)
+        if found.assurance is not None:
+            checks.append(assurance(found))
+    return Verification(tuple(checks), stmt, digest, found)
 
 
 def _signature(

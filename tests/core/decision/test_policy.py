@@ -108,3 +108,23 @@ def test_a_new_version_is_looser_where_any_field_asks_less_and_never_where_it_as
     assert loosened(parse_policy({**old.document(), "families": []}), old) == "families"
     assert loosened(parse_policy({**old.document(), "rules": ["sequential"]}), old) == "rules"
     assert loosened(EMPTY, old) == "families"
+
+
+def test_accepting_a_weaker_assurance_combines_at_the_stronger_and_is_a_lowering() -> None:
+    declared = parse_policy({"accept_assurance": "declared"})
+    executed = parse_policy({"accept_assurance": "executed"})
+    # Left out, a scope defers to the other; both set, the stronger assurance stands.
+    assert combine(declared, EMPTY).accept_assurance == "declared"
+    assert combine(EMPTY, declared).accept_assurance == "declared"
+    assert combine(declared, executed).accept_assurance == "executed"
+    assert combine(parse_policy({"accept_assurance": "reported"}), declared).accept_assurance == (
+        "reported"
+    )
+    # Left out it accepts executed only: accepting anything weaker lowers the bar.
+    assert loosened(declared, EMPTY) == "accept_assurance"
+    assert loosened(declared, parse_policy({"accept_assurance": "reported"})) == "accept_assurance"
+    assert loosened(EMPTY, declared) is None
+    assert loosened(executed, declared) is None
+    assert loosened(parse_policy({"accept_assurance": "declared", "trials": 50}), declared) is None
+    # The empty policy is unchanged: dossiers signed under it keep their digest.
+    assert EMPTY.document() == {}

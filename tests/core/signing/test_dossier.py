@@ -14,6 +14,7 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.signer import SSlibKey
 from securesystemslib.signer._utils import compute_default_keyid
 
+from service.core.decision.policy import parse_policy
 from service.core.errors import ArtifactInvalid
 from service.core.evidence.builds import EndpointBuilds
 from service.core.faults.plan import AssayPlan
@@ -219,7 +220,10 @@ CODE = "ab" * 32
 
 
 def _with_code(
-    manifest: Manifest, signer: Signer, assurance: Assurance = Assurance.EXECUTED
+    manifest: Manifest,
+    signer: Signer,
+    assurance: Assurance = Assurance.EXECUTED,
+    policy: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     report = run_assay(manifest, AssayPlan(catalogue="paper", trials=20, seed=1)).to_dict()
     cand = CandidateRef("c-1", "copperfin-returns", "1.6.0")
@@ -231,8 +235,50 @@ def _with_code(
         issued_at="2026-12-08T00:00:00Z",
         triggers={},
         artifacts=[ArtifactSubject(CODE_NAME, CODE, assurance, Source.ARTIFACT)],
+        policy=policy,
     )
     return seal(statement(cand.subject_name(), report["manifest_digest"], pred), signer)[1]
+
+
+def _policy(document: dict[str, Any]) -> dict[str, Any]:
+    """An `organisation_policy` record as the service signs it."""
+    found = parse_policy(document)
+    return {"digest": found.digest(), "policy": found.document(), "versions": {"tenant": 1}}
+
+
+def test_a_declared_artifact_fails_the_assurance_check_unless_the_signed_policy_accepts_it(
+    typed_repair: Manifest,
+) -> None:
+    signer = _signer()
+    for policy in (None, _policy({}), _policy({"accept_assurance": "reported"})):
+        env = _with_code(typed_repair, signer, Assurance.DECLARED, policy)
+        result = verify(env, _keys(signer), artifact=CODE)
+        failed = result.failed()
+        assert failed is not None and failed.name == "assurance", policy
+        assert failed.detail.startswith("declared; the organisation's policy")
+        assert result.artifact is not None and not result.artifact.met
+    accepting = _policy({"accept_assurance": "declared"})
+    result = verify(
+        _with_code(typed_repair, signer, Assurance.DECLARED, accepting),
+        _keys(signer),
+        artifact=CODE,
+    )
+    assert result.ok, result.failed()
+    assert "accepted by the organisation's policy" in result.checks[-1].detail
+    assert result.artifact is not None and result.artifact.view() == {
+        "digest": f"sha256:{CODE}",
+        "assurance": "declared",
+        "required": "declared",
+        "met": True,
+        "accepted_by_policy": True,
+        "policy": accepting["digest"],
+    }
+    # Executed code needs no acceptance, under any policy.
+    for policy in (None, accepting):
+        env = _with_code(typed_repair, signer, Assurance.EXECUTED, policy)
+        executed = verify(env, _keys(signer), artifact=CODE)
+        assert executed.ok and executed.artifact is not None
+        assert not executed.artifact.accepted
 
 
 def test_the_code_that_ran_is_a_subject_beside_the_manifest_with_its_assurance(
@@ -242,7 +288,9 @@ def test_the_code_that_ran_is_a_subject_beside_the_manifest_with_its_assurance(
     env = _with_code(typed_repair, signer)
     result = verify(env, _keys(signer), artifact=CODE)
     assert result.ok, result.failed()
-    assert [c.name for c in result.checks][-2:] == ["artifact_subjects", "artifact"]
+    # With an artifact, verify also checks its assurance against the dossier's policy.
+    names = [c.name for c in result.checks][-3:]
+    assert names == ["artifact_subjects", "artifact", "assurance"]
     subjects = result.statement["subject"]  # type: ignore[index]
     assert subjects[0]["name"] == "assaygate:candidate/c-1"
     assert subjects[1] == {
@@ -250,7 +298,7 @@ def test_the_code_that_ran_is_a_subject_beside_the_manifest_with_its_assurance(
         "digest": {"sha256": CODE},
         "annotations": {"assurance": "executed", "source": "artifact"},
     }
-    assert "(executed)" in result.checks[-1].detail
+    assert "(executed)" in result.checks[-2].detail
 
 
 def test_an_artifact_that_is_not_a_subject_fails_the_artifact_check(
@@ -370,7 +418,13 @@ def test_each_remote_build_is_a_subject_reported_if_the_trials_heard_it_else_dec
             {"assurance": "declared", "ref": "shop@1"},
         ),
     ]
-    assert verify(env, _keys(signer), artifact="ee" * 32).ok  # the deployed image, by digest
+    # The deployed image, by digest, is a subject; `reported` is the endpoint's word, which an
+    # allow rests on only when the organisation's policy accepts it (it accepts executed only).
+    image = verify(env, _keys(signer), artifact="ee" * 32)
+    assert [(c.name, c.ok) for c in image.checks][-2:] == [("artifact", True), ("assurance", False)]
+    assert "reported; the organisation's policy (no policy recorded) accepts executed" in (
+        image.checks[-1].detail
+    )
 
 
 def test_a_statement_that_drops_a_build_subject_fails_the_subject_check(
