@@ -33,7 +33,7 @@ from service.app.secrets import check_named as check_secrets
 from service.app.shapes import CandidateCreate
 from service.app.tenants import allow_hint, queue_for
 from service.core.errors import ArtifactInvalid
-from service.core.evidence.promise import refuse_unresolvable
+from service.core.evidence.promise import raised_to_resolve, refuse_unresolvable
 from service.core.faults.contract_catalogue import plan_data_for
 from service.core.faults.plan import AssayPlan, parse_plan
 from service.core.shards.assay import ShardSpec, plan_shards
@@ -170,7 +170,9 @@ def readmit(
     plan = policies.admit_rerun(
         force, manifest, parse_plan({**base, **overrides}), list(overrides)
     ).plan
-    refuse_unresolvable(plan, plan.envelope_for(manifest))
+    # A re-run is raised, never refused, for a policy that rose since: to the trials its
+    # tolerance and floors need (within the trial limits checked below).
+    plan = raised_to_resolve(plan, plan.envelope_for(manifest))
     shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
     check_trial_limits(shards, settings)
     queue = queue_for(settings, tenant, manifest)

@@ -28,7 +28,9 @@ from tests.support.service import ROOT, example, wait_decided
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
-PLAN = {"trials": 8, "seed": 4, "modes": ["subject_swap"]}
+# 17 trials: the policy's 0.2 tolerance needs 17 clean trials (0.8^17 <= 2.5 %); a plan that
+# cannot resolve it is refused at submission.
+PLAN = {"trials": 17, "seed": 4, "modes": ["subject_swap"]}
 LOWERED = {
     "floors": {"contained": 0, "recovered": 0, "verified": 0, "useful_service": 0},
     "attribution": "reported",

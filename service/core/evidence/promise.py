@@ -49,9 +49,22 @@ def clean_bound(n: int, alpha: float) -> float:
     return -math.expm1(math.log(alpha) / n)
 
 
+# More runs than any plan may cap a fault at: "never", as a number every comparison reads right.
+NEVER = 2**62
+
+
 def runs_to_resolve(p0: float, alpha: float) -> int:
-    """Clean runs before the exact bound falls to `p0`: the least n with (1 - p0)^n <= alpha."""
-    return max(1, math.ceil(math.log(alpha) / math.log1p(-p0) - _SLACK))
+    """Clean runs before the exact bound falls to `p0`: the least n with (1 - p0)^n <= alpha
+    (NEVER for a rate too small for any count of runs to show)."""
+    if p0 >= 1.0 or alpha >= 1.0:
+        return 1
+    if p0 <= 0.0 or alpha <= 0.0:
+        return NEVER
+    per_run = math.log1p(-p0)
+    if per_run == 0.0:
+        return NEVER
+    n = math.log(alpha) / per_run
+    return NEVER if not n < NEVER else max(1, math.ceil(n - _SLACK))
 
 
 def allow_chance(rate: float, runs: int) -> float:
@@ -107,14 +120,15 @@ def tolerance_of(plan: AssayPlan, envelope: Envelope, cap: int) -> Tolerance:
 
 
 def clean_runs_to_clear(floor: float) -> int:
-    """Runs a perfect record needs before Wilson's 95 % lower bound reaches `floor`."""
+    """Runs a perfect record needs before Wilson's 95 % lower bound reaches `floor` (NEVER for a
+    floor of 1: no count of runs shows it)."""
     if floor <= 0.0:
         return 1
+    if floor >= 1.0 - _SLACK:
+        return NEVER
     n = 1
     while wilson(n, n)[0] < floor - _SLACK:
         n *= 2
-        if n > 10**8:
-            return n
     low, high = n // 2 + 1 if n > 1 else 1, n
     while low < high:
         mid = (low + high) // 2
@@ -155,6 +169,14 @@ def unresolvable(plan: AssayPlan, envelope: Envelope) -> Unresolvable | None:
         for key in ("contained", "recovered", "verified", "useful_service"):
             floor = float(getattr(floors, key))
             need = clean_runs_to_clear(floor)
+            if need == NEVER:
+                return Unresolvable(
+                    f"manifest.envelope.floors.{key}",
+                    f"a {floor:g} floor on the lower bound can never be shown: no count of "
+                    "trials puts the lower bound at 1; lower the floor or compare it on the "
+                    "point estimate",
+                    need,
+                )
             if need > cap:
                 return Unresolvable(
                     f"manifest.envelope.floors.{key}",
@@ -177,3 +199,16 @@ def refuse_unresolvable(plan: AssayPlan, envelope: Envelope) -> None:
     if where == "manifest":
         raise ManifestInvalid(found.message, field=field)
     raise PlanInvalid(found.message, field=field)
+
+
+def raised_to_resolve(plan: AssayPlan, envelope: Envelope) -> AssayPlan:
+    """`plan` with its cap raised to what its tolerance and lower-bound floors need (a re-run
+    under a policy that rose since is raised, never refused); a rule no count of trials can
+    show is still refused."""
+    found = unresolvable(plan, envelope)
+    if found is None:
+        return plan
+    if found.needs == NEVER:
+        refuse_unresolvable(plan, envelope)
+    raised = plan.model_copy(update={"trials": max(plan.trials, found.needs)})
+    return raised_to_resolve(raised, envelope)

@@ -21,7 +21,12 @@ from functools import cache
 import pytest
 
 from service.core.decision.gate import Decision, FaultEvidence, decide
-from service.core.evidence.promise import allow_chance, clean_bound, runs_to_resolve
+from service.core.evidence.promise import (
+    allow_chance,
+    clean_bound,
+    raised_to_resolve,
+    runs_to_resolve,
+)
 from service.core.evidence.stopping import Rule
 from service.core.evidence.tally import Tally
 from service.core.faults.plan import parse_plan
@@ -263,3 +268,11 @@ def test_the_engine_grades_as_many_clean_runs_under_both_plans(
 
     assert p_allow(sequential) <= p_allow(fixed)
     assert sequential[2] == fixed[2] == 200
+
+
+def test_a_rerun_under_a_risen_tolerance_is_raised_to_the_trials_it_needs_never_refused() -> None:
+    plan = parse_plan({"trials": 17, "error": 0.01})
+    raised = raised_to_resolve(plan, Envelope(max_violation_rate=0.2))
+    # 0.2 at 0.5 % (one side of 1 %) needs 24 clean trials.
+    assert raised.trials == runs_to_resolve(0.2, 0.005) == 24
+    assert raised_to_resolve(raised, Envelope(max_violation_rate=0.2)) == raised
