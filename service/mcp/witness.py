@@ -14,7 +14,6 @@ its id, the tool that made it, and its content):
   (`alters_existing`) was made on that row's subject (and that call's acknowledged id may name
   the row it changed or deleted); a row under an old id that the world before did not hold with
   that content is new, so an id present before never hides an effect;
-
 - an acknowledged effect is in the probed world exactly once under its id, with the content of a
   call that was acknowledged with it: one that **vanished**, was **changed** in place or is
   **multiplied** (a second row under its id) disagrees;
@@ -102,9 +101,8 @@ class Forwarded:
         """Whether the probed effect `row` carries this call's tool and content. A row that does
         not name its tool may be any call's, unless the world is `typed` (several effect tools)."""
         tool = row.get("tool")
-        if typed if tool is None else str(tool) != self.tool:
-            return False
-        return all(_same(v, row.get(k)) for k, v in self.content().items())
+        same_tool = not typed if tool is None else str(tool) == self.tool
+        return same_tool and all(_same(v, row.get(k)) for k, v in self.content().items())
 
     def alters(self, row: dict[str, Any]) -> bool:
         """Whether this call accounts for `row`, held before the trial, being changed or deleted:
@@ -297,7 +295,12 @@ def testify(
             acknowledged.setdefault(r.id, []).append(r)
     for ident, calls in acknowledged.items():
         if ident in altered and any(c.alters_existing for c in calls):
-            continue  # it names the old effect it changed or deleted, accounted for above
+            # It names the old effect it changed or deleted, accounted for above; a further new
+            # row under the id is still one too many.
+            out.multiplied.extend(
+                e for i, e in enumerate(diff.new) if i not in rewrites and str(e.get("id")) == ident
+            )
+            continue
         found = rows.get(ident, [])
         if not found:
             out.vanished.extend(calls)

@@ -309,6 +309,10 @@ def test_a_tool_that_alters_existing_effects_accounts_for_its_subjects_rows() ->
     rewritten = {"effects": [{**HISTORY[0], "amount": 0}, HISTORY[1]]}
     assert witness.testify([cancel], before, deleted).agrees
     assert witness.testify([cancel], before, rewritten).agrees
+    # The id it acknowledged hides no further row.
+    again = row("S-0", subject="O-2", tool="ship_order")
+    extra = {"effects": [{**HISTORY[0], "amount": 0}, HISTORY[1], again]}
+    assert witness.testify([cancel], before, extra).multiplied == [again]
     # Only its own subject's: the credit on O-3 is not the cancel's to delete.
     assert witness.testify([cancel], before, {"effects": HISTORY[:1]}).deleted == [HISTORY[1]]
     # A tool the contract does not let alter existing effects accounts for none.
