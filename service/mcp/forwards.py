@@ -29,6 +29,7 @@ def effect_record(run: int, call: dict[str, Any], tool: Tool) -> Forwarded:
         key=None if key is None else str(key),
         amount=args.get(tool.amount) if tool.amount else None,
         errors_may_commit=tool.errors_may_commit,
+        alters_existing=tool.alters_existing,
     )
 
 

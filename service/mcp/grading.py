@@ -14,6 +14,7 @@ from service.core.trial.oracle import Outcome
 from service.core.trial.record import StormObservation
 from service.mcp.proxy import TrialState
 from service.mcp.runners import RunResult
+from service.mcp.witness import changes
 
 
 def outcome(
@@ -74,11 +75,9 @@ class RunTally:
 
 
 def new_effects(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
-    """The effects the after-world holds that the before-world did not, by id."""
-    before_ids = {str(e.get("id")) for e in before["effects"] if isinstance(e, dict)}
-    return [
-        e for e in after["effects"] if isinstance(e, dict) and str(e.get("id")) not in before_ids
-    ]
+    """The effects the after-world holds that the before-world did not, by id, tool and content:
+    a row rewritten under an id the world held before is new (an old id hides no effect)."""
+    return changes(before, after).new
 
 
 def tally_runs(runs: list[tuple[int, RunResult]]) -> RunTally:

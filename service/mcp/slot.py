@@ -18,6 +18,7 @@ from service.core.evidence.spend import usage_invalid, usage_of
 from service.core.faults.catalogue import FaultSpec, Recoverability
 from service.core.faults.disturbance import Disturbance
 from service.core.faults.injector import Injector
+from service.core.system.contract import ToolRole
 from service.core.system.manifest import RUNNER_ENDPOINT
 from service.core.trial.harness import MAX_RESTARTS
 from service.core.trial.oracle import Outcome
@@ -419,7 +420,8 @@ class Slot:
         with self.engine.evaluating:
             evaluation = self.engine.evaluator.evaluate(activation)
         results = evaluation.results
-        testimony = testify(state.forwarded_effects, after, new_effects)
+        typed = len(self.contract.by_role(ToolRole.EFFECT)) > 1
+        testimony = testify(state.forwarded_effects, before, after, typed=typed)
         results[WITNESS] = testimony.agrees
         # Alarms are the claims' own: a denial, a hold, a failure, or an anomaly flag. In a
         # trial where nothing fired, each is a false alarm (the baseline counts them).

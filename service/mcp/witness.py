@@ -6,15 +6,23 @@ proxy records every effect call it forwarded, with the content the contract name
 idempotency-key and amount arguments) and how the server answered it: an acknowledgement carrying
 the effect's id, a reply without the id, an error reply, no reply at all (the transport failed),
 or none yet. After the run the proxy drains the calls still in flight (`TrialState.drain`), and
-then each acknowledged or forwarded effect must match exactly one probed effect, content included:
+then the world after is compared with the world before and with the record, row by row (a row is
+its id, the tool that made it, and its content):
 
+- a row that held before the trial still holds, unchanged: one **deleted**, or **rewritten** under
+  its id, disagrees, unless a forwarded call of a tool the contract lets alter existing effects
+  (`alters_existing`) was made on that row's subject (and that call's acknowledged id may name
+  the row it changed or deleted); a row under an old id that the world before did not hold with
+  that content is new, so an id present before never hides an effect;
 - an acknowledged effect is in the probed world exactly once under its id, with the content of a
   call that was acknowledged with it: one that **vanished**, was **changed** in place or is
   **multiplied** (a second row under its id) disagrees;
-- every **new** effect comes from one forwarded call whose content it carries: by the
+- every **new** effect comes from one forwarded call whose tool and content it carries: by the
   acknowledged id, by the call's idempotency key (one effect a key: a further row under a key an
   effect was already matched to is multiplied), or, for a call that may have committed without
-  saying so (a reply without the id, no reply at all), one effect of that call's content;
+  saying so (a reply without the id, no reply at all), one effect of that call's content; a row
+  made by another tool (a credit where the call shipped) is not that call's effect, and where the
+  contract has several effect tools a row that does not name its `tool` is no call's;
 - an error reply is an answer, not a lost reply: an effect that only a refused call can explain
   **committed after an error reply**, unless the contract says that tool's errors may commit
   (`errors_may_commit`);
@@ -27,6 +35,8 @@ in every arm. A probe that failed after the run cannot corroborate anything, so 
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -34,7 +44,7 @@ from typing import Any
 
 from service.core.system.contract import WITNESS
 
-__all__ = ["WITNESS", "Forwarded", "Reply", "Testimony", "testify"]
+__all__ = ["WITNESS", "Changes", "Forwarded", "Reply", "Testimony", "changes", "testify"]
 
 # How many entries of each list a sample shows.
 SHOWN = 20
@@ -52,6 +62,8 @@ class Reply(StrEnum):
 
 # Content fields a probed effect carries under the same names as the record's.
 CONTENT = ("subject", "key", "amount")
+# What a probed row is, beside its id, when the worlds before and after are compared.
+ROW = ("tool", *CONTENT)
 
 
 @dataclass
@@ -65,6 +77,7 @@ class Forwarded:
     key: str | None
     amount: Any = None
     errors_may_commit: bool = False
+    alters_existing: bool = False
     reply: Reply = Reply.PENDING
     id: str | None = None
 
@@ -84,9 +97,18 @@ class Forwarded:
         values = {"subject": self.subject, "key": self.key, "amount": self.amount}
         return {k: v for k, v in values.items() if v is not None}
 
-    def made(self, row: dict[str, Any]) -> bool:
-        """Whether the probed effect `row` carries this call's content."""
-        return all(_same(v, row.get(k)) for k, v in self.content().items())
+    def made(self, row: dict[str, Any], typed: bool = False) -> bool:
+        """Whether the probed effect `row` carries this call's tool and content. A row that does
+        not name its tool may be any call's, unless the world is `typed` (several effect tools)."""
+        tool = row.get("tool")
+        same_tool = not typed if tool is None else str(tool) == self.tool
+        return same_tool and all(_same(v, row.get(k)) for k, v in self.content().items())
+
+    def alters(self, row: dict[str, Any]) -> bool:
+        """Whether this call accounts for `row`, held before the trial, being changed or deleted:
+        its tool may alter existing effects, it may have done so, and the row is its subject's."""
+        committed = self.acknowledged or self.may_have_committed
+        return self.alters_existing and committed and _same(self.subject, row.get("subject"))
 
     def view(self) -> dict[str, Any]:
         return {
@@ -139,8 +161,8 @@ class _Cause:
     def key(self) -> str | None:
         return self.calls[0].key
 
-    def made(self, row: dict[str, Any]) -> bool:
-        return any(c.made(row) for c in self.calls)
+    def made(self, row: dict[str, Any], typed: bool) -> bool:
+        return any(c.made(row, typed) for c in self.calls)
 
     @property
     def may_have_committed(self) -> bool:
@@ -157,12 +179,16 @@ class Testimony:
     after_error: list[dict[str, Any]] = field(default_factory=list)
     unexplained: list[dict[str, Any]] = field(default_factory=list)
     unresolved: list[Forwarded] = field(default_factory=list)
+    rewritten: list[dict[str, Any]] = field(default_factory=list)
+    deleted: list[dict[str, Any]] = field(default_factory=list)
     probe_failed: str | None = None
 
     @property
     def agrees(self) -> bool:
         return self.probe_failed is None and not (
-            self.vanished
+            self.rewritten
+            or self.deleted
+            or self.vanished
             or self.changed
             or self.multiplied
             or self.after_error
@@ -180,53 +206,127 @@ class Testimony:
             "after_error": self.after_error[:SHOWN],
             "unexplained": self.unexplained[:SHOWN],
             "unresolved": [r.view() for r in self.unresolved[:SHOWN]],
+            "rewritten": self.rewritten[:SHOWN],
+            "deleted": self.deleted[:SHOWN],
             **({"probe_failed": self.probe_failed} if self.probe_failed else {}),
         }
 
 
+@dataclass(frozen=True)
+class Changes:
+    """How the probed world changed over a trial, row by row (its id, tool and content)."""
+
+    # Rows after the trial that no row before matches: fresh, or rewritten under an old id.
+    new: list[dict[str, Any]]
+    # Rows before the trial that no row after matches: deleted, or rewritten.
+    gone: list[dict[str, Any]]
+
+
+def _rows(world: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in world.get("effects", ()) if isinstance(e, dict)]
+
+
+def _signature(row: dict[str, Any]) -> str:
+    return json.dumps([str(row.get("id")), *(row.get(k) for k in ROW)], default=str)
+
+
+def changes(before: dict[str, Any], after: dict[str, Any]) -> Changes:
+    """The rows the trial added and took away: as many copies of a row (same id, tool and
+    content) as the world held before are old; any further copy, or a row under an old id with
+    other content, is new."""
+    held = Counter(_signature(e) for e in _rows(before))
+    new: list[dict[str, Any]] = []
+    for e in _rows(after):
+        sig = _signature(e)
+        if held[sig]:
+            held[sig] -= 1
+        else:
+            new.append(e)
+    gone: list[dict[str, Any]] = []
+    for e in _rows(before):
+        sig = _signature(e)
+        if held[sig]:
+            held[sig] -= 1
+            gone.append(e)
+    return Changes(new, gone)
+
+
 def testify(
     forwarded: Sequence[Forwarded],
+    before: dict[str, Any],
     after: dict[str, Any],
-    new_effects: list[dict[str, Any]],
+    *,
+    typed: bool = False,
 ) -> Testimony:
-    """Compare the proxy's record of forwarded effect calls with the probed world."""
+    """Compare the proxy's record of forwarded effect calls with the probed worlds before and
+    after the trial. `typed`: the contract has several effect tools, so every probed effect must
+    name the tool that made it."""
     out = Testimony()
     if "error" in after:
         out.probe_failed = str(after["error"])[:300]
         return out
     out.unresolved = [r for r in forwarded if r.reply is Reply.PENDING]
+    diff = changes(before, after)
+    # The rows that held before: each still holds, unless a call of a tool that may alter them
+    # accounts for it. Its new version under the same id, if any, is that rewrite's, not new.
+    rewrites: set[int] = set()
+    altered: set[str] = set()
+    for old in diff.gone:
+        ident = str(old.get("id"))
+        now = next(
+            (i for i, e in enumerate(diff.new) if i not in rewrites and str(e.get("id")) == ident),
+            None,
+        )
+        if now is not None:
+            rewrites.add(now)
+        if any(c.alters(old) for c in forwarded):
+            altered.add(ident)
+            continue
+        if now is None:
+            out.deleted.append(old)
+        else:
+            out.rewritten.append({"before": old, "after": diff.new[now]})
     rows: dict[str, list[dict[str, Any]]] = {}
-    for e in after["effects"]:
-        if isinstance(e, dict):
-            rows.setdefault(str(e.get("id")), []).append(e)
+    for e in _rows(after):
+        rows.setdefault(str(e.get("id")), []).append(e)
     acknowledged: dict[str, list[Forwarded]] = {}
     for r in forwarded:
         if r.acknowledged and r.id is not None:
             acknowledged.setdefault(r.id, []).append(r)
     for ident, calls in acknowledged.items():
+        if ident in altered and any(c.alters_existing for c in calls):
+            # It names the old effect it changed or deleted, accounted for above; a further new
+            # row under the id is still one too many.
+            out.multiplied.extend(
+                e for i, e in enumerate(diff.new) if i not in rewrites and str(e.get("id")) == ident
+            )
+            continue
         found = rows.get(ident, [])
         if not found:
             out.vanished.extend(calls)
             continue
-        out.multiplied.extend(found[1:])
-        if not any(c.made(found[0]) for c in calls):
-            out.changed.append({"effect": found[0], "forwarded": [c.view() for c in calls]})
+        # The row a call acknowledged with this id made; any other under the id is multiplied.
+        own = next((e for e in found if any(c.made(e, typed) for c in calls)), None)
+        if own is None:
+            own = found[0]
+            out.changed.append({"effect": own, "forwarded": [c.view() for c in calls]})
+        out.multiplied.extend(e for e in found if e is not own)
     causes = _causes(forwarded)
     # A key's effect already matched (by an acknowledged id) leaves no room for another.
     spent = {r.key for r in forwarded if r.acknowledged and r.key is not None}
     pending: list[dict[str, Any]] = []
-    for row in new_effects:
-        if str(row.get("id")) in acknowledged:
+    for i, row in enumerate(diff.new):
+        if i in rewrites or str(row.get("id")) in acknowledged:
             continue
         # First the rows some unused call accounts for, committed or (a refused call's) not.
-        cause = _first(causes, row, committed=True) or _first(causes, row, committed=False)
+        cause = _first(causes, row, True, typed) or _first(causes, row, False, typed)
         if cause is None:
             pending.append(row)
             continue
         cause.used = True
         if not cause.may_have_committed:
             out.after_error.append(
-                {"effect": row, "forwarded": [c.view() for c in cause.calls if c.made(row)]}
+                {"effect": row, "forwarded": [c.view() for c in cause.calls if c.made(row, typed)]}
             )
     for row in pending:
         key = None if row.get("key") is None else str(row["key"])
@@ -262,8 +362,14 @@ def _causes(forwarded: Sequence[Forwarded]) -> list[_Cause]:
     return out
 
 
-def _first(causes: list[_Cause], row: dict[str, Any], committed: bool) -> _Cause | None:
+def _first(
+    causes: list[_Cause], row: dict[str, Any], committed: bool, typed: bool
+) -> _Cause | None:
     return next(
-        (c for c in causes if not c.used and c.may_have_committed is committed and c.made(row)),
+        (
+            c
+            for c in causes
+            if not c.used and c.may_have_committed is committed and c.made(row, typed)
+        ),
         None,
     )

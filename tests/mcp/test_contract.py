@@ -110,6 +110,19 @@ def test_errors_that_may_commit_are_declared_on_effects_only_and_default_to_fals
     assert field_of(data) == "tools.tools.log_event.errors_may_commit"
 
 
+def test_altering_existing_effects_is_declared_on_effects_only_and_defaults_to_false() -> None:
+    contract = parse_manifest(example()).tools
+    assert parse_contract(contract).tools["ship_order"].alters_existing is False
+    data = example()
+    data["tools"]["tools"]["issue_credit"]["alters_existing"] = True
+    assert parse_contract(data["tools"]).tools["issue_credit"].alters_existing is True
+    data["tools"]["tools"]["get_order"]["alters_existing"] = True
+    assert field_of(data) == "tools.tools.get_order.alters_existing"
+    data = example()
+    data["tools"]["tools"]["issue_credit"]["alters_existing"] = "sometimes"
+    assert field_of(data) == "tools.tools.issue_credit.alters_existing"
+
+
 def test_a_contract_without_the_new_fields_keeps_its_digest() -> None:
     # Declaring the default is a change of the component (its bytes are hashed), leaving it out
     # is not: every earlier manifest keeps its digest and its catalogue version.

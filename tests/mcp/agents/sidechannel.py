@@ -10,8 +10,18 @@ twin      the careful agent, which then credits the order under the acknowledged
           (a second row under an id the server acknowledged once)
 rekeyer   the careful agent, which then credits the order under the shipment's idempotency key
           (a second effect under a key the proxy forwarded once)
+recast    the careful agent, which then turns its shipment into a credit row with the same id,
+          key, order and amount (the order credited, not shipped)
 
-python sidechannel.py cleaner|forger|rewriter|twin|rekeyer DB_PATH
+In a world with a history (tests/mcp/agents/history.py: an earlier shipment and an earlier credit
+on other orders):
+
+shadow    the careful agent, which then ships the order a second time under the earlier credit's
+          id (a new effect under an id the world held before the trial)
+eraser    the careful agent, which then deletes the earlier shipment
+inflater  the careful agent, which then multiplies the earlier credit's amount by ten
+
+python sidechannel.py cleaner|forger|rewriter|twin|rekeyer|recast|shadow|eraser|inflater DB_PATH
 """
 
 from __future__ import annotations
@@ -87,12 +97,52 @@ async def rekeyer(task: dict[str, Any], url: str, path: str) -> dict[str, Any]:
     return await _credit_beside(task, url, path, "key")
 
 
+async def recast(task: dict[str, Any], url: str, path: str) -> dict[str, Any]:
+    async with connect(url) as client:
+        claim = await careful(client, task)
+    db = _db(path)
+    rows = db.execute("SELECT * FROM shipments WHERE key = ?", (task["action_id"],)).fetchall()
+    for row in rows:
+        db.execute("DELETE FROM shipments WHERE id = ?", (row[0],))
+        db.execute("INSERT INTO credits VALUES (?, ?, ?, ?, ?)", row)
+    return claim
+
+
+async def _after_careful(task: dict[str, Any], url: str, path: str, sql: str) -> dict[str, Any]:
+    """The careful agent, then `sql` run straight on the world (with the task's order and key)."""
+    async with connect(url) as client:
+        claim = await careful(client, task)
+    _db(path).execute(sql, {"order": task["order_id"], "key": task["action_id"]})
+    return claim
+
+
+async def shadow(task: dict[str, Any], url: str, path: str) -> dict[str, Any]:
+    sql = (
+        "INSERT INTO shipments SELECT c.id, :key || '-again', :order, s.quantity, 1 "
+        "FROM credits c, shipments s WHERE c.order_id != :order AND s.key = :key"
+    )
+    return await _after_careful(task, url, path, sql)
+
+
+async def eraser(task: dict[str, Any], url: str, path: str) -> dict[str, Any]:
+    return await _after_careful(task, url, path, "DELETE FROM shipments WHERE order_id != :order")
+
+
+async def inflater(task: dict[str, Any], url: str, path: str) -> dict[str, Any]:
+    sql = "UPDATE credits SET amount = amount * 10 WHERE order_id != :order"
+    return await _after_careful(task, url, path, sql)
+
+
 AGENTS = {
     "cleaner": cleaner,
     "forger": forger,
     "rewriter": rewriter,
     "twin": twin,
     "rekeyer": rekeyer,
+    "recast": recast,
+    "shadow": shadow,
+    "eraser": eraser,
+    "inflater": inflater,
 }
 
 
