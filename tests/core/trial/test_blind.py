@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from service.core.faults.catalogue import FaultSpec, full_catalogue
+from service.core.system.manifest import parse_manifest_json
 from service.core.trial.blind import KEY_BYTES, arm_of, assay_key, trial_id
+from service.core.trial.harness import Runtime, run_trial
+from service.core.trial.sandbox import Task, Tools
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 SHAPE = re.compile(r"^t[0-9a-f]{16}$")
 KEY = bytes(range(KEY_BYTES))
@@ -46,3 +52,25 @@ def test_an_assays_key_comes_from_its_credential_alone_so_a_redelivered_shard_re
     assert assay_key("payload.signature") == assay_key("payload.signature")
     assert assay_key("payload.signature") != assay_key("payload.other")
     assert len(assay_key("c")) == KEY_BYTES
+
+
+def test_an_engine_targets_task_and_first_ids_are_the_same_in_every_arm_but_its_controls() -> None:
+    """The python and http targets' task (`run_id` is `run-1` in every arm) and the ids their
+    tools issue are the workload's alone: only a counterfactual's `disabled_controls` differs."""
+    manifest = parse_manifest_json((EXAMPLES / "copperfin-typed.json").read_text())
+    seen: list[dict[str, object]] = []
+
+    def peek(task: Task, tools: Tools) -> None:
+        seen.append({**task.view(), "trace": tools.new_trace(), "request": tools.request_id()})
+
+    rt = Runtime(manifest, full_catalogue(), target=peek)
+    spec = a_fault()
+    for arm_spec, disabled in [
+        (spec, frozenset()),
+        (None, frozenset()),
+        (spec, frozenset({"idempotency"})),
+    ]:
+        run_trial(rt, arm_spec, 4242, 99, disabled)
+    assert [s.pop("disabled_controls") for s in seen] == [[], [], ["idempotency"]]
+    assert seen[0] == seen[1] == seen[2], seen
+    assert seen[0]["run_id"] == "run-1"
