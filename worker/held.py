@@ -217,7 +217,7 @@ def run_together(
     assert isinstance(target, SlottedEngine)
     engine.watch(target)
     scope = runnable[0][1]
-    guard = guard_target(target, scope)
+    guard = guard_target(target, scope, state)
 
     def done(result: ShardResult, meter: Meter | None) -> None:
         store(settle(ctx, parsed, result, meter, {**ids, "shard": result.index}))

@@ -23,6 +23,7 @@ from service.core.faults.catalogue import FaultSpec
 from service.core.shards.shard import ShardSpec
 from service.core.signing.credential import InjectorScope, injection_guard, verify_credential
 from service.core.system.manifest import runs_code
+from service.core.trial import blind
 from service.core.trial.engine import TrialEngine
 from worker.code import CodeRefused, posture_view, refusal
 from worker.context import Parsed, WorkerContext
@@ -151,11 +152,17 @@ def admit(
         return ShardResult(spec.index, {}, 0, True, reason)
 
 
-def guard_target(target: Any, scope: InjectorScope) -> Callable[[FaultSpec], str | None]:
-    """The credential's injection guard, also handed to an engine whose injector checks it."""
+def guard_target(
+    target: Any, scope: InjectorScope, state: InjectorState
+) -> Callable[[FaultSpec], str | None]:
+    """The credential's injection guard, also handed to an engine whose injector checks it; an
+    engine that names its trials (an mcp target's) keys their ids by the assay's credential, so
+    they are opaque to the agent in every arm and the same on every shard and redelivery."""
     guard = injection_guard(scope, time.time)
     if isinstance(target, TrialEngine) and hasattr(target, "guard"):
         target.guard = guard  # an engine's injector checks this assay's credential too
+    if hasattr(target, "blind_key"):
+        setattr(target, "blind_key", blind.assay_key(state.credential or ""))  # noqa: B010
     return guard
 
 

@@ -176,7 +176,7 @@ def run_guarded(
     target = ctx.target(assay_id, parsed.manifest, parsed.inputs)
     if engine is not None:
         engine.watch(target)  # the heartbeat writes what it does as the shard's progress
-    guard = guard_target(target, scope)
+    guard = guard_target(target, scope, state)
     manifest, plan = parsed.manifest, parsed.plan
     # As in the local CLI: a sequential fault (one shard) stops on its own tally; budgets count
     # what the assay's stored shards already spent.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import threading
 from collections.abc import Callable
 
@@ -21,6 +22,7 @@ from service.core.shards.shard import ShardActivity
 from service.core.shards.slots import slots_of
 from service.core.system.contract import Contract, Invariants
 from service.core.system.manifest import Manifest, contract_of, invariants_of
+from service.core.trial import blind
 from service.core.trial.harness import MAX_RESTARTS
 from service.core.trial.record import TrialRecord
 from service.mcp.cel import Compiled, Evaluator, compile_invariants
@@ -32,6 +34,11 @@ from service.net.egress import EgressPolicy, EgressRefused
 from service.sandbox import Confinement
 
 log = logging.getLogger("assaygate.mcp")
+
+
+def run_key() -> bytes:
+    """A fresh key for one run's trial ids (the agent never sees it)."""
+    return secrets.token_bytes(blind.KEY_BYTES)
 
 
 class McpEngine:
@@ -90,6 +97,9 @@ class McpEngine:
                 check_servers(egress, self.contract)
             except EgressRefused as exc:
                 self.refused = f"TargetUnreachable: egress refused: {exc.message}"
+        # The key of the trials' ids: drawn per engine (the local CLI's run); a worker sets the
+        # assay's (`blind.assay_key` of its credential) before each shard.
+        self.blind_key = run_key()
         self.runs_done = 0  # trial arms finished (read by `activity`)
         self._counting = threading.Lock()
         self._slots: list[Slot] = []
@@ -157,18 +167,19 @@ class McpEngine:
         with self._counting:  # slots finish runs from their own threads
             self.runs_done += 1
 
-    @staticmethod
     def trial_id(
-        spec: FaultSpec | None, workload_key: int, disabled: frozenset[str] = frozenset()
+        self,
+        spec: FaultSpec | None,
+        workload_key: int,
+        disabled: frozenset[str] = frozenset(),
+        naive: bool = False,
     ) -> str:
-        """The trial's id as the agent and the hooks see it: from the trial (its workload, which
-        the plan's seed, the fault and the trial's number derive) and the arm, never from the
-        slot or the order trials start in, so an agent keyed on it behaves alike at any
+        """The trial's id as the agent and the hooks see it: opaque and of one shape in every
+        arm (`service.core.trial.blind`), keyed by `blind_key`; from the trial (its workload,
+        which the plan's seed, the fault and the trial's number derive) and the arm, never from
+        the slot or the order trials start in, so an agent keyed on it behaves alike at any
         concurrency."""
-        arm = "" if spec is not None else "-baseline"
-        if disabled:
-            arm += "-without-" + "+".join(sorted(disabled))
-        return f"t{workload_key % 2**64:016x}{arm}"
+        return blind.trial_id(self.blind_key, workload_key, blind.arm_of(spec, disabled, naive))
 
     def match(self, workload_key: int, spec: FaultSpec) -> None:
         self._slots[0].match(workload_key, spec)

@@ -71,6 +71,13 @@ def _target_error(error: str, seed: int) -> TrialRecord:
     return TrialRecord(outcome, False, [], error, None, None, w, World(w))
 
 
+def _task_of(reset: Any) -> dict[str, Any]:
+    task = reset.get("task") if isinstance(reset, dict) else None
+    if not isinstance(task, dict):
+        raise HookFailed('the reset hook must answer {"task": {...}}')
+    return dict(task)
+
+
 def _build_key(seen: tuple[str, str | None]) -> tuple[str, str]:
     return (seen[0], seen[1] or "")
 
@@ -170,7 +177,6 @@ class Slot:
         capture: bool,
     ) -> TrialRecord:
         engine = self.engine
-        trial_id = engine.trial_id(spec, workload_key, disabled)
         budget = engine.deadline_s * (MAX_RESTARTS + 3) * 2 + 120
         if engine.refused is not None:
             return _target_error(engine.refused, workload_key)
@@ -179,7 +185,7 @@ class Slot:
             with sandbox_lock(
                 self.world, engine.holder, engine.lock_wait_s, lambda n: engine.on_wait(n)
             ):
-                return self._locked_trial(spec, workload_key, disabled, trial_id, budget)
+                return self._locked_trial(spec, workload_key, disabled, budget)
         except SandboxBusy as exc:
             return _target_error(f"SandboxBusy: {exc}", workload_key)
         finally:
@@ -191,7 +197,6 @@ class Slot:
         spec: FaultSpec | None,
         workload_key: int,
         disabled: frozenset[str],
-        trial_id: str,
         budget: float,
     ) -> TrialRecord:
         # The harness runs a trial's intervention, then its matched baseline on the same
@@ -203,7 +208,7 @@ class Slot:
         elif self._matched is not None and self._matched[0] == workload_key:
             matched = self._matched[1]
         rec = self._loop.run(
-            self._trial(spec, workload_key, disabled, trial_id, naive=False, matched=matched),
+            self._trial(spec, workload_key, disabled, naive=False, matched=matched),
             budget,
         )
         if spec is None and matched is not None and rec.target_error is None:
@@ -215,9 +220,7 @@ class Slot:
             and rec.exercised
             and self.sensitivity
         ):
-            naive = self._loop.run(
-                self._trial(spec, workload_key, disabled, trial_id, naive=True), budget
-            )
+            naive = self._loop.run(self._trial(spec, workload_key, disabled, naive=True), budget)
             rec.sensitivity = naive.outcome
             if naive.builds:
                 rec.builds = tuple(sorted(set(rec.builds) | set(naive.builds), key=_build_key))
@@ -230,11 +233,11 @@ class Slot:
         spec: FaultSpec | None,
         seed: int,
         disabled: frozenset[str],
-        trial_id: str,
         naive: bool,
         matched: FaultSpec | None = None,
     ) -> TrialRecord:
-        trial_id += "-naive" if naive else ""
+        # One shape in every arm: nothing the agent, its tools or the hooks see names the arm.
+        trial_id = self.engine.trial_id(spec, seed, disabled, naive)
         w = Workload(Stream(seed))
         inj = Injector(spec, self.engine.catalogue, self.engine.guard)
         self.upstreams.begin()
@@ -262,19 +265,29 @@ class Slot:
         self, spec: FaultSpec | None, seed: int, trial_id: str, matched: FaultSpec | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The task the team's reset hook returns, and the world before the agent runs. A
-        matched baseline (`spec` None, `matched` its fault) asks for the same task: its tool."""
-        reset = await self.upstreams.hook(
-            self.contract.hooks.reset,
-            {
-                "seed": seed % 2**31,
-                "trial_id": trial_id,
-                "fault": spec.id if spec is not None else "",
-                "tool": matched.target if matched is not None else "",
-            },
-        )
-        task = dict(reset["task"]) if isinstance(reset, dict) else None
-        if task is None:
-            raise HookFailed('the reset hook must answer {"task": {...}}')
+        matched baseline (`spec` None, `matched` its fault) asks for the same task: its tool.
+
+        The hook is told the armed fault only when the contract declares it must
+        (`hooks.tell_fault`); every arm is otherwise told `"fault": ""`. Told, it is first asked
+        blind, and the task it answers told must be the task it answered blind: the fault reaches
+        the team's world, never the agent's task."""
+        payload = {
+            "seed": seed % 2**31,
+            "trial_id": trial_id,
+            "fault": "",
+            "tool": matched.target if matched is not None else "",
+        }
+        blind_task: dict[str, Any] | None = None
+        if self.contract.hooks.tell_fault and spec is not None:
+            blind_task = _task_of(await self.upstreams.hook(self.contract.hooks.reset, payload))
+            payload["fault"] = spec.id
+        reset = await self.upstreams.hook(self.contract.hooks.reset, payload)
+        task = _task_of(reset)
+        if blind_task is not None and task != blind_task:
+            raise HookFailed(
+                "the reset hook told the armed fault (hooks.tell_fault) answered another task "
+                "than it answers blind: the agent's task may not depend on the fault"
+            )
         # A reset that also answers the fresh world (`"world"`: what probe would answer)
         # saves the first probe's round trip.
         world = reset.get("world")

@@ -169,6 +169,9 @@ class Hooks(StrictModel):
     probe: Hook
     # Changes the world between the agent's read and its effect (the state-mutation fault).
     mutate: Hook | None = None
+    # Whether the reset hook is told the armed fault (docs/mcp.md, "World hooks"): off, every
+    # arm's reset is told `"fault": ""`; on, the task it answers must not depend on it.
+    tell_fault: bool = False
 
 
 class Storm(StrictModel):
