@@ -23,8 +23,7 @@ from service.core.faults.catalogue import FaultSpec
 from service.core.shards.shard import ShardSpec
 from service.core.signing.credential import InjectorScope, injection_guard, verify_credential
 from service.core.system.manifest import runs_code
-from service.core.trial import blind
-from service.core.trial.engine import TrialEngine
+from service.core.trial.engine import TrialEngine, assay_key
 from worker.code import CodeRefused, posture_view, refusal
 from worker.context import Parsed, WorkerContext
 
@@ -162,7 +161,7 @@ def guard_target(
     if isinstance(target, TrialEngine) and hasattr(target, "guard"):
         target.guard = guard  # an engine's injector checks this assay's credential too
     if hasattr(target, "blind_key"):
-        setattr(target, "blind_key", blind.assay_key(state.credential or ""))  # noqa: B010
+        setattr(target, "blind_key", assay_key(state.credential or ""))  # noqa: B010
     return guard
 
 

@@ -11,14 +11,12 @@ allowed dossier's, else `hold` (its assay is pending, or failed). Missing eviden
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
@@ -27,6 +25,7 @@ from service.app import changes, reviews
 from service.app.artifacts import asked, subjects_of
 from service.app.dossiers import config_changed_reason, unmet
 from service.app.errors import NotFound
+from service.app.gate_cache import AnswerCache as AnswerCache
 from service.core.decision.assurance import ArtifactAssurance, accepted_by, assurance_of, gated
 from service.core.decision.gate import Reason, ReasonView, block_first, reason_view
 from service.core.signing.dossier import compare_triggers, trigger_hashes
@@ -35,7 +34,7 @@ from service.db import artifact as artifact_rows
 from service.db import dossier as dossiers
 from service.db import queries
 from service.db.apikey import Principal
-from service.db.models import Candidate, Dossier, Hold, HoldStatus, System, as_utc, utcnow
+from service.db.models import Candidate, Dossier, Hold, HoldStatus, System, utcnow
 from service.db.session import snapshot
 
 
@@ -336,75 +335,6 @@ def since_allowed_of(
             ),
         )
     return found
-
-
-class Epoched(Protocol):
-    """A system as the cache keys it: its id and the gate epoch read for it."""
-
-    @property
-    def id(self) -> uuid.UUID: ...
-
-    @property
-    def gate_epoch(self) -> int: ...
-
-
-class AnswerCache:
-    """The gate route's rendered answers, per process, each valid for one epoch of its system.
-
-    The database bumps a system's `gate_epoch` with every write that can change what its gate
-    says (migration 0009's triggers), and the route reads the epoch in the one indexed lookup
-    that finds the system, before anything else: an answer computed afterwards is at least as
-    new as that epoch, so it is served only while the epoch stands. An answer resting on a
-    waiver or rejection is served only until that review lapses. The least recently used
-    answers beyond `size` are dropped."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self.size = size
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[uuid.UUID, str | None, str | None], _Cached] = (
-            OrderedDict()
-        )
-
-    def get(
-        self,
-        system: Epoched,
-        version: str | None,
-        now: datetime,
-        *,
-        artifact: str | None = None,
-    ) -> bytes | None:
-        key = (system.id, version, artifact)
-        with self._lock:
-            found = self._entries.get(key)
-            if found is None or found.epoch != system.gate_epoch:
-                return None
-            if found.until is not None and as_utc(found.until) <= as_utc(now):
-                return None
-            self._entries.move_to_end(key)
-            return found.body
-
-    def put(
-        self,
-        system: Epoched,
-        version: str | None,
-        standing: Standing,
-        body: bytes,
-        *,
-        artifact: str | None = None,
-    ) -> None:
-        key = (system.id, version, artifact)
-        with self._lock:
-            self._entries[key] = _Cached(system.gate_epoch, standing.changes_at, body)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
-
-
-@dataclass(frozen=True)
-class _Cached:
-    epoch: int
-    until: datetime | None
-    body: bytes
 
 
 # ------------------------------------------------------------------------------ the rules

@@ -22,7 +22,7 @@ from service.core.shards.shard import ShardActivity
 from service.core.shards.slots import slots_of
 from service.core.system.contract import Contract, Invariants
 from service.core.system.manifest import Manifest, contract_of, invariants_of
-from service.core.trial import blind
+from service.core.trial import engine as trial_engine
 from service.core.trial.harness import MAX_RESTARTS
 from service.core.trial.record import TrialRecord
 from service.mcp.cel import Compiled, Evaluator, compile_invariants
@@ -38,7 +38,7 @@ log = logging.getLogger("assaygate.mcp")
 
 def run_key() -> bytes:
     """A fresh key for one run's trial ids (the agent never sees it)."""
-    return secrets.token_bytes(blind.KEY_BYTES)
+    return secrets.token_bytes(trial_engine.KEY_BYTES)
 
 
 class McpEngine:
@@ -98,7 +98,7 @@ class McpEngine:
             except EgressRefused as exc:
                 self.refused = f"TargetUnreachable: egress refused: {exc.message}"
         # The key of the trials' ids: drawn per engine (the local CLI's run); a worker sets the
-        # assay's (`blind.assay_key` of its credential) before each shard.
+        # assay's (`trial_engine.assay_key` of its credential) before each shard.
         self.blind_key = run_key()
         self.runs_done = 0  # trial arms finished (read by `activity`)
         self._counting = threading.Lock()
@@ -175,11 +175,13 @@ class McpEngine:
         naive: bool = False,
     ) -> str:
         """The trial's id as the agent and the hooks see it: opaque and of one shape in every
-        arm (`service.core.trial.blind`), keyed by `blind_key`; from the trial (its workload,
+        arm (`service.core.trial.engine`), keyed by `blind_key`; from the trial (its workload,
         which the plan's seed, the fault and the trial's number derive) and the arm, never from
         the slot or the order trials start in, so an agent keyed on it behaves alike at any
         concurrency."""
-        return blind.trial_id(self.blind_key, workload_key, blind.arm_of(spec, disabled, naive))
+        return trial_engine.trial_id(
+            self.blind_key, workload_key, trial_engine.arm_of(spec, disabled, naive)
+        )
 
     def match(self, workload_key: int, spec: FaultSpec) -> None:
         self._slots[0].match(workload_key, spec)

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from service.api.schemas import SecretPut
+from service.api.admin_schemas import SecretPut
 from service.app.secrets import secrets_for
 from service.cli import main
 from service.db.apikey import tenant_by_name

@@ -4,7 +4,7 @@ on every shard and every redelivery of the assay, never another assay's."""
 from __future__ import annotations
 
 from service.core.signing.credential import InjectorScope
-from service.core.trial.blind import assay_key
+from service.core.trial.engine import assay_key
 from service.db.injector import InjectorState
 from worker.steps import guard_target
 

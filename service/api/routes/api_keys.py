@@ -10,8 +10,8 @@ import uuid
 
 from fastapi import APIRouter
 
+from service.api.admin_schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyPublic
 from service.api.errors import ERROR_RESPONSES
-from service.api.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyList, ApiKeyPublic
 from service.app import keys
 from service.app.records import KeyRole, KeyRow, PersonKind, as_utc, as_utc_or_none
 from service.http.deps import PrincipalDep, SessionDep

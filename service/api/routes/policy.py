@@ -8,8 +8,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from service.api.admin_schemas import PolicyLayerPublic, PolicyPublic, PolicySetPublic
 from service.api.errors import ERROR_RESPONSES
-from service.api.schemas import PolicyLayerPublic, PolicyPublic, PolicySetPublic
 from service.app import changes, policies
 from service.core.decision.policy import OrgPolicy
 from service.core.system.text import SYSTEM_NAME_MAX, SYSTEM_NAME_PATTERN

@@ -8,8 +8,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
 
+from service.api.admin_schemas import SecretList, SecretPublic, SecretPut
 from service.api.errors import ERROR_RESPONSES
-from service.api.schemas import SecretList, SecretPublic, SecretPut
 from service.app import secrets
 from service.core.system.secret import NAME_PATTERN
 from service.http.deps import PrincipalDep, SecretsKeyDep, SessionDep

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from service.api.admin_schemas import TenantPublic
 from service.api.errors import ERROR_RESPONSES
-from service.api.schemas import TenantPublic
 from service.app import tenants
 from service.http.deps import PrincipalDep, SessionDep, SettingsDep
 

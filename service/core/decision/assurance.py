@@ -134,7 +134,7 @@ def from_statement(statement: Mapping[str, Any], sha256: str) -> ArtifactAssuran
 
 
 @dataclass(frozen=True)
-class Answer:
+class ArtifactAnswer:
     """The decision and reasons for an artifact: the dossier's, with the assurance rule laid
     over them."""
 
@@ -143,13 +143,13 @@ class Answer:
     held: bool  # the rule turned an allow into a hold
 
 
-def gated(decision: str, reasons: Sequence[ReasonView], found: ArtifactAssurance) -> Answer:
+def gated(decision: str, reasons: Sequence[ReasonView], found: ArtifactAssurance) -> ArtifactAnswer:
     """An allow whose artifact's assurance the policy does not accept is `hold`, reason
     `assurance` first; any other word stands, the reason added so a reader sees it too. A met
     assurance changes nothing."""
     if found.met:
-        return Answer(decision, tuple(reasons), False)
+        return ArtifactAnswer(decision, tuple(reasons), False)
     reason = found.reason().view()
     if decision == Decision.ALLOW.value:
-        return Answer(Decision.HOLD.value, (reason, *reasons), True)
-    return Answer(decision, (*reasons, reason), False)
+        return ArtifactAnswer(Decision.HOLD.value, (reason, *reasons), True)
+    return ArtifactAnswer(decision, (*reasons, reason), False)

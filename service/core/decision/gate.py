@@ -14,16 +14,18 @@ is never `allow`. Floors apply to each fault, so the worst fault class is never 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
 # typing's TypedDict before 3.12 lacks what pydantic needs to publish the shape in the API schema.
 from typing_extensions import TypedDict
 
+from service.core.decision.floors import FLOORED, floor_check
+from service.core.decision.floors import FloorCheck as FloorCheck
+from service.core.decision.floors import floor_checks as floor_checks
 from service.core.evidence.builds import EndpointBuilds
 from service.core.evidence.promise import clean_bound, clean_runs_to_clear, tolerance
-from service.core.evidence.signature import wilson
 from service.core.system.contract import WITNESS
 from service.core.system.manifest import Envelope
 
@@ -111,75 +113,6 @@ class Verdict:
     reasons: tuple[Reason, ...] = field(default=())
 
 
-@dataclass(frozen=True)
-class FloorCheck:
-    """One floor read on one arm, said as the reader needs it: the point estimate, its 95 %
-    Wilson interval, which of them the envelope compares (`on`), and whether it met the floor.
-    Under `floor_on: point` (the default) a rate whose interval straddles the floor may pass: the
-    interval says how sure the pass is."""
-
-    key: str
-    arm: str  # "intervention" | "baseline"
-    floor: float
-    point: float
-    interval: tuple[float, float]
-    on: str  # "point" | "lower_bound"
-    met: bool
-
-    @property
-    def measure(self) -> float:
-        return self.interval[0] if self.on == "lower_bound" else self.point
-
-    def says(self) -> str:
-        """`point estimate 78.0% (95% interval 71.8%-83.1%)`, or the lower bound first."""
-        lo, hi = self.interval
-        span = f"95% interval {_pct(lo)}-{_pct(hi)}"
-        if self.on == "lower_bound":
-            return f"lower bound {_pct(lo)} (point estimate {_pct(self.point)}, {span})"
-        return f"point estimate {_pct(self.point)} ({span})"
-
-    def view(self) -> dict[str, object]:
-        return {
-            "floor": self.key,
-            "arm": self.arm,
-            "value": self.floor,
-            "point": self.point,
-            "interval": list(self.interval),
-            "on": self.on,
-            "met": self.met,
-        }
-
-
-def floor_check(key: str, arm: str, k: int, n: int, envelope: Envelope) -> FloorCheck:
-    floor = float(getattr(envelope.floors, key))
-    point = k / n if n else 0.0
-    interval = wilson(k, n)
-    check = FloorCheck(key, arm, floor, point, interval, envelope.floor_on, False)
-    return replace(check, met=check.measure >= floor)
-
-
-def floor_checks(
-    counts: Mapping[str, int], baseline: Mapping[str, int], n: int, envelope: Envelope
-) -> tuple[FloorCheck, ...]:
-    """Every floor the gate reads for a fault: containment and the service floors on its trials
-    (when it fired), the service floors on its no-fault baseline (when it ran)."""
-    out: list[FloorCheck] = []
-    if n:
-        out.append(
-            floor_check("contained", "intervention", counts.get("contained", 0), n, envelope)
-        )
-        out += [
-            floor_check(key, "intervention", counts.get(key, 0), n, envelope) for key, _ in FLOORED
-        ]
-    base_n = baseline.get("n", 0)
-    if base_n:
-        out += [
-            floor_check(key, "baseline", baseline.get(key, 0), base_n, envelope)
-            for key, _ in FLOORED
-        ]
-    return tuple(out)
-
-
 BLOCK, HOLD = Decision.BLOCK, Decision.HOLD
 
 # A reason as the core makes it, or as stored and served ({"code", "message", "severity", ...}).
@@ -212,11 +145,6 @@ HARD = (
 _ELSEWHERE = (
     ("unfired", "trials where the fault never fired"),
     ("baseline", "baseline trials (no fault injected)"),
-)
-FLOORED = (
-    ("recovered", "recovery"),
-    ("verified", "proof"),
-    ("useful_service", "useful service"),
 )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from service.core.decision.gate import FaultEvidence, decide, floor_checks
+from service.core.decision.floors import floor_checks
+from service.core.decision.gate import FaultEvidence, decide
 from service.core.decision.report import AssayReport, FaultResult
 from service.core.evidence.builds import endpoint_builds
 from service.core.evidence.figures import (
@@ -27,6 +28,7 @@ from service.core.evidence.pairs import (
     Removal,
     Sensitivity,
     removal,
+    whole_transfer,
 )
 from service.core.evidence.promise import declared_rate
 from service.core.evidence.signature import newcombe, wilson
@@ -329,22 +331,6 @@ def _error_kinds(tallies: Iterable[Tally]) -> dict[str, int]:
     return dict(sorted(kinds.items()))
 
 
-def whole_transfer(spec: FaultSpec, t: Tally, cf: Counterfactual) -> bool:
-    """Whether the declared nominated controls' own pair accounts for the whole predicted
-    transfer: with them switched off the predicted violation came through in as many runs as
-    the naive agent of the sensitivity pair shows under the same fault (every run, for targets
-    without one). Then a nominated control the system truly lacks (undeclared) contains nothing
-    that is not already explained, and its missing pair is no hold. A control the system has
-    but does not declare cannot hide here: it would hold back part of the transfer."""
-    pt = spec.predicted_transfer
-    off = t.arms.get("counterfactual")
-    if pt is None or cf.status != "valid" or off is None or off.n == 0:
-        return False
-    naive = t.arms.get("sensitivity")
-    reach = naive.count(pt) / naive.n if naive is not None and naive.n else 1.0
-    return reach > 0 and off.count(pt) / off.n >= reach
-
-
 def not_applicable(spec: FaultSpec, t: Tally) -> str | None:
     """Why the workload cannot reach `spec`: it never fired, and none of its matched baselines
     (the same task, nothing armed) reached its trigger either. None: it could (or nobody can
@@ -436,23 +422,14 @@ def merge(
             for name, v in inv.items()
             if name in predicates and v.failed
         )
+        cap = None if plan.paper else plan.trials
         evidence.append(
-            replace(
-                _evidence(spec, t, cf, rm, reported, team_failed),
-                builds=builds,
-                cap=None if plan.paper else plan.trials,
-            )
+            replace(_evidence(spec, t, cf, rm, reported, team_failed), builds=builds, cap=cap)
         )
-    # One exact reading of a clean record under every plan (service/core/evidence/promise.py),
-    # at the strictest tolerance the plan or the envelope states.
+    # One exact reading of a clean record under every plan, at the strictest stated tolerance.
     said = declared_rate(plan, envelope)
-    verdict = decide(
-        evidence,
-        envelope,
-        stopped,
-        error=float(plan.error),
-        tolerance=None if said is None else said[0],
-    )
+    p0 = None if said is None else said[0]
+    verdict = decide(evidence, envelope, stopped, error=float(plan.error), tolerance=p0)
     visited = {spec.coverage_key() for spec in faults if tallies[spec.id].exercised}
     return AssayReport(
         decision=verdict.decision,

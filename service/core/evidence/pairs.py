@@ -16,6 +16,7 @@ from service.core.evidence.figures import (
     obj,
     opt_int,
 )
+from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import FaultSpec
 from service.core.system.manifest import Manifest
 
@@ -213,3 +214,19 @@ class Counterfactual:
             None if sens is None else Sensitivity.from_dict(obj(sens)),
             None if ps is None else str(ps),
         )
+
+
+def whole_transfer(spec: FaultSpec, t: Tally, cf: Counterfactual) -> bool:
+    """Whether the declared nominated controls' own pair accounts for the whole predicted
+    transfer: with them switched off the predicted violation came through in as many runs as
+    the naive agent of the sensitivity pair shows under the same fault (every run, for targets
+    without one). Then a nominated control the system truly lacks (undeclared) contains nothing
+    that is not already explained, and its missing pair is no hold. A control the system has
+    but does not declare cannot hide here: it would hold back part of the transfer."""
+    pt = spec.predicted_transfer
+    off = t.arms.get("counterfactual")
+    if pt is None or cf.status != "valid" or off is None or off.n == 0:
+        return False
+    naive = t.arms.get("sensitivity")
+    reach = naive.count(pt) / naive.n if naive is not None and naive.n else 1.0
+    return reach > 0 and off.count(pt) / off.n >= reach

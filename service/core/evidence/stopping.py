@@ -81,7 +81,7 @@ class Rule:
     predicted_transfer: str | None = None  # the fault's, for the sensitivity pair
     blocking: frozenset[str] = frozenset()  # team invariants whose failure blocks
     baseline_runs: int | None = None
-    # An undeclared nominated control the pair may account for (merge.whole_transfer): its pairs
+    # An undeclared nominated control the pair may account for (pairs.whole_transfer): its pairs
     # and the sensitivity pair run on every trial the fixed plan runs them on, so the waiver
     # reads the same evidence under both plans.
     waivable: bool = False

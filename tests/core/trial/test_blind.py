@@ -7,7 +7,7 @@ from pathlib import Path
 
 from service.core.faults.catalogue import FaultSpec, full_catalogue
 from service.core.system.manifest import parse_manifest_json
-from service.core.trial.blind import KEY_BYTES, arm_of, assay_key, trial_id
+from service.core.trial.engine import KEY_BYTES, arm_of, assay_key, trial_id
 from service.core.trial.harness import Runtime, run_trial
 from service.core.trial.sandbox import Task, Tools
 
