@@ -131,8 +131,34 @@ def quiet(engine: sa.Engine, within_s: float = 120.0) -> None:
             ).first()
         if busy is None:
             return
-        assert time.monotonic() < deadline, f"assay {busy} is still queued or running"
+        assert time.monotonic() < deadline, f"still queued or running: {_busy_view(engine, busy)}"
         time.sleep(0.2)
+
+
+def _busy_view(engine: sa.Engine, assay_id: uuid.UUID) -> str:
+    """Whose the stuck assay is, so a failing `quiet` names the test that left it."""
+    with Session(engine) as session:
+        assay = session.get(Assay, assay_id)
+        if assay is None:
+            return f"assay {assay_id}"
+        found = session.execute(
+            sa.text(
+                "SELECT s.name, c.version FROM candidate c JOIN system s ON s.id = c.system_id "
+                "WHERE c.id = :id"
+            ),
+            {"id": assay.candidate_id},
+        ).first()
+        shards = session.execute(
+            sa.text(
+                "SELECT status, count(*) FROM assay_shard WHERE assay_id = :id GROUP BY status"
+            ),
+            {"id": assay_id},
+        ).all()
+        return (
+            f"assay {assay_id} ({assay.status}, created {assay.created_at}) of system "
+            f"{found[0] if found else '?'} version {found[1] if found else '?'}; shards "
+            f"{dict((str(k), int(v)) for k, v in shards)}"
+        )
 
 
 def row_counts(engine: sa.Engine) -> dict[str, int]:

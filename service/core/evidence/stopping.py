@@ -187,9 +187,11 @@ class Rule:
             for key in keys:
                 floor = float(getattr(floors, key))
                 k = arm.count(key)
-                high = confidence_sequence(k, arm.n, self.error)[1]
                 point = k / arm.n
-                if high < floor and point < floor:
+                if point >= floor:
+                    continue  # the sequence holds its estimate: a careful arm costs nothing here
+                high = confidence_sequence(k, arm.n, self.error)[1]
+                if high < floor:
                     return (
                         f"futile after {arm.n} {arm_name} runs: {key} {point:.1%}, its "
                         f"confidence sequence below {high:.1%}, cannot reach the {floor:.0%} floor"
