@@ -362,3 +362,18 @@ def test_a_local_assay_held_to_a_policy_refuses_a_looser_manifest_and_raises_a_s
     main(["assay", TYPED, "--trials", "6", *args])
     report = json.loads(capsys.readouterr().out)
     assert report["plan"]["envelope"]["floors"]["recovered"] == 0.9
+
+
+def test_an_mcp_assay_whose_servers_are_down_is_one_error_line_naming_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = json.loads((EXAMPLES / "mcp-warehouse" / "manifest.careful.json").read_text())
+    for name, port in (("shop", 1), ("admin", 2)):
+        manifest["tools"]["servers"][name]["url"] = f"http://127.0.0.1:{port}/mcp"
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest))
+    # `assay` exits 2 for hold, so its errors are 3.
+    assert main(["assay", str(path), "--trials", "1"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert "cannot start the mcp target" in err[0] and "http://127.0.0.1:1/mcp" in err[0]
