@@ -10,17 +10,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from service.cli.errors import DECISION_EXIT, EXIT_ERROR
+from service.cli.errors import DECISION_EXIT, EXIT_ERROR, mcp_start_failed
 from service.cli.plans import held_to, load_policy, read_text, rule_args, rule_overrides
 from service.cli.printing import print_report
-from service.core.errors import AssaygateError, PlanInvalid, TargetUnsupported
+from service.core.errors import AssaygateError, PlanInvalid
 from service.core.evidence.promise import refuse_unresolvable
 from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.faults.contract_catalogue import catalogue_for
 from service.core.faults.plan import AssayPlan, parse_plan, validate_plan
 from service.core.shards.assay import AssayReport, StopLimits, replay_trial, run_assay
-from service.core.system.contract import MAX_SLOTS, parse_contract
+from service.core.system.contract import MAX_SLOTS
 from service.core.system.manifest import Manifest, parse_manifest_json
 from service.core.system.secret import code_env
 from service.net.egress import EgressPolicy
@@ -265,18 +265,7 @@ def _assay_here(
     except (OSError, ExceptionGroup) as exc:
         if manifest.target.kind != "mcp":
             raise
-        # The MCP client raises its connection failure inside a task group: one line, not a
-        # traceback, naming what the manifest points at.
-        contract = parse_contract(manifest.tools)
-        servers = ", ".join(
-            f"{name} {server.url or ' '.join(server.command or ())}"
-            for name, server in sorted(contract.servers.items())
-        )
-        raise TargetUnsupported(
-            f"cannot start the mcp target: {_first_cause(exc)} (servers: {servers}); are the "
-            "team's servers running? (docs/mcp.md)",
-            field="target",
-        ) from None
+        raise mcp_start_failed(manifest, exc) from None
     notice = getattr(target, "notice", None)  # an mcp world with fewer slots than asked for
     if notice:
         print(notice, file=sys.stderr, flush=True)
@@ -497,14 +486,3 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print("\nGrade:")
     print("  " + json.dumps(trace["outcome"], sort_keys=True))
     return 0
-
-
-def _first_cause(exc: BaseException) -> str:
-    """The innermost error of a (nested) exception group or chain, as one line."""
-    while True:
-        if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-            exc = exc.exceptions[0]
-        elif exc.__cause__ is not None:
-            exc = exc.__cause__
-        else:
-            return f"{type(exc).__name__}: {exc}".splitlines()[0]

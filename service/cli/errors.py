@@ -6,6 +6,12 @@ the end of every command's `--help`, so the help and the code cannot disagree.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.core.errors import TargetUnsupported
+    from service.core.system.manifest import Manifest
+
 
 class UsageError(Exception):
     """Bad command-line input: one line, exit code 2."""
@@ -82,3 +88,32 @@ def exit_codes(command: str) -> tuple[tuple[int, str], ...]:
 def exit_codes_text(command: str) -> str:
     """The `--help` epilogue: one line per exit code."""
     return "exit codes:\n" + "\n".join(f"  {code}  {text}" for code, text in exit_codes(command))
+
+
+def mcp_start_failed(manifest: Manifest, exc: BaseException) -> TargetUnsupported:
+    """An mcp target that could not start (its servers down): one line naming what the manifest
+    points at, not the MCP client's task-group traceback."""
+    # Imported here: this module is read by every command's `--help`.
+    from service.core.errors import TargetUnsupported
+    from service.core.system.contract import parse_contract
+
+    servers = ", ".join(
+        f"{name} {server.url or ' '.join(server.command or ())}"
+        for name, server in sorted(parse_contract(manifest.tools).servers.items())
+    )
+    return TargetUnsupported(
+        f"cannot start the mcp target: {_first_cause(exc)} (servers: {servers}); are the "
+        "team's servers running? (docs/mcp.md)",
+        field="target",
+    )
+
+
+def _first_cause(exc: BaseException) -> str:
+    """The innermost error of a (nested) exception group or chain, as one line."""
+    while True:
+        if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        elif exc.__cause__ is not None:
+            exc = exc.__cause__
+        else:
+            return f"{type(exc).__name__}: {exc}".splitlines()[0]
