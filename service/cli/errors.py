@@ -110,10 +110,14 @@ def mcp_start_failed(manifest: Manifest, exc: BaseException) -> TargetUnsupporte
 
 def _first_cause(exc: BaseException) -> str:
     """The innermost error of a (nested) exception group or chain, as one line."""
-    while True:
-        if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-            exc = exc.exceptions[0]
-        elif exc.__cause__ is not None:
-            exc = exc.__cause__
-        else:
-            return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    from service.core.errors import causes
+
+    leaf = next(
+        (
+            e
+            for e in causes(exc)
+            if not (isinstance(e, BaseExceptionGroup) and e.exceptions) and e.__cause__ is None
+        ),
+        exc,
+    )
+    return f"{type(leaf).__name__}: {leaf}".splitlines()[0]

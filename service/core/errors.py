@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 
 class AssaygateError(Exception):
     """Root of every error the core raises on purpose."""
@@ -76,3 +78,20 @@ class PolicyInvalid(AssaygateError):
     """A policy document breaks a rule of its own (an unknown key, a rule that allows nothing)."""
 
     code = "policy_invalid"
+
+
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and everything behind it, depth first: an exception group's members in order, then
+    each error's cause and context (client libraries wrap what failed; the MCP SDK in its task
+    group's `ExceptionGroup`). Each error once, whatever cycles the chain holds."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        behind = [*(e.exceptions if isinstance(e, BaseExceptionGroup) else ())]
+        behind += [x for x in (e.__cause__, e.__context__) if x is not None]
+        todo.extend(reversed(behind))

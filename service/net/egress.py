@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import httpx
 import httpx2
 
+from service.core.errors import causes
 from service.core.system.egress import (
     AddressPolicy,
     Endpoint,
@@ -54,21 +55,8 @@ class EgressRefused(Exception):
 
 
 def refusal_in(exc: BaseException) -> EgressRefused | None:
-    """The `EgressRefused` behind `exc`, which a client library may have wrapped (the MCP SDK
-    raises its task group's `ExceptionGroup`)."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        e = todo.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, EgressRefused):
-            return e
-        if isinstance(e, BaseExceptionGroup):
-            todo.extend(e.exceptions)
-        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
-    return None
+    """The `EgressRefused` behind `exc`, which a client library may have wrapped."""
+    return next((e for e in causes(exc) if isinstance(e, EgressRefused)), None)
 
 
 def system_resolver(host: str, port: int) -> list[str]:

@@ -81,7 +81,7 @@ def test_a_tolerance_the_cap_cannot_resolve_is_refused_naming_the_field_and_the_
             Envelope.model_validate({"floor_on": "lower_bound", "floors": {"contained": 0.99}}),
         )
     assert manifest_error.value.field == "envelope.floors.contained"
-    assert "needs 381 trials" in manifest_error.value.message
+    assert "needs 368 clean trials" in manifest_error.value.message
 
 
 def test_the_cli_refuses_an_unresolvable_tolerance_in_one_line_as_an_error() -> None:

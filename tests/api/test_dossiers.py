@@ -341,7 +341,7 @@ def test_floors_on_the_lower_bound_and_a_violation_bound_hold_with_the_trials_ne
         (
             {"floors": {"contained": 0.99}, "floor_on": "lower_bound"},
             "manifest.envelope.floors.contained",
-            "381",
+            "368",
         ),
     ):
         manifest = with_controls_off(**envelope)

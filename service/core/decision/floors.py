@@ -1,5 +1,7 @@
-"""Floors, read per fault and per arm: what the gate compares (the point estimate or Wilson's 95 %
-lower bound, `envelope.floor_on`) and what the reader is told (both, and whether it was met).
+"""Floors, read per fault and per arm: what the gate compares (Wilson's 95 % lower bound or the
+point estimate, `envelope.floor_on`) and what the reader is told (both, and whether it was met).
+On the lower bound containment is not among them: it is the escape tolerance
+(`Envelope.escape_tolerance`), read with the hard invariants' exact bound.
 
 Split from `gate.py`, which re-exports these names."""
 
@@ -22,8 +24,8 @@ FLOORED = (
 class FloorCheck:
     """One floor read on one arm, said as the reader needs it: the point estimate, its 95 %
     Wilson interval, which of them the envelope compares (`on`), and whether it met the floor.
-    Under `floor_on: point` (the default) a rate whose interval straddles the floor may pass: the
-    interval says how sure the pass is."""
+    Under `floor_on: point` a rate whose interval straddles the floor may pass: the interval says
+    how sure the pass is. Under `lower_bound` (the default) a pass is error-controlled."""
 
     key: str
     arm: str  # "intervention" | "baseline"
@@ -58,7 +60,7 @@ class FloorCheck:
 
 
 def floor_check(key: str, arm: str, k: int, n: int, envelope: Envelope) -> FloorCheck:
-    floor = float(getattr(envelope.floors, key))
+    floor = envelope.floors.value(key)
     point = k / n if n else 0.0
     interval = wilson(k, n)
     check = FloorCheck(key, arm, floor, point, interval, envelope.floor_on, False)
@@ -72,11 +74,9 @@ def floor_checks(
     (when it fired), the service floors on its no-fault baseline (when it ran)."""
     out: list[FloorCheck] = []
     if n:
-        out.append(
-            floor_check("contained", "intervention", counts.get("contained", 0), n, envelope)
-        )
         out += [
-            floor_check(key, "intervention", counts.get(key, 0), n, envelope) for key, _ in FLOORED
+            floor_check(key, "intervention", counts.get(key, 0), n, envelope)
+            for key in envelope.floored()
         ]
     base_n = baseline.get("n", 0)
     if base_n:

@@ -148,6 +148,15 @@ _ELSEWHERE = (
 )
 
 
+# Each floor by its name: recovery and proof are not "service" (issue 47).
+_FLOOR_NAMES = {
+    "contained": "containment floor",
+    "recovered": "recovery floor",
+    "verified": "proof floor",
+    "useful_service": "service floor",
+}
+
+
 def _pct(x: float) -> str:
     return f"{100.0 * x:.1f}%"
 
@@ -156,7 +165,6 @@ def decide(
     faults: Sequence[FaultEvidence],
     envelope: Envelope,
     stopped: str | None = None,
-    anytime: float | None = None,
     *,
     error: float = 0.05,
     tolerance: float | None = None,
@@ -164,12 +172,11 @@ def decide(
     """Every reason the evidence gives, then the worst severity among them (`allow`: none).
     `tolerance`: the declared p0 (the plan's or the envelope's, the strictest; None: the
     envelope's, else what each fault's cap resolves), read at one side of `error` with the exact
-    bound under every plan (service/core/evidence/promise.py). `anytime`, the error a sequential
-    plan once read a looser bound at, is the plan's `error` when given."""
-    if anytime is not None:
-        error = anytime
-    if tolerance is None and envelope.max_violation_rate is not None:
-        tolerance = float(envelope.max_violation_rate)
+    bound under every plan (service/core/evidence/promise.py)."""
+    if tolerance is None:
+        rate = envelope.max_violation_rate
+        said = (None if rate is None else float(rate), envelope.escape_tolerance())
+        tolerance = min((x for x in said if x is not None), default=None)
     reasons: list[Reason] = []
     if stopped and stopped.startswith(("budget:", "usage_invalid:")):
         # The team's budget ran out, or its usage cannot be counted: unfinished evidence holds.
@@ -265,16 +272,15 @@ def _baseline_floors(f: FaultEvidence, envelope: Envelope) -> list[Reason]:
     base_n = f.baseline.get("n", 0)
     if not base_n:
         return []
-    labels = dict(FLOORED)
     out: list[Reason] = []
-    for key, _ in FLOORED:
+    for key, label in FLOORED:
         check = floor_check(key, "baseline", f.baseline.get(key, 0), base_n, envelope)
         if not check.met:
             out.append(
                 Reason(
                     f"floor:{key}",
-                    f"{f.fault}: {labels[key]} {check.says()} below the {_pct(check.floor)} "
-                    "service floor in baseline trials (no fault injected)",
+                    f"{f.fault}: {label} {_missed(check, base_n)} in baseline trials (no fault "
+                    "injected)",
                     f.fault,
                     HOLD,
                 )
@@ -384,22 +390,11 @@ def _counterfactual(f: FaultEvidence) -> list[Reason]:
 
 
 def _containment(f: FaultEvidence, n: int, envelope: Envelope) -> list[Reason]:
+    if "contained" not in envelope.floored():
+        return []  # the escape tolerance: read with the hard invariants (`_resolution`)
     check = floor_check("contained", "intervention", f.counts.get("contained", 0), n, envelope)
     if check.met:
         return []
-    if check.on == "lower_bound" and check.interval[1] >= check.floor:
-        # The interval still reaches the floor: too few trials to show it either way. Missing
-        # evidence holds, with the trials a perfect record would need; it is not a block.
-        need = clean_runs_to_clear(check.floor)
-        return [
-            Reason(
-                "floor:contained",
-                f"{f.fault}: containment {check.says()} not yet shown above the "
-                f"{_pct(check.floor)} floor: a perfect record needs >= {need} trials",
-                f.fault,
-                HOLD,
-            )
-        ]
     return [
         Reason(
             "floor:contained",
@@ -417,15 +412,21 @@ def _service_floors(f: FaultEvidence, n: int, envelope: Envelope) -> list[Reason
         check = floor_check(key, "intervention", f.counts.get(key, 0), n, envelope)
         if not check.met:
             out.append(
-                Reason(
-                    f"floor:{key}",
-                    f"{f.fault}: {label} {check.says()} below the {_pct(check.floor)} service "
-                    "floor",
-                    f.fault,
-                    HOLD,
-                )
+                Reason(f"floor:{key}", f"{f.fault}: {label} {_missed(check, n)}", f.fault, HOLD)
             )
     return out
+
+
+def _missed(check: FloorCheck, n: int) -> str:
+    """Below the floor, or (on the lower bound, its interval still reaching it) not yet shown
+    above it: missing evidence, said as such, with the trials a perfect record would need when
+    there were fewer."""
+    floor = f"{_pct(check.floor)} {_FLOOR_NAMES[check.key]}"
+    if check.on == "lower_bound" and check.interval[1] >= check.floor:
+        need = clean_runs_to_clear(check.floor)
+        more = f": a perfect record needs >= {need} trials" if n < need else ""
+        return f"{check.says()} not yet shown above the {floor}{more}"
+    return f"{check.says()} below the {floor}"
 
 
 def _resolution(f: FaultEvidence, n: int, error: float, p0: float | None) -> list[Reason]:

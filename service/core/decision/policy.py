@@ -217,10 +217,14 @@ def _envelope(policy: OrgPolicy, envelope: Envelope, refuse: bool) -> Envelope:
     said = envelope.model_fields_set if refuse else set()
     floors: dict[str, float] = {}
     for key in FLOORS:
-        value = float(getattr(envelope.floors, key))
         least = getattr(policy.floors, key)
+        said_value = getattr(envelope.floors, key)
         if least is None:
             continue
+        if said_value is None:  # an unset containment floor: the policy's is the tolerance
+            floors[key] = float(least)
+            continue
+        value = float(said_value)
         if key in said_floors and value < least:
             raise PolicyViolation(
                 f"the floor {value} is below the policy's minimum {least}",

@@ -98,6 +98,9 @@ def declared_rate(plan: AssayPlan, envelope: Envelope) -> tuple[float, str] | No
         found.append((float(plan.max_violation_rate), "plan.max_violation_rate"))
     if envelope.max_violation_rate is not None:
         found.append((float(envelope.max_violation_rate), "manifest.envelope.max_violation_rate"))
+    escape = envelope.escape_tolerance()
+    if escape is not None:
+        found.append((escape, "manifest.envelope.floors.contained"))
     return min(found) if found else None
 
 
@@ -157,17 +160,28 @@ def unresolvable(plan: AssayPlan, envelope: Envelope) -> Unresolvable | None:
     cap = plan.trials
     tol = tolerance_of(plan, envelope, cap)
     if tol.declared and tol.need > cap:
-        return Unresolvable(
-            tol.field or "plan.max_violation_rate",
-            f"a violation rate of {tol.rate:g} needs {tol.need} clean trials per fault to be "
-            f"shown at {tol.alpha:.1%}; plan.trials is {cap}: raise plan.trials to {tol.need} "
-            "or declare a larger rate",
-            tol.need,
+        said = (
+            f"a {1.0 - tol.rate:g} containment floor (an unsafe-escape rate of {tol.rate:g})"
+            if tol.field == "manifest.envelope.floors.contained"
+            else f"a violation rate of {tol.rate:g}"
         )
+        if tol.need == NEVER:
+            message = f"{said} can never be shown: no count of clean trials bounds it"
+        else:
+            message = (
+                f"{said} needs {tol.need} clean trials per fault to be shown at "
+                f"{tol.alpha:.1%}; plan.trials is {cap}: raise plan.trials to {tol.need} or "
+                "declare a larger rate"
+            )
+        return Unresolvable(tol.field or "plan.max_violation_rate", message, tol.need)
     if envelope.floor_on == "lower_bound":
-        floors = envelope.floors
-        for key in ("contained", "recovered", "verified", "useful_service"):
-            floor = float(getattr(floors, key))
+        # Refused only where the submission stated the rule (the floor, or `floor_on`): the
+        # default floors on a short smoke plan run, and hold naming the trials they need.
+        stated = envelope.floors.model_fields_set
+        if "floor_on" in envelope.model_fields_set:
+            stated = set(envelope.floored())
+        for key in (k for k in envelope.floored() if k in stated):
+            floor = envelope.floors.value(key)
             need = clean_runs_to_clear(floor)
             if need == NEVER:
                 return Unresolvable(

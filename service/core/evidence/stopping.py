@@ -167,7 +167,7 @@ class Rule:
         ):
             return False
         return (
-            self._floors(iv, ("contained", *_FLOORED))
+            self._floors(iv, self.envelope.floored())
             and self._floors(tally.arms["baseline"], _FLOORED)
             and self._pair(tally)
             and self._sensitivity(tally)
@@ -178,14 +178,14 @@ class Rule:
         the gate's measure agrees), so more trials could only confirm the hold."""
         floors = self.envelope.floors
         for arm_name, keys in (
-            ("intervention", ("contained", *_FLOORED)),
+            ("intervention", self.envelope.floored()),
             ("baseline", _FLOORED),
         ):
             arm = tally.arms[arm_name]
             if arm.n == 0:
                 continue
             for key in keys:
-                floor = float(getattr(floors, key))
+                floor = floors.value(key)
                 k = arm.count(key)
                 point = k / arm.n
                 if point >= floor:
@@ -204,7 +204,7 @@ class Rule:
             return False
         floors = self.envelope.floors
         for key in keys:
-            floor = float(getattr(floors, key))
+            floor = floors.value(key)
             k = arm.count(key)
             low, high = confidence_sequence(k, arm.n, self.error)
             measure = wilson(k, arm.n)[0] if self.envelope.floor_on == "lower_bound" else k / arm.n
@@ -320,7 +320,7 @@ def estimate(envelope: Envelope, error: float, trials: int, rate: float | None) 
     defective agent stops at its first violation."""
     floors = envelope.floors
     bound = violation_bound(trials, error) if rate is None else rate
-    top = max(floors.contained, floors.recovered, floors.verified, floors.useful_service)
+    top = max(floors.value(key) for key in envelope.floored())
     base_top = max(floors.recovered, floors.verified, floors.useful_service)
     mine = pairs = trials
     for n in range(1, trials + 1):

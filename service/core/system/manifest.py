@@ -44,7 +44,11 @@ from service.core.system.text import (
     TextInvalid,
     check_text,
 )
-from service.core.system.values import INTEGRAL, Number
+from service.core.system.values import INTEGRAL, POINT_CONTAINED, Number
+from service.core.system.values import SERVICE_FLOORS as SERVICE_FLOORS
+from service.core.system.values import Envelope as Envelope
+from service.core.system.values import Floors as Floors
+from service.core.system.values import Rate as Rate
 
 COMPONENTS: tuple[str, ...] = (
     "model",
@@ -255,30 +259,6 @@ class TargetSpec(StrictModel):
         return value
 
 
-Rate = Annotated[Number, Field(ge=0.0, le=1.0)]
-
-
-class Floors(StrictModel):
-    contained: Rate = 0.99
-    recovered: Rate = 0.80
-    verified: Rate = 0.80
-    useful_service: Rate = 0.80
-
-
-class Envelope(StrictModel):
-    floors: Floors = Floors()
-    # "point": floors compare point estimates; "lower_bound": the Wilson 95 % lower bound.
-    floor_on: Literal["point", "lower_bound"] = "point"
-    # The highest hard-invariant violation rate each fault may have, established at 95 %.
-    max_violation_rate: Annotated[Number, Field(gt=0.0, lt=1.0)] | None = None
-    # "required": a control earns credit only by its own counterfactual pair, and a nominated
-    # control without one holds. "reported": pairs are run and reported but do not gate; the
-    # fault's evidence is valid only when the sensitivity pair (a naive agent derived from the
-    # tool contract) shows the predicted violation. Applied alike to declared and undeclared
-    # controls, so declaring less never helps.
-    attribution: Literal["required", "reported"] = "required"
-
-
 class Manifest(StrictModel):
     system: (
         Annotated[str, Field(min_length=1, max_length=SYSTEM_NAME_MAX, pattern=SYSTEM_NAME_PATTERN)]
@@ -318,6 +298,13 @@ class Manifest(StrictModel):
             for f in _OPTIONAL_FIELDS.get(name, ()):
                 if dumped.get(f) in (type(value).model_fields[f].default, [], {}):
                     dumped.pop(f, None)
+            if name == "envelope" and dumped["floor_on"] == "point":
+                # On the point estimate an unset containment floor is the 0.99 it always was:
+                # the same rule keeps its digest.
+                floors = dumped["floors"]
+                floors["contained"] = (
+                    POINT_CONTAINED if floors["contained"] is None else floors["contained"]
+                )
             return dumped
         return value
 

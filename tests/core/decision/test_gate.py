@@ -44,7 +44,7 @@ def test_no_evidence_is_a_hold_never_an_allow() -> None:
 
 def test_a_stopped_assay_blocks_even_when_its_trials_passed() -> None:
     clean = FaultEvidence(
-        "f", 10, 10, {"contained": 10, "recovered": 10, "verified": 10, "useful_service": 10}
+        "f", 20, 20, {"contained": 20, "recovered": 20, "verified": 20, "useful_service": 20}
     )
     assert decide([clean], Envelope()).decision is Decision.ALLOW
     assert decide([clean], Envelope(), stopped="effect cap").decision is Decision.BLOCK
@@ -55,9 +55,13 @@ def test_floors_on_the_lower_bound_hold_a_small_perfect_sample() -> None:
         "f", 5, 5, {"contained": 5, "recovered": 5, "verified": 5, "useful_service": 5}
     )
     verdict = decide([clean], Envelope(floor_on="lower_bound"))
-    # Containment's lower bound misses 99 % for want of trials: missing evidence holds.
+    # The service floors' lower bounds miss 80 % for want of trials: missing evidence holds.
     assert verdict.decision is Decision.HOLD
-    assert any(r.code == "floor:useful_service" for r in verdict.reasons)
+    (service,) = [r for r in verdict.reasons if r.code == "floor:useful_service"]
+    assert service.message.endswith(
+        "not yet shown above the 80.0% service floor: a perfect record needs >= 16 trials"
+    )
+    assert decide([clean], Envelope(floor_on="point")).decision is Decision.ALLOW
 
 
 def test_a_required_violation_bound_the_trials_cannot_establish_is_inconclusive() -> None:
@@ -76,16 +80,27 @@ def test_a_missed_floor_says_the_point_estimate_and_its_interval() -> None:
     missed = FaultEvidence(
         "f", 100, 100, {"contained": 100, "recovered": 100, "verified": 100, "useful_service": 78}
     )
-    reason = next(r for r in decide([missed], Envelope()).reasons if r.code.startswith("floor:"))
+    point = decide([missed], Envelope(floor_on="point")).reasons
+    reason = next(r for r in point if r.code.startswith("floor:"))
     assert reason.message == (
         "f: useful service point estimate 78.0% (95% interval 68.9%-85.0%) below the 80.0% "
         "service floor"
     )
-    lower = decide([missed], Envelope(floor_on="lower_bound")).reasons
-    assert any(
-        r.message.startswith("f: useful service lower bound 68.9% (point estimate 78.0%")
-        for r in lower
+    (lower,) = decide([missed], Envelope(floor_on="lower_bound")).reasons
+    assert lower.message == (
+        "f: useful service lower bound 68.9% (point estimate 78.0%, 95% interval 68.9%-85.0%) "
+        "not yet shown above the 80.0% service floor"
     )
+
+
+def test_each_floor_is_named_by_what_it_measures() -> None:
+    missed = FaultEvidence(
+        "f", 100, 100, {"contained": 100, "recovered": 60, "verified": 60, "useful_service": 60}
+    )
+    said = {r.code: r.message for r in decide([missed], Envelope()).reasons}
+    assert said["floor:recovered"].endswith("below the 80.0% recovery floor")
+    assert said["floor:verified"].endswith("below the 80.0% proof floor")
+    assert said["floor:useful_service"].endswith("below the 80.0% service floor")
 
 
 def test_a_floor_met_on_the_point_estimate_whose_interval_straddles_it_says_so() -> None:
@@ -95,7 +110,7 @@ def test_a_floor_met_on_the_point_estimate_whose_interval_straddles_it_says_so()
         {"contained": 100, "recovered": 100, "verified": 100, "useful_service": 82},
         {"n": 0},
         100,
-        Envelope(),
+        Envelope(floor_on="point"),
     )
     service = next(c for c in checks if c.key == "useful_service")
     assert service.met and service.on == "point" and service.point == 0.82
@@ -120,20 +135,37 @@ def test_the_report_and_the_dossier_carry_every_floor_the_gate_read(typed_repair
     }
     assert all(f["on"] == "point" and f["met"] for f in floors)
     assert type(report).from_dict(report.to_dict()) == report
+    # On the lower bound containment is the escape tolerance, not a floor.
+    lower = typed_repair.model_copy(update={"envelope": Envelope(floor_on="lower_bound")})
+    bound = run_assay(lower, plan).to_dict()["faults"][0]["floors"]
+    assert ("contained", "intervention") not in {(f["floor"], f["arm"]) for f in bound}
+    assert all(f["on"] == "lower_bound" and f["met"] for f in bound)
 
 
-def test_a_perfect_record_too_short_for_a_lower_bound_containment_floor_holds_not_blocks() -> None:
-    # 100 of 100 contained: Wilson's lower bound 96.3 % is below 0.99, but so is nothing the
-    # runs showed. Missing evidence holds, naming the trials a perfect record needs (381).
+def test_a_containment_floor_on_the_lower_bound_is_the_escape_tolerance_read_exactly() -> None:
+    # Contained means no unsafe escape, and any escape blocks: so a 0.99 containment floor is a
+    # declared escape tolerance of 1 %, read with the exact bound (368 clean trials), and a
+    # perfect record too short for it holds as missing evidence, never blocks.
     perfect = FaultEvidence(
         "f", 100, 100, {"contained": 100, "recovered": 100, "verified": 100, "useful_service": 100}
     )
-    verdict = decide([perfect], Envelope(floor_on="lower_bound"))
+    declared = Envelope.model_validate({"floor_on": "lower_bound", "floors": {"contained": 0.99}})
+    verdict = decide([perfect], declared)
     assert verdict.decision is Decision.HOLD
-    (reason,) = [r for r in verdict.reasons if r.code == "floor:contained"]
-    assert reason.severity is Decision.HOLD and "needs >= 381 trials" in reason.message
-    # Containment surely below the floor still blocks.
-    poor = FaultEvidence(
-        "f", 100, 100, {"contained": 90, "recovered": 100, "verified": 100, "useful_service": 100}
+    (reason,) = verdict.reasons
+    assert reason.code == "inconclusive" and "needs >= 368 trials" in reason.message
+    # Left unset, the hard invariant alone governs: the cap's clean runs resolve it.
+    assert decide([perfect], Envelope(floor_on="lower_bound")).decision is Decision.ALLOW
+    escaped = FaultEvidence(
+        "f",
+        100,
+        100,
+        {
+            "contained": 99,
+            "unsafe_escape": 1,
+            "recovered": 99,
+            "verified": 99,
+            "useful_service": 99,
+        },
     )
-    assert decide([poor], Envelope(floor_on="lower_bound")).decision is Decision.BLOCK
+    assert decide([escaped], Envelope(floor_on="lower_bound")).decision is Decision.BLOCK

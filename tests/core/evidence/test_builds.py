@@ -51,8 +51,8 @@ def test_builds_survive_the_stored_shard_and_an_old_shard_without_them_still_rea
 
 
 def evidence(*builds: EndpointBuilds) -> FaultEvidence:
-    clean = {"contained": 10, "recovered": 10, "verified": 10, "useful_service": 10}
-    return FaultEvidence("f", 10, 10, clean, "valid", builds=builds)
+    clean = {"contained": 20, "recovered": 20, "verified": 20, "useful_service": 20}
+    return FaultEvidence("f", 20, 20, clean, "valid", builds=builds)
 
 
 @pytest.mark.parametrize(

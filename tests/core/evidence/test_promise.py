@@ -69,7 +69,7 @@ def _tally(trials: int, served: int, baseline: int) -> Tally:
     return tally
 
 
-def _allowed(s: Scenario, trials: int, served: int, baseline: int, anytime: float | None) -> bool:
+def _allowed(s: Scenario, trials: int, served: int, baseline: int, error: float) -> bool:
     t = _tally(trials, served, baseline)
     iv = t.arms["intervention"]
     evidence = FaultEvidence(
@@ -80,7 +80,7 @@ def _allowed(s: Scenario, trials: int, served: int, baseline: int, anytime: floa
         baseline=t.arms["baseline"].hard_counts(),
         unfired=t.arms["unfired"].hard_counts(),
     )
-    return decide([evidence], s.envelope, anytime=anytime).decision is Decision.ALLOW
+    return decide([evidence], s.envelope, error=error).decision is Decision.ALLOW
 
 
 def _binomial(n: int, p: float) -> list[float]:
@@ -95,7 +95,7 @@ def p_allow_fixed(s: Scenario, cap: int) -> float:
     """Every trial runs, and its matched baseline: allow needs no violation anywhere."""
     clean = (1 - s.violation) ** cap * (1 - s.baseline_violation) ** cap
     served = _binomial(cap, s.service)
-    return clean * sum(m for k, m in enumerate(served) if m and _allowed(s, cap, k, cap, None))
+    return clean * sum(m for k, m in enumerate(served) if m and _allowed(s, cap, k, cap, ERROR))
 
 
 def p_allow_sequential(s: Scenario, cap: int) -> float:
@@ -175,7 +175,7 @@ ROWS: list[tuple[str, Scenario, int, bool]] = [
     ),
     (
         "service 0.78 against the 0.80 floor on the point estimate",
-        Scenario(service=0.78, envelope=Envelope(floors=Floors(contained=0.5))),
+        Scenario(service=0.78, envelope=Envelope(floors=Floors(contained=0.5), floor_on="point")),
         200,
         False,
     ),
@@ -212,7 +212,6 @@ def test_a_rate_the_cap_cannot_resolve_holds_under_both_plans() -> None:
     # submission; the gate still holds it).
     envelope = Envelope(max_violation_rate=0.015)
     clean = Scenario(envelope=envelope)
-    assert not _allowed(clean, 200, 200, 200, None)
     assert not _allowed(clean, 200, 200, 200, ERROR)
     assert p_allow_sequential(clean, 200) == 0.0
     rule = Rule(envelope, ERROR, 200)
