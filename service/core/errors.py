@@ -76,3 +76,10 @@ class PolicyInvalid(AssaygateError):
     """A policy document breaks a rule of its own (an unknown key, a rule that allows nothing)."""
 
     code = "policy_invalid"
+
+
+class EvidenceUnsealable(AssaygateError):
+    """A result that cannot be stored or signed: RFC 8785 refuses it (a number that is NaN,
+    infinite or beyond 2^53, a string that is not UTF-8). It fails the assay it belongs to."""
+
+    code = "evidence_unsealable"
