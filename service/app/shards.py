@@ -13,15 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from service.app.dossiers import Decided
-from service.app.dossiers import decide as decide_in
+from service.app.dossiers import UNSEALABLE, Decided, decide_or_fail
 from service.app.ports import Queue
 from service.app.tenants import queue_of_assay
-from service.core.errors import EvidenceUnsealable
 from service.core.evidence.spend import ArmSpend, budgeted, from_views
 from service.core.faults.plan import AssayPlan, StopConditions
 from service.core.shards.assay import ShardResult, StopLimits
@@ -53,10 +50,6 @@ from service.db.tenant import code_allowed
 from service.settings import Settings
 
 __all__ = ["UNSEALABLE", "Begun", "InjectorState", "ShardStart", "Stored"]
-
-#: What a result that cannot be stored or signed raises: the core's refusal, or PostgreSQL's
-#: (a value its JSON or text columns refuse). Neither is an outage: trying again fails again.
-UNSEALABLE: tuple[type[Exception], ...] = (EvidenceUnsealable, sa.exc.DataError)
 
 
 def requeue_unfinished(engine: Engine, settings: Settings, queue: Queue) -> None:
@@ -247,15 +240,10 @@ def decide(
     engine: Engine, signer: Signer, assay_id: uuid.UUID, manifest: Manifest, plan: AssayPlan
 ) -> Decided | None:
     """Merge and decide the assay if every shard is stored and nobody has, in one transaction
-    (`service.app.dossiers.decide`); None otherwise. A merge whose report or dossier cannot be
-    stored or signed rolls back and fails the assay with the reason, once: a poisoned result
-    ends its own assay and never comes back to the next worker or reconciler round."""
-    try:
-        with session_scope(engine) as session:
-            return decide_in(session, signer, assay_id, manifest, plan)
-    except UNSEALABLE as exc:
-        fail(engine, assay_id, f"the assay's evidence cannot be stored or signed: {exc}")
-        return None
+    (`service.app.dossiers.decide_or_fail`); None otherwise, and None when the merge could not
+    be stored or signed (the assay is then failed with the reason)."""
+    with session_scope(engine) as session:
+        return decide_or_fail(session, signer, assay_id, manifest, plan)
 
 
 def _record_injector(
