@@ -141,6 +141,8 @@ def as_texts(value: Any) -> Any:
             items = list(node)
             parent[key] = items
             stack.extend((items, i, item) for i, item in enumerate(node))
+        else:
+            parent[key] = node
     return root[0]
 
 
