@@ -52,7 +52,7 @@ def get_assay(
             started_at=as_utc_or_none(assay.started_at),
             finished_at=as_utc_or_none(assay.finished_at),
             decision=assay.decision,
-            reasons=reasons(assay.reasons),
+            reasons=reasons(as_texts(assay.reasons)),
             faults=faults,
             report=as_texts(assay.report),
             stop_reason=assay.stop_reason,
