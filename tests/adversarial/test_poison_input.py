@@ -14,12 +14,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import rfc8785
 from sqlmodel import Session, col, select
 
 from service.app import reviews
 from service.db.models import AssayShard, Dossier, Hold, KeyRole, ShardStatus
 from service.keys import KeyRing
-from tests.adversarial.conftest import LIAR_HTTP
+from tests.adversarial.conftest import LIAR_HTTP, assay_target, manifest, plan
 from tests.adversarial.deployment import Deployment, deployment
 from tests.support.agents import agent_processes
 from tests.support.receiver import Receiver
@@ -31,6 +32,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 POISONER, NEIGHBOUR = "poisoner", "neighbour"
 PLAN = {"trials": 2, "seed": 3, "modes": ["timeout_before_send"]}
 LAPSE_S = 3.0
+
+
+def test_a_claim_with_half_a_surrogate_pair_is_graded_as_text_and_its_report_is_signable() -> None:
+    with agent_processes(LIAR_HTTP) as start:
+        m = manifest(kind="http", url=start("--mode", "surrogate"))
+        report = assay_target(m, plan(2, "timeout_before_send"))
+    said = json.dumps(report, ensure_ascii=False)
+    assert "\ufffd" in said and "\ud800" not in said and "\x00" not in said
+    # The bytes the dossier signs exist: RFC 8785 refuses a lone surrogate.
+    assert rfc8785.dumps(report)
 
 
 @pytest.fixture(scope="module")
