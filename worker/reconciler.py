@@ -151,11 +151,15 @@ class Reconciler:
 
     def run_once(self) -> Round:
         done = Round()
-        lapsed = reconcile.settle_lapsed(
-            self.ctx.engine,
-            utcnow(),
-            self.settings.shard_max_attempts,
-            by=f"reconciler:{self.name}",
+        lapsed = self._isolated(
+            "the lapsed shards",
+            lambda: reconcile.settle_lapsed(
+                self.ctx.engine,
+                utcnow(),
+                self.settings.shard_max_attempts,
+                by=f"reconciler:{self.name}",
+            ),
+            reconcile.Settled(),
         )
         for shard, reason in lapsed.failed:
             done.failed.append(str(shard.assay_id))

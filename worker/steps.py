@@ -125,7 +125,7 @@ def store_result(
     except shards.UNSEALABLE as exc:
         # Storing it again would fail again: the assay fails with the reason, and nothing of
         # the result reaches the database, the report or a reconciler's round.
-        reason = f"shard {index}'s result cannot be stored or signed: {exc}"
+        reason = shards.unsealable_reason(exc, f"shard {index}'s result")
         log.error("assay failed: %s", reason, extra=ids)
         retrying(ctx, "record the failure", ids, lambda: shards.fail(ctx.engine, assay_id, reason))
         return Stored(written=False, complete=False)

@@ -82,6 +82,21 @@ def decide(
 UNSEALABLE: tuple[type[Exception], ...] = (EvidenceUnsealable, sa.exc.DataError)
 
 
+def unsealable_reason(exc: Exception, what: str) -> str:
+    """One readable line saying why `what` (or what the core's error names) cannot be stored or
+    signed: the core's words, or PostgreSQL's first line (never the statement and its
+    parameters, which would repeat the whole result)."""
+    if isinstance(exc, EvidenceUnsealable):
+        what, why = exc.field or what, exc.message
+    elif isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None:
+        lines = str(exc.orig).splitlines()
+        why = f"the database refused it: {lines[0] if lines else type(exc.orig).__name__}"
+    else:
+        why = str(exc)
+    text = f"{what} cannot be stored or signed: {why}"
+    return text if len(text) <= 400 else text[:399] + "…"
+
+
 def decide_or_fail(
     session: Session, signer: Signer, assay_id: uuid.UUID, manifest: Manifest, plan: AssayPlan
 ) -> Decided | None:
@@ -92,7 +107,7 @@ def decide_or_fail(
         with session.begin_nested():
             return decide(session, signer, assay_id, manifest, plan)
     except UNSEALABLE as exc:
-        fail_assay(session, assay_id, f"the assay's evidence cannot be stored or signed: {exc}")
+        fail_assay(session, assay_id, unsealable_reason(exc, "the assay's evidence"))
         return None
 
 

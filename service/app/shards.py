@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from service.app.dossiers import UNSEALABLE, Decided, decide_or_fail
+from service.app.dossiers import UNSEALABLE, Decided, decide_or_fail, unsealable_reason
 from service.app.ports import Queue
 from service.app.tenants import queue_of_assay
 from service.core.evidence.spend import ArmSpend, budgeted, from_views
@@ -49,7 +49,7 @@ from service.db.session import session_scope
 from service.db.tenant import code_allowed
 from service.settings import Settings
 
-__all__ = ["UNSEALABLE", "Begun", "InjectorState", "ShardStart", "Stored"]
+__all__ = ["UNSEALABLE", "Begun", "InjectorState", "ShardStart", "Stored", "unsealable_reason"]
 
 
 def requeue_unfinished(engine: Engine, settings: Settings, queue: Queue) -> None:

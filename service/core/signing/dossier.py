@@ -116,7 +116,7 @@ def sealable(value: object, what: str) -> bytes:
     try:
         return canonical(value)
     except (rfc8785.CanonicalizationError, UnicodeError, TypeError, RecursionError) as exc:
-        raise EvidenceUnsealable(f"{what} cannot be signed: {exc}") from None
+        raise EvidenceUnsealable(f"no RFC 8785 form: {exc}", field=what) from None
 
 
 def seal(stmt: Mapping[str, Any], signer: Signer) -> tuple[bytes, dict[str, Any]]:
