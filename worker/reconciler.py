@@ -21,6 +21,11 @@ Messages are hints; the database says what is left to do (service.app.reconcile)
 Reconcilers in several workers never do a step twice: the lapsed rows are locked (`SKIP LOCKED`)
 and each send extends the lease in the transaction that publishes it. Any step that cannot
 reach the database or the broker is skipped until the next round.
+
+One bad item never stops a round: each assay decided, each lost shard's queue and each lapsed
+review is its own unit, and a unit that fails for anything but an outage (a row no canonical
+form exists for, a manifest that no longer parses) is logged and skipped, and so is a step that
+fails that way; every other tenant's work in the round is still done.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ import os
 import random
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from celery import Celery
 from kombu import Connection
@@ -49,6 +55,8 @@ from worker.context import WorkerContext
 from worker.tasks import RUN_SHARD, dossier_signer, finalize
 
 log = logging.getLogger("assaygate.reconciler")
+
+T = TypeVar("T")
 
 BROKER_ERRORS: tuple[type[Exception], ...] = (KombuError, KombuOperationalError, OSError)
 
@@ -129,13 +137,29 @@ class Reconciler:
             self._down.discard(store)
             log.info("reconciler resumes: the %s answers again", store)
 
+    def _isolated(self, what: str, unit: Callable[[], T], skipped: T) -> T:
+        """`unit()`, or `skipped` when it fails for anything but an outage (logged): one bad
+        row is skipped, and the round goes on. A database that does not answer still ends the
+        round (the loop waits for it)."""
+        try:
+            return unit()
+        except DATABASE_ERRORS:
+            raise
+        except Exception:
+            log.exception("reconciler skipped %s", what)
+            return skipped
+
     def run_once(self) -> Round:
         done = Round()
-        lapsed = reconcile.settle_lapsed(
-            self.ctx.engine,
-            utcnow(),
-            self.settings.shard_max_attempts,
-            by=f"reconciler:{self.name}",
+        lapsed = self._isolated(
+            "the lapsed shards",
+            lambda: reconcile.settle_lapsed(
+                self.ctx.engine,
+                utcnow(),
+                self.settings.shard_max_attempts,
+                by=f"reconciler:{self.name}",
+            ),
+            reconcile.Settled(),
         )
         for shard, reason in lapsed.failed:
             done.failed.append(str(shard.assay_id))
@@ -153,9 +177,9 @@ class Reconciler:
         if done.queue_depth is not None:
             done.queue_depths[self.settings.queue] = done.queue_depth
             done.resent = self._resend(done.queue_depths)
-        done.decided += self._decide_leftovers()
-        done.expired = self.expire_reviews()
-        done.webhooks = self.sweep_webhooks()
+        done.decided += self._isolated("the undecided assays", self._decide_leftovers, 0)
+        done.expired = self._isolated("the lapsed reviews", self.expire_reviews, 0)
+        done.webhooks = self._isolated("the due webhooks", self.sweep_webhooks, 0)
         return done
 
     def sweep_webhooks(self) -> int:
@@ -177,8 +201,10 @@ class Reconciler:
         the broker refuses. `depths`: the queues measured so far, grown with each queue seen."""
 
         def queue_of(shard: Lapsed) -> str | None:
-            """The queue a lost shard goes back to; None when it is not lost."""
-            queue = self._queue_of(shard.assay_id)
+            """The queue a lost shard goes back to; None when it is not lost (or its assay
+            cannot be read: skipped, logged)."""
+            what = f"the lost shard {shard.shard_index} of assay {shard.assay_id}"
+            queue = self._isolated(what, lambda: self._queue_of(shard.assay_id), None)
             if queue is None:
                 return None
             if queue not in depths:
@@ -221,9 +247,14 @@ class Reconciler:
         return sum(self._decide(assay_id) for assay_id in undecided)
 
     def _decide(self, assay_id: uuid.UUID) -> int:
-        """1 if the assay is now decided (by this call or a racing one), else 0."""
-        parsed = self.ctx.assay(assay_id)
-        return int(parsed is not None and finalize(self.ctx, parsed) is not None)
+        """1 if the assay is now decided (by this call or a racing one), else 0 (also when it
+        cannot be: logged, and the round goes on)."""
+
+        def decide() -> int:
+            parsed = self.ctx.assay(assay_id)
+            return int(parsed is not None and finalize(self.ctx, parsed) is not None)
+
+        return self._isolated(f"the merge of assay {assay_id}", decide, 0)
 
     # ---------------------------------------------------------------------------------- broker
 

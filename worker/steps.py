@@ -120,7 +120,15 @@ def store_result(
         return shards.store(ctx.engine, parsed.inputs, index, result, code_sha256, image, redactor)
 
     ids = {**ids, "shard": index}
-    stored = retrying(ctx, "store the shard", ids, store)
+    try:
+        stored = retrying(ctx, "store the shard", ids, store)
+    except shards.UNSEALABLE as exc:
+        # Storing it again would fail again: the assay fails with the reason, and nothing of
+        # the result reaches the database, the report or a reconciler's round.
+        reason = shards.unsealable_reason(exc, f"shard {index}'s result")
+        log.error("assay failed: %s", reason, extra=ids)
+        retrying(ctx, "record the failure", ids, lambda: shards.fail(ctx.engine, assay_id, reason))
+        return Stored(written=False, complete=False)
     log.info(
         "shard stored" if stored.written else "shard result already stored; discarded",
         extra={**ids, "trials": result.trials, "stop_reason": result.stop_reason},

@@ -12,7 +12,7 @@ from typing import Any
 from sqlmodel import Session
 
 from service.app.admission import readmit
-from service.app.dossiers import decide
+from service.app.dossiers import decide_or_fail
 from service.app.errors import BrokerUnavailable, Conflict, NotFound
 from service.app.submissions import Services
 from service.core.errors import AssaygateError
@@ -150,7 +150,8 @@ def abort(session: Session, signer: Signer, principal: Principal, command: Abort
         settle_stopped(session, assay_id, assay.stop_reason, by=f"abort:{principal.actor}")
         inputs = assay_inputs(session, assay_id)
         assert inputs is not None
-        decide(session, signer, assay_id, parse_manifest(inputs.manifest), parse_plan(inputs.plan))
+        manifest, plan = parse_manifest(inputs.manifest), parse_plan(inputs.plan)
+        decide_or_fail(session, signer, assay_id, manifest, plan)
     session.commit()
     session.refresh(assay)
     return assay

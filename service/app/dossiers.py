@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import sqlalchemy as sa
 from sqlmodel import Session
 
 from service.app import notify, policies
@@ -23,6 +24,7 @@ from service.app.errors import NotFound
 from service.app.notify import HookEvent
 from service.core.decision.gate import Decision, Reason, ReasonView
 from service.core.decision.release import carry
+from service.core.errors import EvidenceUnsealable
 from service.core.faults.plan import AssayPlan
 from service.core.signing.dossier import (
     CandidateRef,
@@ -39,6 +41,7 @@ from service.db import queries
 from service.db import release as releases
 from service.db import tenant as tenants
 from service.db.apikey import actor_view
+from service.db.assay import fail_assay
 from service.db.dossier import REOPENED, REVIEWABLE, OpenChange, iso
 from service.db.merge import record_merge
 from service.db.models import Assay, Candidate, Dossier, Hold, System, utcnow
@@ -72,6 +75,40 @@ def decide(
         # In the same transaction: exactly one signed dossier version per finished assay.
         record_assay_dossier(session, signer, assay_id, merged.report)
     return Decided(merged.decision, merged.won)
+
+
+#: What a result that cannot be stored or signed raises: the core's refusal, or PostgreSQL's
+#: (a value its JSON or text columns refuse). Neither is an outage: trying again fails again.
+UNSEALABLE: tuple[type[Exception], ...] = (EvidenceUnsealable, sa.exc.DataError)
+
+
+def unsealable_reason(exc: Exception, what: str) -> str:
+    """One readable line saying why `what` (or what the core's error names) cannot be stored or
+    signed: the core's words, or PostgreSQL's first line (never the statement and its
+    parameters, which would repeat the whole result)."""
+    if isinstance(exc, EvidenceUnsealable):
+        what, why = exc.field or what, exc.message
+    elif isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None:
+        lines = str(exc.orig).splitlines()
+        why = f"the database refused it: {lines[0] if lines else type(exc.orig).__name__}"
+    else:
+        why = str(exc)
+    text = f"{what} cannot be stored or signed: {why}"
+    return text if len(text) <= 400 else text[:399] + "…"
+
+
+def decide_or_fail(
+    session: Session, signer: Signer, assay_id: uuid.UUID, manifest: Manifest, plan: AssayPlan
+) -> Decided | None:
+    """`decide` in a savepoint: a merge whose report or dossier cannot be stored or signed rolls
+    back to it and fails the assay with the reason, once (None), so a poisoned result ends its
+    own assay and never comes back to the next worker, abort or reconciler round."""
+    try:
+        with session.begin_nested():
+            return decide(session, signer, assay_id, manifest, plan)
+    except UNSEALABLE as exc:
+        fail_assay(session, assay_id, unsealable_reason(exc, "the assay's evidence"))
+        return None
 
 
 # ------------------------------------------------------------------------- a finished assay

@@ -8,6 +8,7 @@ reconciler signs the version that records it (`expire_lapsed`), once however oft
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ from service.core.signing.dossier import Signer
 from service.db import dossier as dossiers
 from service.db.apikey import Principal, actor_view, audit, review_conflict
 from service.db.models import Candidate, Dossier, Hold, HoldStatus, as_utc, utcnow
+from service.db.session import DATABASE_ERRORS
+
+log = logging.getLogger("assaygate.reviews")
 
 
 class Action(StrEnum):
@@ -198,7 +202,12 @@ def record(
 def expire_lapsed(session: Session, signer: Signer, *, now: datetime | None = None) -> int:
     """Sign a new version for each lapsed waiver (or rejection), reopening its hold; the number
     signed. Idempotent: each hold is re-read under its candidate's lock, so concurrent or
-    repeated runs sign one version per lapse. Flushes; the caller commits."""
+    repeated runs sign one version per lapse. Flushes; the caller commits.
+
+    Each hold is its own savepoint: one whose version cannot be signed or stored (a row no
+    canonical form exists for) is logged and skipped, and every other tenant's lapse is still
+    signed and its `hold.reopened` still sent. A database that does not answer is not a bad
+    row: it ends the call."""
     now = now or utcnow()
     expired = session.exec(
         select(Hold.id).where(
@@ -209,31 +218,43 @@ def expire_lapsed(session: Session, signer: Signer, *, now: datetime | None = No
     ).all()
     done = 0
     for hold_id in expired:
-        hold = session.get(Hold, hold_id)
-        assert hold is not None
-        candidate = dossiers.lock(session, hold.candidate_id)
-        session.refresh(hold)
-        before = dossiers.latest(session, candidate.id)
-        if not lapsed(hold, now) or before is None:
-            continue
-        found = lapse(hold)
-        hold.status = HoldStatus.OPEN.value
-        session.add(hold)
-        reopened = derive(
-            session,
-            signer,
-            candidate,
-            before,
-            change=f"{found.what} expired",
-            decision=found.decision,
-            reasons=found.reasons,
-            now=now,
-            hold=hold,
-        )
-        notify.emit(session, candidate, reopened, HookEvent.HOLD_REOPENED, hold)
-        done += 1
+        try:
+            with session.begin_nested():
+                done += _expire(session, signer, hold_id, now)
+        except DATABASE_ERRORS:
+            raise
+        except Exception:
+            log.exception("lapsed review of hold %s not signed; skipped", hold_id)
     session.flush()
     return done
+
+
+def _expire(session: Session, signer: Signer, hold_id: uuid.UUID, now: datetime) -> int:
+    """Sign the version that reopens one lapsed hold (1), or nothing if it is not lapsed (0)."""
+    hold = session.get(Hold, hold_id)
+    assert hold is not None
+    candidate = dossiers.lock(session, hold.candidate_id)
+    session.refresh(hold)
+    before = dossiers.latest(session, candidate.id)
+    if not lapsed(hold, now) or before is None:
+        return 0
+    found = lapse(hold)
+    hold.status = HoldStatus.OPEN.value
+    session.add(hold)
+    reopened = derive(
+        session,
+        signer,
+        candidate,
+        before,
+        change=f"{found.what} expired",
+        decision=found.decision,
+        reasons=found.reasons,
+        now=now,
+        hold=hold,
+    )
+    notify.emit(session, candidate, reopened, HookEvent.HOLD_REOPENED, hold)
+    session.flush()
+    return 1
 
 
 def review(

@@ -16,17 +16,17 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from service.app.dossiers import Decided
-from service.app.dossiers import decide as decide_in
+from service.app.dossiers import UNSEALABLE, Decided, decide_or_fail, unsealable_reason
 from service.app.ports import Queue
 from service.app.tenants import queue_of_assay
 from service.core.evidence.spend import ArmSpend, budgeted, from_views
 from service.core.faults.plan import AssayPlan, StopConditions
 from service.core.shards.assay import ShardResult, StopLimits
 from service.core.shards.shard import ShardActivity
-from service.core.signing.dossier import Signer
+from service.core.signing.dossier import Signer, sealable
 from service.core.system.manifest import Manifest
 from service.core.system.redaction import Redactor
+from service.core.system.text import as_texts
 from service.db import assay as assays
 from service.db.assay import AssayInputs, ShardStart, Stored
 from service.db.injector import (
@@ -49,7 +49,7 @@ from service.db.session import session_scope
 from service.db.tenant import code_allowed
 from service.settings import Settings
 
-__all__ = ["Begun", "InjectorState", "ShardStart", "Stored"]
+__all__ = ["UNSEALABLE", "Begun", "InjectorState", "ShardStart", "Stored", "unsealable_reason"]
 
 
 def requeue_unfinished(engine: Engine, settings: Settings, queue: Queue) -> None:
@@ -218,10 +218,15 @@ def store(
     checked; None when it ran none) with the image it ran in (`tenant_image`: the worker's
     word, `name@sha256:…`); only the run that stores first adds the injector's totals.
     `redactor` blanks the tenant's secrets from everything stored (errors, claims, tool
-    arguments and replies): the report, the events and the signed dossier are made from it."""
+    arguments and replies): the report, the events and the signed dossier are made from it.
+    Every string is made text (`as_texts`: a target's word that slipped past its entry point);
+    a result that still has no RFC 8785 form (NaN, infinity, an integer beyond 2^53) raises
+    EvidenceUnsealable before anything is written: it would make the dossier unsealable."""
     payload = result.to_dict()
     if redactor is not None:
         payload = redactor.value(payload)
+    payload = as_texts(payload)
+    sealable(payload, f"shard {index}'s result")
     with session_scope(engine) as session:
         stored = assays.store_shard_result(
             session, inputs, index, payload, result.trials, code_sha256, tenant_image
@@ -235,9 +240,10 @@ def decide(
     engine: Engine, signer: Signer, assay_id: uuid.UUID, manifest: Manifest, plan: AssayPlan
 ) -> Decided | None:
     """Merge and decide the assay if every shard is stored and nobody has, in one transaction
-    (`service.app.dossiers.decide`); None otherwise."""
+    (`service.app.dossiers.decide_or_fail`); None otherwise, and None when the merge could not
+    be stored or signed (the assay is then failed with the reason)."""
     with session_scope(engine) as session:
-        return decide_in(session, signer, assay_id, manifest, plan)
+        return decide_or_fail(session, signer, assay_id, manifest, plan)
 
 
 def _record_injector(

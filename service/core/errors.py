@@ -80,6 +80,13 @@ class PolicyInvalid(AssaygateError):
     code = "policy_invalid"
 
 
+class EvidenceUnsealable(AssaygateError):
+    """A result that cannot be stored or signed: RFC 8785 refuses it (a number that is NaN,
+    infinite or beyond 2^53, a string that is not UTF-8). It fails the assay it belongs to."""
+
+    code = "evidence_unsealable"
+
+
 def causes(exc: BaseException) -> Iterator[BaseException]:
     """`exc` and everything behind it, depth first: an exception group's members in order, then
     each error's cause and context (client libraries wrap what failed; the MCP SDK in its task

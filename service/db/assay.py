@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
+from service.core.system.text import as_text
 from service.db.models import (
     Assay,
     AssayShard,
@@ -297,7 +298,9 @@ def record_report(
 def fail_assay(session: Session, assay_id: uuid.UUID, message: str) -> bool:
     """Say once why an assay cannot be decided: an engine error (deterministic: retrying the
     shard would fail again), or a shard that was started or sent too often without finishing.
-    No shard of a failed assay starts afterwards."""
+    No shard of a failed assay starts afterwards. The reason is made text (it may quote a
+    target's words)."""
+    message = as_text(message)
     written = session.execute(
         sa.update(Assay)
         .where(col(Assay.id) == assay_id, col(Assay.status).in_(OPEN))

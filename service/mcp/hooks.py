@@ -28,6 +28,7 @@ from service.core.system.contract import Contract, Hook, Upstream
 from service.core.system.endpoint import reported_build
 from service.core.system.manifest import server_endpoint
 from service.core.system.redaction import Redactor
+from service.core.system.text import loads_text
 from service.mcp.wire import reply_json
 from service.net.egress import (
     AsyncEgressTransport,
@@ -335,9 +336,9 @@ class Upstreams:
                 assert hook.url is not None and self._http is not None
                 r = await self._http.post(hook.url, json=payload)
                 r.raise_for_status()
-                return r.json()
+                return loads_text(r.content)
             assert hook.command is not None
-            return json.loads(await self._command_hook(hook.command, payload))
+            return loads_text(await self._command_hook(hook.command, payload))
         except HookFailed:
             raise
         except Exception as exc:

@@ -38,6 +38,7 @@ import httpx
 from service.core.errors import ManifestInvalid
 from service.core.system.endpoint import BUILD_HEADER, reported_build
 from service.core.system.redaction import Redactor
+from service.core.system.text import as_text, loads_text
 from service.net.egress import EgressPolicy, EgressRefused, EgressTransport
 from service.sandbox import Confinement, local
 from service.sandbox.bwrap import Sandbox
@@ -73,7 +74,7 @@ def parse_claims(text: str) -> tuple[list[dict[str, Any]], str | None]:
     if not text:
         return [], None
     try:
-        value = json.loads(text)
+        value = loads_text(text)
     except ValueError:
         value = None
     else:
@@ -88,7 +89,7 @@ def parse_claims(text: str) -> tuple[list[dict[str, Any]], str | None]:
         if not line:
             continue
         try:
-            item = json.loads(line)
+            item = loads_text(line)
         except ValueError:
             return claims, "the agent printed a line that is not JSON"
         if isinstance(item, dict):
@@ -287,10 +288,10 @@ def agent_said(body: str, confinement: Confinement | None) -> str:
     framework hosts answer `{"error": "Type: message"}`), else the start of its text;
     redacted."""
     try:
-        value = json.loads(body)
+        value = loads_text(body)
     except ValueError:
         value = None
-    text = str(value["error"]) if isinstance(value, dict) and "error" in value else body
+    text = str(value["error"]) if isinstance(value, dict) and "error" in value else as_text(body)
     text = redacted(" ".join(text.split()), confinement)[:240]
     return f": {text}" if text else ""
 
@@ -352,7 +353,7 @@ class PythonRunner(HttpRunner):
         assert proc.stdout is not None
         line = proc.stdout.readline()
         try:
-            report = json.loads(line)
+            report = loads_text(line)
         except ValueError:
             report = {}
         if not report.get("url"):

@@ -7,16 +7,18 @@ from typing import Any
 
 import mcp_types as types
 
+from service.core.system.text import as_texts, loads_text
+
 
 def reply_json(result: types.CallToolResult) -> Any:
     """The JSON value of a tool reply: its structured content, else its first text block parsed;
-    None when there is none (or it does not parse)."""
+    None when there is none (or it does not parse). Its strings made text (`as_texts`)."""
     if result.structured_content is not None:
-        return result.structured_content
+        return as_texts(result.structured_content)
     for block in result.content:
         if isinstance(block, types.TextContent):
             try:
-                return json.loads(block.text)
+                return loads_text(block.text)
             except ValueError:
                 return None
     return None

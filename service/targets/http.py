@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from service.core.errors import ManifestInvalid
 from service.core.system.endpoint import BUILD_HEADER, reported_build
+from service.core.system.text import as_text, loads_text
 from service.core.trial.sandbox import RunCrashed, Task, Tools
 from service.net import egress
 from service.net.egress import EgressPolicy, EgressRefused
@@ -203,12 +204,12 @@ class HttpTarget:
 
 
 def _snippet(body: bytes) -> str:
-    return body[:200].decode("utf-8", "replace")
+    return as_text(body[:200].decode("utf-8", "replace"))
 
 
 def _reply_claim(body: bytes) -> object:
     try:
-        reply = json.loads(body)
+        reply = loads_text(body)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise TargetProtocolError(f"the agent's reply is not JSON: {_snippet(body)!r}") from None
     if not isinstance(reply, dict):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import json
 import os
 import select
 import socket
@@ -36,6 +35,7 @@ from urllib.parse import urlsplit
 from service.core.errors import ManifestInvalid
 from service.core.system.egress import GATE_LOOPBACK_HOST
 from service.core.system.redaction import Redactor
+from service.core.system.text import loads_text
 from service.core.trial.sandbox import Task, Tools
 from service.sandbox import Confinement, local
 from service.sandbox.bwrap import Sandbox
@@ -73,7 +73,7 @@ def _command(entrypoint: str, *flags: str) -> list[str]:
 
 def _report(line: bytes) -> dict[str, Any] | None:
     try:
-        data = json.loads(line)
+        data = loads_text(line)
     except ValueError:
         return None
     if not isinstance(data, dict) or data.get("host") != HOST_PROTOCOL:
@@ -397,7 +397,7 @@ def _address(base_url: str) -> tuple[str, int]:
 def _raised(body: bytes) -> str | None:
     """`Type: message` of the exception the host reported, if that is what the 500 says."""
     try:
-        reply = json.loads(body)
+        reply = loads_text(body)
     except ValueError:
         return None
     if not isinstance(reply, dict) or reply.get("error") != "target_raised":

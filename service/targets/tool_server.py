@@ -23,6 +23,7 @@ from http import HTTPStatus
 from typing import Any
 
 from service.core.system.egress import GATE_LOOPBACK_HOST
+from service.core.system.text import as_text, loads_text
 from service.core.trial.sandbox import (
     PreconditionFailed,
     RateLimited,
@@ -300,7 +301,9 @@ def _error(status: HTTPStatus, code: str, detail: str = "") -> tuple[int, bytes]
 def dispatch(
     sessions: dict[str, Session], method: str, path: str, headers: dict[str, str], body: bytes
 ) -> tuple[int, bytes]:
-    """One tool request to one HTTP status and body. Never raises."""
+    """One tool request to one HTTP status and body. Never raises. What the agent sent is made
+    text where it enters (`loads_text`): the world and the evidence hold only storable strings."""
+    headers = {name: as_text(value) for name, value in headers.items()}
     route = ROUTES.get(path)
     if route is None and path != BATCH:
         return _error(HTTPStatus.NOT_FOUND, "unknown_endpoint", path)
@@ -322,7 +325,7 @@ def _batch(session: Session, body: bytes) -> tuple[int, bytes]:
     have made. Each result carries its status and its reply as `body`, or as the string `raw`
     when the reply is malformed (not JSON, so it cannot be nested)."""
     try:
-        data = json.loads(body)
+        data = loads_text(body)
         calls = data.get("calls") if isinstance(data, dict) else None
         if not isinstance(calls, list) or not 1 <= len(calls) <= MAX_BATCH:
             raise BadRequest(f"'calls' must be a list of 1 to {MAX_BATCH} calls")
@@ -367,7 +370,7 @@ def _call(
         return _error(HTTPStatus.GONE, "run_crashed", "this run crashed; the harness restarts it")
     session.calls += 1
     try:
-        data = body if not isinstance(body, bytes) else json.loads(body) if body else {}
+        data = body if not isinstance(body, bytes) else loads_text(body) if body else {}
         if not isinstance(data, dict):
             raise BadRequest("the request body must be a JSON object")
         payload = route(session, data, headers)

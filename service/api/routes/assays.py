@@ -9,6 +9,7 @@ from service.api.present import progress, reasons
 from service.api.schemas import AbortCreate, AbortPublic, AssayPublic, FaultPublic, Progress
 from service.app import assays
 from service.app.records import AssayStatus, as_utc, as_utc_or_none
+from service.core.system.text import as_texts
 from service.http.deps import MetricsDep, PrincipalDep, SessionDep, SignerDep
 
 router = APIRouter(prefix="/v1/assays", tags=["assays"])
@@ -20,7 +21,9 @@ router = APIRouter(prefix="/v1/assays", tags=["assays"])
 def get_assay(
     assay_id: uuid.UUID, session: SessionDep, metrics: MetricsDep, principal: PrincipalDep
 ) -> AssayPublic:
-    """Per-fault progress, and containment signatures so far (final once the assay is done)."""
+    """Per-fault progress, and containment signatures so far (final once the assay is done).
+    A row stored before its text was made valid at its entry point still answers: the reply's
+    strings are made text (`as_texts`), never a 500."""
     with metrics.gate_check_seconds.time():
         assay = assays.get(session, principal.tenant_id, assay_id)
         signatures = assays.signatures(session, assay)
@@ -34,7 +37,7 @@ def get_assay(
                     trials_done=p.trials_done,
                 ),
                 final=assay.status in (AssayStatus.DONE, AssayStatus.STOPPED),
-                signature=signatures.get(p.fault_id) if p.fault_id else None,
+                signature=as_texts(signatures.get(p.fault_id)) if p.fault_id else None,
             )
             for p in assays.fault_progress(session, assay_id)
         ]
@@ -49,9 +52,9 @@ def get_assay(
             started_at=as_utc_or_none(assay.started_at),
             finished_at=as_utc_or_none(assay.finished_at),
             decision=assay.decision,
-            reasons=reasons(assay.reasons),
+            reasons=reasons(as_texts(assay.reasons)),
             faults=faults,
-            report=assay.report,
+            report=as_texts(assay.report),
             stop_reason=assay.stop_reason,
         )
 

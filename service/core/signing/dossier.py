@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import rfc8785
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -24,6 +25,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from service.core.decision.assurance import ArtifactAssurance, from_statement
 from service.core.decision.gate import ReasonView, block_first
 from service.core.decision.report import AssayReport, FaultResult
+from service.core.errors import EvidenceUnsealable
 from service.core.evidence.builds import assay_view, build_subjects
 from service.core.evidence.figures import JSONObject
 from service.core.signing.checks import (
@@ -109,9 +111,18 @@ def statement(
     }
 
 
+def sealable(value: object, what: str) -> bytes:
+    """`value`'s RFC 8785 bytes, or EvidenceUnsealable saying why it has none (`what`: whose)."""
+    try:
+        return canonical(value)
+    except (rfc8785.CanonicalizationError, UnicodeError, TypeError, RecursionError) as exc:
+        raise EvidenceUnsealable(f"no RFC 8785 form: {exc}", field=what) from None
+
+
 def seal(stmt: Mapping[str, Any], signer: Signer) -> tuple[bytes, dict[str, Any]]:
-    """Canonical payload bytes and the DSSE envelope signing them."""
-    payload = canonical(dict(stmt))
+    """Canonical payload bytes and the DSSE envelope signing them; EvidenceUnsealable if the
+    statement has no canonical form."""
+    payload = sealable(dict(stmt), "the dossier")
     sig = signer.sign(pae(PAYLOAD_TYPE, payload))
     envelope = {
         "payloadType": PAYLOAD_TYPE,

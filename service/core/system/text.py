@@ -9,11 +9,19 @@ Free text (a manifest's prompt, a review's reason) may hold tabs and line breaks
 System names. `SYSTEM_NAME_PATTERN`: 1 to 100 ASCII letters, digits, `.`, `_` or `-`, starting
 with a letter or a digit — so a name is one URL path segment as it is (never `/`, never `.` or
 `..`, never blank) and reads the same in a shell, a URL and a log line.
+
+Text from outside. What a target, runner, hook, server or tool says (claims, reasons, tool
+replies, reports, error texts) is not refused but made text where it enters (`as_text`,
+`as_texts`, `loads_text`): half a UTF-16 surrogate pair becomes U+FFFD, a pair that arrived as
+two halves is joined, NUL becomes U+FFFD. Such text is then valid UTF-8 that PostgreSQL stores
+and RFC 8785 canonicalises, so one string can never make a dossier unsealable.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any, NoReturn
 
 from service.core.errors import AssaygateError
 from service.core.system.secret import NAME_PATTERN as SECRET_NAME_PATTERN
@@ -97,3 +105,52 @@ def check_system_name(name: str, field: str = "system") -> str:
     if not _SYSTEM_NAME.fullmatch(name):
         raise SystemNameInvalid(SYSTEM_NAME_RULE, field=field)
     return name
+
+
+_UNTEXT = re.compile("[\\x00\\ud800-\\udfff]")
+#: What a lone surrogate or a NUL becomes: the Unicode replacement character.
+REPLACEMENT = "\ufffd"
+
+
+def as_text(value: str) -> str:
+    """`value` as valid UTF-8 text: a lone surrogate and NUL become U+FFFD (see the module)."""
+    if _UNTEXT.search(value) is None:
+        return value
+    joined = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return joined.replace("\x00", REPLACEMENT)
+
+
+def as_texts(value: Any) -> Any:
+    """A JSON-like value (dicts, lists, tuples, strings, scalars) with every string, keys as
+    well as values, made text by `as_text`; tuples come back as lists. Walked without
+    recursion, so no depth a parser accepted makes it fail."""
+    root: list[Any] = [value]
+    stack: list[tuple[Any, Any, Any]] = [(root, 0, value)]
+    while stack:
+        parent, key, node = stack.pop()
+        if isinstance(node, str):
+            parent[key] = as_text(node)
+        elif isinstance(node, dict):
+            copy: dict[Any, Any] = {}
+            parent[key] = copy
+            for name, item in node.items():
+                name = as_text(name) if isinstance(name, str) else name
+                copy[name] = None
+                stack.append((copy, name, item))
+        elif isinstance(node, list | tuple):
+            items = list(node)
+            parent[key] = items
+            stack.extend((items, i, item) for i, item in enumerate(node))
+        else:
+            parent[key] = node
+    return root[0]
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise json.JSONDecodeError(f"{name} is not a JSON number", name, 0)
+
+
+def loads_text(raw: str | bytes | bytearray) -> Any:
+    """Parse JSON from outside: its strings made text (`as_texts`); `NaN` and `Infinity`, which
+    JSON does not have, refused as a JSONDecodeError like any other malformed input."""
+    return as_texts(json.loads(raw, parse_constant=_no_constant))

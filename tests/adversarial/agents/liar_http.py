@@ -7,6 +7,8 @@ MODE:
   double-claim  refunds once, keyed and proved, then posts its claim AND replies with it
   dup-then-500  retries a failed refund with a fresh key (a duplicate), then answers 500
   hang          never answers in time (sleeps 30 s)
+  surrogate     says half a UTF-16 surrogate pair and NUL (JSON escapes on the wire) in its
+                evidence, its posted claim and its reply's claim and reason
 """
 
 from __future__ import annotations
@@ -124,7 +126,25 @@ def hang(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     return 200, {"claim": None}
 
 
-MODES = {"ghost": ghost, "double-claim": double_claim, "dup-then-500": dup_then_500, "hang": hang}
+POISON = "\ud800\x00"
+
+
+def surrogate(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    sb = Sandbox(body)
+    trace = sb.decide()
+    sb.record("anomaly", trace, f"L-{POISON}")
+    poisoned = claim("completed", sb.action_id + POISON, f"L-{POISON}")
+    sb.call("/v1/claims", {**poisoned, "reason": POISON})
+    return 200, {"claim": {**poisoned, "reason": f"done {POISON}"}}
+
+
+MODES = {
+    "ghost": ghost,
+    "double-claim": double_claim,
+    "dup-then-500": dup_then_500,
+    "hang": hang,
+    "surrogate": surrogate,
+}
 
 
 class Handler(BaseHTTPRequestHandler):
