@@ -20,6 +20,7 @@ from service.app.dossiers import Decided
 from service.app.dossiers import decide as decide_in
 from service.app.ports import Queue
 from service.app.tenants import queue_of_assay
+from service.core.evidence.quota import Quota, cut_shard
 from service.core.evidence.spend import ArmSpend, budgeted, from_views
 from service.core.faults.plan import AssayPlan, StopConditions
 from service.core.shards.assay import ShardResult, StopLimits
@@ -213,16 +214,20 @@ def store(
     code_sha256: str | None = None,
     tenant_image: str | None = None,
     redactor: Redactor | None = None,
+    quota: Quota | None = None,
 ) -> Stored:
     """Store the shard's result, and the code it ran (`code_sha256`: the hex digest the worker
     checked; None when it ran none) with the image it ran in (`tenant_image`: the worker's
     word, `name@sha256:…`); only the run that stores first adds the injector's totals.
     `redactor` blanks the tenant's secrets from everything stored (errors, claims, tool
-    arguments and replies): the report, the events and the signed dossier are made from it."""
+    arguments and replies): the report, the events and the signed dossier are made from it.
+    `quota`: its sampled trials are cut to the shard's share before anything is written."""
     payload = result.to_dict()
     if redactor is not None:
         payload = redactor.value(payload)
     with session_scope(engine) as session:
+        if quota is not None:
+            payload = cut_shard(payload, quota, assays.shard_count(session, inputs.assay_id))
         stored = assays.store_shard_result(
             session, inputs, index, payload, result.trials, code_sha256, tenant_image
         )
@@ -232,12 +237,17 @@ def store(
 
 
 def decide(
-    engine: Engine, signer: Signer, assay_id: uuid.UUID, manifest: Manifest, plan: AssayPlan
+    engine: Engine,
+    signer: Signer,
+    assay_id: uuid.UUID,
+    manifest: Manifest,
+    plan: AssayPlan,
+    quota: Quota | None = None,
 ) -> Decided | None:
     """Merge and decide the assay if every shard is stored and nobody has, in one transaction
-    (`service.app.dossiers.decide`); None otherwise."""
+    (`service.app.dossiers.decide`, within `quota`); None otherwise."""
     with session_scope(engine) as session:
-        return decide_in(session, signer, assay_id, manifest, plan)
+        return decide_in(session, signer, assay_id, manifest, plan, quota or Quota())
 
 
 def _record_injector(
