@@ -7,6 +7,8 @@ MODE:
   double-claim  refunds once, keyed and proved, then posts its claim AND replies with it
   dup-then-500  retries a failed refund with a fresh key (a duplicate), then answers 500
   hang          never answers in time (sleeps 30 s)
+  hoard         posts HOARD_CLAIMS claims whose reference is almost 1 MiB (what a request may
+                carry), then replies with one more: megabytes for the gate to store per trial
 """
 
 from __future__ import annotations
@@ -119,12 +121,29 @@ def dup_then_500(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     return 500, {"error": "internal error"}
 
 
+HOARD_CLAIMS = 4
+HOARD_CHARS = 1000 * 1000
+
+
+def hoard(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    sb = Sandbox(body)
+    for i in range(HOARD_CLAIMS):
+        sb.call("/v1/claims", claim("completed", sb.action_id, f"L-{i}-" + "x" * HOARD_CHARS))
+    return 200, {"claim": claim("completed", sb.action_id, "L-last-" + "y" * HOARD_CHARS)}
+
+
 def hang(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     time.sleep(30)
     return 200, {"claim": None}
 
 
-MODES = {"ghost": ghost, "double-claim": double_claim, "dup-then-500": dup_then_500, "hang": hang}
+MODES = {
+    "ghost": ghost,
+    "double-claim": double_claim,
+    "dup-then-500": dup_then_500,
+    "hang": hang,
+    "hoard": hoard,
+}
 
 
 class Handler(BaseHTTPRequestHandler):
