@@ -12,9 +12,10 @@ bytes. (The same zlib gives the same bytes: carry the digest `submit` printed to
 or re-pack on the same image.)
 
 **Unpacking** (a tenant worker, after it hashed the bytes again) writes into a new folder and
-refuses, naming the entry: an absolute path, a `..` component, a duplicate, a link whose target
-leaves the folder, a hard link, a device or a fifo, more entries or more bytes than the limits.
-The upload (`POST /v1/artifacts`) and `submit --code` apply the same check without writing
+refuses, naming the entry, what `service.vetting` refuses (an absolute path, a `..` component, a
+name too long, a duplicate, a link whose target leaves the folder alone or through a chain of
+links, a hard link, a device or a fifo, more entries or more bytes than the limits). The
+upload (`POST /v1/artifacts`) and `submit --code` apply the same check without writing
 (`check_archive`), so the service never stores an archive its workers would refuse. Files are
 0444 and folders 0555: the sandbox binds the folder read-only anyway, and a worker's cache of
 unpacked artifacts (one folder per digest) is never written twice.
@@ -27,7 +28,6 @@ import gzip
 import hashlib
 import io
 import os
-import posixpath
 import shutil
 import stat
 import subprocess
@@ -40,6 +40,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from service.core.errors import ArtifactInvalid
+from service.vetting import UnpackLimits, Vetting, refuse
+
+__all__ = ["UnpackLimits", "Vetting", "check_archive", "unpack"]
 
 #: The file name of a packed artifact (what `assaygate pack --out` writes by default).
 SUFFIX = ".tar.gz"
@@ -239,87 +242,6 @@ def pack_folder(folder: Path) -> Packed:
 # -------------------------------------------------------------------------------- unpacking
 
 
-@dataclass(frozen=True)
-class UnpackLimits:
-    max_bytes: int = 512 * 1024 * 1024
-    max_entries: int = 20_000
-
-
-def _refuse(name: str, rule: str) -> ArtifactInvalid:
-    return ArtifactInvalid(f"archive entry {name!r}: {rule}", field="code")
-
-
-def _safe_name(name: str) -> str:
-    """The entry's path relative to the root, or refused."""
-    if not name or "\x00" in name or "\\" in name:
-        raise _refuse(name, "an empty name, a NUL or a backslash")
-    if name.startswith("/"):
-        raise _refuse(name, "an absolute path")
-    parts = [p for p in name.split("/") if p not in ("", ".")]
-    if not parts:
-        raise _refuse(name, "names the root itself")
-    if ".." in parts:
-        raise _refuse(name, "a `..` component leaves the folder")
-    return "/".join(parts)
-
-
-def _link_inside(name: str, target: str) -> bool:
-    if not target or target.startswith("/"):
-        return False
-    joined = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
-    return joined != ".." and not joined.startswith("../") and not joined.startswith("/")
-
-
-class _Vetting:
-    """Every rule an archive's entries must keep, entry by entry and then as a whole: the one
-    check both the upload (`check_archive`, nothing written) and the worker's `unpack` apply,
-    so an archive the service stored is one a worker unpacks."""
-
-    def __init__(self, limits: UnpackLimits) -> None:
-        self.limits = limits
-        self.seen: set[str] = set()
-        self.files: set[str] = set()
-        self.links: list[tuple[str, str]] = []
-        self.total = 0
-
-    def admit(self, member: tarfile.TarInfo) -> str:
-        """The entry's safe name, or refused; a symlink is kept for `finish` (made last)."""
-        if len(self.seen) >= self.limits.max_entries:
-            raise _refuse(member.name, f"more than {self.limits.max_entries} entries")
-        name = _safe_name(member.name)
-        if name in self.seen:
-            raise _refuse(name, "a duplicate entry")
-        self.seen.add(name)
-        if member.issym():
-            if not _link_inside(name, member.linkname):
-                raise _refuse(name, f"a link to {member.linkname!r} leaves the folder")
-            self.links.append((name, member.linkname))
-            return name
-        if not (member.isdir() or member.isfile()):
-            raise _refuse(name, "a hard link, device or fifo (only files, folders, links)")
-        parts = name.split("/")
-        if any("/".join(parts[:i]) in self.files for i in range(1, len(parts))):
-            raise _refuse(name, "a path through a file")
-        if member.isfile():
-            self.files.add(name)
-            # The header's size is what extraction writes: a bomb is refused before inflating.
-            self.total += member.size
-            if self.total > self.limits.max_bytes:
-                raise _refuse(name, f"more than {self.limits.max_bytes} bytes unpacked")
-        return name
-
-    def finish(self) -> list[tuple[str, str]]:
-        """The links to make, once no entry lies through one or under a file."""
-        linked = {n for n, _ in self.links}
-        for name in sorted(self.seen):
-            parts = name.split("/")
-            prefixes = ("/".join(parts[:i]) for i in range(1, len(parts)))
-            through = next((p for p in prefixes if p in linked), None)
-            if through is not None:
-                raise _refuse(name, f"a path through the link {through!r}")
-        return self.links
-
-
 _MAX_READ = 16 * 1024 * 1024
 
 
@@ -336,20 +258,20 @@ class _Inflated:
 
     def _check(self) -> None:
         if self._gz.tell() > self._cap:
-            raise _refuse("(the tar stream)", f"more than {self._cap} bytes inflated")
+            raise refuse("(the tar stream)", f"more than {self._cap} bytes inflated")
 
     def read(self, size: int = -1) -> bytes:
         # tarfile reads a file's bytes in small chunks and a header whole: one large read is a
         # header claiming a size no real one has, refused before it is inflated into memory.
         if size < 0 or size > _MAX_READ:
-            raise _refuse("(the tar stream)", f"a header of more than {_MAX_READ} bytes")
+            raise refuse("(the tar stream)", f"a header of more than {_MAX_READ} bytes")
         out = self._gz.read(size)
         self._check()
         return out
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         if whence == io.SEEK_SET and offset > self._cap:
-            raise _refuse("(the tar stream)", f"more than {self._cap} bytes inflated")
+            raise refuse("(the tar stream)", f"more than {self._cap} bytes inflated")
         at = self._gz.seek(offset, whence)
         self._check()
         return at
@@ -379,7 +301,7 @@ def check_archive(data: bytes, limits: UnpackLimits) -> int:
     """Whether `unpack` would take these bytes, read through without writing anything: the
     entries, or `ArtifactInvalid` naming the entry and the rule (what `POST /v1/artifacts` and
     `assaygate submit --code` check before the bytes are stored)."""
-    vetting = _Vetting(limits)
+    vetting = Vetting(limits)
     try:
         with _reading(data, limits) as tar:
             for member in tar:
@@ -404,7 +326,7 @@ def unpack(data: bytes, dest: Path, limits: UnpackLimits) -> int:
 
 
 def _unpack_into(data: bytes, dest: Path, limits: UnpackLimits) -> int:
-    vetting = _Vetting(limits)
+    vetting = Vetting(limits)
     try:
         with _reading(data, limits) as tar:
             for member in tar:
@@ -424,13 +346,13 @@ def _unpack_into(data: bytes, dest: Path, limits: UnpackLimits) -> int:
                     shutil.copyfileobj(source, out)
                 path.chmod(0o555 if member.mode & 0o111 else 0o444)
     except FileExistsError as exc:
-        raise _refuse(str(exc.filename), "collides with another entry") from None
+        raise refuse(str(exc.filename), "collides with another entry") from None
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
         raise _not_an_archive(exc) from None
     # Links last, so nothing is ever written through one, and nothing is under one.
     for name, target in vetting.finish():
         if (dest / name).exists():
-            raise _refuse(name, "collides with another entry")
+            raise refuse(name, "collides with another entry")
         _make_parents(dest, name)
         os.symlink(target, dest / name)
     return len(vetting.seen)
@@ -443,7 +365,7 @@ def _make_parents(dest: Path, name: str) -> None:
         if not here.exists():
             here.mkdir(mode=0o700)
         elif not here.is_dir():
-            raise _refuse(name, "a path through a file")
+            raise refuse(name, "a path through a file")
 
 
 def _seal(root: Path) -> None:

@@ -25,6 +25,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from service.core.system.artifact import IMAGE_PATTERN
 from service.core.system.egress import parse_port_ranges
 from service.keys import KeyRing
+from service.quotas import QuotaSettings
 from service.sandbox.layers import LAYERS
 
 MIB = 1024 * 1024
@@ -36,7 +37,7 @@ def _names(value: str) -> list[str]:
     return [n.strip() for n in value.split(",") if n.strip()]
 
 
-class Settings(BaseSettings):
+class Settings(BaseSettings, QuotaSettings):
     model_config = SettingsConfigDict(env_prefix="ASSAYGATE_", extra="ignore")
 
     data_dir: Path = Path("var")

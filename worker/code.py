@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from service.core.errors import ArtifactInvalid
 from service.core.system.artifact import Source, check_bytes, written
 from service.core.system.manifest import Manifest, code_parts
 from service.core.system.secret import code_env
-from service.packing import UnpackLimits, folder_digest, materialise
+from service.packing import UnpackLimits, folder_digest, folder_entries, materialise
 from service.sandbox import Confinement, ProcessLimits, layers
 from service.settings import Settings
 
@@ -165,28 +164,34 @@ _digests: dict[tuple[str, str], str] = {}
 _digests_lock = threading.Lock()
 
 
-def _stamp(folder: Path) -> str:
-    """What changes when any file under the folder does (paths, sizes, times, modes): a stat
-    walk, so an unchanged folder is not hashed again."""
+def _content(folder: Path) -> str:
+    """A hash of everything the packed digest depends on (each entry's path, kind, executable
+    bit, link target and every file's bytes), read afresh each time: a file rewritten to the
+    same size with its mtime put back changes it. Only the archive (tar and gzip) is cached."""
     h = hashlib.sha256()
-    for here, dirs, files in os.walk(folder):
-        dirs.sort()
-        for name in sorted(files) + dirs:
-            st = os.lstat(os.path.join(here, name))
-            h.update(f"{here}/{name}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\0".encode())
+    for entry in folder_entries(folder, lazy=True):
+        h.update(f"{entry.path}\0{entry.kind}\0{entry.executable}\0{entry.target}\0".encode())
+        if entry.source is not None:
+            with entry.source.open("rb") as data:
+                while chunk := data.read(1 << 20):
+                    h.update(chunk)
+            h.update(b"\0")
     return h.hexdigest()
 
 
 def operator_digest(folder: Path) -> str:
     """The operator's folder's digest, as `assaygate pack` gives it outside git (every file
-    but `.git`), computed once per process for each state of the folder."""
-    key = (str(folder), _stamp(folder))
+    but `.git`), by content: every file is read at each call, and only the packing of the same
+    content is not repeated."""
+    key = (str(folder), _content(folder))
     with _digests_lock:
         found = _digests.get(key)
     if found is None:
         found, _ = folder_digest(folder)
-        with _digests_lock:
-            _digests[key] = found
+        # A file changed while it was packed: the digest is of no one state, so none is kept.
+        if _content(folder) == key[1]:
+            with _digests_lock:
+                _digests[key] = found
     return found
 
 

@@ -117,7 +117,10 @@ def store_result(
     redactor = ctx.redactor(parsed.inputs, parsed.manifest)
 
     def store() -> Stored:
-        return shards.store(ctx.engine, parsed.inputs, index, result, code_sha256, image, redactor)
+        return shards.store(
+            ctx.engine, parsed.inputs, index, result, code_sha256, image, redactor,
+            ctx.settings.quota(),
+        )  # fmt: skip
 
     ids = {**ids, "shard": index}
     try:

@@ -203,7 +203,9 @@ def finalize(ctx: WorkerContext, parsed: Parsed) -> str | None:
     report is written only by the first, the others find the assay decided and change nothing."""
     assay_id = parsed.inputs.assay_id
     signer = dossier_signer(ctx)
-    decided = shards.decide(ctx.engine, signer, assay_id, parsed.manifest, parsed.plan)
+    decided = shards.decide(
+        ctx.engine, signer, assay_id, parsed.manifest, parsed.plan, ctx.settings.quota()
+    )
     if decided is None:
         return None
     if decided.won:

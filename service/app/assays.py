@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlmodel import Session
@@ -16,6 +16,7 @@ from service.app.dossiers import decide_or_fail
 from service.app.errors import BrokerUnavailable, Conflict, NotFound
 from service.app.submissions import Services
 from service.core.errors import AssaygateError
+from service.core.evidence.quota import Quota
 from service.core.faults.plan import parse_plan
 from service.core.shards.assay import ShardResult, merge
 from service.core.signing.dossier import Signer
@@ -117,6 +118,8 @@ def rerun(
 class Abort:
     assay_id: uuid.UUID
     reason: str | None = None
+    # The storage quotas the report and dossier are cut to if this abort decides the assay.
+    quota: Quota = field(default_factory=Quota)
 
 
 def abort(session: Session, signer: Signer, principal: Principal, command: Abort) -> Assay:
@@ -151,7 +154,7 @@ def abort(session: Session, signer: Signer, principal: Principal, command: Abort
         inputs = assay_inputs(session, assay_id)
         assert inputs is not None
         manifest, plan = parse_manifest(inputs.manifest), parse_plan(inputs.plan)
-        decide_or_fail(session, signer, assay_id, manifest, plan)
+        decide_or_fail(session, signer, assay_id, manifest, plan, command.quota)
     session.commit()
     session.refresh(assay)
     return assay

@@ -25,6 +25,7 @@ from service.app.notify import HookEvent
 from service.core.decision.gate import Decision, Reason, ReasonView
 from service.core.decision.release import carry
 from service.core.errors import EvidenceUnsealable
+from service.core.evidence.quota import Quota, cut_dossier
 from service.core.faults.plan import AssayPlan
 from service.core.signing.dossier import (
     CandidateRef,
@@ -64,16 +65,22 @@ def of_tenant(session: Session, tenant_id: uuid.UUID, dossier_id: uuid.UUID) -> 
 
 
 def decide(
-    session: Session, signer: Signer, assay_id: uuid.UUID, manifest: Manifest, plan: AssayPlan
+    session: Session,
+    signer: Signer,
+    assay_id: uuid.UUID,
+    manifest: Manifest,
+    plan: AssayPlan,
+    quota: Quota | None = None,
 ) -> Decided | None:
-    """Merge and record the decision if every shard is stored and nobody has; None otherwise.
-    The caller commits."""
-    merged = record_merge(session, assay_id, manifest, plan)
+    """Merge and record the decision if every shard is stored and nobody has, the report and
+    the dossier within `quota`; None otherwise. The caller commits."""
+    quota = quota or Quota()
+    merged = record_merge(session, assay_id, manifest, plan, quota)
     if merged is None:
         return None
     if merged.won:
         # In the same transaction: exactly one signed dossier version per finished assay.
-        record_assay_dossier(session, signer, assay_id, merged.report)
+        record_assay_dossier(session, signer, assay_id, merged.report, quota=quota)
     return Decided(merged.decision, merged.won)
 
 
@@ -98,14 +105,19 @@ def unsealable_reason(exc: Exception, what: str) -> str:
 
 
 def decide_or_fail(
-    session: Session, signer: Signer, assay_id: uuid.UUID, manifest: Manifest, plan: AssayPlan
+    session: Session,
+    signer: Signer,
+    assay_id: uuid.UUID,
+    manifest: Manifest,
+    plan: AssayPlan,
+    quota: Quota | None = None,
 ) -> Decided | None:
     """`decide` in a savepoint: a merge whose report or dossier cannot be stored or signed rolls
     back to it and fails the assay with the reason, once (None), so a poisoned result ends its
     own assay and never comes back to the next worker, abort or reconciler round."""
     try:
         with session.begin_nested():
-            return decide(session, signer, assay_id, manifest, plan)
+            return decide(session, signer, assay_id, manifest, plan, quota)
     except UNSEALABLE as exc:
         fail_assay(session, assay_id, unsealable_reason(exc, "the assay's evidence"))
         return None
@@ -121,9 +133,11 @@ def record_assay_dossier(
     report: Mapping[str, Any],
     *,
     now: datetime | None = None,
+    quota: Quota | None = None,
 ) -> Dossier:
     """The dossier version for a finished assay; call once, in the transaction that stored the
-    report (the worker that wins the merge)."""
+    report (the worker that wins the merge). The predicate is cut to `quota` before it is
+    signed, and says what was cut on the way (`cut`, only when anything was)."""
     now = now or utcnow()
     assay = session.get(Assay, assay_id)
     assert assay is not None
@@ -173,6 +187,7 @@ def record_assay_dossier(
         policy=assay.policy,
         attempts=[a.view() for a in attempts],
     )
+    predicate = cut_dossier(predicate, quota or Quota(), report.get("cut"))
     dossier = dossiers.store(
         session,
         signer,

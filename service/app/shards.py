@@ -19,6 +19,7 @@ from sqlmodel import Session
 from service.app.dossiers import UNSEALABLE, Decided, decide_or_fail, unsealable_reason
 from service.app.ports import Queue
 from service.app.tenants import queue_of_assay
+from service.core.evidence.quota import Quota, cut_shard
 from service.core.evidence.spend import ArmSpend, budgeted, from_views
 from service.core.faults.plan import AssayPlan, StopConditions
 from service.core.shards.assay import ShardResult, StopLimits
@@ -213,6 +214,7 @@ def store(
     code_sha256: str | None = None,
     tenant_image: str | None = None,
     redactor: Redactor | None = None,
+    quota: Quota | None = None,
 ) -> Stored:
     """Store the shard's result, and the code it ran (`code_sha256`: the hex digest the worker
     checked; None when it ran none) with the image it ran in (`tenant_image`: the worker's
@@ -221,13 +223,16 @@ def store(
     arguments and replies): the report, the events and the signed dossier are made from it.
     Every string is made text (`as_texts`: a target's word that slipped past its entry point);
     a result that still has no RFC 8785 form (NaN, infinity, an integer beyond 2^53) raises
-    EvidenceUnsealable before anything is written: it would make the dossier unsealable."""
+    EvidenceUnsealable before anything is written: it would make the dossier unsealable.
+    `quota`: its sampled trials are cut to the shard's share before anything is written."""
     payload = result.to_dict()
     if redactor is not None:
         payload = redactor.value(payload)
     payload = as_texts(payload)
     sealable(payload, f"shard {index}'s result")
     with session_scope(engine) as session:
+        if quota is not None:
+            payload = cut_shard(payload, quota, assays.shard_count(session, inputs.assay_id))
         stored = assays.store_shard_result(
             session, inputs, index, payload, result.trials, code_sha256, tenant_image
         )
@@ -237,13 +242,18 @@ def store(
 
 
 def decide(
-    engine: Engine, signer: Signer, assay_id: uuid.UUID, manifest: Manifest, plan: AssayPlan
+    engine: Engine,
+    signer: Signer,
+    assay_id: uuid.UUID,
+    manifest: Manifest,
+    plan: AssayPlan,
+    quota: Quota | None = None,
 ) -> Decided | None:
     """Merge and decide the assay if every shard is stored and nobody has, in one transaction
-    (`service.app.dossiers.decide_or_fail`); None otherwise, and None when the merge could not
-    be stored or signed (the assay is then failed with the reason)."""
+    (`service.app.dossiers.decide_or_fail`, within `quota`); None otherwise, and None when the
+    merge could not be stored or signed (the assay is then failed with the reason)."""
     with session_scope(engine) as session:
-        return decide_or_fail(session, signer, assay_id, manifest, plan)
+        return decide_or_fail(session, signer, assay_id, manifest, plan, quota or Quota())
 
 
 def _record_injector(

@@ -240,6 +240,11 @@ def store_shard_result(
     return Stored(written=True, complete=done == total)
 
 
+def shard_count(session: Session, assay_id: uuid.UUID) -> int:
+    assay = session.get(Assay, assay_id)
+    return assay.shard_count if assay is not None else 1
+
+
 def ready_to_merge(session: Session, assay_id: uuid.UUID) -> bool:
     assay = session.get(Assay, assay_id)
     return assay is not None and assay.status in OPEN and assay.shards_done == assay.shard_count

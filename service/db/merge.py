@@ -15,6 +15,7 @@ from typing import Any
 from sqlmodel import Session
 
 from service.core.decision.release import carry
+from service.core.evidence.quota import Cut, Quota, cut_report
 from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import ShardResult, merge
 from service.core.system.manifest import Manifest
@@ -33,17 +34,25 @@ class Merged:
 
 
 def record_merge(
-    session: Session, assay_id: uuid.UUID, manifest: Manifest, plan: AssayPlan
+    session: Session,
+    assay_id: uuid.UUID,
+    manifest: Manifest,
+    plan: AssayPlan,
+    quota: Quota | None = None,
 ) -> Merged | None:
     """Merge and record the report if every shard is stored and nobody has; None otherwise.
-    The caller commits."""
+    The report is cut to `quota` before it is written, and says what the shards' stores and
+    this cut (`cut`). The caller commits."""
     if not ready_to_merge(session, assay_id):
         return None
     results = queries.done_shard_results(session, assay_id)
     merged = merge(manifest, plan, [ShardResult.from_dict(r) for r in results])
     release = releases.lock(session, assay_id)
     earlier = releases.attempts(session, release, excluding=assay_id)
-    report = carry(merged.to_dict(), earlier)
+    shards = Cut()
+    for r in results:
+        shards.add(r.get("cut"))
+    report = cut_report(carry(merged.to_dict(), earlier), quota or Quota(), shards)
     decision = str(report["decision"])
     won = record_report(
         session, assay_id, decision=decision, report=report, faults=fault_rows(report)

@@ -11,7 +11,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from service.core.evidence.quota import Quota, cut_event
+from service.db.models import Event
 from service.settings import Settings
+
+EVENT_QUOTA = Quota()
 
 #: What a database outage looks like, from SQLAlchemy and from psycopg itself (the API's hot
 #: reads, `service.db.hotreads`): the API answers 503 for these.
@@ -24,6 +28,7 @@ DATABASE_ERRORS: tuple[type[Exception], ...] = (
 
 
 def make_engine(settings: Settings, *, url: str | None = None) -> Engine:
+    _cap_events()
     url = url or settings.database_url
     if url.startswith("sqlite"):
         return _sqlite_engine(url)
@@ -35,6 +40,17 @@ def make_engine(settings: Settings, *, url: str | None = None) -> Engine:
         pool_timeout=settings.readiness_timeout * 2,
         connect_args={"connect_timeout": max(1, int(settings.readiness_timeout))},
     )
+
+
+def _cap_events() -> None:
+    """Every event's data within `Quota.event_bytes`, whoever writes it (an error, the reasons,
+    a note a target's output made): cut before the insert, the cut said in the event's `cut`."""
+    if not sa.event.contains(Event, "before_insert", _cut_event):
+        sa.event.listen(Event, "before_insert", _cut_event)
+
+
+def _cut_event(_mapper: Any, _connection: Any, event: Event) -> None:
+    event.data = cut_event(event.data, EVENT_QUOTA)
 
 
 def _sqlite_engine(url: str) -> Engine:

@@ -10,7 +10,7 @@ from service.api.schemas import AbortCreate, AbortPublic, AssayPublic, FaultPubl
 from service.app import assays
 from service.app.records import AssayStatus, as_utc, as_utc_or_none
 from service.core.system.text import as_texts
-from service.http.deps import MetricsDep, PrincipalDep, SessionDep, SignerDep
+from service.http.deps import MetricsDep, PrincipalDep, SessionDep, SettingsDep, SignerDep
 
 router = APIRouter(prefix="/v1/assays", tags=["assays"])
 
@@ -70,6 +70,7 @@ def abort_assay(
     session: SessionDep,
     principal: PrincipalDep,
     signer: SignerDep,
+    settings: SettingsDep,
     body: AbortCreate | None = None,
 ) -> AbortPublic:
     """Stop an assay and end it. No shard starts after the stop is recorded; shards that no live
@@ -78,5 +79,6 @@ def abort_assay(
     decided `block` as soon as no shard is running: in this request if none is. Repeating an
     abort changes nothing recorded, and settles any shard whose worker has gone since."""
     reason = body.reason if body else None
-    assay = assays.abort(session, signer, principal, assays.Abort(assay_id, reason))
+    command = assays.Abort(assay_id, reason, settings.quota())
+    assay = assays.abort(session, signer, principal, command)
     return AbortPublic(id=assay_id, status=AssayStatus(assay.status), stop_reason=assay.stop_reason)

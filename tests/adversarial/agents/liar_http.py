@@ -9,6 +9,8 @@ MODE:
   hang          never answers in time (sleeps 30 s)
   surrogate     says half a UTF-16 surrogate pair and NUL (JSON escapes on the wire) in its
                 evidence, its posted claim and its reply's claim and reason
+  hoard         posts HOARD_CLAIMS claims whose reference is almost 1 MiB (what a request may
+                carry), then replies with one more: megabytes for the gate to store per trial
 """
 
 from __future__ import annotations
@@ -121,6 +123,17 @@ def dup_then_500(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     return 500, {"error": "internal error"}
 
 
+HOARD_CLAIMS = 4
+HOARD_CHARS = 1000 * 1000
+
+
+def hoard(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    sb = Sandbox(body)
+    for i in range(HOARD_CLAIMS):
+        sb.call("/v1/claims", claim("completed", sb.action_id, f"L-{i}-" + "x" * HOARD_CHARS))
+    return 200, {"claim": claim("completed", sb.action_id, "L-last-" + "y" * HOARD_CHARS)}
+
+
 def hang(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     time.sleep(30)
     return 200, {"claim": None}
@@ -144,6 +157,7 @@ MODES = {
     "dup-then-500": dup_then_500,
     "hang": hang,
     "surrogate": surrogate,
+    "hoard": hoard,
 }
 
 
