@@ -1,8 +1,8 @@
 """`python -m worker [celery worker options]`: one Celery worker for the configured queue.
 
 With `ASSAYGATE_WORKER_TENANT=NAME` (and `ASSAYGATE_TENANT_CODE_DIR`, where that tenant's code
-lives) it consumes only that tenant's code queue; without, only the shared queue, which never
-carries code (docs/operations.md, "Running tenant code")."""
+lives) it consumes only that tenant's code queue; without, the shared queue, which never carries
+code (docs/operations.md, "Running tenant code"), and the webhook deliveries' own queue."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import warnings
 from celery.exceptions import CPendingDeprecationWarning, SecurityWarning
 
 from service.settings import get_settings
+from worker import webhooks
 from worker.app import make_celery
 
 
@@ -23,10 +24,15 @@ def main(argv: list[str] | None = None) -> None:
         for folder in ("queue", "processed"):
             (settings.broker_dir / folder).mkdir(parents=True, exist_ok=True)
     extra = list(sys.argv[1:] if argv is None else argv)
+    # A tenant's worker consumes its code queue alone; a shared one, the shared queue and the
+    # webhook deliveries' own, which it hands to threads of their own (worker.webhooks).
+    queues = settings.worker_queue
+    if not settings.worker_tenant:
+        queues += f",{webhooks.queue_of(settings)}"
     args = [
         "worker",
         "--queues",
-        settings.worker_queue,
+        queues,
         "--loglevel",
         settings.log_level,
         "--without-gossip",
