@@ -40,6 +40,8 @@ from service.sandbox import Confinement, local
 from service.sandbox.bwrap import Sandbox
 
 HOOK_TIMEOUT_S = 30.0
+# A world hook that is an MCP server's tool: the whole call, as long as its session's read may take.
+MCP_HOOK_TIMEOUT_S = 300.0
 # The environment variable that tells a stdio server or a command hook which slot (isolated copy
 # of the world) it serves (docs/mcp.md, "Slots").
 SLOT_ENV = "ASSAYGATE_SLOT"
@@ -326,20 +328,27 @@ class Upstreams:
         try:
             if hook.kind == "mcp":
                 assert hook.server is not None and hook.tool is not None
-                result = await self._call(hook.server, hook.tool, payload, retry=True)
+                # The whole call (a reopened session's included) within the time a read had.
+                result = await asyncio.wait_for(
+                    self._call(hook.server, hook.tool, payload, retry=True), MCP_HOOK_TIMEOUT_S
+                )
                 if result.is_error:
                     said = self._blanked(reply_text(result, limit=None))[:500]
                     raise HookFailed(f"{hook.tool} answered an error: {said}")
                 return reply_json(result)
             if hook.kind == "http":
                 assert hook.url is not None and self._http is not None
-                r = await self._http.post(hook.url, json=payload)
+                # Connect, send and the whole reply within the hook's time, not each read.
+                r = await asyncio.wait_for(self._http.post(hook.url, json=payload), HOOK_TIMEOUT_S)
                 r.raise_for_status()
                 return r.json()
             assert hook.command is not None
             return json.loads(await self._command_hook(hook.command, payload))
         except HookFailed:
             raise
+        except TimeoutError as exc:
+            limit = MCP_HOOK_TIMEOUT_S if hook.kind == "mcp" else HOOK_TIMEOUT_S
+            raise HookFailed(f"{hook.kind} hook did not answer within {limit:g} s") from exc
         except Exception as exc:
             refused = refusal_in(exc)
             if refused is not None:

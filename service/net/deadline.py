@@ -7,19 +7,28 @@ exchange: the caller connects with `remaining()` as its timeout and hands the co
 shuts the connection down, so whatever read or write is blocked on it returns at once and the
 exchange fails. `exchange` does this for one request of an `http.client` connection and says
 `DeadlinePassed` when the deadline, not the peer, ended it.
+
+An httpx client gets the same bound without a watchdog: its transport's connections come from a
+`BoundedBackend`, and every connect, read and write they make inside `total(seconds)` waits at
+most for what is left of those seconds, then fails as httpx's own timeout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import http.client
 import itertools
 import os
 import socket
+import ssl
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any
+
+import httpcore
 
 
 class DeadlinePassed(TimeoutError):
@@ -169,3 +178,83 @@ class _Watchdog:
 
 
 _WATCHDOG = _Watchdog()
+
+
+# -- httpx -----------------------------------------------------------------------------------
+
+_bound = threading.local()
+
+
+@contextlib.contextmanager
+def total(seconds: float) -> Iterator[None]:
+    """Bound every connect, read and write a `BoundedBackend` makes in this thread, inside the
+    block, to `seconds` from now in all."""
+    _bound.ends = time.monotonic() + seconds
+    try:
+        yield
+    finally:
+        _bound.ends = None
+
+
+def _left(timeout: float | None) -> float | None:
+    ends: float | None = getattr(_bound, "ends", None)
+    if ends is None:
+        return timeout
+    left = ends - time.monotonic()
+    if left <= 0:
+        raise httpcore.ReadTimeout("past the call's total deadline")
+    return left if timeout is None else min(timeout, left)
+
+
+class BoundedBackend(httpcore.NetworkBackend):
+    """httpcore's network backend with `total`'s bound on each operation of its streams."""
+
+    def __init__(self, inner: httpcore.NetworkBackend | None = None) -> None:
+        self.inner = inner if inner is not None else httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        stream = self.inner.connect_tcp(host, port, _left(timeout), local_address, socket_options)
+        return _BoundedStream(stream)
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        return _BoundedStream(self.inner.connect_unix_socket(path, _left(timeout), socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(seconds)
+
+
+class _BoundedStream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self.inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self.inner.read(max_bytes, _left(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.inner.write(buffer, _left(timeout))
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        return _BoundedStream(self.inner.start_tls(ssl_context, server_hostname, _left(timeout)))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self.inner.get_extra_info(info)

@@ -6,8 +6,6 @@ another tenant; a version written as Slack markup arrives in the gate's Slack me
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +18,7 @@ from tests.adversarial.deployment import Deployment, deployment
 from tests.support.agents import StartAgent
 from tests.support.receiver import Receiver
 from tests.support.service import example, wait_decided, wait_for
+from tests.support.trickle import Trickle
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -28,61 +27,6 @@ DEADLINE_S = 3.0
 SLACK_S = 1.5
 ATTEMPTS = 3
 PLAN = {"trials": 2, "seed": 5, "modes": ["timeout_before_send"]}
-REPLY = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
-
-
-class Trickle:
-    """A receiver that reads each request whole, then answers one byte every `every_s`: within
-    any per-read timeout longer than that, and done only after more than a minute."""
-
-    def __init__(self, every_s: float = 2.0) -> None:
-        self.every_s = every_s
-        self.connected = threading.Event()
-        self.stopped = threading.Event()
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self._server.settimeout(0.2)
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.getsockname()[1]}/hook"
-
-    def close(self) -> None:
-        self.stopped.set()
-        self._server.close()
-
-    def _serve(self) -> None:
-        while not self.stopped.is_set():
-            try:
-                conn, _ = self._server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
-
-    def _trickle(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(10)
-            data = b""
-            try:
-                while b"\r\n\r\n" not in data:
-                    data += conn.recv(4096)
-                head, _, body = data.partition(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                while len(body) < length:
-                    body += conn.recv(4096)
-                self.connected.set()
-                for byte in REPLY:
-                    if self.stopped.wait(self.every_s):
-                        return
-                    conn.sendall(bytes([byte]))
-            except (OSError, StopIteration):
-                return  # the gate hung up: what a deadline does
 
 
 @pytest.fixture(scope="module")
