@@ -13,9 +13,17 @@ import warnings
 
 from celery.exceptions import CPendingDeprecationWarning, SecurityWarning
 
-from service.settings import get_settings
+from service.settings import Settings, get_settings
 from worker import webhooks
 from worker.app import make_celery
+
+
+def queues(settings: Settings) -> list[str]:
+    """A tenant's worker consumes its code queue alone; a shared one, the shared queue and the
+    webhook deliveries' own, which it hands to sender threads of their own (worker.webhooks)."""
+    if settings.worker_tenant:
+        return [settings.worker_queue]
+    return [settings.queue, webhooks.queue_of(settings)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -24,15 +32,10 @@ def main(argv: list[str] | None = None) -> None:
         for folder in ("queue", "processed"):
             (settings.broker_dir / folder).mkdir(parents=True, exist_ok=True)
     extra = list(sys.argv[1:] if argv is None else argv)
-    # A tenant's worker consumes its code queue alone; a shared one, the shared queue and the
-    # webhook deliveries' own, which it hands to threads of their own (worker.webhooks).
-    queues = settings.worker_queue
-    if not settings.worker_tenant:
-        queues += f",{webhooks.queue_of(settings)}"
     args = [
         "worker",
         "--queues",
-        queues,
+        ",".join(queues(settings)),
         "--loglevel",
         settings.log_level,
         "--without-gossip",
