@@ -148,6 +148,10 @@ class _Watchdog:
     """One daemon thread that expires deadlines in order of their end."""
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        # Also in a forked child, which inherits neither the thread nor a usable lock.
         self._heap: list[tuple[float, int, Deadline]] = []
         self._order = itertools.count()
         self._wake = threading.Condition()
@@ -178,6 +182,7 @@ class _Watchdog:
 
 
 _WATCHDOG = _Watchdog()
+os.register_at_fork(after_in_child=_WATCHDOG._reset)
 
 
 # -- httpx -----------------------------------------------------------------------------------
