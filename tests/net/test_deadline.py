@@ -1,5 +1,6 @@
 """Every client a shared worker uses for a tenant's endpoint ends at its total deadline, however
-the peer trickles: an http target's task, an mcp target's http runner, a webhook attempt. A
+the peer trickles: an http target's task, an mcp target's http runner, the opening of a session
+to an MCP server over HTTP, a webhook attempt. A
 peer answering one byte every half second is inside each client's per-read timeout, so without
 the deadline every one of these calls would last the whole trickle (more than half a minute)."""
 
@@ -16,11 +17,16 @@ from pathlib import Path
 import pytest
 
 from service.app.webhooks import AttemptOutcome, Outgoing
+from service.core.system.contract import Upstream
+from service.core.system.manifest import contract_of, parse_manifest
 from service.core.trial.harness import Runtime, run_trial
+from service.mcp.engine import Loop
+from service.mcp.hooks import Upstreams
 from service.mcp.runners import HttpRunner
 from service.net.deadline import Deadline, DeadlinePassed, exchange
 from service.settings import Settings
 from service.targets import HttpTarget
+from tests.mcp.conftest import EXAMPLE
 from tests.support.trickle import Trickle
 from tests.targets.conftest import example, plan
 from worker.webhooks import post
@@ -83,3 +89,22 @@ def test_a_reply_cut_by_the_deadline_is_never_taken_for_a_whole_one(trickle: Tri
     finally:
         conn.close()
     assert deadline.passed
+
+
+def test_an_mcp_server_trickling_its_sessions_opening_is_cut_at_the_open_deadline(
+    trickle: Trickle,
+) -> None:
+    manifest = parse_manifest(json.loads((EXAMPLE / "manifest.careful.json").read_text()))
+    contract = contract_of(manifest)
+    servers = {name: Upstream(url=trickle.url) for name in contract.servers}
+    upstreams = Upstreams(
+        contract.model_copy(update={"servers": servers}), open_timeout_s=DEADLINE_S
+    )
+    loop = Loop()
+    started = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError, match=f"opened no MCP session within {DEADLINE_S:g} s"):
+            loop.run(upstreams.open(), 60)
+    finally:
+        loop.stop()
+    assert time.monotonic() - started <= DEADLINE_S + LATE_S
