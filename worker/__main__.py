@@ -1,8 +1,8 @@
 """`python -m worker [celery worker options]`: one Celery worker for the configured queue.
 
 With `ASSAYGATE_WORKER_TENANT=NAME` (and `ASSAYGATE_TENANT_CODE_DIR`, where that tenant's code
-lives) it consumes only that tenant's code queue; without, only the shared queue, which never
-carries code (docs/operations.md, "Running tenant code")."""
+lives) it consumes only that tenant's code queue; without, the shared queue, which never carries
+code (docs/operations.md, "Running tenant code"), and the webhook deliveries' own queue."""
 
 from __future__ import annotations
 
@@ -13,8 +13,17 @@ import warnings
 
 from celery.exceptions import CPendingDeprecationWarning, SecurityWarning
 
-from service.settings import get_settings
+from service.settings import Settings, get_settings
+from worker import webhooks
 from worker.app import make_celery
+
+
+def queues(settings: Settings) -> list[str]:
+    """A tenant's worker consumes its code queue alone; a shared one, the shared queue and the
+    webhook deliveries' own, which it hands to sender threads of their own (worker.webhooks)."""
+    if settings.worker_tenant:
+        return [settings.worker_queue]
+    return [settings.queue, webhooks.queue_of(settings)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     args = [
         "worker",
         "--queues",
-        settings.worker_queue,
+        ",".join(queues(settings)),
         "--loglevel",
         settings.log_level,
         "--without-gossip",

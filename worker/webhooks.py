@@ -10,12 +10,17 @@ webhook is never a way to reach the gate's own API, database or broker.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 from celery import Celery
+from celery.signals import worker_process_shutdown, worker_shutdown
 
 from service.app import webhooks
 from service.app.notify import render
@@ -27,7 +32,8 @@ from service.core.signing.webhook import (
     SIGNATURE_HEADER,
     header,
 )
-from service.net.egress import EgressPolicy, EgressTransport, refusal_in
+from service.net.deadline import Deadline, DeadlinePassed, exchange
+from service.net.egress import EgressPolicy, HTTPConnection, HTTPSConnection, refusal_in
 from service.settings import Settings
 from worker.context import WorkerContext
 
@@ -35,10 +41,15 @@ log = logging.getLogger("assaygate.webhooks")
 
 DELIVER = "webhook.deliver"
 USER_AGENT = "Assaygate-Webhook/1"
+#: Attempts a worker process makes at once (each within its deadline), beside its shards.
+SENDERS = 4
+#: How much of a receiver's reply is read: its status is what counts.
+REPLY_BYTES = 64 * 1024
 
 
 def post(settings: Settings, sent: Outgoing) -> Attempted:
-    """One attempt: the rendered body, signed now, posted through the egress policy."""
+    """One attempt: the rendered body, signed now, posted through the egress policy within the
+    attempt's total deadline (`webhook_timeout_s`: connect, send and the whole reply)."""
     body = render(sent.body, sent.format, settings.link_base)
     headers = {
         "Content-Type": "application/json",
@@ -52,22 +63,37 @@ def post(settings: Settings, sent: Outgoing) -> Attempted:
     def took() -> int:
         return int((time.monotonic() - started) * 1000)
 
-    transport = EgressTransport(EgressPolicy.from_settings(settings))
     try:
-        with httpx.Client(
-            transport=transport, timeout=settings.webhook_timeout_s, follow_redirects=False
-        ) as client:
-            response = client.post(sent.url, content=body, headers=headers)
+        status = _exchange(EgressPolicy.from_settings(settings), sent.url, body, headers, settings)
+    except DeadlinePassed:
+        why = f"no whole reply within {settings.webhook_timeout_s:g} s (the attempt's deadline)"
+        return Attempted(AttemptOutcome.FAILED, None, why, took())
     except Exception as exc:  # every way a send can fail is one failed attempt, recorded
         refused = refusal_in(exc)
         if refused is not None:
             return Attempted(AttemptOutcome.REFUSED, None, f"egress refused: {refused}", took())
         return Attempted(AttemptOutcome.FAILED, None, f"{exc.__class__.__name__}: {exc}", took())
-    if 200 <= response.status_code < 300:
-        return Attempted(AttemptOutcome.DELIVERED, response.status_code, None, took())
-    return Attempted(
-        AttemptOutcome.FAILED, response.status_code, f"HTTP {response.status_code}", took()
-    )
+    if 200 <= status < 300:
+        return Attempted(AttemptOutcome.DELIVERED, status, None, took())
+    return Attempted(AttemptOutcome.FAILED, status, f"HTTP {status}", took())
+
+
+def _exchange(
+    policy: EgressPolicy, url: str, body: bytes, headers: dict[str, str], settings: Settings
+) -> int:
+    """The receiver's status for one POST; no redirect is followed (http.client follows none)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    kind = HTTPSConnection if parts.scheme == "https" else HTTPConnection
+    conn = kind(policy, parts.hostname, parts.port, settings.webhook_timeout_s)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    try:
+        with Deadline(settings.webhook_timeout_s) as deadline:
+            reply, _ = exchange(conn, deadline, "POST", path, body, headers, REPLY_BYTES)
+    finally:
+        conn.close()
+    return reply.status
 
 
 def deliver(ctx: WorkerContext, delivery_id: uuid.UUID) -> float | None:
@@ -95,11 +121,21 @@ def deliver(ctx: WorkerContext, delivery_id: uuid.UUID) -> float | None:
 def send(
     app: Celery, settings: Settings, delivery_ids: list[uuid.UUID], countdown: float = 0
 ) -> None:
-    """Queue a task per delivery on the shared queue (raises if the broker refuses)."""
+    """Queue a task per delivery on the deliveries' own queue (raises if the broker refuses)."""
     for delivery_id in delivery_ids:
         app.send_task(
-            DELIVER, args=[str(delivery_id)], queue=settings.queue, countdown=countdown or None
+            DELIVER,
+            args=[str(delivery_id)],
+            queue=queue_of(settings),
+            countdown=countdown or None,
         )
+
+
+def queue_of(settings: Settings) -> str:
+    """The deliveries' own queue, `<queue>.webhooks`: the shared workers consume it beside the
+    shared queue and hand each delivery to their senders (`Senders`), never to the pool that
+    runs shards."""
+    return f"{settings.queue}.webhooks"
 
 
 def sweep(app: Celery, ctx: WorkerContext, grace_s: float) -> int:
@@ -120,10 +156,60 @@ def kick(app: Celery, ctx: WorkerContext) -> None:
         log.warning("webhooks not sent yet (%s); the reconciler will", exc.__class__.__name__)
 
 
+class Senders:
+    """A worker process's own threads for webhook attempts. The task only hands its delivery
+    over and returns, so the pool that runs shards is free again at once: a slow receiver
+    delays the deliveries behind it, never an assay. Each attempt claims its delivery when it
+    starts; a delivery lost here (the process killed while it waited or was being sent) is due
+    and unclaimed once its lease lapses, and the reconciler's sweep sends it again."""
+
+    def __init__(self, app: Celery, ctx: WorkerContext, threads: int = SENDERS) -> None:
+        self.app = app
+        self.ctx = ctx
+        self.threads = threads
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def hand(self, delivery_id: uuid.UUID) -> None:
+        with self._lock:
+            # A prefork child inherits no threads: it starts its own senders.
+            if self._pool is None or self._pid != os.getpid():
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="webhook")
+                self._pid = os.getpid()
+            pool = self._pool
+        pool.submit(self._attempt, delivery_id)
+
+    def stop(self) -> None:
+        """Let the attempts under way end (each within its deadline); drop those waiting, which
+        the sweep sends again, rather than hold the worker's shutdown for them."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _attempt(self, delivery_id: uuid.UUID) -> None:
+        try:
+            delay = deliver(self.ctx, delivery_id)
+            if delay is not None:
+                send(self.app, self.ctx.settings, [delivery_id], countdown=delay)
+        except Exception:  # the sweep sends it again once its lease lapses
+            log.exception("webhook delivery %s not attempted", delivery_id)
+
+
 def register(app: Celery, ctx: WorkerContext) -> None:
+    senders = Senders(app, ctx)
+
     # Not `shared`: the task closes over this app's context (as the shard task does).
     @app.task(name=DELIVER, ignore_result=True, acks_late=True, shared=False)
     def deliver_task(delivery_id: str) -> None:
-        delay = deliver(ctx, uuid.UUID(delivery_id))
-        if delay is not None:
-            send(app, ctx.settings, [uuid.UUID(delivery_id)], countdown=delay)
+        senders.hand(uuid.UUID(delivery_id))
+
+    @worker_process_shutdown.connect(weak=False)
+    def _stop_child_senders(**_kwargs: Any) -> None:
+        senders.stop()
+
+    @worker_shutdown.connect(weak=False)
+    def _stop_senders(sender: Any = None, **_kwargs: Any) -> None:
+        if getattr(sender, "app", None) is app:
+            senders.stop()

@@ -141,21 +141,35 @@ _HEADLINES = {
 }
 
 
+def slack_text(value: object) -> str:
+    """`value` as plain text in a Slack mrkdwn field: `&`, `<` and `>` escaped (Slack's own
+    rule), so a tenant's string (`<!channel>`, `<https://evil.example|login>`) shows as typed
+    and never becomes a mention, a link or a command in the gate's own message."""
+    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _slack(facts: dict[str, Any]) -> dict[str, Any]:
-    """Slack's incoming-webhook shape: `text` (also the notification) and mrkdwn `blocks`."""
+    """Slack's incoming-webhook shape: `text` (also the notification) and mrkdwn `blocks`.
+    Every string of the facts goes through `slack_text`: only the gate's own link syntax is
+    markup."""
     candidate = facts.get("candidate") or {}
     links = facts.get("links") or {}
     what = _HEADLINES.get(str(facts.get("event")), str(facts.get("event")))
     head = (
-        f"{facts.get('system')} {candidate.get('version')} {what}: "
-        f"*{str(facts.get('decision')).upper()}*"
+        f"{slack_text(facts.get('system'))} {slack_text(candidate.get('version'))} "
+        f"{slack_text(what)}: *{slack_text(str(facts.get('decision')).upper())}*"
     )
-    reasons = [f"• `{r.get('code')}`: {r.get('message', '')}" for r in facts.get("reasons") or []]
+    reasons = [
+        f"• `{slack_text(r.get('code'))}`: {slack_text(r.get('message', ''))}"
+        for r in facts.get("reasons") or []
+    ]
     more = int(facts.get("reasons_total") or 0) - len(reasons)
     if more > 0:
         reasons.append(f"… and {more} more in the dossier")
     named = [("candidate", "Candidate"), ("hold", "Hold"), ("dossier", "Dossier")]
-    link_line = " · ".join(f"<{links[k]}|{label}>" for k, label in named if k in links)
+    link_line = " · ".join(
+        f"<{slack_text(links[k]).replace('|', '%7C')}|{label}>" for k, label in named if k in links
+    )
     blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": head}}]
     if reasons:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(reasons)}})

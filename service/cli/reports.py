@@ -294,7 +294,22 @@ def junit_xml(outcome: ReportedDecision) -> bytes:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """`text` as plain text on one line of the summary (a table cell included): what could make
+    a link, an image or HTML of it (`[`, `]`, `<`, `>`; a backslash) escaped, so a version or a
+    message such as `[login](https://evil.example)` or `<img …>` shows as typed."""
+    for raw, escaped in _MARKDOWN_ESCAPES:
+        text = text.replace(raw, escaped)
+    return text.replace("\n", " ")
+
+
+_MARKDOWN_ESCAPES = (
+    ("\\", "\\\\"),
+    ("|", "\\|"),
+    ("[", "\\["),
+    ("]", "\\]"),
+    ("<", "&lt;"),
+    (">", "&gt;"),
+)
 
 
 def summary_markdown(outcome: ReportedDecision) -> str:

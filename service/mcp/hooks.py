@@ -41,6 +41,10 @@ from service.sandbox import Confinement, local
 from service.sandbox.bwrap import Sandbox
 
 HOOK_TIMEOUT_S = 30.0
+# A world hook that is an MCP server's tool: the whole call, as long as its session's read may take.
+MCP_HOOK_TIMEOUT_S = 300.0
+# An MCP server over HTTP: connecting to it and initialising its session, in all.
+OPEN_TIMEOUT_S = 60.0
 # The environment variable that tells a stdio server or a command hook which slot (isolated copy
 # of the world) it serves (docs/mcp.md, "Slots").
 SLOT_ENV = "ASSAYGATE_SLOT"
@@ -114,18 +118,33 @@ class _Held:
         confinement: Confinement | None,
         egress: EgressPolicy | None = None,
         slot: int | None = None,
+        open_timeout_s: float = OPEN_TIMEOUT_S,
     ) -> None:
         self.up = up
         self.confinement = confinement
         self.egress = egress
         self.slot = slot
+        self.open_timeout_s = open_timeout_s
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> Client:
         ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
-        self._task = asyncio.create_task(self._hold(ready))
-        return await ready
+        task = self._task = asyncio.create_task(self._hold(ready))
+        if self.up.url is None:
+            return await ready  # a stdio server starts in its sandbox: its own limits
+        try:
+            # A server over HTTP opens its session within a total deadline, not one per read:
+            # one that trickles its handshake holds the worker no longer.
+            return await asyncio.wait_for(asyncio.shield(ready), self.open_timeout_s)
+        except TimeoutError:
+            ready.cancel()  # nobody waits for the session now: the task ends with its cancel
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            raise TimeoutError(
+                f"{self.up.url} opened no MCP session within {self.open_timeout_s:g} s"
+            ) from None
 
     async def _hold(self, ready: asyncio.Future[Client]) -> None:
         sandbox: Sandbox | None = None
@@ -170,6 +189,7 @@ class Upstreams:
         confinement: Confinement | None = None,
         egress: EgressPolicy | None = None,
         slot: int | None = None,
+        open_timeout_s: float = OPEN_TIMEOUT_S,
     ) -> None:
         """`slot`: the copy of a world that offers slots these sessions reach (None: a world
         without slots); hooks receive it in their payload, stdio servers and command hooks in
@@ -181,6 +201,7 @@ class Upstreams:
         # Every connection to a server's or an http hook's URL goes to an address this policy
         # checked (None: the local caller's own business, e.g. tests and benchmarks).
         self.egress = egress
+        self.open_timeout_s = open_timeout_s
         self.clients: dict[str, Client] = {}
         self._held: dict[str, _Held] = {}
         self._tools: list[types.Tool] | None = None
@@ -229,7 +250,8 @@ class Upstreams:
         )
 
     async def _open(self, name: str) -> Client:
-        held = _Held(self.contract.servers[name], self.confinement, self.egress, self.slot)
+        up = self.contract.servers[name]
+        held = _Held(up, self.confinement, self.egress, self.slot, self.open_timeout_s)
         self.clients[name] = await held.start()
         self._held[name] = held
         return self.clients[name]
@@ -327,20 +349,27 @@ class Upstreams:
         try:
             if hook.kind == "mcp":
                 assert hook.server is not None and hook.tool is not None
-                result = await self._call(hook.server, hook.tool, payload, retry=True)
+                # The whole call (a reopened session's included) within the time a read had.
+                result = await asyncio.wait_for(
+                    self._call(hook.server, hook.tool, payload, retry=True), MCP_HOOK_TIMEOUT_S
+                )
                 if result.is_error:
                     said = self._blanked(reply_text(result, limit=None))[:500]
                     raise HookFailed(f"{hook.tool} answered an error: {said}")
                 return reply_json(result)
             if hook.kind == "http":
                 assert hook.url is not None and self._http is not None
-                r = await self._http.post(hook.url, json=payload)
+                # Connect, send and the whole reply within the hook's time, not each read.
+                r = await asyncio.wait_for(self._http.post(hook.url, json=payload), HOOK_TIMEOUT_S)
                 r.raise_for_status()
                 return loads_text(r.content)
             assert hook.command is not None
             return loads_text(await self._command_hook(hook.command, payload))
         except HookFailed:
             raise
+        except TimeoutError as exc:
+            limit = MCP_HOOK_TIMEOUT_S if hook.kind == "mcp" else HOOK_TIMEOUT_S
+            raise HookFailed(f"{hook.kind} hook did not answer within {limit:g} s") from exc
         except Exception as exc:
             refused = refusal_in(exc)
             if refused is not None:

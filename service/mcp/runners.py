@@ -39,6 +39,7 @@ from service.core.errors import ManifestInvalid
 from service.core.system.endpoint import BUILD_HEADER, reported_build
 from service.core.system.redaction import Redactor
 from service.core.system.text import as_text, loads_text
+from service.net.deadline import BoundedBackend, total
 from service.net.egress import EgressPolicy, EgressRefused, EgressTransport
 from service.sandbox import Confinement, local
 from service.sandbox.bwrap import Sandbox
@@ -248,7 +249,10 @@ class HttpRunner:
         self.url = url
         # Keep-alive to the agent, without Nagle's delay on the request's second segment; every
         # request (redirects are not followed) to an address the egress policy checked.
-        transport: httpx.BaseTransport = httpx.HTTPTransport(socket_options=NODELAY)
+        plain = httpx.HTTPTransport(socket_options=NODELAY)
+        # Each connection's reads and writes count against the run's total deadline (`run`).
+        plain._pool._network_backend = BoundedBackend(plain._pool._network_backend)
+        transport: httpx.BaseTransport = plain
         if egress is not None:
             transport = EgressTransport(egress, transport)
         self._client = httpx.Client(
@@ -259,7 +263,12 @@ class HttpRunner:
         self, task: dict[str, Any], url: str, deadline_s: float, crashed: threading.Event
     ) -> RunResult:
         try:
-            r = self._client.post(self.url, json={"task": task, "mcp_url": url}, timeout=deadline_s)
+            # The deadline is the whole run's, not each read's: a runner trickling its reply
+            # holds the worker no longer than a silent one.
+            with total(deadline_s):
+                r = self._client.post(
+                    self.url, json={"task": task, "mcp_url": url}, timeout=deadline_s
+                )
         except httpx.TimeoutException:
             return RunResult(error="TargetTimeout: the run passed its deadline", timed_out=True)
         except EgressRefused as exc:

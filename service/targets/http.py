@@ -21,6 +21,7 @@ from service.core.system.endpoint import BUILD_HEADER, reported_build
 from service.core.system.text import as_text, loads_text
 from service.core.trial.sandbox import RunCrashed, Task, Tools
 from service.net import egress
+from service.net.deadline import Deadline, exchange
 from service.net.egress import EgressPolicy, EgressRefused
 from service.targets.errors import (
     TargetProtocolError,
@@ -149,9 +150,10 @@ class HttpTarget:
         for attempt in (1, 2):
             conn, reused = self._connection()
             try:
-                conn.request("POST", self._path, body, headers)
-                resp = conn.getresponse()
-                data = resp.read()
+                # `timeout_s` bounds the whole call (connect, send, the whole reply), not each
+                # read: an agent trickling its reply holds a shared worker no longer.
+                with Deadline(self.timeout_s) as deadline:
+                    resp, data = exchange(conn, deadline, "POST", self._path, body, headers)
                 if resp.will_close:
                     self._drop_connection()
                 return resp.status, data, resp.getheader(BUILD_HEADER)

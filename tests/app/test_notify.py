@@ -107,3 +107,26 @@ def test_rolling_the_review_back_rolls_its_deliveries_back(
     assert _count(session, hook) == 0
     hold = session.exec(select(Hold).where(Hold.candidate_id == held.id)).one()
     assert hold.status == "open"
+
+
+def test_a_slack_body_shows_every_tenant_string_as_text_and_only_the_gates_links_as_markup() -> (
+    None
+):
+    facts = {
+        "event": "decision",
+        "system": "refunds<@U123>",
+        "candidate": {"version": "<!channel> <https://evil.example|login>"},
+        "decision": "hold",
+        "reasons": [{"code": "build_mismatch", "message": "agent said <!here> & <#C1>"}],
+        "reasons_total": 1,
+        "links": {"candidate": "/candidates/1"},
+    }
+    message = json.loads(render(json.dumps(facts), HookFormat.SLACK.value, "https://gate.example"))
+    head, reasons = (b["text"]["text"] for b in message["blocks"][:2])
+    links = message["blocks"][2]["elements"][0]["text"]
+    assert message["text"] == head
+    assert head.startswith(
+        "refunds&lt;@U123&gt; &lt;!channel&gt; &lt;https://evil.example|login&gt; decided"
+    )
+    assert reasons == "• `build_mismatch`: agent said &lt;!here&gt; &amp; &lt;#C1&gt;"
+    assert links == "<https://gate.example/candidates/1|Candidate>"

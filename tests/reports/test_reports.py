@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import xmlschema
 
+from service.cli.reports import ReportedDecision, summary_markdown
 from tests.support.embedded import Embedded, embedded_service
 from tests.support.service import EXAMPLES, ROOT
 
@@ -142,3 +143,27 @@ def test_submit_and_gate_write_the_same_reports_from_the_signed_dossier(
     assert gated.returncode == 1, gated.stderr
     assert set(cases(gate_junit)) == set(found)
     assert gate_summary.read_text() == text
+
+
+def test_a_summary_shows_a_version_and_reasons_written_as_markup_as_text() -> None:
+    outcome = ReportedDecision(
+        system="refunds",
+        version="[login](https://evil.example) <img src=x>",
+        decision="hold",
+        reasons=[
+            {
+                "code": "build_mismatch",
+                "message": "![x](https://evil.example/p.png) | \\",
+                "fault": None,
+                "severity": "hold",
+            }
+        ],
+        faults=[],
+    )
+    text = summary_markdown(outcome)
+    title = text.splitlines()[0]
+    assert title == (
+        "## Assaygate: HOLD — refunds \\[login\\](https://evil.example) &lt;img src=x&gt;"
+    )
+    assert "- **hold** `build_mismatch`: !\\[x\\](https://evil.example/p.png) \\| \\\\" in text
+    assert "<img" not in text and "[login]" not in text
