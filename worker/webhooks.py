@@ -52,7 +52,7 @@ def post(settings: Settings, sent: Outgoing) -> Attempted:
     def took() -> int:
         return int((time.monotonic() - started) * 1000)
 
-    transport = EgressTransport(EgressPolicy.from_settings(settings))
+    transport = EgressTransport(EgressPolicy.from_settings(settings, tenant=sent.tenant))
     try:
         with httpx.Client(
             transport=transport, timeout=settings.webhook_timeout_s, follow_redirects=False
