@@ -93,7 +93,7 @@ def register(app: Celery, ctx: WorkerContext) -> None:
             # The decision's webhooks now, not at the reconciler's next round.
             webhooks.kick(app, ctx)
         if done.pop("seal", False):
-            hand_over(app, ctx, assay_id)
+            hand_over(app, ctx, uuid.UUID(assay_id))
         return done
 
     @app.task(

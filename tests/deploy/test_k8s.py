@@ -283,7 +283,7 @@ def restricted(workload: dict[str, Any]) -> list[str]:
             broken.append(f"volume {volume['name']}")
     for c in pod["containers"]:
         own = c.get("securityContext", {})
-        if not (own.get("runAsNonRoot", pod_security.get("runAsNonRoot")) is True):
+        if own.get("runAsNonRoot", pod_security.get("runAsNonRoot")) is not True:
             broken.append(f"{c['name']}: runAsNonRoot")
         if own.get("runAsUser", pod_security.get("runAsUser")) == 0:
             broken.append(f"{c['name']}: runAsUser 0")
