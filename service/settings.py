@@ -8,12 +8,8 @@ under `./var`, so a laptop needs no servers. Point `ASSAYGATE_DATABASE_URL` at P
 from __future__ import annotations
 
 import hashlib
-import json
-import logging
 import os
 import re
-import sys
-from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -23,8 +19,12 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.core.system.artifact import IMAGE_PATTERN
-from service.core.system.egress import parse_port_ranges
+from service.core.system.egress import parse_port_ranges, parse_tenant_ports
 from service.keys import KeyRing
+from service.logs import JsonLineFormatter as JsonLineFormatter
+from service.logs import TextFormatter as TextFormatter
+from service.logs import configure_logging as configure_logging
+from service.logs import log_format as log_format
 from service.quotas import QuotaSettings
 from service.sandbox.layers import LAYERS
 
@@ -123,6 +123,11 @@ class Settings(BaseSettings, QuotaSettings):
     # Loopback: `0`/off, or the ports the agents' local services use (`9000-9100,9443`). `1`
     # (deprecated) is every loopback port; never the control plane nor the gate's own relays.
     egress_allow_loopback: str | None = None
+    # Loopback ports per tenant, `acme=9000-9100,9443;globex=9200`: where tenants' workers (or a
+    # shared worker sending their webhooks) share a host, each reaches only its own local
+    # services. Set, it replaces `egress_allow_loopback` (which must then be unset or `0`): a
+    # tenant it does not name reaches no loopback port, and no two tenants share one.
+    egress_loopback_tenants: str = ""
     egress_allow_private: bool | None = None
     # Comma-separated CIDRs and host names allowed even when loopback or private are refused.
     egress_allowlist: str = ""
@@ -264,6 +269,15 @@ class Settings(BaseSettings, QuotaSettings):
                 "ASSAYGATE_SECRETS_KEY_FILE must be a file of its own, outside ASSAYGATE_KEYS_DIR "
                 "and ASSAYGATE_INJECTOR_PUBLIC_DIR, which every worker mounts"
             )
+        if parse_tenant_ports(self.egress_loopback_tenants) and self._loopback_value() not in (
+            None,
+            "0",
+        ):
+            raise ValueError(
+                "ASSAYGATE_EGRESS_LOOPBACK_TENANTS and ASSAYGATE_EGRESS_ALLOW_LOOPBACK are both "
+                "set: name loopback ports per tenant only (the deployment-wide allowance lets "
+                "every tenant reach every allowed port)"
+            )
         if not self.result_backend and self.broker_is_redis:
             self.result_backend = self.broker_url
         return self
@@ -302,6 +316,16 @@ class Settings(BaseSettings, QuotaSettings):
         """The loopback ports allowed (empty with `egress_loopback`: every port)."""
         value = self._loopback_value()
         return () if value in (None, "0", "1") else parse_port_ranges(value or "")
+
+    def egress_loopback_of(self, tenant: str | None) -> tuple[bool, tuple[tuple[int, int], ...]]:
+        """Whether `tenant`'s URLs may name loopback, and on which ports (empty: every port).
+        With `egress_loopback_tenants` set, a tenant's own ports only, and none for a tenant it
+        does not name (or for no tenant); otherwise the deployment-wide allowance."""
+        by_tenant = parse_tenant_ports(self.egress_loopback_tenants)
+        if not by_tenant:
+            return self.egress_loopback, self.egress_loopback_ports
+        ports = by_tenant.get(tenant) if tenant is not None else None
+        return (True, ports) if ports else (False, ())
 
     @property
     def egress_loopback_deprecated(self) -> bool:
@@ -414,86 +438,3 @@ _OFF = frozenset({"", "0", "false", "no", "off"})
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
-
-
-# Attributes a log call may carry through `extra=`; they become top-level JSON keys.
-LOG_CONTEXT_KEYS: tuple[str, ...] = (
-    "candidate_id",
-    "assay_id",
-    "shard",
-    "system",
-    "method",
-    "path",
-    "status",
-    "duration_ms",
-    "worker",
-    "trials",
-    "decision",
-    "delivery_id",
-)
-
-
-class JsonLineFormatter(logging.Formatter):
-    """One JSON object per line, so log shippers need no parsing rules."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        for key in LOG_CONTEXT_KEYS:
-            value = record.__dict__.get(key)
-            if value is not None:
-                line[key] = value if isinstance(value, int | float | bool) else str(value)
-        if record.exc_info:
-            line["exc"] = self.formatException(record.exc_info)
-        return json.dumps(line, separators=(",", ":"))
-
-
-class TextFormatter(logging.Formatter):
-    """For a person at a terminal: time, level, message, then the ids as key=value."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        at = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
-        context = " ".join(
-            f"{key}={record.__dict__[key]}"
-            for key in LOG_CONTEXT_KEYS
-            if record.__dict__.get(key) is not None
-        )
-        line = f"{at} {record.levelname:<7} {record.getMessage()}"
-        if context:
-            line += f"  ({context})"
-        if record.name and not record.name.startswith("assaygate"):
-            line += f"  [{record.name}]"
-        if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
-        return line
-
-
-def log_format(settings: Settings, stream: Any = None) -> str:
-    """`json` or `text`: `auto` is text on a terminal and JSON for anything that reads logs."""
-    if settings.log_format != "auto":
-        return settings.log_format
-    stream = sys.stderr if stream is None else stream
-    isatty = getattr(stream, "isatty", None)
-    return "text" if isatty is not None and isatty() else "json"
-
-
-def configure_logging(settings: Settings) -> None:
-    """Route every logger (ours, uvicorn's, Celery's) through one stderr handler."""
-    handler = logging.StreamHandler(sys.stderr)
-    if log_format(settings, sys.stderr) == "json":
-        handler.setFormatter(JsonLineFormatter())
-    else:
-        handler.setFormatter(TextFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(settings.log_level.upper())
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "celery", "kombu"):
-        logger = logging.getLogger(name)
-        logger.handlers[:] = []
-        logger.propagate = True
-    # The API logs each request itself, with its ids; uvicorn's access line would duplicate it.
-    logging.getLogger("uvicorn.access").disabled = True

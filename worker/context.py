@@ -63,7 +63,7 @@ class WorkerContext:
         self._assays: OrderedDict[uuid.UUID, Parsed] = OrderedDict()
         self._keys: dict[str, PublicKey] = {}
         self._targets: OrderedDict[str, Target | TrialEngine | None] = OrderedDict()
-        self._egress: EgressPolicy | None = None
+        self._egress: dict[str, EgressPolicy] = {}
         self._secrets_key: SecretsKey | None = None
         self._redactors: OrderedDict[str, Redactor] = OrderedDict()
         # The code each recent assay runs, fetched, checked and unpacked once per assay.
@@ -134,21 +134,24 @@ class WorkerContext:
             self._targets.move_to_end(key)
             target = self._targets[key]
         else:
-            if self._egress is None:
-                self._egress = EgressPolicy.from_settings(self.settings)
+            # The tenant's own policy: its loopback ports, where they are set per tenant.
+            egress = self._egress.get(inputs.tenant)
+            if egress is None:
+                egress = EgressPolicy.from_settings(self.settings, tenant=inputs.tenant)
+                self._egress[inputs.tenant] = egress
             confinement = None
             if code is not None:
                 confinement = confinement_for(
                     self.settings,
                     manifest,
                     self.secrets(inputs, manifest),
-                    self._egress.resolve,
+                    egress.resolve,
                     code,
                 )
             target = self._targets[key] = load_target(
                 manifest,
                 confinement=confinement,
-                egress=self._egress,
+                egress=egress,
                 tenant=tenant,
                 slots=self.settings.worker_slots,
             )

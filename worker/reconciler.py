@@ -52,7 +52,7 @@ from service.app.tenants import queue_for
 from service.settings import Settings
 from worker import webhooks
 from worker.context import WorkerContext
-from worker.tasks import RUN_SHARD, dossier_signer, finalize
+from worker.tasks import RUN_SHARD, dossier_signer, finalize, seals
 
 log = logging.getLogger("assaygate.reconciler")
 
@@ -90,6 +90,8 @@ class Reconciler:
         self._down: set[str] = set()
         # A pool child forked while this thread holds connections must never use or close them.
         os.register_at_fork(after_in_child=self.ctx.forget_engine)
+        # Whether its worker signs (a shared one); a tenant's worker never holds the key.
+        self.signs = seals(settings)
 
     def start(self) -> None:
         self._thread.start()
@@ -171,14 +173,16 @@ class Reconciler:
         done.settled = lapsed.settled
         stopping = lapsed.stopping
         self._reachable("database")
-        # A stopping assay whose last shards were just settled is decided now, not next round.
-        done.decided = sum(self._decide(assay_id) for assay_id in stopping)
+        # A stopping assay whose last shards were just settled is decided now, not next round
+        # (by a shared worker: a tenant's worker holds no key, and leaves the merges to them).
+        done.decided = sum(self._decide(assay_id) for assay_id in stopping if self.signs)
         done.queue_depth = self.queue_depth()
         if done.queue_depth is not None:
             done.queue_depths[self.settings.queue] = done.queue_depth
             done.resent = self._resend(done.queue_depths)
-        done.decided += self._isolated("the undecided assays", self._decide_leftovers, 0)
-        done.expired = self._isolated("the lapsed reviews", self.expire_reviews, 0)
+        if self.signs:
+            done.decided += self._isolated("the undecided assays", self._decide_leftovers, 0)
+            done.expired = self._isolated("the lapsed reviews", self.expire_reviews, 0)
         done.webhooks = self._isolated("the due webhooks", self.sweep_webhooks, 0)
         return done
 

@@ -25,6 +25,7 @@ from service.core.evidence.stopping import watch_for
 from service.core.shards.assay import ShardResult, ShardSpec, run_shard
 from service.core.signing.dossier import Signer
 from service.keys import ActiveKey, KeyRing
+from service.settings import Settings
 from worker import held, webhooks
 from worker.context import Parsed, WorkerContext
 from worker.heartbeat import EngineWatch, Heartbeat
@@ -41,11 +42,28 @@ from worker.steps import (
     store_result,
 )
 
-__all__ = ["RUN_SHARD", "StoreUnavailable", "execute_shard", "finalize", "register"]
+__all__ = [
+    "RUN_SHARD",
+    "SEAL",
+    "StoreUnavailable",
+    "execute_shard",
+    "finalize",
+    "register",
+    "seals",
+]
 
 log = logging.getLogger("assaygate.worker")
 
 RUN_SHARD = "assay.run_shard"
+# Merge, decide and sign an assay whose shards are all stored: served by the shared queue only.
+SEAL = "assay.seal"
+
+
+def seals(settings: Settings) -> bool:
+    """Whether this worker signs dossiers. A tenant's worker runs tenant code, so it never holds
+    the signing key: it stores its results and hands the seal to the shared queue, whose workers
+    run no tenant code (docs/operations.md, "Keys never meet tenant code")."""
+    return settings.worker_tenant is None
 
 
 def register(app: Celery, ctx: WorkerContext) -> None:
@@ -74,7 +92,48 @@ def register(app: Celery, ctx: WorkerContext) -> None:
         if done.get("decision") is not None:
             # The decision's webhooks now, not at the reconciler's next round.
             webhooks.kick(app, ctx)
+        if done.pop("seal", False):
+            hand_over(app, ctx, uuid.UUID(assay_id))
         return done
+
+    @app.task(
+        name=SEAL,
+        bind=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        ignore_result=True,
+        shared=False,
+    )
+    def seal_task(self: Task[Any, Any], assay_id: str) -> str | None:
+        ids: dict[str, Any] = {"assay_id": assay_id, "worker": self.request.hostname or ""}
+        if not seals(ctx.settings):
+            # Only on a misrouted message: this worker holds no key, the shared pool does.
+            hand_over(app, ctx, uuid.UUID(assay_id))
+            return None
+        try:
+            parsed = retrying(ctx, "read the assay", ids, lambda: ctx.assay(uuid.UUID(assay_id)))
+            if parsed is None:
+                return None
+            decision = retrying(ctx, "merge the assay", ids, lambda: finalize(ctx, parsed))
+        except StoreUnavailable as exc:
+            log.error("seal handed back to the broker: %s", exc, extra=ids)
+            raise Reject(str(exc), requeue=True) from exc
+        if decision is not None:
+            webhooks.kick(app, ctx)
+        return decision
+
+
+def hand_over(app: Celery, ctx: WorkerContext, assay_id: uuid.UUID) -> None:
+    """Ask the shared pool to seal the assay. Best effort: a message the broker refuses or
+    loses is found by the shared workers' reconciler, which decides every assay left undecided."""
+    try:
+        app.send_task(SEAL, args=[str(assay_id)], queue=ctx.settings.queue)
+    except Exception as exc:  # the reconciler decides it; a stored shard must not fail for this
+        log.warning(
+            "seal not sent (%s); the shared reconciler will",
+            exc.__class__.__name__,
+            extra={"assay_id": str(assay_id)},
+        )
 
 
 def execute_shard(
@@ -125,6 +184,8 @@ def execute_shard(
         else:
             stored = run_and_store(ctx, parsed, shard_index, start, state, ids)
         outcome["stored"], complete = stored.written, stored.complete
+    if complete and not seals(ctx.settings):
+        return {**outcome, "decision": None, "seal": True}
     decision = (
         retrying(ctx, "merge the assay", ids, lambda: finalize(ctx, parsed)) if complete else None
     )
@@ -224,7 +285,10 @@ _active_keys: dict[tuple[int, str], ActiveKey] = {}
 
 
 def dossier_signer(ctx: WorkerContext) -> Signer:
-    """The service's active signing key, read per process and re-read after a rotation."""
+    """The service's active signing key, read per process and re-read after a rotation. Never in
+    a tenant's worker: one there would make (and sign with) a key nobody published."""
+    if not seals(ctx.settings):
+        raise RuntimeError("a tenant's worker never signs: the shared pool seals its dossiers")
     assert ctx.settings.keys_dir is not None
     key = (os.getpid(), str(ctx.settings.keys_dir))
     if key not in _active_keys:

@@ -64,7 +64,8 @@ def post(settings: Settings, sent: Outgoing) -> Attempted:
         return int((time.monotonic() - started) * 1000)
 
     try:
-        status = _exchange(EgressPolicy.from_settings(settings), sent.url, body, headers, settings)
+        policy = EgressPolicy.from_settings(settings, tenant=sent.tenant)
+        status = _exchange(policy, sent.url, body, headers, settings)
     except DeadlinePassed:
         why = f"no whole reply within {settings.webhook_timeout_s:g} s (the attempt's deadline)"
         return Attempted(AttemptOutcome.FAILED, None, why, took())

@@ -120,7 +120,7 @@ def admit(
         # compile (which holds the GIL), and nothing is evaluated (service/mcp/cel.py). The
         # routes that submit are sync, so this runs in the threadpool, never on the event loop.
         compile_invariants(reading.invariants)
-    _egress(reading, settings)
+    _egress(reading, settings, principal.tenant)
     _execution(session, principal, reading)
     check_artifact(session, principal.tenant_id, principal.tenant, body.code)
     check_secrets(session, principal.tenant_id, reading.secrets, "manifest.target.secrets", system)
@@ -157,7 +157,7 @@ def readmit(
     assert document is not None
     reading = typed(parse_manifest(document.document), row.candidate.code_sha256)
     tenant_id = row.system.tenant_id
-    _egress(reading, settings)
+    _egress(reading, settings, tenant)
     if reading.code_parts and not tenants.code_allowed(session, tenant_id):
         _refuse_code(reading, tenant)
     check_secrets(session, tenant_id, reading.secrets, "manifest.target.secrets", row.system.name)
@@ -179,11 +179,11 @@ def readmit(
     return Admission(reading, row.system.name, row.candidate.version, plan, shards, force, queue)
 
 
-def _egress(reading: TypedManifest, settings: Settings) -> None:
+def _egress(reading: TypedManifest, settings: Settings, tenant: str) -> None:
     if not reading.urls:
         return
     try:
-        EgressPolicy.from_settings(settings).check_urls(reading.urls)
+        EgressPolicy.from_settings(settings, tenant=tenant).check_urls(reading.urls)
     except EgressRefused as exc:
         raise FieldInvalid(f"egress refused: {exc.message}", field=exc.field) from None
 

@@ -12,13 +12,13 @@ import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from sqlmodel import Session, col, select
 
-from service.app import notify
+from service.app import notify, policies
 from service.app.dossiers import derive
 from service.app.errors import (
     ExpiryPassed,
@@ -30,10 +30,11 @@ from service.app.errors import (
 )
 from service.app.notify import HookEvent
 from service.core.decision.gate import Decision, Reason, ReasonView, reason_view
+from service.core.decision.policy import waiver_days
 from service.core.signing.dossier import Signer
 from service.db import dossier as dossiers
 from service.db.apikey import Principal, actor_view, audit, review_conflict
-from service.db.models import Candidate, Dossier, Hold, HoldStatus, as_utc, utcnow
+from service.db.models import Candidate, Dossier, Hold, HoldStatus, System, as_utc, utcnow
 from service.db.session import DATABASE_ERRORS
 
 log = logging.getLogger("assaygate.reviews")
@@ -288,6 +289,8 @@ def review(
             f"a waiver cannot lift a block ({codes}); re-run after fixing, or reject",
             field="hold_id",
         )
+    if expires_at is not None and command.action is Action.WAIVE:
+        _within_policy(session, principal, candidate, expires_at, now)
     signed = ReviewHold(
         command.hold_id,
         command.action,
@@ -326,6 +329,29 @@ def _checked_expiry(command: Review, now: datetime) -> datetime | None:
         # Well-formed, but the clock already passed it: a conflict with now, not bad input.
         raise ExpiryPassed("the expiry must be in the future", field="expires_at")
     return expires_at
+
+
+def _within_policy(
+    session: Session,
+    principal: Principal,
+    candidate: Candidate,
+    expires_at: datetime,
+    now: datetime,
+) -> None:
+    """A waiver lasts no longer than the policy in force for its system allows
+    (`max_waiver_days`, or the default): asked longer, it is refused naming the maximum."""
+    system = session.get(System, candidate.system_id)
+    name = system.name if system is not None else None
+    force = policies.in_force(session, principal.tenant_id, principal.tenant, name)
+    days = waiver_days(force.policy)
+    latest = now + timedelta(days=days)
+    if expires_at > latest:
+        said = "max_waiver_days" if force.policy.max_waiver_days is not None else "the default"
+        raise FieldInvalid(
+            f"a waiver may last at most {days} days, until {_iso(latest)} ({said} of "
+            f"{force.named()}); ask for an earlier expiry and waive again when it lapses",
+            field="expires_at",
+        )
 
 
 def holds(

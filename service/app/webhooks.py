@@ -21,7 +21,7 @@ from service.core.signing.webhook import backoff, new_secret
 from service.db import queries
 from service.db import webhook as stored
 from service.db.apikey import Principal, audit
-from service.db.models import System, as_utc, utcnow
+from service.db.models import System, Tenant, as_utc, utcnow
 from service.db.session import session_scope
 from service.db.webhook import (
     AttemptOutcome,
@@ -62,11 +62,12 @@ class Subscribed:
     secret: str
 
 
-def check_target(settings: Settings, url: str, field: str = "url") -> None:
-    """The egress policy's word on a webhook URL: the same rules as a manifest's URLs (the
-    gate's own API, database and broker and metadata addresses are never targets)."""
+def check_target(settings: Settings, url: str, tenant: str, field: str = "url") -> None:
+    """The egress policy's word on a tenant's webhook URL: the same rules as its manifests'
+    URLs (the gate's own API, database and broker and metadata addresses are never targets;
+    loopback only on the tenant's own ports)."""
     try:
-        EgressPolicy.from_settings(settings).check_url(url, field)
+        EgressPolicy.from_settings(settings, tenant=tenant).check_url(url, field)
     except EgressRefused as exc:
         raise FieldInvalid(f"egress refused: {exc.message}", field=field) from None
 
@@ -74,7 +75,7 @@ def check_target(settings: Settings, url: str, field: str = "url") -> None:
 def create(
     session: Session, principal: Principal, settings: Settings, command: Subscribe
 ) -> Subscribed:
-    check_target(settings, command.url)
+    check_target(settings, command.url, principal.tenant)
     if command.format not in {f.value for f in HookFormat}:
         known = ", ".join(f.value for f in HookFormat)
         raise FieldInvalid(f"format must be one of {known}", field="format")
@@ -162,6 +163,8 @@ class Outgoing:
     format: str
     secret: str
     body: str
+    # The webhook's tenant, whose egress allowances the attempt is held to.
+    tenant: str = ""
 
 
 def due(engine: Engine, before: datetime | None = None, limit: int = 100) -> list[uuid.UUID]:
@@ -190,8 +193,16 @@ def claim(engine: Engine, delivery_id: uuid.UUID, lease_s: float) -> Outgoing | 
             return None
         row.leased_until = now + timedelta(seconds=lease_s)
         session.add(row)
+        owner = session.get(Tenant, hook.tenant_id)
         return Outgoing(
-            row.id, row.attempts + 1, row.event, hook.url, hook.format, hook.secret, row.body
+            row.id,
+            row.attempts + 1,
+            row.event,
+            hook.url,
+            hook.format,
+            hook.secret,
+            row.body,
+            owner.name if owner is not None else "",
         )
 
 

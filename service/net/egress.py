@@ -73,9 +73,11 @@ class EgressPolicy:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, resolver: Resolver = system_resolver
+        cls, settings: Settings, resolver: Resolver = system_resolver, tenant: str | None = None
     ) -> EgressPolicy:
-        """The service's policy: the settings' allowances and its own API, database and broker."""
+        """The service's policy for `tenant`'s URLs (its loopback ports, where they are set per
+        tenant: `Settings.egress_loopback_of`): the settings' allowances and its own API,
+        database and broker."""
         networks, hosts = _allowlist(settings.egress_allowlist)
         if settings.egress_loopback_deprecated and not _said["loopback"]:
             _said["loopback"] = True  # once a process: every policy built would say it again
@@ -84,9 +86,10 @@ class EgressPolicy:
                 "(the control plane and the gate's own relays excepted); name the ports the "
                 "agents' local services use instead, e.g. 9000-9100"
             )
+        loopback, ports = settings.egress_loopback_of(tenant)
         rules = AddressPolicy(
-            allow_loopback=settings.egress_loopback,
-            loopback_ports=settings.egress_loopback_ports,
+            allow_loopback=loopback,
+            loopback_ports=ports,
             allow_private=settings.egress_private,
             control_plane=control_plane(settings, resolver),
             allowed_networks=networks,

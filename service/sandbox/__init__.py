@@ -54,8 +54,14 @@ class Confinement:
         and so inside its digest; docs/operations.md, "How code reaches the workers")."""
         vendor = self.code_dir / VENDOR
         paths = [self.code_dir, vendor] if vendor.is_dir() else [self.code_dir]
+        # Last, the folder of the gate's own packages, which the sandbox binds for its hosts:
+        # the hosts then import what is bound however the venv installed the gate (an editable
+        # install of another checkout would point at a path the sandbox does not have).
+        paths.append(GATE_PACKAGES)
         return ":".join(str(p) for p in paths)
 
 
 #: The folder of a team's code that holds its vendored dependencies.
 VENDOR = "vendor"
+#: The folder holding the gate's packages (`service`, `assaygate`), bound for its python hosts.
+GATE_PACKAGES = Path(__file__).resolve().parents[2]

@@ -38,8 +38,12 @@ local `assaygate assay` on the user's own machine) runs it as the user's own pro
   no_new_privs): the tenant's code has no capability at all. Not root: a user namespace maps the
   caller to uid/gid 65534 and forbids further user namespaces (`--disable-userns`).
 - **Seccomp.** bubblewrap loads the filter of `seccomp.py` (`--seccomp`) before the inner
-  launcher runs: namespace creation, mount, ptrace, bpf, keyctl, modules and the like answer
-  EPERM; `/proc/self/status` inside says `Seccomp: 2`.
+  launcher runs: namespace creation, mount, ptrace, bpf, keyctl, modules, io_uring, modify_ldt,
+  sockets of every family but unix, inet, inet6 and netlink route, and the like answer EPERM;
+  `/proc/self/status` inside says `Seccomp: 2`.
+- **No host paths on a command line.** bubblewrap (pid 1 inside) reads its options from a
+  descriptor (`--args`), so `/proc/1/cmdline` holds only the launcher's command; `/proc/cmdline`
+  (the host kernel's) is masked by an empty file.
 - **Environment.** Exactly `PATH` (the venv's `bin`, `/usr/local/bin`, `/usr/bin`, `/bin`),
   `HOME`, `LANG=C.UTF-8`, `TMPDIR=/tmp`, `PYTHONDONTWRITEBYTECODE=1`, the confinement's `env`
   (the manifest's declared env and the tenant's named secrets), the adapter's own variables
@@ -107,15 +111,19 @@ CHECK_TIMEOUT_S = 30.0
 KILL_WAIT_S = 10.0
 SH = "/bin/sh"
 # Run by /bin/sh as root on the worker's side, between the spawner and bubblewrap: open the
-# seccomp program on descriptor 3 (`--seccomp 3`) and the inner launcher on 4 (copied in with
-# `--ro-bind-data`: no host path of it shows in /proc/self/mountinfo), enter the sandbox's
-# cgroup(s) (every file up to `--`), then become bubblewrap (same process: `--die-with-parent`
-# still follows the spawning thread). A command line, not a pre-exec hook, so the MCP SDK's
-# stdio client (which spawns `argv` itself) gets the same sandbox.
+# seccomp program on descriptor 3 (`--seccomp 3`), the inner launcher on 4 (copied in with
+# `--ro-bind-data`: no host path of it shows in /proc/self/mountinfo) and bubblewrap's own
+# arguments on 5 (`--args 5`: its command line, which the sandbox reads as /proc/1/cmdline,
+# names no host path) and an empty file's contents on 6 (what the sandbox reads as
+# /proc/cmdline), enter the sandbox's cgroup(s) (every file up to `--`), then become
+# bubblewrap (same process: `--die-with-parent` still follows the spawning thread). A command
+# line, not a pre-exec hook, so the MCP SDK's stdio client (which spawns `argv` itself) gets the
+# same sandbox.
 ENTER = (
-    'exec 3<"$1" 4<"$2" || exit 125; shift 2; '
+    'exec 3<"$1" 4<"$2" 5<"$3" 6</dev/null || exit 125; shift 3; '
     'for f; do shift; [ "$f" = -- ] && break; echo $$ >"$f" || exit 125; done; exec "$@"'
 )
+ARGS_FD = "5"
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 _ETC = (
     "passwd",
@@ -198,7 +206,10 @@ def _base(tmp_mb: int, binds: Sequence[tuple[str, str]], run_dir: str | None) ->
         *_namespaces(),
         *("--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox"),
         *links,
-        *("--proc", "/proc", "--dev", "/dev"),
+        # The host's kernel command line (hypervisor channels, boot paths) masked by an empty
+        # file: the sandbox's /proc is its own pid namespace's, /proc/cmdline is the host's.
+        *("--proc", "/proc", "--perms", "0444", "--ro-bind-data", "6", "/proc/cmdline"),
+        *("--dev", "/dev"),
         # Before the binds: a tenant's code dir may itself live under the host's /tmp.
         *("--perms", "1777", "--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"),
         *_binds([*system, *binds], [(run_dir, RUN)] if run_dir else []),
@@ -232,7 +243,7 @@ def check_available() -> None:
         folder = tempfile.mkdtemp(prefix="assaygate-check-")
         try:
             done = subprocess.run(
-                [*_enter(folder, []), *_base(1, [], None), "--", "/usr/bin/true"],
+                _enter(folder, [], _base(1, [], None), ["/usr/bin/true"]),
                 capture_output=True,
                 env={},
                 timeout=CHECK_TIMEOUT_S,
@@ -250,8 +261,17 @@ def check_available() -> None:
         _checked = True
 
 
-def _enter(folder: str, procs: Sequence[str], inner: str = os.devnull) -> list[str]:
-    """The prefix that puts bubblewrap under the seccomp filter and into the cgroup(s)."""
+def _enter(
+    folder: str,
+    procs: Sequence[str],
+    bwrap: Sequence[str],
+    command: Sequence[str],
+    inner: str = os.devnull,
+) -> list[str]:
+    """The command that puts bubblewrap under the seccomp filter and into the cgroup(s), and
+    hands it its options (`bwrap`, from `_base` on: the host paths) through a descriptor; only
+    the sandbox's `command` (paths as the sandbox sees them) stays on its command line, where
+    bubblewrap reads it."""
     program = seccomp.program()
     path = os.devnull
     if program is not None:
@@ -259,7 +279,13 @@ def _enter(folder: str, procs: Sequence[str], inner: str = os.devnull) -> list[s
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(program)
-    return [SH, "-c", ENTER, "sh", path, inner, *procs, "--"]
+    assert bwrap[0] == BWRAP
+    args = os.path.join(folder, "bwrap.args")
+    fd = os.open(args, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(b"".join(os.fsencode(a) + b"\0" for a in bwrap[1:]))
+    enter = [SH, "-c", ENTER, "sh", path, inner, args, *procs, "--"]
+    return [*enter, BWRAP, "--args", ARGS_FD, "--", *command]
 
 
 def _free_port(taken: set[int], start: int) -> int:
@@ -395,15 +421,18 @@ class Sandbox:
         if found.cgroup is not None and isinstance(hierarchy, cgroup.Hierarchy):
             self.cgroup = cgroup.TreeCgroup(hierarchy, limits.memory_mb, limits.processes)
             procs = self.cgroup.procs
-        return [
-            *_enter(self._dir, procs, str(Path(__file__).with_name("inner.py"))),
+        bwrap = [
             *_base(limits.tmp_mb, _code_binds(confinement.code_dir, gate_code), run_dir),
             *("--perms", "0644", "--ro-bind-data", "4", INNER),
-            *("--chdir", str(confinement.code_dir), "--"),
+            *("--chdir", str(confinement.code_dir)),
+        ]
+        command = [
             *(os.path.realpath(sys.executable), "-I", "-S", INNER),
             *(str(uid), str(gid), f"{RUN}/config.json", "--"),
             *argv,
         ]
+        inner = str(Path(__file__).with_name("inner.py"))
+        return _enter(self._dir, procs, bwrap, command, inner)
 
     def memory_exceeded(self) -> str | None:
         """Why the tree died, when the kernel killed part of it for the cgroup's memory limit

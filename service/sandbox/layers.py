@@ -35,6 +35,11 @@ LEASES = "/run/assaygate-uids"
 RELAY_MB = 16
 #: The layers an operator may require (`ASSAYGATE_SANDBOX_MIN_POSTURE`).
 LAYERS = ("namespaces", "seccomp", "cgroup", "uid", "relay_tmpfs")
+# What the filter refuses (service/sandbox/seccomp.py), as the posture and the dossier state it.
+SECCOMP_SAYS = (
+    "refuses namespaces, mount, ptrace, bpf, keyctl, modules, io_uring, modify_ldt; sockets "
+    "only unix, inet, inet6 and netlink route (EPERM)"
+)
 MNT_DETACH = 2
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 
@@ -177,9 +182,7 @@ def _measure(uids: tuple[int, int] | None) -> Posture:
         why["relay_tmpfs"] = relay
     return Posture(
         namespaces=NAMESPACES_ROOT if root else NAMESPACES_USER,
-        seccomp="refuses namespaces, mount, ptrace, bpf, keyctl, modules (EPERM)"
-        if program is not None
-        else None,
+        seccomp=SECCOMP_SAYS if program is not None else None,
         cgroup=None if isinstance(hierarchy, str) else hierarchy.version,
         uid=uid,
         relay_tmpfs_mb=RELAY_MB if relay is None else None,

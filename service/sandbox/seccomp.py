@@ -21,7 +21,20 @@ processes (`ptrace`, `process_vm_readv`/`writev`, `kcmp`), the kernel's extensio
 `kexec_file_load`), the kernel keyring (`keyctl`, `add_key`, `request_key`), and the host-wide
 knobs (`reboot`, `swapon`, `swapoff`, `acct`, `quotactl`, `syslog`, `settimeofday`,
 `clock_settime`, `clock_adjtime`, `adjtimex`, `iopl`, `ioperm`, `open_by_handle_at`,
-`name_to_handle_at`, `lookup_dcookie`, `personality`). Everything else is allowed: the rest of the
+`name_to_handle_at`, `lookup_dcookie`, `personality`), and the kernel surfaces a tenant's program
+never needs and attacks often use: io_uring (`io_uring_setup`, `io_uring_enter`,
+`io_uring_register`: a second syscall path that seccomp cannot see into), the x86 descriptor
+tables (`modify_ldt`, `vm86`, `vm86old`), reaching into other processes' memory or descriptors
+(`pidfd_getfd`, `process_madvise`, `move_pages`, `migrate_pages`), and obsolete calls
+(`uselib`, `_sysctl`, `sysfs`, `ustat`, `create_module`, `get_kernel_syms`, `query_module`,
+`nfsservctl`, `vhangup`, `quotactl_fd`).
+
+Sockets: only the families a tenant's program needs — `AF_UNIX`, `AF_INET`, `AF_INET6`, and
+`AF_NETLINK` for its route protocol alone (the C library's `getaddrinfo` asks it which address
+families the host has) — for `socket` and `socketpair`; every other family (`AF_VSOCK`, the
+hypervisor's channel to the host; `AF_PACKET`, `AF_ALG`, `AF_BLUETOOTH`, ...) and every other
+netlink protocol answers EPERM. A family is compared on its low 32 bits, as the kernel reads it,
+so a raw syscall with high bits set does not pass. Everything else is allowed: the rest of the
 confinement (namespaces, no capabilities, the file system allowlist) is what keeps it harmless.
 """
 
@@ -87,7 +100,35 @@ REFUSED = (
     "name_to_handle_at",
     "lookup_dcookie",
     "personality",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "modify_ldt",
+    "vm86",
+    "vm86old",
+    "pidfd_getfd",
+    "process_madvise",
+    "move_pages",
+    "migrate_pages",
+    "uselib",
+    "_sysctl",
+    "sysfs",
+    "ustat",
+    "create_module",
+    "get_kernel_syms",
+    "query_module",
+    "nfsservctl",
+    "vhangup",
+    "quotactl_fd",
 )
+# The socket families a tenant's program may open: AF_UNIX, AF_INET, AF_INET6, AF_NETLINK (its
+# route protocol only, NETLINK_ROUTE = 0). Every other family below FAMILIES_CHECKED is refused;
+# the kernel itself refuses any above AF_MAX (46 in Linux 6.x).
+AF_NETLINK = 16
+SOCKET_FAMILIES = (1, 2, 10, AF_NETLINK)
+FAMILIES_CHECKED = 64
+NETLINK_PROTOCOLS_CHECKED = 32  # the kernel's MAX_LINKS
+LOW_32 = 0xFFFFFFFF
 # CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID,
 # CLONE_NEWNET, CLONE_NEWTIME.
 CLONE_NEW: tuple[int, ...] = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000)
@@ -152,6 +193,13 @@ def compile_filter() -> bytes:
         for flag in CLONE_NEW:
             add("clone", eperm, _ArgCmp(0, SCMP_CMP_MASKED_EQ, flag, flag))
         add("clone3", _errno_action(errno.ENOSYS))
+        for call in ("socket", "socketpair"):
+            for family in range(FAMILIES_CHECKED):
+                if family not in SOCKET_FAMILIES:
+                    add(call, eperm, _ArgCmp(0, SCMP_CMP_MASKED_EQ, LOW_32, family))
+            for protocol in range(1, NETLINK_PROTOCOLS_CHECKED):
+                netlink = _ArgCmp(0, SCMP_CMP_MASKED_EQ, LOW_32, AF_NETLINK)
+                add(call, eperm, netlink, _ArgCmp(2, SCMP_CMP_MASKED_EQ, LOW_32, protocol))
         read, write = os.pipe()
         try:
             rc = lib.seccomp_export_bpf(ctx, write)

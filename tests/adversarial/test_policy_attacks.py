@@ -18,6 +18,7 @@ from service.app.shapes import CandidateCreate
 from service.core.decision.gate import Decision
 from service.core.decision.policy import EMPTY, OrgPolicy, parse_policy, tighten
 from service.core.errors import PolicyViolation
+from service.core.faults.catalogue import full_catalogue
 from service.core.faults.plan import AssayPlan, parse_plan
 from service.core.shards.assay import run_assay
 from service.core.system.manifest import parse_manifest
@@ -161,6 +162,36 @@ def test_a_plan_whose_modes_keep_every_family_but_drop_a_required_coverage_key_i
     )
     found = refusal(policy, example("typed"), {"families": ["identity"]})
     assert (found.field, found.policy) == ("plan.families", "coverage")
+
+
+def modes_of(family: str) -> list[str]:
+    return [f.mode for f in full_catalogue().faults if f.domain.value == family]
+
+
+def test_a_required_family_met_by_one_fault_among_many_of_another_is_refused() -> None:
+    # The residual: `families` met by one identity fault beside every tool fault.
+    policy = parse_policy({"families": ["identity", "tool"]})
+    plan = {"modes": [modes_of("identity")[0], *modes_of("tool")]}
+    found = refusal(policy, example("typed"), plan)
+    assert (found.field, found.policy) == ("plan.modes", "families")
+    assert "'identity' 1 of its" in found.message and "at least 50%" in found.message
+
+
+def test_a_plan_running_every_fault_of_a_required_family_meets_it_whatever_its_share() -> None:
+    policy = parse_policy({"families": ["identity", "tool"]})
+    plan = parse_plan({**PLAN, "modes": [*modes_of("identity"), *modes_of("tool")]})
+    effective = tighten(policy, parse_manifest(example("typed")).envelope, plan, "reference")
+    assert {f.domain.value for f in effective.plan.faults()} == {"identity", "tool"}
+
+
+def test_an_operators_family_share_sets_how_much_of_the_plan_each_family_must_hold() -> None:
+    plan = parse_plan({**PLAN, "modes": [modes_of("identity")[0], *modes_of("tool")]})
+    envelope = parse_manifest(example("typed")).envelope
+    loose = parse_policy({"families": ["identity", "tool"], "family_share": 0.1})
+    tighten(loose, envelope, plan, "reference")  # 1 of 9 is above a tenth
+    strict = parse_policy({"families": ["identity", "tool"], "family_share": 0.2})
+    with pytest.raises(PolicyViolation, match="at least 20%"):
+        tighten(strict, envelope, plan, "reference")
 
 
 def test_a_paper_plan_under_a_policy_that_allows_only_sequential_is_refused() -> None:

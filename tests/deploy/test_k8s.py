@@ -247,18 +247,95 @@ def test_the_tenant_pool_runs_its_tenant_on_its_own_account_and_states_the_sandb
     (account,) = of_kind(objects, "ServiceAccount")
     assert pod["serviceAccountName"] == account["metadata"]["name"] == pool["metadata"]["name"]
     assert pod["automountServiceAccountToken"] is False
-    # Bubblewrap's privileged mode: root with two capabilities, never a privileged container.
+    # Bubblewrap's privileged mode: root with what it needs named one by one, never a
+    # privileged container.
     security = container["securityContext"]
     assert security["runAsUser"] == 0 and security["privileged"] is False
-    assert set(security["capabilities"]["add"]) == {"SYS_ADMIN", "NET_ADMIN"}
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert set(security["capabilities"]["add"]) == SANDBOX_CAPABILITIES
     assert security["allowPrivilegeEscalation"] is False
-    # Only the pool holds these: the API and the shared workers drop every capability.
+    # Only the pool holds these: the API, the shared workers and the migration meet the Pod
+    # Security level `restricted`.
     for workload in render(K8S / "base"):
         if workload["kind"] in ("Deployment", "Job"):
-            other = workload["spec"]["template"]["spec"]
-            assert other["securityContext"]["runAsNonRoot"] is True, workload["metadata"]
-            for c in other["containers"]:
-                assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}, c["name"]
+            assert restricted(workload) == [], workload["metadata"]["name"]
+
+
+# What bubblewrap's privileged mode and the worker around it use (deploy/k8s/tenant-pool).
+SANDBOX_CAPABILITIES = {
+    *("SYS_ADMIN", "NET_ADMIN", "SETUID", "SETGID", "SETPCAP", "SYS_CHROOT"),
+    *("CHOWN", "FOWNER", "DAC_OVERRIDE", "KILL"),
+}
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral"}
+RESTRICTED_VOLUMES |= {"persistentVolumeClaim", "projected", "secret"}
+
+
+def restricted(workload: dict[str, Any]) -> list[str]:
+    """What of a workload's pod breaks the Pod Security Standard `restricted` (the fields these
+    manifests use: user, escalation, capabilities, seccomp, AppArmor, volume types)."""
+    pod = workload["spec"]["template"]["spec"]
+    broken: list[str] = []
+    pod_security = pod.get("securityContext", {})
+    if pod_security.get("seccompProfile", {}).get("type") not in ("RuntimeDefault", "Localhost"):
+        broken.append("pod seccompProfile")
+    for volume in pod.get("volumes", []):
+        if not set(volume) - {"name"} <= RESTRICTED_VOLUMES:
+            broken.append(f"volume {volume['name']}")
+    for c in pod["containers"]:
+        own = c.get("securityContext", {})
+        if own.get("runAsNonRoot", pod_security.get("runAsNonRoot")) is not True:
+            broken.append(f"{c['name']}: runAsNonRoot")
+        if own.get("runAsUser", pod_security.get("runAsUser")) == 0:
+            broken.append(f"{c['name']}: runAsUser 0")
+        if own.get("allowPrivilegeEscalation") is not False:
+            broken.append(f"{c['name']}: allowPrivilegeEscalation")
+        if own.get("privileged"):
+            broken.append(f"{c['name']}: privileged")
+        capabilities = own.get("capabilities", {})
+        if "ALL" not in capabilities.get("drop", []):
+            broken.append(f"{c['name']}: capabilities not dropped")
+        if set(capabilities.get("add", [])) - {"NET_BIND_SERVICE"}:
+            broken.append(f"{c['name']}: capabilities added")
+        if own.get("appArmorProfile", {}).get("type") == "Unconfined":
+            broken.append(f"{c['name']}: AppArmor unconfined")
+    return broken
+
+
+def test_the_tenant_pool_mounts_no_signing_key_and_names_none() -> None:
+    # Tenant code's host never holds what makes a dossier believable: the shared workers seal.
+    for overlay in (K8S / "overlays" / "tenant-pool", PRODUCTION):
+        objects = render(overlay)
+        pools = [
+            d
+            for d in of_kind(objects, "Deployment")
+            if d["metadata"]["name"].startswith("assaygate-tenant-worker")
+        ]
+        assert len(pools) == 1, name(overlay)
+        pod = pools[0]["spec"]["template"]["spec"]
+        claims = {
+            v["persistentVolumeClaim"]["claimName"]
+            for v in pod["volumes"]
+            if "persistentVolumeClaim" in v
+        }
+        assert claims == {"assaygate-injector-public"}, claims
+        (container,) = pod["containers"]
+        mounted = {m["mountPath"] for m in container["volumeMounts"]}
+        assert not any(m.startswith("/keys/dossier") for m in mounted), mounted
+        if overlay == PRODUCTION:  # with the settings every process reads
+            keys = settings_of(environment(objects, container)).keys_dir
+            assert keys is not None and not str(keys).startswith("/keys/"), keys
+
+
+def test_the_tenant_pool_breaks_restricted_only_where_bubblewrap_needs_it() -> None:
+    # Its namespace needs the level `privileged` (docs/operations.md): root, the added
+    # capabilities and AppArmor unconfined are the whole of it.
+    (pool,) = of_kind(render(K8S / "overlays" / "tenant-pool"), "Deployment")
+    assert sorted(restricted(pool)) == [
+        "worker: AppArmor unconfined",
+        "worker: capabilities added",
+        "worker: runAsNonRoot",
+        "worker: runAsUser 0",
+    ]
 
 
 def test_the_tenant_pools_network_policy_lets_it_reach_only_the_stores_dns_and_public_https() -> (

@@ -2,8 +2,9 @@
 worker, each in a network namespace of its own (tests/support/netns.py), and PostgreSQL and Redis
 on a host of their own, all reached over the bridge's addresses; no process shares a loopback
 with a store or with the API. Every process gets only what its pod gets: its own data folder,
-the shared keys (the ReadWriteMany volumes), the API alone the injector's private ring and the
-session secret, the API and the tenant's worker the key of tenants' secrets. The migration runs
+the shared keys (the ReadWriteMany volumes; the tenant's worker only the injector's public index,
+never the dossier-signing key), the API alone the injector's private ring and the session secret,
+the API and the tenant's worker the key of tenants' secrets. The migration runs
 as the Job runs it, the operator's commands as `assaygate` on the API's host.
 
 An assay submitted through the API comes out exact: the decision and every fault's counts equal
@@ -163,6 +164,8 @@ def cluster() -> Iterator[Cluster]:
             ASSAYGATE_TENANT_CODE_DIR=str(tenant_code()),
             ASSAYGATE_SECRETS_KEY_FILE=secrets_key,
         )
+        # The tenant's pod mounts no signing key: the shared workers seal what it runs.
+        tenant_env["ASSAYGATE_KEYS_DIR"] = str(logs / "tenant" / "no-keys")
         argv = [sys.executable, "-m", "worker", "--hostname=tenant@%h"]
         workers.append(pods.start(tenant, "tenant", argv, tenant_env))
 

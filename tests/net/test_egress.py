@@ -239,3 +239,45 @@ def test_a_redirect_hop_to_a_forbidden_address_is_refused_and_reaches_nothing(
             client.get(redirector.url)
     assert redirector.hits == ["GET /"]
     assert forbidden.hits == []
+
+
+# ------------------------------------------------------------------ loopback ports per tenant
+
+
+def test_loopback_ports_per_tenant_open_each_tenants_own_ports_only(tmp_path: Path) -> None:
+    settings = production(tmp_path, egress_loopback_tenants="acme=9000-9010;globex=9443")
+    acme = EgressPolicy.from_settings(settings, tenant="acme")
+    acme.check_url("http://127.0.0.1:9005/", "url")
+    for url in ("http://127.0.0.1:9443/", "http://127.0.0.1:9011/"):
+        with pytest.raises(EgressRefused):
+            acme.check_url(url, "url")
+    # A tenant the setting does not name, and no tenant at all, reach no loopback port.
+    for tenant in ("initech", None):
+        with pytest.raises(EgressRefused):
+            EgressPolicy.from_settings(settings, tenant=tenant).check_url(
+                "http://127.0.0.1:9005/", "url"
+            )
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("acme=9000-9010;globex=9010", "share loopback ports"),
+        ("acme=9000;acme=9001", "named twice"),
+        ("acme", "is not TENANT=PORTS"),
+        ("acme=nine", "is not a port"),
+    ],
+)
+def test_loopback_ports_per_tenant_that_overlap_or_do_not_parse_stop_the_settings(
+    tmp_path: Path, value: str, says: str
+) -> None:
+    with pytest.raises(ValueError, match=says):
+        production(tmp_path, egress_loopback_tenants=value)
+
+
+def test_loopback_ports_per_tenant_and_deployment_wide_are_not_set_together(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ValueError, match="both set"):
+        production(tmp_path, egress_loopback_tenants="acme=9000", egress_allow_loopback="9000")
+    production(tmp_path, egress_loopback_tenants="acme=9000", egress_allow_loopback="0")

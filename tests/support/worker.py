@@ -47,3 +47,15 @@ def record_assay(
         )
         grant_injector(session, settings, recorded.assay, parsed)
     return recorded.assay.id
+
+
+def seal(settings: Settings, assay_id: uuid.UUID) -> str | None:
+    """What the shared pool's `assay.seal` does for an assay a tenant's worker stored: merge,
+    decide and sign it with the service's key, which no tenant worker holds."""
+    from worker.context import WorkerContext
+    from worker.tasks import finalize
+
+    shared = WorkerContext(settings.model_copy(update={"worker_tenant": None}))
+    parsed = shared.assay(assay_id)
+    assert parsed is not None
+    return finalize(shared, parsed)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +79,20 @@ def code_worker(settings: Settings, name: str, tmp_path: Path) -> WorkerProcess:
     )
 
 
+@pytest.fixture
+def sealer(settings: Settings, tmp_path: Path) -> Iterator[WorkerProcess]:
+    """A shared worker: it seals and signs what the tenant's worker stores (which never signs)."""
+    worker = WorkerProcess(settings, "held-sealer", tmp_path)
+    worker.wait_ready(60)
+    yield worker
+    worker.stop()
+
+
 def test_a_worker_with_slots_holds_several_shards_of_an_mcp_assay_at_once_with_exact_figures(
     settings: Settings,
     engine: sa.Engine,
     slotted: Slotted,
+    sealer: WorkerProcess,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -126,6 +137,7 @@ def test_the_shards_a_killed_worker_held_are_sent_again_and_the_figures_stay_exa
     settings: Settings,
     engine: sa.Engine,
     slotted: Slotted,
+    sealer: WorkerProcess,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:

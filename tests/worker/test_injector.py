@@ -19,7 +19,7 @@ from service.db.session import session_scope
 from service.db.tenant import set_code_allowed
 from service.settings import Settings
 from tests.support.service import example, tenant_code
-from tests.support.worker import record_assay
+from tests.support.worker import record_assay, seal
 from worker.context import WorkerContext
 from worker.tasks import execute_shard
 
@@ -45,6 +45,8 @@ def run_all(ctx: WorkerContext, engine: sa.Engine, assay_id: uuid.UUID) -> Assay
         count = session.get(Assay, assay_id).shard_count  # type: ignore[union-attr]
     for index in range(count):
         execute_shard(ctx, assay_id, index, "w1")
+    if ctx.settings.worker_tenant:
+        seal(ctx.settings, assay_id)  # a tenant's worker never signs: the shared pool does
     with Session(engine) as session:
         row = session.get(Assay, assay_id)
         assert row is not None

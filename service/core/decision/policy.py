@@ -33,6 +33,9 @@ Rule = Literal["fixed", "sequential"]
 Rate = Annotated[Number, Field(ge=0.0, le=1.0)]
 FLOORS: tuple[str, ...] = tuple(Floors.model_fields)
 MAX_REQUIRED = 64
+#: How long a waiver may last when no policy says (days), and the most a policy may allow.
+DEFAULT_MAX_WAIVER_DAYS = 90
+MAX_WAIVER_DAYS = 3650
 _PART = f"[^/{CONTROL_CLASS}]+"
 #: domain/boundary/phase/correlation/oracle, as `FaultSpec.coverage_key` writes it.
 COVERAGE_KEY_PATTERN = f"^({'|'.join(d.value for d in DOMAINS)})(/{_PART}){{4}}$"
@@ -69,6 +72,10 @@ class OrgPolicy(StrictModel):
     # Fault families and coverage keys (domain/boundary/phase/correlation/oracle) every plan
     # must select.
     families: Annotated[tuple[Domain, ...], Field(max_length=len(DOMAINS))] = ()
+    # The least share of a plan's faults each required family must hold, unless the plan runs
+    # every fault the catalogue has in that family (left out: an equal share, 1 / the number
+    # of required families): one fault of a family among many of another does not meet it.
+    family_share: Annotated[Number, Field(gt=0.0, le=1.0)] | None = None
     coverage: Annotated[tuple[CoverageKey, ...], Field(max_length=MAX_REQUIRED)] = ()
     # The matched baseline and the counterfactual arms must run.
     matched_baseline: Literal[True] | None = None
@@ -80,6 +87,11 @@ class OrgPolicy(StrictModel):
     # an allow for it may rest on (`GET /v1/gate?artifact=`, `verify --artifact`). Left out, only
     # `executed` (code the gate ran); `declared` accepts code nothing the gate ran vouches for.
     accept_assurance: Literal["executed", "reported", "declared"] | None = None
+    # The longest a waiver may last, in days from when it is given (left out:
+    # DEFAULT_MAX_WAIVER_DAYS); a waiver asked to last longer is refused, never shortened.
+    max_waiver_days: (
+        Annotated[int, Field(strict=True, ge=1, le=MAX_WAIVER_DAYS), INTEGRAL] | None
+    ) = None
 
     @field_validator("rules", "families", "coverage")
     @classmethod
@@ -104,6 +116,19 @@ class OrgPolicy(StrictModel):
 
 
 EMPTY = OrgPolicy()
+
+
+def family_share(policy: OrgPolicy) -> float:
+    """The least share of a plan's faults each required family must hold (`_required`)."""
+    if policy.family_share is not None:
+        return float(policy.family_share)
+    return 1.0 / len(policy.families) if policy.families else 0.0
+
+
+def waiver_days(policy: OrgPolicy) -> int:
+    """The longest a waiver may last under `policy`, in days."""
+    found = policy.max_waiver_days
+    return DEFAULT_MAX_WAIVER_DAYS if found is None else int(found)
 
 
 def parse_policy(data: object) -> OrgPolicy:
@@ -150,11 +175,13 @@ def combine(a: OrgPolicy, b: OrgPolicy) -> OrgPolicy:
         trials=_most(a.trials, b.trials),
         rules=rules,
         families=tuple(sorted({*a.families, *b.families})),
+        family_share=_most(a.family_share, b.family_share),
         coverage=tuple(sorted({*a.coverage, *b.coverage})),
         matched_baseline=a.matched_baseline or b.matched_baseline,
         counterfactuals=a.counterfactuals or b.counterfactuals,
         evidence_sample=_most(a.evidence_sample, b.evidence_sample),
         accept_assurance=_stronger(a.accept_assurance, b.accept_assurance),
+        max_waiver_days=_least(a.max_waiver_days, b.max_waiver_days),
     )
 
 
@@ -164,6 +191,8 @@ def loosened(new: OrgPolicy, old: OrgPolicy) -> str | None:
     assurance than before, or than that, is looser."""
     if _accepts(new) > _accepts(old):
         return "accept_assurance"
+    if waiver_days(new) > waiver_days(old):  # left out, the default: longer is looser
+        return "max_waiver_days"
     try:
         both = _flat(combine(old, new).document())
     except PolicyInvalid:
@@ -357,11 +386,22 @@ def _required(policy: OrgPolicy, plan: AssayPlan) -> None:
         return
     faults = plan.faults()
     field = "plan.modes" if plan.modes else "plan.families" if plan.families else "plan.catalogue"
-    families = {f.domain.value for f in faults}
+    share = family_share(policy)
+    catalogue = plan.resolve_catalogue().faults
     for family in policy.families:
-        if family not in families:
+        mine = sum(1 for f in faults if f.domain.value == family)
+        if mine == 0:
             raise PolicyViolation(
                 f"the plan selects no fault of the family '{family}' the policy requires",
+                field=field,
+                policy="families",
+            )
+        whole = sum(1 for f in catalogue if f.domain.value == family)
+        if mine < whole and mine < share * len(faults) - 1e-9:
+            raise PolicyViolation(
+                f"the plan gives the family '{family}' {mine} of its {len(faults)} faults; the "
+                f"policy requires each required family at least {share:.0%} of the plan's "
+                f"faults, or all {whole} of the catalogue's '{family}' faults",
                 field=field,
                 policy="families",
             )

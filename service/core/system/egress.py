@@ -82,6 +82,30 @@ def parse_port_ranges(text: str) -> tuple[PortRange, ...]:
     return tuple(out)
 
 
+def parse_tenant_ports(text: str) -> dict[str, tuple[PortRange, ...]]:
+    """`acme=9000-9100,9443;globex=9200` as each tenant's port ranges; raises ValueError naming
+    the bad item, a tenant named twice, or a port two tenants would share."""
+    found: dict[str, tuple[PortRange, ...]] = {}
+    for item in (i.strip() for i in text.split(";")):
+        if not item:
+            continue
+        tenant, sep, ports = (part.strip() for part in item.partition("="))
+        if not sep or not tenant:
+            raise ValueError(f"{item!r} is not TENANT=PORTS (acme=9000-9100,9443)")
+        if tenant in found:
+            raise ValueError(f"tenant {tenant!r} is named twice")
+        ranges = parse_port_ranges(ports)
+        for other, theirs in found.items():
+            for low, high in ranges:
+                if any(low <= t_high and t_low <= high for t_low, t_high in theirs):
+                    raise ValueError(
+                        f"tenants {other!r} and {tenant!r} share loopback ports "
+                        f"({low}-{high}): each port is one tenant's"
+                    )
+        found[tenant] = ranges
+    return found
+
+
 def parse_ip(text: str) -> IPAddress | None:
     """`text` as an IP address the way a resolver reads it, or None for a name: dotted quads,
     the inet_aton shorthands (`2130706433`, `0x7f.1`, `0177.0.0.1`), bracketed or scoped IPv6.

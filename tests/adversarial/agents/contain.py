@@ -37,6 +37,11 @@ SYSCALLS = {
     "finit_module": 313,
     "delete_module": 176,
     "open_by_handle_at": 304,
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "modify_ldt": 154,
+    "pidfd_getfd": 438,
 }
 CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWNET, SIGCHLD = 0x10000000, 0x00020000, 0x40000000, 17
 KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING = 0, -3
@@ -78,6 +83,11 @@ def _args(name: str) -> tuple[Any, ...]:
         "finit_module": (os.open("/dev/null", os.O_RDONLY), s(b""), 0),
         "delete_module": (s(b"nothing"), 0),
         "open_by_handle_at": (-100, null, 0),
+        "io_uring_setup": (1, ctypes.create_string_buffer(120)),
+        "io_uring_enter": (-1, 0, 0, 0, null, 0),
+        "io_uring_register": (-1, 0, null, 0),
+        "modify_ldt": (0, ctypes.create_string_buffer(16), 16),  # read the LDT
+        "pidfd_getfd": (-1, 0, 0),
     }[name]
 
 
@@ -156,6 +166,29 @@ def children(count: str, mb: str, seconds: str) -> Any:
     return f"{count} children held {int(count) * int(mb)} MB together"
 
 
+def open_socket(family: str, protocol: str = "0") -> Any:
+    """socket(2) of a family (and protocol) by number, called raw: high bits set on request
+    (`family` prefixed with `high:`), as the kernel ignores them."""
+    number = int(family.removeprefix("high:"), 0)
+    if family.startswith("high:"):
+        number |= 1 << 32
+    kind = 3 if number & 0xFFFFFFFF == 16 else 1  # SOCK_RAW for netlink, else SOCK_STREAM
+    fd = _call(41, ctypes.c_long(number), kind, int(protocol))
+    os.close(fd)
+    return f"socket of family {family} protocol {protocol}"
+
+
+def read(path: str) -> Any:
+    with open(path, "rb") as f:
+        return f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+
+
+def resolve(host: str) -> Any:
+    import socket
+
+    return sorted({a[4][0] for a in socket.getaddrinfo(host, 80, type=socket.SOCK_STREAM)})
+
+
 def hello() -> Any:
     return "hello"
 
@@ -169,6 +202,9 @@ ATTACKS: dict[str, Callable[..., Any]] = {
     "fill-relay": fill_relay,
     "hold": hold,
     "children": children,
+    "socket": open_socket,
+    "read": read,
+    "resolve": resolve,
     "hello": hello,
 }
 
