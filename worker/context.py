@@ -23,7 +23,7 @@ from sqlmodel import Session
 from service.app import artifacts, shards
 from service.app.errors import SecretMissing
 from service.app.records import DATABASE_ERRORS, AssayInputs
-from service.app.rights import Held, Lapse, seals
+from service.app.rights import Held, RightEnded, seals
 from service.app.secrets import secrets_for
 from service.core.faults.plan import AssayPlan, parse_plan
 from service.core.signing.dossier import PublicKey
@@ -210,7 +210,7 @@ class WorkerContext:
             self._values.pop(next(iter(self._values)))
         return found
 
-    def end_assay(self, assay_id: uuid.UUID, lapse: Lapse) -> None:
+    def end_assay(self, assay_id: uuid.UUID, lapse: RightEnded) -> None:
         """End the assay's sandboxes now (every tree killed, none built again under its
         tenure) and drop its targets; an assay whose tenant lost the right fails saying so."""
         holding = self.warden.drop(assay_id)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.engine import Engine
 
 from service.app.records import DATABASE_ERRORS
-from service.app.rights import Held, Lapse, lapsed
+from service.app.rights import Held, RightEnded, lapsed
 from service.sandbox import Tenure
 
 log = logging.getLogger("assaygate.worker")
@@ -49,7 +49,7 @@ class Warden:
     def __init__(
         self,
         engine: Callable[[], Engine],
-        on_end: Callable[[uuid.UUID, Lapse], None],
+        on_end: Callable[[uuid.UUID, RightEnded], None],
         every_s: float = POLL_S,
     ) -> None:
         self._engine, self._on_end, self._every_s = engine, on_end, every_s
@@ -76,7 +76,7 @@ class Warden:
         with self._lock:
             return self._holdings.pop(assay_id, None)
 
-    def check(self, assay_id: uuid.UUID) -> Lapse | None:
+    def check(self, assay_id: uuid.UUID) -> RightEnded | None:
         """At a shard's start: why the assay's warm sandboxes must end first, if they must (a
         database that does not answer ends nothing here: the poll reads again)."""
         found = self.holding(assay_id)

@@ -43,7 +43,7 @@ def seals(engine: Engine, tenant_id: uuid.UUID, names: Sequence[str]) -> dict[st
 
 
 @dataclass(frozen=True)
-class Lapse:
+class RightEnded:
     """Why an assay's sandboxes end; `fails`: the assay fails saying so (its tenant's code was
     revoked or a secret it needs deleted: no shard of it may run again)."""
 
@@ -51,18 +51,18 @@ class Lapse:
     fails: bool = False
 
 
-def lapsed(engine: Engine, held: Held) -> Lapse | None:
+def lapsed(engine: Engine, held: Held) -> RightEnded | None:
     """Why the sandboxes of `held` must end now, or None while their right to run holds."""
     with Session(engine) as session:
         row = session.exec(
             select(col(Assay.status), col(Assay.stop_reason)).where(col(Assay.id) == held.assay_id)
         ).first()
         if row is None or row[0] not in OPEN:
-            return Lapse(f"its assay ended ({row[0] if row else 'gone'})")
+            return RightEnded(f"its assay ended ({row[0] if row else 'gone'})")
         if row[1] is not None:
-            return Lapse(f"its assay is stopping ({row[1]})")
+            return RightEnded(f"its assay is stopping ({row[1]})")
         if not tenants.code_allowed(session, held.tenant_id):
-            return Lapse(
+            return RightEnded(
                 f"tenant {held.tenant}'s code was revoked while its assay ran "
                 f"(`assaygate tenants revoke-code {held.tenant}`)",
                 fails=True,
@@ -70,7 +70,7 @@ def lapsed(engine: Engine, held: Held) -> Lapse | None:
         now = stored.ciphertexts(session, held.tenant_id, list(held.seals))
     for name, seal in sorted(held.seals.items()):
         if name not in now:
-            return Lapse(f"secret {name}, which its sandbox held, was deleted", fails=True)
+            return RightEnded(f"secret {name}, which its sandbox held, was deleted", fails=True)
         if hashlib.sha256(now[name]).hexdigest() != seal:
-            return Lapse(f"secret {name}, which its sandbox held, was rotated")
+            return RightEnded(f"secret {name}, which its sandbox held, was rotated")
     return None

@@ -77,7 +77,8 @@ local `assaygate assay` on the user's own machine) runs it as the user's own pro
   hook for its call. `--die-with-parent` follows the thread that spawned bubblewrap, so
   `Sandbox.popen()` spawns from the relay thread, which lives as long as the worker process
   (stdio servers and command hooks are spawned by the MCP engine's loop thread, which lives as
-  long as the engine); if the worker dies, every sandbox of it dies too.
+  long as the engine); if the worker dies, every sandbox of it dies too. A sandbox built under a
+  `Confinement.tenure` dies when the tenure ends (`tenure.py`), and none is built under it again.
 """
 
 from __future__ import annotations
