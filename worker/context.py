@@ -210,24 +210,25 @@ class WorkerContext:
             self._values.pop(next(iter(self._values)))
         return found
 
-    def end_assay(self, assay_id: uuid.UUID, lapse: RightEnded) -> None:
+    def end_assay(self, assay_id: uuid.UUID, ended: RightEnded) -> None:
         """End the assay's sandboxes now (every tree killed, none built again under its
         tenure) and drop its targets; an assay whose tenant lost the right fails saying so."""
         holding = self.warden.drop(assay_id)
         if holding is None:
             return
-        holding.tenure.end(lapse.reason)
+        if ended.fails:
+            # Failed first: a shard whose trials die with the sandbox must not be decided on them.
+            with contextlib.suppress(*DATABASE_ERRORS):  # a shard that starts is refused anyway
+                shards.fail(self.engine, assay_id, f"tenant code stopped: {ended.reason}")
+        holding.tenure.end(ended.reason)
         with self._lock:
-            ended = [self._targets.pop(k) for k in holding.keys if k in self._targets]
-        for target in ended:
+            gone = [self._targets.pop(k) for k in holding.keys if k in self._targets]
+        for target in gone:
             with contextlib.suppress(Exception):  # the trees are dead; the rest is the gate's
                 close_target(target)
         log.warning(
-            "tenant code's sandboxes ended: %s", lapse.reason, extra={"assay_id": str(assay_id)}
+            "tenant code's sandboxes ended: %s", ended.reason, extra={"assay_id": str(assay_id)}
         )
-        if lapse.fails:
-            with contextlib.suppress(*DATABASE_ERRORS):  # a shard that starts is refused anyway
-                shards.fail(self.engine, assay_id, f"tenant code stopped: {lapse.reason}")
 
     def secrets(self, inputs: AssayInputs, manifest: Manifest) -> Mapping[str, str]:
         """The tenant's named secrets the manifest asks for, decrypted for its sandboxed code

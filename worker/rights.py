@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.engine import Engine
 
 from service.app.records import DATABASE_ERRORS
-from service.app.rights import Held, RightEnded, lapsed
+from service.app.rights import Held, RightEnded, lapsed, resealed
 from service.sandbox import Tenure
 
 log = logging.getLogger("assaygate.worker")
@@ -77,13 +77,14 @@ class Warden:
             return self._holdings.pop(assay_id, None)
 
     def check(self, assay_id: uuid.UUID) -> RightEnded | None:
-        """At a shard's start: why the assay's warm sandboxes must end first, if they must (a
+        """At a shard's start (which found the assay open and the code allowed): whether the
+        assay's warm sandboxes hold a secret since deleted or rotated, and must end first (a
         database that does not answer ends nothing here: the poll reads again)."""
         found = self.holding(assay_id)
         if found is None:
             return None
         with contextlib.suppress(*DATABASE_ERRORS):
-            return lapsed(self._engine(), found.held)
+            return resealed(self._engine(), found.held)
         return None
 
     def _watch(self) -> None:

@@ -67,7 +67,20 @@ def lapsed(engine: Engine, held: Held) -> RightEnded | None:
                 f"(`assaygate tenants revoke-code {held.tenant}`)",
                 fails=True,
             )
-        now = stored.ciphertexts(session, held.tenant_id, list(held.seals))
+        return _resealed(session, held)
+
+
+def resealed(engine: Engine, held: Held) -> RightEnded | None:
+    """At a shard's start, which has just found its assay open and its tenant's code allowed:
+    whether a secret the assay's warm sandboxes hold was deleted or rotated since."""
+    with Session(engine) as session:
+        return _resealed(session, held)
+
+
+def _resealed(session: Session, held: Held) -> RightEnded | None:
+    if not held.seals:
+        return None
+    now = stored.ciphertexts(session, held.tenant_id, list(held.seals))
     for name, seal in sorted(held.seals.items()):
         if name not in now:
             return RightEnded(f"secret {name}, which its sandbox held, was deleted", fails=True)
