@@ -10,17 +10,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from service.app import artifacts, shards
+from service.app.errors import SecretMissing
 from service.app.records import DATABASE_ERRORS, AssayInputs
+from service.app.rights import Held, RightEnded, seals
 from service.app.secrets import secrets_for
 from service.core.faults.plan import AssayPlan, parse_plan
 from service.core.signing.dossier import PublicKey
@@ -32,9 +35,11 @@ from service.core.trial.target import Target
 from service.db.session import make_engine
 from service.keys import KeyRing, load_secrets_key
 from service.net.egress import EgressPolicy
+from service.sandbox import Tenure
 from service.settings import Settings
 from service.targets import close_target, load_target
 from worker.code import Code, confinement_for, prepare
+from worker.rights import Warden
 
 log = logging.getLogger("assaygate.worker")
 
@@ -65,7 +70,9 @@ class WorkerContext:
         self._targets: OrderedDict[str, Target | TrialEngine | None] = OrderedDict()
         self._egress: dict[str, EgressPolicy] = {}
         self._secrets_key: SecretsKey | None = None
-        self._redactors: OrderedDict[str, Redactor] = OrderedDict()
+        self._lock = threading.Lock()  # the targets, read by the warden's thread too
+        self._values: dict[uuid.UUID, set[str]] = {}
+        self.warden = Warden(lambda: self.engine, self.end_assay)
         # The code each recent assay runs, fetched, checked and unpacked once per assay.
         self._code: OrderedDict[uuid.UUID, Code] = OrderedDict()
 
@@ -130,40 +137,101 @@ class WorkerContext:
         tenant = inputs.tenant_id.hex
         code = self.code(assay_id, inputs) if runs_code(manifest) else None
         key = f"{tenant}:{manifest.digest()}:{code.sha256 if code is not None else ''}"
-        if key in self._targets:
-            self._targets.move_to_end(key)
-            target = self._targets[key]
-        else:
-            # The tenant's own policy: its loopback ports, where they are set per tenant.
-            egress = self._egress.get(inputs.tenant)
-            if egress is None:
-                egress = EgressPolicy.from_settings(self.settings, tenant=inputs.tenant)
-                self._egress[inputs.tenant] = egress
-            confinement = None
-            if code is not None:
-                confinement = confinement_for(
-                    self.settings,
-                    manifest,
-                    self.secrets(inputs, manifest),
-                    egress.resolve,
-                    code,
-                )
-            target = self._targets[key] = load_target(
-                manifest,
-                confinement=confinement,
-                egress=egress,
-                tenant=tenant,
-                slots=self.settings.worker_slots,
-            )
-            notice = getattr(target, "notice", None)
-            if notice:
-                log.info(notice, extra={"assay_id": str(assay_id)})
-        while len(self._targets) > MAX_TARGETS:
-            close_target(self._targets.popitem(last=False)[1])
+        if code is not None:
+            # The tenant's code is warm for this assay's shards only, and only while it may run.
+            key = f"{assay_id}:{key}"
+            lapse = self.warden.check(assay_id)
+            if lapse is not None:
+                self.end_assay(assay_id, lapse)
+        with self._lock:
+            target = self._targets.get(key)
+            if key in self._targets:
+                self._targets.move_to_end(key)
+        if key not in self._targets:
+            target = self._load(assay_id, manifest, inputs, code, key)
+        evicted = []
+        with self._lock:
+            while len(self._targets) > MAX_TARGETS:
+                evicted.append(self._targets.popitem(last=False)[1])
+        for old in evicted:
+            close_target(old)
         if hasattr(target, "holder"):  # an mcp engine (imported lazily, with the MCP SDK)
             setattr(target, "holder", str(assay_id))  # noqa: B010
             setattr(target, "on_wait", self._waiting(assay_id, inputs))  # noqa: B010
         return target
+
+    def _load(
+        self,
+        assay_id: uuid.UUID,
+        manifest: Manifest,
+        inputs: AssayInputs,
+        code: Code | None,
+        key: str,
+    ) -> Target | TrialEngine | None:
+        """A new adapter; for the tenant's code, confined under the assay's tenure, its secrets
+        sealed (digests read before the values) and remembered for the assay's redaction."""
+        # The tenant's own policy: its loopback ports, where they are set per tenant.
+        egress = self._egress.get(inputs.tenant)
+        if egress is None:
+            egress = EgressPolicy.from_settings(self.settings, tenant=inputs.tenant)
+            self._egress[inputs.tenant] = egress
+        confinement = None
+        if code is not None:
+            names = list(manifest.target.secrets)
+            held = Held(
+                assay_id,
+                inputs.tenant_id,
+                inputs.tenant,
+                seals(self.engine, inputs.tenant_id, names),
+            )
+            holding = self.warden.holding(assay_id)
+            tenure = holding.tenure if holding is not None else Tenure(str(assay_id))
+            values = self.secrets(inputs, manifest)
+            self._held_values(assay_id).update(values.values())
+            confined = confinement_for(self.settings, manifest, values, egress.resolve, code)
+            assert confined is not None  # the manifest names code
+            confinement = replace(confined, tenure=tenure)
+            self.warden.hold(held, tenure, key)
+        target = load_target(
+            manifest,
+            confinement=confinement,
+            egress=egress,
+            tenant=inputs.tenant_id.hex,
+            slots=self.settings.worker_slots,
+        )
+        with self._lock:
+            self._targets[key] = target
+        notice = getattr(target, "notice", None)
+        if notice:
+            log.info(notice, extra={"assay_id": str(assay_id)})
+        return target
+
+    def _held_values(self, assay_id: uuid.UUID) -> set[str]:
+        """Every secret value a sandbox of the assay was loaded with in this process."""
+        found = self._values.setdefault(assay_id, set())
+        while len(self._values) > 256:
+            self._values.pop(next(iter(self._values)))
+        return found
+
+    def end_assay(self, assay_id: uuid.UUID, ended: RightEnded) -> None:
+        """End the assay's sandboxes now (every tree killed, none built again under its
+        tenure) and drop its targets; an assay whose tenant lost the right fails saying so."""
+        holding = self.warden.drop(assay_id)
+        if holding is None:
+            return
+        if ended.fails:
+            # Failed first: a shard whose trials die with the sandbox must not be decided on them.
+            with contextlib.suppress(*DATABASE_ERRORS):  # a shard that starts is refused anyway
+                shards.fail(self.engine, assay_id, f"tenant code stopped: {ended.reason}")
+        holding.tenure.end(ended.reason)
+        with self._lock:
+            gone = [self._targets.pop(k) for k in holding.keys if k in self._targets]
+        for target in gone:
+            with contextlib.suppress(Exception):  # the trees are dead; the rest is the gate's
+                close_target(target)
+        log.warning(
+            "tenant code's sandboxes ended: %s", ended.reason, extra={"assay_id": str(assay_id)}
+        )
 
     def secrets(self, inputs: AssayInputs, manifest: Manifest) -> Mapping[str, str]:
         """The tenant's named secrets the manifest asks for, decrypted for its sandboxed code
@@ -183,13 +251,12 @@ class WorkerContext:
         is stored (only a tenant worker decrypts any; nothing to blank elsewhere)."""
         if not (manifest.target.secrets and runs_code(manifest)):
             return Redactor()
-        key = f"{inputs.tenant_id.hex}:{manifest.digest()}"
-        found = self._redactors.get(key)
-        if found is None:
-            found = self._redactors[key] = Redactor(self.secrets(inputs, manifest).values())
-            while len(self._redactors) > MAX_TARGETS:
-                self._redactors.popitem(last=False)
-        return found
+        # Every value a sandbox of the assay held here (a rotated secret's old one too), and
+        # the values as stored now: whichever the code saw, neither is written.
+        values = set(self._values.get(inputs.assay_id, ()))
+        with contextlib.suppress(SecretMissing):  # deleted: what the sandboxes held remains
+            values.update(self.secrets(inputs, manifest).values())
+        return Redactor(values)
 
     def _waiting(self, assay_id: uuid.UUID, inputs: AssayInputs | None) -> Callable[[str], None]:
         """Where a trial waiting for its world says so: a log line and the assay's events."""

@@ -19,6 +19,7 @@ from celery import Celery, Task
 from celery.exceptions import Reject
 
 from service.app import shards
+from service.app.rights import RightEnded
 from service.app.shards import InjectorState, ShardStart, Stored
 from service.core.evidence.spend import Meter
 from service.core.evidence.stopping import watch_for
@@ -189,6 +190,9 @@ def execute_shard(
     decision = (
         retrying(ctx, "merge the assay", ids, lambda: finalize(ctx, parsed)) if complete else None
     )
+    if complete:
+        # Its code's right to run ends with it (the warden's poll ends it on other processes).
+        ctx.end_assay(assay_id, RightEnded("its assay ended (every shard stored)"))
     return {**outcome, "decision": decision}
 
 

@@ -12,6 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from service.sandbox.tenure import SandboxEnded, Tenure
+
+__all__ = ["VENDOR", "Confinement", "ProcessLimits", "SandboxEnded", "Tenure"]
+
 
 @dataclass(frozen=True)
 class ProcessLimits:
@@ -47,6 +51,9 @@ class Confinement:
     # The layers the operator requires (ASSAYGATE_SANDBOX_MIN_POSTURE, names of
     # service.sandbox.layers.LAYERS): a sandbox that cannot have them all is not built.
     require: frozenset[str] = frozenset()
+    # The right to run of every sandbox built under this confinement (service.sandbox.tenure):
+    # once it ends, they are killed and none is built again. None: they live until closed.
+    tenure: Tenure | None = field(default=None, compare=False)
 
     def python_path(self) -> str:
         """The import path of the gate's python hosts in the sandbox: the code dir, then its

@@ -81,7 +81,8 @@ local `assaygate assay` on the user's own machine) runs it as the user's own pro
   hook for its call. `--die-with-parent` follows the thread that spawned bubblewrap, so
   `Sandbox.popen()` spawns from the relay thread, which lives as long as the worker process
   (stdio servers and command hooks are spawned by the MCP engine's loop thread, which lives as
-  long as the engine); if the worker dies, every sandbox of it dies too.
+  long as the engine); if the worker dies, every sandbox of it dies too. A sandbox built under a
+  `Confinement.tenure` dies when the tenure ends (`tenure.py`), and none is built under it again.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ from typing import IO, Any
 
 from service.core.system.egress import GATE_LOOPBACK_HOST
 from service.sandbox import Confinement, cgroup, layers, relay, seccomp
+from service.sandbox.tenure import SandboxEnded
 
 BWRAP = "/usr/bin/bwrap"
 UID = GID = 65534
@@ -316,6 +318,8 @@ class Sandbox:
         gate_code: bool = False,
     ) -> None:
         check_available()
+        self._tenure = confinement.tenure
+        self._killing = threading.Lock()
         self.proc: subprocess.Popen[bytes] | None = None
         self.url: str | None = None
         self._servers: list[Any] = []
@@ -334,6 +338,8 @@ class Sandbox:
                 + "; ".join(f"no {layer} ({why.get(layer, 'unavailable')})" for layer in missing)
             )
         self.posture = found.view(confinement.limits.memory_mb, confinement.limits.processes)
+        if self._tenure is not None:
+            self._tenure.enter(self)  # SandboxEnded once the code's right to run ended
         self._dir = tempfile.mkdtemp(prefix="assaygate-bwrap-")
         try:
             self.argv = self._prepare(confinement, argv, env or {}, reach, serve, gate_code)
@@ -462,24 +468,44 @@ class Sandbox:
         stdout: int | IO[Any] | None = subprocess.DEVNULL,
         stderr: int | IO[Any] | None = subprocess.DEVNULL,
     ) -> subprocess.Popen[bytes]:
-        """Spawn the sandbox (on the relay thread, which outlives every caller's thread)."""
+        """Spawn the sandbox (on the relay thread, which outlives every caller's thread);
+        `SandboxEnded` once its tenure ended, and a tree spawned as it ends is killed."""
+        if self._tenure is not None:
+            self._tenure.check()
         self.proc = relay.call(
             lambda: subprocess.Popen(
                 self.argv, stdin=stdin, stdout=stdout, stderr=stderr, env={}, umask=0o022
             )
         )
+        if self._tenure is not None:
+            try:
+                self._tenure.check()
+            except SandboxEnded:
+                self.kill()
+                raise
         return self.proc
 
     def kill(self) -> None:
-        """End the whole tree now: bubblewrap's death takes its pid namespace with it."""
+        """End the whole tree now, by every handle on it: bubblewrap (its death takes the pid
+        namespace with it), the tree's cgroup (`cgroup.kill` where the kernel has it), and the
+        sandbox's own uid when it has one leased, so no daemon it forked (double fork, setsid)
+        survives whichever handle it slipped."""
         proc = self.proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
+        with self._killing:  # the lease is not handed on while its uid's processes are killed
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+            if (group := self.cgroup) is not None:
+                group.kill()
+            if self._lease is not None:
+                layers.kill_uid(self._lease.uid)
+        if proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(KILL_WAIT_S)
 
     def close(self) -> None:
         self.kill()
+        if self._tenure is not None:
+            self._tenure.leave(self)
         servers, self._servers = self._servers, []
         if servers:
             relay.call(lambda: [server.close() for server in servers])
@@ -492,6 +518,7 @@ class Sandbox:
             self._relay_mount = None
         shutil.rmtree(self._dir, ignore_errors=True)
         # Only once nothing of the tree is left may another sandbox take its uid.
-        if self._lease is not None:
-            self._lease.release()
-            self._lease = None
+        with self._killing:
+            if self._lease is not None:
+                self._lease.release()
+                self._lease = None

@@ -70,6 +70,24 @@ class UidLease:
             os.close(fd)
 
 
+def kill_uid(uid: int) -> int:
+    """SIGKILL every process whose real or effective uid is `uid` (a leased sandbox uid: only
+    its own tree runs as it); how many were signalled."""
+    killed = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", encoding="utf-8") as f:
+                uids = next((line.split()[1:3] for line in f if line.startswith("Uid:")), [])
+            if str(uid) in uids:
+                os.kill(int(name), 9)
+                killed += 1
+        except (OSError, ValueError):
+            continue  # gone already, or not ours to read
+    return killed
+
+
 def _libc() -> Any:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]

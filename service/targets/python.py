@@ -37,7 +37,7 @@ from service.core.system.egress import GATE_LOOPBACK_HOST
 from service.core.system.redaction import Redactor
 from service.core.system.text import loads_text
 from service.core.trial.sandbox import Task, Tools
-from service.sandbox import Confinement, local
+from service.sandbox import Confinement, SandboxEnded, local
 from service.sandbox.bwrap import Sandbox
 from service.targets.errors import TargetFailed, TargetRaised, TargetTimeout, TargetUnreachable
 from service.targets.http import DEFAULT_TIMEOUT_S, HttpTarget
@@ -202,8 +202,14 @@ class _Child:
                 env=_child_env(),
             )
         else:
-            sandbox = _sandbox(confinement, _command(entrypoint), tool_server)
-            proc = sandbox.popen(stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            try:
+                sandbox = _sandbox(confinement, _command(entrypoint), tool_server)
+                proc = sandbox.popen(stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            except SandboxEnded as exc:
+                # Its right to run ended: never started again, whatever restarts remain.
+                if sandbox is not None:
+                    sandbox.close()
+                raise TargetUnreachable(str(exc)) from None
         try:
             line = _read_line(proc, START_TIMEOUT_S)
         except BaseException:

@@ -23,6 +23,7 @@ from service.targets import PythonTarget, close_target
 from tests.support.service import example, tenant_code
 from tests.support.worker import record_assay
 from worker.context import MAX_TARGETS, WorkerContext
+from worker.rights import Warden
 from worker.tasks import execute_shard, finalize
 
 pytestmark = pytest.mark.integration
@@ -152,6 +153,9 @@ def test_a_worker_keeps_a_few_target_adapters_and_stops_the_child_of_the_one_it_
     # The tenant's own worker: a python target is the tenant's code, run in the sandbox.
     tenant_worker = {"worker_tenant": "acme", "tenant_code_dir": tenant_code()}
     ctx = WorkerContext(settings.model_copy(update=tenant_worker))
+    # These assays have no rows: the warden's poll would end their sandboxes at once (it is
+    # test_code_rights's), so it does not come round while this test runs.
+    ctx.warden = Warden(lambda: ctx.engine, ctx.end_assay, every_s=3600)
     manifests = [
         parse_manifest(
             {
@@ -168,13 +172,14 @@ def test_a_worker_keeps_a_few_target_adapters_and_stops_the_child_of_the_one_it_
         data = manifest.model_dump(mode="json")
         return AssayInputs(uuid.uuid4(), uuid.uuid4(), manifest.digest(), data, {}, tenant, "acme")
 
-    first = ctx.target(uuid.uuid4(), manifests[0], inputs(manifests[0]))
+    assay, given = uuid.uuid4(), inputs(manifests[0])
+    first = ctx.target(assay, manifests[0], given)
     assert isinstance(first, PythonTarget)
     p = parse_plan({"trials": 1, "seed": 9, "modes": ["timeout_before_send"]})
     run_trial(Runtime(manifests[0], p.resolve_catalogue(), first), p.faults()[0], 1, 2)
     pid = first.pid
     assert pid is not None
-    assert ctx.target(uuid.uuid4(), manifests[0], inputs(manifests[0])) is first  # cached
+    assert ctx.target(assay, manifests[0], given) is first  # cached for the assay's shards
     for manifest in manifests[1:]:
         ctx.target(uuid.uuid4(), manifest, inputs(manifest))
     assert first.pid is None  # the least recently used was closed: its sandbox stopped and reaped
