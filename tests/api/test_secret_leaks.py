@@ -23,7 +23,7 @@ from tests.support.service import WorkerProcess, candidate_body, tenant_code, wa
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 TENANT = "leaky"
-VALUE = "sk-leak-7Hq2Zp9Xw4Lm\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj"
+VALUE = "sk-leak-7Hq2/Zp9Xw4Lm\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj"
 
 
 def leaks(text: str) -> list[str]:
@@ -36,6 +36,13 @@ def leaks(text: str) -> list[str]:
         "base64url": base64.urlsafe_b64encode(raw).decode(),
         "hex": binascii.hexlify(raw).decode(),
         "url-encoded": quote(VALUE, safe=""),
+        "url-encoded, its / kept": quote(VALUE),
+        # MIME wraps base64 at 76 columns: any one whole line of it is a leak.
+        **{
+            f"mime base64 line {i}": line
+            for i, line in enumerate(base64.encodebytes(raw).decode().splitlines())
+            if len(line) >= 16
+        },
         "reversed": VALUE[::-1],
         "json-escaped": json.dumps(VALUE)[1:-1],
     }

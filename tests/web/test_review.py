@@ -4,10 +4,14 @@ signed-in reviewer and the form token of their session."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 
 from fastapi.testclient import TestClient
 
 from tests.web.conftest import Fresh, Seeded, key_for, signed_in
+
+# A waiver may last at most 90 days by default (organisation policy `max_waiver_days`).
+SOON = (datetime.now(UTC) + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M")
 
 
 def token(client: TestClient, url: str = "/signin") -> str:
@@ -40,7 +44,7 @@ def test_review_actions_are_refused_without_sign_in_or_without_the_form_token(
 ) -> None:
     hold = open_hold_of(web_client, seeded.typed)
     anonymous = TestClient(web_client.app)
-    form = {"reason": "fine", "expires_at": "2999-01-01T00:00", "csrf": token(anonymous)}
+    form = {"reason": "fine", "expires_at": SOON, "csrf": token(anonymous)}
     assert anonymous.post(f"/holds/{hold}/waive", data=form).status_code == 401
     assert anonymous.post(f"/candidates/{seeded.typed}/rerun", data=form).status_code == 401
     reviewer = signed_in(web_client)
@@ -60,14 +64,14 @@ def test_a_waiver_needs_a_reason_and_signs_a_new_dossier_version(
     hold = open_hold_of(reviewer, fresh_typed.candidate)
     csrf = token(reviewer, "/holds")
     no_reason = reviewer.post(
-        f"/holds/{hold}/waive", data={"reason": " ", "expires_at": "2999-01-01T00:00", "csrf": csrf}
+        f"/holds/{hold}/waive", data={"reason": " ", "expires_at": SOON, "csrf": csrf}
     )
     assert no_reason.status_code == 422
     done = reviewer.post(
         f"/holds/{hold}/waive",
         data={
             "reason": "lineage repair ships next week",
-            "expires_at": "2999-01-01T00:00",
+            "expires_at": SOON,
             "csrf": csrf,
         },
         follow_redirects=False,
@@ -91,7 +95,7 @@ def test_a_block_cannot_be_waived_from_the_queue(web_client: TestClient, seeded:
         f"/holds/{hold}/waive",
         data={
             "reason": "ship it",
-            "expires_at": "2999-01-01T00:00",
+            "expires_at": SOON,
             "csrf": token(reviewer, "/holds"),
         },
     )

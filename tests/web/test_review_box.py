@@ -5,12 +5,16 @@ word per concept."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 
 from fastapi.testclient import TestClient
 
 from tests.web.conftest import Fresh, Seeded, signed_in
 from tests.web.test_presentation import card_of
 from tests.web.test_review import open_hold_of, token
+
+# A waiver may last at most 90 days by default (organisation policy `max_waiver_days`).
+SOON = (datetime.now(UTC) + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M")
 
 
 def test_a_held_candidates_page_puts_the_review_box_before_the_decision_and_the_faults(
@@ -44,7 +48,7 @@ def test_a_waiver_from_the_candidates_page_is_the_holds_pages_review(
     hold = open_hold_of(reviewer, fresh_typed.candidate)
     done = reviewer.post(
         f"/holds/{hold}/waive",
-        data={"reason": "accepted for the pilot", "expires_at": "2999-01-01T00:00",
+        data={"reason": "accepted for the pilot", "expires_at": SOON,
               "csrf": token(reviewer, url)},
         follow_redirects=False,
     )  # fmt: skip

@@ -1,6 +1,7 @@
 """A python target that wants its tenant's secret (`LEAK_KEY`, a multi-line value) out through
 what the gate reports: as a claim's ledger reference, as a tool argument hex-encoded, and in its
-error base64-, base64url-, URL-encoded, reversed and one PEM line at a time."""
+error base64-, base64url-, URL-encoded (with and without its `/`), MIME base64 wrapped at 76
+columns, reversed and one PEM line at a time."""
 
 from __future__ import annotations
 
@@ -26,5 +27,6 @@ def agent(task: Task, tools: Tools) -> None:
     tools.respond("completed", "a1", lines[-1])
     raise RuntimeError(
         f"b64={base64.b64encode(raw).decode()} url={base64.urlsafe_b64encode(raw).decode()} "
-        f"pct={quote(value, safe='')} rev={value[::-1]} line={lines[-1]}"
+        f"pct={quote(value, safe='')} path={quote(value)} rev={value[::-1]} line={lines[-1]} "
+        f"mime={base64.encodebytes(raw).decode()}"
     )
