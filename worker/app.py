@@ -91,6 +91,10 @@ def make_celery(settings: Settings) -> Celery:
     return app
 
 
+# A blueprint's states once it shuts down (celery.bootsteps; celery-types does not declare them).
+_SHUTTING_DOWN = (bootsteps.CLOSE, bootsteps.TERMINATE)  # type: ignore[attr-defined]
+
+
 def health_beat(settings: Settings) -> type[bootsteps.StartStopStep]:
     """A consumer step that beats `consuming` into the health file from the consumer's event
     loop (its timer fires only while the loop turns), and says `connecting` when the consumer
@@ -118,7 +122,7 @@ def health_beat(settings: Settings) -> type[bootsteps.StartStopStep]:
                 self.entry.cancel()
                 self.entry = None
             # A shutdown closes the consumer's blueprint first; a lost broker only restarts it.
-            stopping = parent.blueprint.state in (bootsteps.CLOSE, bootsteps.TERMINATE)
+            stopping = parent.blueprint.state in _SHUTTING_DOWN
             health.write(settings, health.STOPPING if stopping else health.CONNECTING)
 
         def shutdown(self, parent: Any) -> None:

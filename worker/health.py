@@ -23,7 +23,6 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from service.settings import Settings, SettingsInvalid, get_settings
 
@@ -46,34 +45,36 @@ def write(settings: Settings, state: str) -> None:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class WorkerHealth:
     live: bool
     ready: bool
     said: str
 
 
-def judge(settings: Settings, now: float | None = None) -> Verdict:
+def judge(settings: Settings, now: float | None = None) -> WorkerHealth:
     """What the health file says of the worker, at `now`."""
     path = settings.worker_health_file
     if path is None:
-        return Verdict(False, False, "ASSAYGATE_WORKER_HEALTH_FILE is not set: nothing is written")
+        return WorkerHealth(
+            False, False, "ASSAYGATE_WORKER_HEALTH_FILE is not set: nothing is written"
+        )
     try:
         record = json.loads(path.read_text())
         state, at, every = str(record["state"]), float(record["at"]), float(record["every"])
     except FileNotFoundError:
-        return Verdict(False, False, f"no {path}: the worker has not started")
+        return WorkerHealth(False, False, f"no {path}: the worker has not started")
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return Verdict(False, False, f"{path} is unreadable: {exc}")
+        return WorkerHealth(False, False, f"{path} is unreadable: {exc}")
     if state not in STATES:
-        return Verdict(False, False, f"{path} names an unknown state {state!r}")
+        return WorkerHealth(False, False, f"{path} names an unknown state {state!r}")
     age = (time.time() if now is None else now) - at
     if state != CONSUMING:
-        return Verdict(True, False, f"{state} for {age:.1f} s")
+        return WorkerHealth(True, False, f"{state} for {age:.1f} s")
     limit = MISSED_BEATS * every
     if age > limit:
         said = f"consuming, but its event loop last beat {age:.1f} s ago (stale after {limit:g} s)"
-        return Verdict(False, False, said)
-    return Verdict(True, True, f"consuming, beat {age:.1f} s ago")
+        return WorkerHealth(False, False, said)
+    return WorkerHealth(True, True, f"consuming, beat {age:.1f} s ago")
 
 
 def main(argv: list[str] | None = None) -> int:
