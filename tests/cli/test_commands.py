@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -246,20 +247,33 @@ def test_a_placeholder_stops_the_api_the_migration_the_worker_and_its_probe_in_o
         ("worker", ["-m", "worker"]),
         ("worker.health", ["-m", "worker.health", "live"]),
     ]
-    for prefix, args in runs:
-        done = subprocess.run(
-            [sys.executable, *args],
-            cwd=tmp_path,
-            env={**base, "PYTHONPATH": str(ROOT), **env},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+    started = [
+        (
+            prefix,
+            subprocess.Popen(
+                [sys.executable, *args],
+                cwd=tmp_path,
+                env={**base, "PYTHONPATH": str(ROOT), **env},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,  # its children too end below, should it ever start
+            ),
         )
-        assert done.returncode == 2, (args, done.stderr)
-        assert done.stderr == (
-            f"{prefix}: error: ASSAYGATE_PUBLIC_URL: 'https://assaygate.change-me.invalid' is a "
-            "placeholder (a .invalid host never resolves): set the address people reach the "
-            "dashboard at\n"
-        )
+        for prefix, args in runs
+    ]
+    try:
+        for prefix, process in started:
+            _, stderr = process.communicate(timeout=120)
+            assert process.returncode == 2, (prefix, stderr)
+            assert stderr == (
+                f"{prefix}: error: ASSAYGATE_PUBLIC_URL: 'https://assaygate.change-me.invalid' "
+                "is a placeholder (a .invalid host never resolves): set the address people reach "
+                "the dashboard at\n"
+            )
+    finally:
+        for _, process in started:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
     assert not any(tmp_path.iterdir()), "nothing written before the refusal"

@@ -7,8 +7,10 @@ objects, ports, Secrets and commands that exist."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -82,16 +84,23 @@ def test_as_shipped_every_process_refuses_to_start_naming_each_placeholder(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,
         )
-    # The API, the shared workers, the tenant's pool, the migration.
-    assert len(started) == 4
-    for owner, process in started.items():
-        _, stderr = process.communicate(timeout=120)
-        assert process.returncode == 2, (owner, stderr)
-        assert stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
-        for variable in ("ASSAYGATE_PUBLIC_URL", "ASSAYGATE_CONTROL_PLANE"):
-            placeholder = f"{variable}: 'https://assaygate.change-me.invalid' is a placeholder"
-            assert placeholder in stderr, (owner, stderr)
+    try:
+        # The API, the shared workers, the tenant's pool, the migration.
+        assert len(started) == 4
+        for owner, process in started.items():
+            _, stderr = process.communicate(timeout=120)
+            assert process.returncode == 2, (owner, stderr)
+            assert stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
+            for variable in ("ASSAYGATE_PUBLIC_URL", "ASSAYGATE_CONTROL_PLANE"):
+                placeholder = f"{variable}: 'https://assaygate.change-me.invalid' is a placeholder"
+                assert placeholder in stderr, (owner, stderr)
+    finally:  # one that did start (the defect this test is for) must not outlive it
+        for process in started.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
     assert not any(tmp_path.iterdir()), "a refused start writes nothing"
 
 
