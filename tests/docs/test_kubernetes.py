@@ -2,7 +2,8 @@
 cluster: its render-and-check commands run as written in a copy of deploy/ filled in as the page
 says (and catch the placeholders in a copy that is not); every other command is listed below
 with the reason it is not run; the Secrets it creates are exactly the Secrets and keys the
-rendered manifests read; the files and keys it says to edit are the ones that exist."""
+rendered manifests read; the files and keys it says to edit are the ones that exist; deleting the
+lines it names for a cluster without KEDA or the Prometheus Operator still renders."""
 
 from __future__ import annotations
 
@@ -169,3 +170,21 @@ def test_the_files_and_keys_the_page_says_to_edit_are_the_ones_that_exist() -> N
     assert set(edited) == set(entry) and edited["name"] == entry["name"]
     for path in (SITE, IMAGE):
         assert f"`{path.relative_to(K8S)}`" in TEXT
+
+
+def test_without_keda_or_the_prometheus_operator_deleting_the_lines_named_still_renders(
+    tmp_path: Path,
+) -> None:
+    copy_of_deploy(tmp_path, filled=True)
+    k8s = tmp_path / "deploy" / "k8s"
+    named = ("worker-autoscaling.yaml", "autoscaling.yaml", "monitoring.yaml")
+    for name in named:
+        assert f"`{name}`" in TEXT
+    for path in k8s.rglob("kustomization.yaml"):
+        lines = path.read_text().splitlines(keepends=True)
+        path.write_text("".join(line for line in lines if not line.strip().endswith(named)))
+    done = run("kubectl kustomize deploy/k8s/overlays/production", tmp_path)
+    assert done.returncode == 0, done.stderr
+    kinds = {(o["apiVersion"], o["kind"]) for o in yaml.safe_load_all(done.stdout)}
+    assert not any(api.startswith(("keda.sh/", "monitoring.coreos.com/")) for api, _ in kinds)
+    assert ("apps/v1", "Deployment") in kinds
