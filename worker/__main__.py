@@ -33,7 +33,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"worker: error: {exc}", file=sys.stderr)
         sys.exit(2)
     # Live while it connects, not ready until its consumer beats (worker.health).
-    health.write(settings, health.CONNECTING)
+    try:
+        health.write(settings, health.CONNECTING)
+    except OSError as exc:
+        print(f"worker: error: ASSAYGATE_WORKER_HEALTH_FILE: {exc}", file=sys.stderr)
+        sys.exit(2)
     if settings.broker_url.startswith("filesystem"):
         for folder in ("queue", "processed"):
             (settings.broker_dir / folder).mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ left to do:
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Celery, bootsteps
@@ -28,6 +29,8 @@ from worker.code import say_posture
 from worker.context import WorkerContext
 from worker.reconciler import Reconciler
 from worker.tasks import register
+
+log = logging.getLogger("assaygate.worker")
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -109,7 +112,12 @@ def health_beat(settings: Settings) -> type[bootsteps.StartStopStep]:
 
         def start(self, parent: Any) -> None:
             def beat() -> None:
-                health.write(settings, health.CONSUMING)
+                # Never out of the loop: kombu would take an OSError for the broker's. A beat not
+                # written goes stale, which is what the probes are for.
+                try:
+                    health.write(settings, health.CONSUMING)
+                except OSError as exc:
+                    log.warning("cannot write the health file: %s", exc)
 
             self.entry = parent.timer.call_repeatedly(settings.worker_health_interval_s, beat)
             if parent.hub is not None:

@@ -6,6 +6,7 @@ stops turning; not ready while it shuts down."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -119,3 +120,26 @@ def test_the_probes_follow_the_consumer_loop_and_the_broker(
         assert verdict.live and not verdict.ready
     finally:
         worker.stop()
+
+
+def test_a_health_file_the_worker_cannot_write_stops_it_at_start_in_one_line(
+    tmp_path: Path,
+) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # where the health file's folder would have to be
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    env.update(
+        ASSAYGATE_DATA_DIR=str(tmp_path / "data"),
+        ASSAYGATE_WORKER_HEALTH_FILE=str(blocked / "worker-health.json"),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("worker: error: ASSAYGATE_WORKER_HEALTH_FILE: ")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
