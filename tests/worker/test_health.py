@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from service.db import migrate
 from service.settings import Settings
 from tests.support.k8s import K8S, named, render
-from tests.support.service import WorkerProcess, wait_for
+from tests.support.service import WorkerProcess, session_settings, wait_for
 from tests.support.stores import RedisServer
 from worker import health
 
@@ -73,15 +74,18 @@ def broker(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 def test_the_probes_follow_the_consumer_loop_and_the_broker(
-    settings: Settings, broker: RedisServer, tmp_path: Path
+    broker: RedisServer, tmp_path: Path
 ) -> None:
-    own = settings.model_copy(
-        update={
-            "broker_url": broker.url,
-            "worker_health_file": tmp_path / "data" / "worker-health.json",
-            "worker_health_interval_s": INTERVAL_S,
-        }
+    # Its own stores: a Redis to kill, and a SQLite file (the probes never read the database).
+    own = session_settings(
+        f"sqlite:///{tmp_path / 'gate.sqlite3'}",
+        tmp_path,
+        "health",
+        broker_url=broker.url,
+        worker_health_file=tmp_path / "data" / "worker-health.json",
+        worker_health_interval_s=INTERVAL_S,
     )
+    migrate.upgrade(own)
     probe = Probed(own)
     assert probe.run("live") == (
         1,
