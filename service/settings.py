@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.core.system.artifact import IMAGE_PATTERN
@@ -116,6 +116,10 @@ class Settings(BaseSettings, QuotaSettings):
     stop_max_target_errors: int | None = Field(default=20, ge=0)
     # Set by `serve` for its embedded worker child, which touches it once it consumes tasks.
     worker_ready_file: Path | None = None
+    # Where a worker writes its state for an orchestrator's probes (`python -m worker.health`),
+    # beaten from its consumer's event loop every `worker_health_interval_s`; none: not written.
+    worker_health_file: Path | None = None
+    worker_health_interval_s: float = Field(default=5.0, gt=0)
     # Egress policy for the URLs a manifest names (docs/operations.md, "Egress policy"). None:
     # by mode — an embedded deployment (SQLite, no servers) allows loopback and private
     # addresses, one with PostgreSQL or Redis refuses both. Metadata addresses and the gate's
@@ -233,6 +237,27 @@ class Settings(BaseSettings, QuotaSettings):
                 host, port = None, None
             if not host or port is None:
                 raise ValueError(f"{item!r} is not host:port or a URL with a host")
+            if _placeholder(host):
+                raise ValueError(f"{item!r} is a placeholder ({_INVALID}): name the API's address")
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str) -> str:
+        if not value:
+            return value
+        try:
+            parts = urlsplit(value)
+            scheme, host = parts.scheme, parts.hostname
+        except ValueError:
+            scheme, host = "", None
+        if scheme not in ("http", "https") or not host:
+            raise ValueError(f"{value!r} is not an http(s) URL with a host")
+        if _placeholder(host):
+            raise ValueError(
+                f"{value!r} is a placeholder ({_INVALID}): set the address people reach the "
+                "dashboard at"
+            )
         return value
 
     @model_validator(mode="after")
@@ -430,6 +455,28 @@ class Settings(BaseSettings, QuotaSettings):
         return env
 
 
+# RFC 6761 reserves `.invalid`: no such name ever resolves, so a setting naming one is a
+# placeholder nobody filled in (deploy/k8s ships them), refused at start rather than run on.
+_INVALID = "a .invalid host never resolves"
+
+
+def _placeholder(host: str) -> bool:
+    return host.rstrip(".").lower().rpartition(".")[2] == "invalid"
+
+
+class SettingsInvalid(ValueError):
+    """Settings a process refuses at start: one line naming each variable and its rule."""
+
+
+def settings_problems(error: ValidationError) -> str:
+    said = []
+    for problem in error.errors():
+        message = str(problem["msg"]).removeprefix("Value error, ")
+        field = problem["loc"][0] if problem["loc"] else None
+        said.append(f"ASSAYGATE_{str(field).upper()}: {message}" if field else message)
+    return "; ".join(said)
+
+
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _ON = frozenset({"1", "true", "yes", "on"})
 _OFF = frozenset({"", "0", "false", "no", "off"})
@@ -437,4 +484,7 @@ _OFF = frozenset({"", "0", "false", "no", "off"})
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    try:
+        return Settings()
+    except ValidationError as error:
+        raise SettingsInvalid(settings_problems(error)) from None

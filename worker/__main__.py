@@ -13,8 +13,8 @@ import warnings
 
 from celery.exceptions import CPendingDeprecationWarning, SecurityWarning
 
-from service.settings import Settings, get_settings
-from worker import webhooks
+from service.settings import Settings, SettingsInvalid, get_settings
+from worker import health, webhooks
 from worker.app import make_celery
 
 
@@ -27,7 +27,17 @@ def queues(settings: Settings) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    settings = get_settings()
+    try:
+        settings = get_settings()
+    except SettingsInvalid as exc:
+        print(f"worker: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    # Live while it connects, not ready until its consumer beats (worker.health).
+    try:
+        health.write(settings, health.CONNECTING)
+    except OSError as exc:
+        print(f"worker: error: ASSAYGATE_WORKER_HEALTH_FILE: {exc}", file=sys.stderr)
+        sys.exit(2)
     if settings.broker_url.startswith("filesystem"):
         for folder in ("queue", "processed"):
             (settings.broker_dir / folder).mkdir(parents=True, exist_ok=True)

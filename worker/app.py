@@ -17,17 +17,20 @@ left to do:
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from celery import Celery
+from celery import Celery, bootsteps
 from celery.signals import setup_logging, worker_ready, worker_shutdown
 
 from service.settings import Settings, configure_logging
-from worker import webhooks
+from worker import health, webhooks
 from worker.code import say_posture
 from worker.context import WorkerContext
 from worker.reconciler import Reconciler
 from worker.tasks import register
+
+log = logging.getLogger("assaygate.worker")
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -82,7 +85,55 @@ def make_celery(settings: Settings) -> Celery:
         while reconcilers:
             reconcilers.pop().stop()
 
+    if settings.worker_health_file is not None:
+        app.steps["consumer"].add(health_beat(settings))
+
     ctx = WorkerContext(settings)
     register(app, ctx)
     webhooks.register(app, ctx)
     return app
+
+
+# A blueprint's states once it shuts down (celery.bootsteps; celery-types does not declare them).
+_SHUTTING_DOWN = (bootsteps.CLOSE, bootsteps.TERMINATE)  # type: ignore[attr-defined]
+
+
+def health_beat(settings: Settings) -> type[bootsteps.StartStopStep]:
+    """A consumer step that beats `consuming` into the health file from the consumer's event
+    loop (its timer fires only while the loop turns), and says `connecting` when the consumer
+    stops for a lost broker, `stopping` when the worker shuts down (worker.health)."""
+
+    class HealthBeat(bootsteps.StartStopStep):
+        requires = ("celery.worker.consumer.tasks:Tasks",)
+
+        def __init__(self, parent: Any, **kwargs: Any) -> None:
+            super().__init__(parent, **kwargs)
+            self.entry: Any = None
+
+        def start(self, parent: Any) -> None:
+            def beat() -> None:
+                # Never out of the loop: kombu would take an OSError for the broker's. A beat not
+                # written goes stale, which is what the probes are for.
+                try:
+                    health.write(settings, health.CONSUMING)
+                except OSError as exc:
+                    log.warning("cannot write the health file: %s", exc)
+
+            self.entry = parent.timer.call_repeatedly(settings.worker_health_interval_s, beat)
+            if parent.hub is not None:
+                parent.hub.call_soon(beat)  # once the loop first turns
+            else:
+                beat()
+
+        def stop(self, parent: Any) -> None:
+            if self.entry is not None:
+                self.entry.cancel()
+                self.entry = None
+            # A shutdown closes the consumer's blueprint first; a lost broker only restarts it.
+            stopping = parent.blueprint.state in _SHUTTING_DOWN
+            health.write(settings, health.STOPPING if stopping else health.CONNECTING)
+
+        def shutdown(self, parent: Any) -> None:
+            health.write(settings, health.STOPPING)
+
+    return HealthBeat

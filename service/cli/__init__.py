@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from service.app.errors import AppError
 from service.cli.errors import CI_COMMANDS, EXIT_ERROR, UsageError, exit_codes_text
 from service.core.errors import AssaygateError
+from service.settings import SettingsInvalid
 
 # The command-line spelling of a use case's field, where the two differ.
 _FLAGS = {
@@ -124,6 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AppError as exc:
         where = f"{_FLAGS.get(exc.field, exc.field)}: " if exc.field else ""
         print(f"assaygate: error: {where}{exc.message}", file=sys.stderr)
+        return _error_code(argv)
+    except SettingsInvalid as exc:
+        print(f"assaygate: error: {exc}", file=sys.stderr)
         return _error_code(argv)
     except KeyboardInterrupt:
         return 130

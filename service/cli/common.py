@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from service.cli.errors import EXIT_ERROR, UsageError
-from service.settings import Settings, get_settings
+from service.settings import Settings, SettingsInvalid, get_settings, settings_problems
 
 
 def client_options(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +67,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
         overrides["worker_concurrency"] = workers
     if not overrides:
         return get_settings()
-    return Settings(**overrides)
+    try:
+        return Settings(**overrides)
+    except ValidationError as error:
+        raise SettingsInvalid(settings_problems(error)) from None
 
 
 def load_json(path: Path) -> dict[str, Any]:

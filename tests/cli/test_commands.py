@@ -1,12 +1,15 @@
 """The `assaygate` command as a newcomer meets it: `--version`, exit codes in every `--help`,
 `--data-dir` on the commands that open the database, database trouble as one line, `gate` in
-one line (`--json` for the whole answer) and from a manifest, and reports on exit code 3."""
+one line (`--json` for the whole answer) and from a manifest, reports on exit code 3, and a
+setting refused at start as one line naming its variable."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -18,6 +21,7 @@ from service.cli import build_parser
 from service.cli.ci import gate_line
 from service.cli.errors import EXIT_CODES, exit_codes
 from service.cli.reports import ReportedDecision, summary_markdown
+from service.settings import Settings
 from tests.support.service import EXAMPLES, ROOT
 
 
@@ -208,3 +212,68 @@ def test_a_summary_links_a_report_file_by_a_relative_path_never_the_runner_path(
     assert "(/srv/reports/report.json)" in summary_markdown(elsewhere), "not a bare name"
     url = ReportedDecision("s", "1", "allow", [], [], link="http://gate/candidates/1")
     assert "(http://gate/candidates/1)" in summary_markdown(url)
+
+
+@pytest.mark.parametrize(
+    ("value", "rule"),
+    [
+        ("gate.example.com", "is not an http(s) URL with a host"),
+        ("ftp://gate.example.com", "is not an http(s) URL with a host"),
+        ("https://", "is not an http(s) URL with a host"),
+        (
+            "https://assaygate.change-me.invalid",
+            "is a placeholder (a .invalid host never resolves)",
+        ),
+    ],
+)
+def test_a_public_url_that_is_not_http_with_a_real_host_is_refused(
+    value: str, rule: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(rule)):
+        Settings(data_dir=tmp_path, public_url=value)
+    assert Settings(data_dir=tmp_path, public_url="https://gate.example.com").link_base == (
+        "https://gate.example.com"
+    )
+
+
+def test_a_placeholder_stops_the_api_the_migration_the_worker_and_its_probe_in_one_line(
+    tmp_path: Path,
+) -> None:
+    env = {"ASSAYGATE_PUBLIC_URL": "https://assaygate.change-me.invalid"}
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    runs = [
+        ("assaygate", ["-m", "service.cli", "serve", "--port", "0", "--data-dir", str(tmp_path)]),
+        ("assaygate", ["-m", "service.cli", "db", "upgrade", "--data-dir", str(tmp_path)]),
+        ("worker", ["-m", "worker"]),
+        ("worker.health", ["-m", "worker.health", "live"]),
+    ]
+    started = [
+        (
+            prefix,
+            subprocess.Popen(
+                [sys.executable, *args],
+                cwd=tmp_path,
+                env={**base, "PYTHONPATH": str(ROOT), **env},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,  # its children too end below, should it ever start
+            ),
+        )
+        for prefix, args in runs
+    ]
+    try:
+        for prefix, process in started:
+            _, stderr = process.communicate(timeout=120)
+            assert process.returncode == 2, (prefix, stderr)
+            assert stderr == (
+                f"{prefix}: error: ASSAYGATE_PUBLIC_URL: 'https://assaygate.change-me.invalid' "
+                "is a placeholder (a .invalid host never resolves): set the address people reach "
+                "the dashboard at\n"
+            )
+    finally:
+        for _, process in started:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+    assert not any(tmp_path.iterdir()), "nothing written before the refusal"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.k8s import filled_copy
 from tests.support.service import ROOT
 
 
@@ -85,3 +86,10 @@ def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Install
         env=clean_env(),
     )
     return Installed(venv / "bin")
+
+
+@pytest.fixture(scope="session")
+def filled_k8s(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """deploy/k8s as docs/kubernetes.md has an operator fill it in (the site's address, the
+    image's digest), in a copy of the test session's own."""
+    return filled_copy(tmp_path_factory.mktemp("filled"))

@@ -7,12 +7,8 @@ ones the service really has."""
 from __future__ import annotations
 
 import ipaddress
-import os
 import shutil
-import subprocess
 import uuid
-from collections.abc import Iterator
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +23,33 @@ from service.cli import build_parser
 from service.http.access import PUBLIC
 from service.http.dispatch import Dispatcher
 from service.settings import Settings
+from tests.support.k8s import (
+    DIGEST,
+    K8S,
+    KUBECTL,
+    REGISTRY,
+    containers,
+    environment,
+    of_kind,
+    render,
+    settings_of,
+)
 from tests.support.service import REDIS_URL, ROOT
 
-K8S = ROOT / "deploy" / "k8s"
-KUSTOMIZATIONS = sorted(p.parent for p in K8S.rglob("kustomization.yaml"))
+# Kustomizations (a Component is not built alone: the overlays include it).
+KUSTOMIZATIONS = sorted(
+    p.parent
+    for p in K8S.rglob("kustomization.yaml")
+    if yaml.safe_load(p.read_text())["kind"] == "Kustomization"
+)
 OVERLAYS = [k for k in KUSTOMIZATIONS if k.parent.name == "overlays"]
 # The oldest Kubernetes the manifests claim (securityContext.appArmorProfile is 1.30's), and the
 # newest the library knows.
 KUBERNETES_VERSIONS = ("1.30.0", all_versions()[-1])
 KEDA = "keda.sh/v1alpha1"
-# deploy/ensure-kubectl.sh installs it (`make kubectl`); the same variable names another one.
-KUBECTL = os.environ.get("ASSAYGATE_TEST_KUBECTL", "kubectl")
+# Custom resources the schemas do not cover; their fields are checked below and in
+# test_k8s_apply.py.
+CUSTOM = (KEDA, "monitoring.coreos.com/v1")
 
 pytestmark = pytest.mark.skipif(
     shutil.which(KUBECTL) is None,
@@ -46,59 +58,15 @@ pytestmark = pytest.mark.skipif(
 
 
 def name(path: Path) -> str:
-    return str(path.relative_to(K8S))
-
-
-@cache
-def render(kustomization: Path) -> tuple[dict[str, Any], ...]:
-    done = subprocess.run(
-        [KUBECTL, "kustomize", str(kustomization)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, f"{name(kustomization)}: {done.stderr}"
-    return tuple(o for o in yaml.safe_load_all(done.stdout) if o)
-
-
-def of_kind(objects: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]:
-    return [o for o in objects if o["kind"] == kind]
-
-
-def containers(objects: tuple[dict[str, Any], ...]) -> Iterator[tuple[str, dict[str, Any]]]:
-    for o in objects:
-        if o["kind"] in ("Deployment", "Job"):
-            for container in o["spec"]["template"]["spec"]["containers"]:
-                yield o["metadata"]["name"], container
-
-
-def environment(objects: tuple[dict[str, Any], ...], container: dict[str, Any]) -> dict[str, str]:
-    """What the container's process sees as ASSAYGATE_* (a Secret's value as a stand-in)."""
-    env: dict[str, str] = {}
-    for source in container.get("envFrom", []):
-        (config,) = [
-            c
-            for c in of_kind(objects, "ConfigMap")
-            if c["metadata"]["name"] == source["configMapRef"]["name"]
-        ]
-        env.update(config["data"])
-    for variable in container.get("env", []):
-        secret = variable.get("valueFrom", {}).get("secretKeyRef")
-        env[variable["name"]] = variable["value"] if secret is None else f"<{secret['key']}>"
-    return env
-
-
-def settings_of(env: dict[str, str]) -> Settings:
-    stand_ins = {
-        "<database-url>": "postgresql+psycopg://assaygate@postgres:5432/assaygate",
-        "<broker-url>": "redis://redis:6379/0",
-    }
-    values = {k[len("ASSAYGATE_") :].lower(): stand_ins.get(v, v) for k, v in env.items()}
-    return Settings(**values)
+    return str(path.relative_to(K8S)) if path.is_relative_to(K8S) else path.name
 
 
 PRODUCTION = K8S / "overlays" / "production"
+
+
+def filled(filled_k8s: Path, overlay: Path) -> Path:
+    """The same overlay in the copy an operator filled in (tests/deploy/conftest.py)."""
+    return filled_k8s / overlay.relative_to(K8S)
 
 
 def test_every_overlay_is_found() -> None:
@@ -113,8 +81,8 @@ def test_every_kustomization_renders_and_validates_against_the_kubernetes_schema
     objects = render(kustomization)
     assert objects
     for o in objects:
-        if o["apiVersion"] == KEDA:
-            continue  # a CRD: no schema in the library; its fields are checked below
+        if o["apiVersion"] in CUSTOM:
+            continue  # a CRD: no schema in the library; its fields are checked by hand
         for version in KUBERNETES_VERSIONS:
             try:
                 kubernetes_validate.validate(o, version, strict=True)
@@ -123,28 +91,32 @@ def test_every_kustomization_renders_and_validates_against_the_kubernetes_schema
                 pytest.fail(f"{name(kustomization)}: {o['kind']} {o['metadata']['name']}: {where}")
 
 
-def test_the_production_overlay_runs_the_api_shared_workers_a_tenant_pool_and_the_migration() -> (
-    None
-):
-    objects = render(PRODUCTION)
+def test_the_production_overlay_runs_the_api_shared_workers_a_tenant_pool_and_the_migration(
+    filled_k8s: Path,
+) -> None:
+    objects = render(filled(filled_k8s, PRODUCTION))
     deployments = {d["metadata"]["name"] for d in of_kind(objects, "Deployment")}
     assert deployments == {"assaygate-api", "assaygate-worker", "assaygate-tenant-worker-acme"}
     assert [j["metadata"]["name"] for j in of_kind(objects, "Job")] == ["assaygate-migrate"]
-    assert {o["metadata"].get("namespace") for o in objects} == {"assaygate"}
+    (namespace,) = of_kind(objects, "Namespace")
+    assert {o["metadata"].get("namespace") for o in objects if o is not namespace} == {
+        namespace["metadata"]["name"]
+    }
     # The operator creates the Secrets; the repository holds none.
     assert of_kind(objects, "Secret") == []
+    # The image the operator pushed, by the digest the push printed, in every pod.
     for _, container in containers(objects):
-        assert container["image"].startswith("registry.example.com/assaygate:")
+        assert container["image"] == f"{REGISTRY}@{DIGEST}"
 
 
 @pytest.mark.parametrize("kustomization", OVERLAYS, ids=name)
 def test_every_variable_the_manifests_set_is_a_real_setting_with_a_valid_value(
-    kustomization: Path,
+    kustomization: Path, filled_k8s: Path
 ) -> None:
-    objects = render(kustomization)
+    objects = render(filled(filled_k8s, kustomization))
     if name(kustomization) == "overlays/tenant-pool":
         # The pool is applied beside the base, whose ConfigMap it reads.
-        objects = render(PRODUCTION)
+        objects = render(filled(filled_k8s, PRODUCTION))
     fields = set(Settings.model_fields)
     for owner, container in containers(objects):
         env = environment(objects, container)
@@ -154,8 +126,8 @@ def test_every_variable_the_manifests_set_is_a_real_setting_with_a_valid_value(
         settings_of(env)  # the values parse as the service parses them
 
 
-def test_each_scaled_object_measures_the_redis_list_its_workers_consume() -> None:
-    objects = render(PRODUCTION)
+def test_each_scaled_object_measures_the_redis_list_its_workers_consume(filled_k8s: Path) -> None:
+    objects = render(filled(filled_k8s, PRODUCTION))
     deployments = {d["metadata"]["name"]: d for d in of_kind(objects, "Deployment")}
     auths = {a["metadata"]["name"]: a for a in of_kind(objects, "TriggerAuthentication")}
     scaled = of_kind(objects, "ScaledObject")
@@ -301,10 +273,10 @@ def restricted(workload: dict[str, Any]) -> list[str]:
     return broken
 
 
-def test_the_tenant_pool_mounts_no_signing_key_and_names_none() -> None:
+def test_the_tenant_pool_mounts_no_signing_key_and_names_none(filled_k8s: Path) -> None:
     # Tenant code's host never holds what makes a dossier believable: the shared workers seal.
     for overlay in (K8S / "overlays" / "tenant-pool", PRODUCTION):
-        objects = render(overlay)
+        objects = render(filled(filled_k8s, overlay))
         pools = [
             d
             for d in of_kind(objects, "Deployment")

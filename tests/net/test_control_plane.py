@@ -116,3 +116,15 @@ def test_a_control_plane_item_without_host_and_port_is_refused_at_start(
 ) -> None:
     with pytest.raises(ValidationError, match="control_plane"):
         production(tmp_path, control_plane=value)
+
+
+@pytest.mark.parametrize(
+    "value", ["https://assaygate.change-me.invalid", "api:8000,gate.invalid:443"]
+)
+def test_a_control_plane_placeholder_is_refused_at_start(tmp_path: Path, value: str) -> None:
+    # RFC 6761's `.invalid` never resolves: deploy/k8s ships it for the operator to replace.
+    with pytest.raises(
+        ValidationError, match=r"is a placeholder \(a \.invalid host never resolves\)"
+    ):
+        production(tmp_path, control_plane=value)
+    production(tmp_path, control_plane="api:8000,https://gate.example.com")
