@@ -27,6 +27,7 @@ LOG_CONTEXT_KEYS: tuple[str, ...] = (
     "trials",
     "decision",
     "delivery_id",
+    "held",
 )
 
 

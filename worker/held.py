@@ -86,7 +86,8 @@ def hold_more(ctx: WorkerContext, parsed: Parsed, lead: Begun, worker: str) -> l
         held.append(got)
         room -= fills(ShardSpec.from_dict(got[1].spec))
     if held:
-        log.info("holding shards together", extra={**ids, "held": [h[0] for h in held]})
+        together = ",".join(str(h[0]) for h in held)
+        log.info("holding shards together", extra={**ids, "held": together})
     return held
 
 

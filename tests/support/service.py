@@ -321,7 +321,8 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
 def wait_decided(
     client: Any,
     candidate_id: str,
-    timeout: float = 120.0,
+    # A guard against a hang, not a speed check: a busy 2-core machine runs an assay slowly.
+    timeout: float = 600.0,
     headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     found: dict[str, Any] = {}
