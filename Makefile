@@ -53,10 +53,14 @@ test: venv services browser sandbox kubectl lint typecheck imports
 # Keeps its data in a new folder and ends by saying how to browse it (serve + a reviewer key).
 # The demo's data lives in var/demo (ignored by git), replaced on each run: nothing piles up in
 # /tmp, and the demo ends by saying how to browse it.
+# DEMO_DIR (default var/demo) is where the demo keeps its data; the docs tests set it to a
+# folder of their own so a user's demo is never replaced by `make test`.
+DEMO_DIR ?= var/demo
+
 demo: venv
 	@echo "demo: starting the embedded service and submitting the examples (about a minute)"
-	@rm -rf var/demo
-	$(VENV)/bin/assaygate demo --data-dir var/demo
+	@rm -rf $(DEMO_DIR)
+	$(VENV)/bin/assaygate demo --data-dir $(DEMO_DIR)
 
 serve: venv
 	$(VENV)/bin/assaygate serve

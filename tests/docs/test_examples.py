@@ -54,6 +54,17 @@ EXIT_CODES = {
     "assaygate verify shipped.json --keys keys.json --artifact examples/frameworks": 1,
 }
 AGENT_PORT = 8081
+USERS_DEMO = ROOT / "var" / "demo"
+
+
+def demo_state() -> tuple[int, int] | None:
+    """The user's demo folder as it stands (inode, change time), or None: `rm -rf` and a new
+    demo make another."""
+    try:
+        found = USERS_DEMO.stat()
+    except FileNotFoundError:
+        return None
+    return found.st_ino, found.st_ctime_ns
 
 
 @dataclass(frozen=True)
@@ -207,7 +218,10 @@ def test_the_example_runs_as_written(block: Block, service: Service, tmp_path: P
         ASSAYGATE_API_KEY=service.key,
         # `demo --keep` keeps its folder here, not in the machine's /tmp.
         TMPDIR=str(tmp_path),
+        # `make demo` keeps its data here: the user's own demo in var/demo stays as it was.
+        DEMO_DIR=str(tmp_path / "demo"),
     )
+    users_demo = demo_state()
     done = subprocess.run(
         ["bash", "-c", text],
         cwd=cwd,
@@ -220,3 +234,4 @@ def test_the_example_runs_as_written(block: Block, service: Service, tmp_path: P
     assert done.returncode == 0, f"{where}\n{done.stderr[-3000:]}"
     assert "Traceback" not in done.stderr + done.stdout, f"{where}\n{done.stderr[-3000:]}"
     assert "target itself failed" not in done.stdout, where
+    assert demo_state() == users_demo, f"{where} touched the user's {USERS_DEMO}"
