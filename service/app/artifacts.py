@@ -1,5 +1,5 @@
 """Code artifacts: what a candidate ships, stored by the SHA-256 the service computes
-(DESIGN.md §9; docs/operations.md, "How code reaches the workers").
+(docs/operations.md, "How code reaches the workers"; docs/dossier.md, "Subjects").
 
 A tenant uploads its packed code (`POST /v1/artifacts`, `assaygate submit --code`); the service
 hashes the bytes it received and stores them once per tenant and digest, so the same bytes give

@@ -1,5 +1,5 @@
 """The organisation's policy: the bar a manifest's `envelope` and a plan may raise, never lower
-(DESIGN.md §9).
+(docs/operations.md, "Organisation policy").
 
 Operators hold a policy per tenant and per system; the one in force for a system is the two
 `combine`d, each field at the stricter of the two. `tighten` checks a submission against it: a
