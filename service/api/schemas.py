@@ -358,6 +358,8 @@ class WaiverCreate(ReviewCreate):
 class HoldPublic(BaseModel):
     id: uuid.UUID
     candidate_id: uuid.UUID
+    system: str = Field(description="the candidate's system")
+    version: str = Field(description="the candidate's version")
     dossier_id: uuid.UUID = Field(description="the dossier version that opened the hold")
     status: Literal["open", "waived", "rejected", "superseded"]
     reasons: list[ReasonView]

@@ -85,3 +85,18 @@ def test_a_policys_shorter_maximum_bounds_the_waiver_and_an_admin_cannot_lengthe
     assert "at most 7 days" in error(refused)["message"]
     assert "max_waiver_days" in error(refused)["message"]
     assert waive(reviewer, hold, 6).status_code == 200
+
+
+def test_a_hold_listed_fetched_and_reviewed_names_its_system_and_version(
+    tenant: tuple[httpx.Client, httpx.Client],
+) -> None:
+    submitter, reviewer = tenant
+    hold = held(submitter)
+    (listed,) = submitter.get("/v1/holds", params={"status": "open"}).json()["items"]
+    candidate = submitter.get(f"/v1/candidates/{listed['candidate_id']}").json()
+    named = {"system": candidate["system"], "version": "1"}
+    assert {k: listed[k] for k in named} == named and listed["id"] == hold
+    fetched = submitter.get(f"/v1/holds/{hold}").json()
+    assert {k: fetched[k] for k in named} == named
+    reviewed = waive(reviewer, hold, 1).json()["hold"]
+    assert {k: reviewed[k] for k in named} == named
