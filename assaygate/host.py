@@ -88,8 +88,10 @@ class SandboxRefused(Exception):
     """
 
 
-def resolve(entrypoint: str) -> Callee:
-    """Import `module:callable`; any problem is an `EntrypointInvalid` in the manifest's words."""
+def resolve(entrypoint: str, deprecated: list[str] | None = None) -> Callee:
+    """Import `module:callable`; any problem is an `EntrypointInvalid` in the manifest's words.
+    Each deprecated `assaygate` path the import used is said on stderr and, given a list, added
+    to it (the report line carries them to the assay, whose stderr a worker's is not)."""
     module_name, sep, attr_path = entrypoint.partition(":")
     if not sep or not module_name or not attr_path:
         raise EntrypointInvalid(f"{entrypoint!r} is not 'module:callable'")
@@ -101,7 +103,10 @@ def resolve(entrypoint: str) -> Callee:
             obj: object = importlib.import_module(module_name)
         for w in caught:
             if issubclass(w.category, DeprecationWarning) and "assaygate" in str(w.message):
-                sys.stderr.write(f"{w.filename}:{w.lineno}: DeprecationWarning: {w.message}\n")
+                line = f"{w.filename}:{w.lineno}: DeprecationWarning: {w.message}"
+                sys.stderr.write(line + "\n")
+                if deprecated is not None:
+                    deprecated.append(line)
     except ImportError as exc:
         raise EntrypointInvalid(f"cannot import {module_name!r}: {exc}") from None
     except Exception as exc:  # user code failing at import is still the manifest's entrypoint
@@ -428,20 +433,21 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         say(error="usage: python -m assaygate.host [--check] module:callable")
         return 2
+    deprecated: list[str] = []
     try:
-        fn = resolve(args[0])
+        fn = resolve(args[0], deprecated)
     except EntrypointInvalid as exc:
         say(error=str(exc), field=FIELD)
         return 2
     if check:
-        say(ok=True)
+        say(ok=True, deprecated=deprecated)
         return 0
     # In the sandbox the gate names the port its inbound relay forwards to
     # (service.sandbox.bwrap.LISTEN_ENV); elsewhere any free port.
     server = _Server(("127.0.0.1", int(os.environ.get("ASSAYGATE_LISTEN_PORT") or 0)), _Handler)
     server.fn = fn
     host, port = server.server_address[:2]
-    say(url=f"http://{host!s}:{port}/", pid=os.getpid())
+    say(url=f"http://{host!s}:{port}/", pid=os.getpid(), deprecated=deprecated)
     report.close()
     threading.Thread(target=_exit_when_orphaned, name="orphan-watch", daemon=True).start()
     server.serve_forever(poll_interval=0.5)

@@ -61,6 +61,7 @@ def gate_state(found: gate.Standing) -> GateState:
         dossier_version=found.dossier.version if found.dossier is not None else None,
         hold_id=found.hold_id,
         until=as_utc_or_none(found.until),
+        waived=found.waived,
     )
 
 

@@ -69,6 +69,10 @@ class GateState(BaseModel):
     until: datetime | None = Field(
         default=None, description="when the waiver or rejection it rests on lapses"
     )
+    waived: list[ReasonView] = Field(
+        default_factory=list,
+        description="under a waiver in force: the held reasons it lifted (else empty)",
+    )
 
 
 class ArtifactPublic(BaseModel):
@@ -284,6 +288,11 @@ class GatePublic(BaseModel):
     basis: GateBasis = Field(description="what the answer rests on")
     until: datetime | None = Field(
         default=None, description="when the waiver or rejection it rests on lapses"
+    )
+    waived: list[ReasonView] = Field(
+        default_factory=list,
+        description="under a waiver in force (`basis: waived`): the held reasons it lifted, "
+        "which `reasons` (the signed version's: the waiver) no longer lists; else empty",
     )
     artifacts: list[SubjectPublic] = Field(
         default_factory=list,

@@ -82,6 +82,9 @@ class Standing:
     assay_decision: str | None = None
     # When the answer changes by the clock alone (a review lapses), if it can.
     changes_at: datetime | None = None
+    # Under a waiver in force: the held reasons it lifted (the signed version names only the
+    # waiver), so a report of the allow still says what it stands over.
+    waived: list[ReasonView] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -259,6 +262,22 @@ def read(
         return body
 
 
+def system_shipping(engine: Engine, principal: Principal, artifact: str) -> str:
+    """The system whose newest candidate ships `artifact`, for a gate read that names only the
+    artifact (`GET /v1/gate?artifact=`); not found, a 404 naming `artifact`."""
+    sha256 = asked(artifact)
+    assert sha256 is not None
+    with snapshot(engine) as session:
+        found = artifact_rows.system_shipping(session, principal.tenant_id, sha256)
+        if found is None:
+            raise NotFound(
+                f"no candidate of tenant {principal.tenant} ships {artifact}: it is not a "
+                "subject of any of its dossiers, nor the code any of its candidates names",
+                field="artifact",
+            )
+        return found.name
+
+
 @dataclass(frozen=True)
 class Change:
     """One manifest component whose hash differs from the last allowed candidate's."""
@@ -372,6 +391,7 @@ def _from_dossier(
             return _lapsed(row, dossier, open_hold, status.value)
         until = reviewed[-1].expires_at if reviewed else None
     assay_decision = row.assay.decision if row.assay.decision != dossier.decision else None
+    lifted = [h for h in holds if h.status == HoldStatus.WAIVED.value]
     return Standing(
         row.candidate.id,
         Word(dossier.decision),
@@ -382,6 +402,7 @@ def _from_dossier(
         until,
         assay_decision,
         until,
+        reviews.held_reasons(lifted[-1]) if basis is Basis.WAIVED and lifted else [],
     )
 
 
