@@ -280,7 +280,15 @@ def test_a_held_build_passes_when_its_job_is_run_again_after_a_reviewer_waives_t
     assert waived.status_code == 200, waived.text
     runner.uploaded.clear()
     assert runner.github_job(steps, env, ctx) == 0
-    assert "## Assaygate: ALLOW" in Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    assert "## Assaygate: ALLOW" in summary
+    # The allow's reports still name what the waiver lifted (issue 47: they dropped it).
+    allowed = summary.split("## Assaygate: ALLOW", 1)[1]
+    assert "### Waived (what the allow stands over)" in allowed
+    gate_case = assert_junit(runner.checkout / "assaygate-junit.xml").find(
+        ".//testcase[@name='gate']/system-out"
+    )
+    assert gate_case is not None and "waived: [hold]" in (gate_case.text or "")
     listed = httpx.get(f"{service.url}/v1/candidates", headers=headers).json()["items"]
     assert [c["version"] for c in listed].count("held-" + SHA) == 1, "no second candidate"
     assert runner.github_job(workflow["jobs"]["deploy"]["steps"], env, ctx) == 0
