@@ -262,22 +262,6 @@ def read(
         return body
 
 
-def system_shipping(engine: Engine, principal: Principal, artifact: str) -> str:
-    """The system whose newest candidate ships `artifact`, for a gate read that names only the
-    artifact (`GET /v1/gate?artifact=`); not found, a 404 naming `artifact`."""
-    sha256 = asked(artifact)
-    assert sha256 is not None
-    with snapshot(engine) as session:
-        found = artifact_rows.system_shipping(session, principal.tenant_id, sha256)
-        if found is None:
-            raise NotFound(
-                f"no candidate of tenant {principal.tenant} ships {artifact}: it is not a "
-                "subject of any of its dossiers, nor the code any of its candidates names",
-                field="artifact",
-            )
-        return found.name
-
-
 @dataclass(frozen=True)
 class Change:
     """One manifest component whose hash differs from the last allowed candidate's."""

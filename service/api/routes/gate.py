@@ -29,7 +29,7 @@ from service.api.schemas import (
     TriggersPublic,
     TriggersUpdate,
 )
-from service.app import changes, gate
+from service.app import artifacts, changes, gate
 from service.app.errors import FieldInvalid
 from service.app.records import Principal, System, Unavailable, as_utc_or_none, utcnow
 from service.core.system.artifact import DIGEST_PATTERN
@@ -113,7 +113,9 @@ async def get_gate_by_query(
     if system is None:
         if artifact is None:
             raise FieldInvalid("name the system, or ask by `artifact`", field="system")
-        system = await run_in_threadpool(gate.system_shipping, state.engine, principal, artifact)
+        system = await run_in_threadpool(
+            artifacts.system_shipping, state.engine, principal, artifact
+        )
     return await _answer(request, system, state, principal, version, artifact)
 
 
