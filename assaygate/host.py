@@ -42,7 +42,7 @@ from assaygate.replies import shaped
 from assaygate.target import (
     PreconditionFailed,
     RateLimited,
-    ReplyShapeError,
+    ReplyMisread,
     RunCrashed,
     Task,
     ToolError,
@@ -341,7 +341,7 @@ def serve_task(fn: Callee, body: bytes) -> tuple[int, dict[str, Any]]:
     # callable went on as if it had read nothing.
     if tools._mistakes:
         misread = tools._mistakes[0]
-        return 500, {"error": "target_raised", "type": ReplyShapeError.__name__, "message": misread}
+        return 500, {"error": "target_raised", "type": ReplyMisread.__name__, "message": misread}
     if raised is not None:
         return 500, {
             "error": "target_raised",

@@ -5,7 +5,7 @@ Each method returns what its HTTP reply wraps (`policy_read()` is the policy, wh
 would get `None` from `.get` and carry on: a policy check that is a no-op, seen only as unsafe
 escapes under `stale_policy` (issue 47). So the replies are plain dicts and lists that answer
 every documented key as a dict does (`.get` of a key a partial reply lacks is still `None`) and
-raise `ReplyShapeError` for a key the shape never has, naming the shape and the wrapper; the host
+raise `ReplyMisread` for a key the shape never has, naming the shape and the wrapper; the host
 fails the task with it even when the target catches it. docs/targets.md, "What each tool
 returns", lists the same shapes, and a test compares both with what the sandbox answers.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from assaygate.target import ReplyShapeError
+from assaygate.target import ReplyMisread
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Shape:
     def knows(self, key: object) -> bool:
         return key in self.keys or key in self.sometimes
 
-    def refuse(self, key: object, mistakes: list[str]) -> ReplyShapeError:
+    def refuse(self, key: object, mistakes: list[str]) -> ReplyMisread:
         keys = ", ".join((*self.keys, *self.sometimes))
         kind = f"a list of {{{keys}}}" if self.listed else f"{{{keys}}}"
         text = f"{self.method}() returns {self.noun}, {kind}: it has no {key!r}"
@@ -47,7 +47,7 @@ class Shape:
             )
         text += ' (docs/targets.md, "What each tool returns")'
         mistakes.append(text)
-        return ReplyShapeError(text)
+        return ReplyMisread(text)
 
 
 def _shape(method: str, noun: str, keys: str, wrapper: str, endpoint: str, **more: Any) -> Shape:

@@ -17,7 +17,7 @@ __all__ = [
     "HELD",
     "PreconditionFailed",
     "RateLimited",
-    "ReplyShapeError",
+    "ReplyMisread",
     "RunCrashed",
     "Task",
     "ToolClients",
@@ -53,7 +53,7 @@ class PreconditionFailed(ToolError):
     """The `expected_version` no longer holds; nothing was done."""
 
 
-class ReplyShapeError(LookupError):
+class ReplyMisread(LookupError):
     """A tool's reply was read for a key (or in a form) it never has: a bug in the target, never
     a fault of the sandbox. The message names the key, the reply's documented shape and, where
     the key is the HTTP reply's wrapper (`{"policy": ...}`), that the method returns what it

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from assaygate.replies import SHAPES, shaped
-from assaygate.target import ReplyShapeError
+from assaygate.target import ReplyMisread
 from service.targets import load_target
 from tests.targets.conftest import assay, example, plan
 
@@ -39,12 +39,12 @@ def test_the_http_wrapper_read_from_a_python_reply_is_refused_naming_what_the_me
     mistakes: list[str] = []
     policy = shaped("policy_read", dict(POLICY), mistakes)
     for read in (lambda: policy.get("policy", {}), lambda: policy["policy"]):
-        with pytest.raises(ReplyShapeError, match=r"returns the policy, \{version") as refused:
+        with pytest.raises(ReplyMisread, match=r"returns the policy, \{version") as refused:
             read()
         assert "'policy' is the key that wraps it in the HTTP reply of /v1/policy/read" in str(
             refused.value
         )
-    with pytest.raises(ReplyShapeError):
+    with pytest.raises(ReplyMisread):
         "policy" in policy  # noqa: B015 (the test is that it raises)
     assert len(mistakes) == 3, "each misread is kept for the task's verdict"
 
@@ -52,11 +52,11 @@ def test_the_http_wrapper_read_from_a_python_reply_is_refused_naming_what_the_me
 def test_a_list_reply_refuses_its_wrapper_and_its_items_refuse_unknown_keys() -> None:
     entries = shaped("lookup", [dict(ENTRY)], [])
     assert entries[0]["id"] == "L-3" and entries[-1:] == [ENTRY] and len(entries) == 1
-    with pytest.raises(ReplyShapeError, match="lookup\\(\\) returns the ledger's entries, a list"):
+    with pytest.raises(ReplyMisread, match="lookup\\(\\) returns the ledger's entries, a list"):
         entries["entries"]
-    with pytest.raises(ReplyShapeError):
+    with pytest.raises(ReplyMisread):
         entries.get("entries", [])  # type: ignore[attr-defined]
-    with pytest.raises(ReplyShapeError, match="no 'ledger_ref'"):
+    with pytest.raises(ReplyMisread, match="no 'ledger_ref'"):
         entries[0].get("ledger_ref")  # an entry's ledger reference is its `id`
 
 
@@ -106,4 +106,4 @@ def test_a_target_that_catches_its_misread_still_fails_its_task_naming_the_misre
     errors = report["target_errors"]
     assert errors["total"] >= 2, "every trial's run is a target error"
     (cause,) = errors["causes"]["TargetRaised"]
-    assert cause.startswith("TargetRaised: ReplyShapeError: policy_read() returns the policy")
+    assert cause.startswith("TargetRaised: ReplyMisread: policy_read() returns the policy")
