@@ -34,12 +34,15 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
-from typing import IO, Any, cast
+from typing import Any, cast
 from urllib.parse import urlsplit
 
+from assaygate._connection import connection
+from assaygate.replies import shaped
 from assaygate.target import (
     PreconditionFailed,
     RateLimited,
+    ReplyMisread,
     RunCrashed,
     Task,
     ToolError,
@@ -85,8 +88,10 @@ class SandboxRefused(Exception):
     """
 
 
-def resolve(entrypoint: str) -> Callee:
-    """Import `module:callable`; any problem is an `EntrypointInvalid` in the manifest's words."""
+def resolve(entrypoint: str, deprecated: list[str] | None = None) -> Callee:
+    """Import `module:callable`; any problem is an `EntrypointInvalid` in the manifest's words.
+    Each deprecated `assaygate` path the import used is said on stderr and, given a list, added
+    to it (the report line carries them to the assay, whose stderr a worker's is not)."""
     module_name, sep, attr_path = entrypoint.partition(":")
     if not sep or not module_name or not attr_path:
         raise EntrypointInvalid(f"{entrypoint!r} is not 'module:callable'")
@@ -98,7 +103,10 @@ def resolve(entrypoint: str) -> Callee:
             obj: object = importlib.import_module(module_name)
         for w in caught:
             if issubclass(w.category, DeprecationWarning) and "assaygate" in str(w.message):
-                sys.stderr.write(f"{w.filename}:{w.lineno}: DeprecationWarning: {w.message}\n")
+                line = f"{w.filename}:{w.lineno}: DeprecationWarning: {w.message}"
+                sys.stderr.write(line + "\n")
+                if deprecated is not None:
+                    deprecated.append(line)
     except ImportError as exc:
         raise EntrypointInvalid(f"cannot import {module_name!r}: {exc}") from None
     except Exception as exc:  # user code failing at import is still the manifest's entrypoint
@@ -118,74 +126,6 @@ def resolve(entrypoint: str) -> Callee:
 # -- the sandbox's tool endpoints, as the core `Tools` interface -----------------------------------
 
 
-class _Connection:
-    """A keep-alive HTTP/1.1 client to the tool server: one request is one `sendall`, and the
-    length-delimited reply is read directly (the tool server always sends Content-Length)."""
-
-    __slots__ = ("host", "port", "rfile", "sock")
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host = host
-        self.port = port
-        self.sock: socket.socket | None = None
-        self.rfile: IO[bytes] | None = None
-
-    def close(self) -> None:
-        if self.sock is not None:
-            assert self.rfile is not None
-            self.rfile.close()
-            self.sock.close()
-        self.sock = self.rfile = None
-
-    def post(self, request: bytes) -> tuple[int, bytes]:
-        for attempt in (1, 2):
-            fresh = self.sock is None
-            if self.sock is None:
-                sock = socket.create_connection((self.host, self.port), timeout=60)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                self.sock, self.rfile = sock, sock.makefile("rb")
-            assert self.sock is not None and self.rfile is not None
-            try:
-                self.sock.sendall(request)
-                status_line = self.rfile.readline(8192)
-                if not status_line:
-                    raise ConnectionResetError("the sandbox closed the connection")
-            except (ConnectionResetError, BrokenPipeError):
-                self.close()
-                # Only an idle connection the server had closed is retried: nothing was read.
-                if attempt == 2 or fresh:
-                    raise
-                continue
-            rfile = self.rfile
-            length, closing = 0, False
-            while True:
-                line = rfile.readline(8192)
-                if line in (b"\r\n", b"\n", b""):
-                    break
-                name, _, value = line.partition(b":")
-                name = name.strip().lower()
-                if name == b"content-length":
-                    length = int(value)
-                elif name == b"connection":
-                    closing = value.strip().lower() == b"close"
-            data = rfile.read(length) if length else b""
-            if closing:
-                self.close()
-            return int(status_line.split()[1]), data
-        raise AssertionError("unreachable")
-
-
-_local = threading.local()
-
-
-def _connection(host: str, port: int) -> _Connection:
-    pool: dict[tuple[str, int], _Connection] = _local.__dict__.setdefault("pool", {})
-    conn = pool.get((host, port))
-    if conn is None:
-        conn = pool[(host, port)] = _Connection(host, port)
-    return conn
-
-
 def _header_value(name: str, value: object) -> str:
     if not isinstance(value, str) or not _HEADER_SAFE.match(value):
         raise ValueError(f"{name} must be printable ASCII without surrounding blanks: {value!r}")
@@ -200,9 +140,12 @@ class RemoteTools:
     the sandbox address and the trial token, nothing else: the world lives in another process.
     """
 
-    __slots__ = ("_head", "_host", "_port")
+    __slots__ = ("_head", "_host", "_mistakes", "_port")
 
     def __init__(self, sandbox: str, token: str) -> None:
+        # Every reply read for a key it never has (assaygate.replies): the task fails with the
+        # first, even when the callable caught it.
+        self._mistakes: list[str] = []
         parts = urlsplit(sandbox)
         if parts.scheme != "http" or not parts.hostname or parts.port is None:
             raise ValueError(f"not a sandbox URL: {sandbox!r}")
@@ -219,7 +162,7 @@ class RemoteTools:
         request = (
             f"POST {path} HTTP/1.1\r\n{self._head}{headers}Content-Length: {len(data)}\r\n\r\n"
         ).encode("latin-1") + data
-        status, raw = _connection(self._host, self._port).post(request)
+        status, raw = connection(self._host, self._port).post(request)
         if status == 200:
             try:
                 return json.loads(raw)
@@ -232,6 +175,9 @@ class RemoteTools:
         if error is not None:
             raise error(detail)
         raise SandboxRefused(f"{path} answered {status}: {detail}")
+
+    def _shaped(self, method: str, value: Any) -> Any:
+        return shaped(method, value, self._mistakes)
 
     # -- clock --------------------------------------------------------------------------------
     def now(self) -> int:
@@ -248,24 +194,28 @@ class RemoteTools:
 
     # -- context sources ----------------------------------------------------------------------
     def crm_read(self, order_id: str) -> dict[str, Any] | None:
-        return cast(
-            "dict[str, Any] | None", self._call("/v1/crm/read", {"order_id": order_id})["record"]
-        )
+        reply = self._call("/v1/crm/read", {"order_id": order_id})
+        return cast("dict[str, Any] | None", self._shaped("crm_read", reply["record"]))
 
     def orders_read(self, order_id: str) -> dict[str, Any] | None:
         reply = self._call("/v1/orders/read", {"order_id": order_id})
-        return cast("dict[str, Any] | None", reply["order"])
+        return cast("dict[str, Any] | None", self._shaped("orders_read", reply["order"]))
 
     def policy_read(self) -> dict[str, Any]:
-        return cast("dict[str, Any]", self._call("/v1/policy/read", {})["policy"])
+        return cast(
+            "dict[str, Any]",
+            self._shaped("policy_read", self._call("/v1/policy/read", {})["policy"]),
+        )
 
     def capability_check(self, grant_id: str) -> dict[str, Any] | None:
         reply = self._call("/v1/capabilities/check", {"grant_id": grant_id})
-        return cast("dict[str, Any] | None", reply["grant"])
+        return cast("dict[str, Any] | None", self._shaped("capability_check", reply["grant"]))
 
     def propose(self, order_id: str, tenant: str, grant_id: str, amount: int) -> dict[str, Any]:
         body = {"order_id": order_id, "tenant": tenant, "grant_id": grant_id, "amount": amount}
-        return cast("dict[str, Any]", self._call("/v1/proposals", body)["action"])
+        return cast(
+            "dict[str, Any]", self._shaped("propose", self._call("/v1/proposals", body)["action"])
+        )
 
     # -- payments -----------------------------------------------------------------------------
     def refund(
@@ -296,11 +246,11 @@ class RemoteTools:
         reply = self._call("/v1/payments/refunds", body, headers)
         if not isinstance(reply, dict):
             raise ToolMalformed("/v1/payments/refunds: the reply is not an object")
-        return reply
+        return cast("dict[str, Any]", self._shaped("refund", reply))
 
     def lookup(self, action_id: str) -> list[dict[str, Any]]:
         reply = self._call("/v1/payments/lookup", {"action_id": action_id})
-        return cast("list[dict[str, Any]]", reply["entries"])
+        return cast("list[dict[str, Any]]", self._shaped("lookup", reply["entries"]))
 
     # -- evidence, checkpoints, claims ---------------------------------------------------------
     def record(
@@ -322,7 +272,7 @@ class RemoteTools:
 
     def evidence_read(self, action_id: str) -> list[dict[str, Any]]:
         reply = self._call("/v1/evidence/read", {"action_id": action_id})
-        return cast("list[dict[str, Any]]", reply["receipts"])
+        return cast("list[dict[str, Any]]", self._shaped("evidence_read", reply["receipts"]))
 
     def checkpoint_save(self, run_id: str, stage: str, data: dict[str, Any]) -> None:
         self._call("/v1/checkpoints/save", {"run_id": run_id, "stage": stage, "data": data})
@@ -379,13 +329,25 @@ def serve_task(fn: Callee, body: bytes) -> tuple[int, dict[str, Any]]:
         tools = RemoteTools(request["sandbox"], request["trial"])
     except (ValueError, KeyError, TypeError) as exc:
         return 400, {"error": "bad_task", "detail": f"{type(exc).__name__}: {exc}"}
+    raised: BaseException | None = None
     try:
         fn(task, tools)
     except RunCrashed:
         # The sandbox already knows; the adapter raises the crash in the assay process.
         return 200, {"claim": None, "aborted": "run_crashed"}
     except BaseException as exc:  # SystemExit too: the callable's failure, with its cause
-        return 500, {"error": "target_raised", "type": type(exc).__name__, "message": str(exc)}
+        raised = exc
+    # A reply read for a key it never has is the cause, whatever it led to: even caught, the
+    # callable went on as if it had read nothing.
+    if tools._mistakes:
+        misread = tools._mistakes[0]
+        return 500, {"error": "target_raised", "type": ReplyMisread.__name__, "message": misread}
+    if raised is not None:
+        return 500, {
+            "error": "target_raised",
+            "type": type(raised).__name__,
+            "message": str(raised),
+        }
     return 200, {"claim": None}
 
 
@@ -471,20 +433,21 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         say(error="usage: python -m assaygate.host [--check] module:callable")
         return 2
+    deprecated: list[str] = []
     try:
-        fn = resolve(args[0])
+        fn = resolve(args[0], deprecated)
     except EntrypointInvalid as exc:
         say(error=str(exc), field=FIELD)
         return 2
     if check:
-        say(ok=True)
+        say(ok=True, deprecated=deprecated)
         return 0
     # In the sandbox the gate names the port its inbound relay forwards to
     # (service.sandbox.bwrap.LISTEN_ENV); elsewhere any free port.
     server = _Server(("127.0.0.1", int(os.environ.get("ASSAYGATE_LISTEN_PORT") or 0)), _Handler)
     server.fn = fn
     host, port = server.server_address[:2]
-    say(url=f"http://{host!s}:{port}/", pid=os.getpid())
+    say(url=f"http://{host!s}:{port}/", pid=os.getpid(), deprecated=deprecated)
     report.close()
     threading.Thread(target=_exit_when_orphaned, name="orphan-watch", daemon=True).start()
     server.serve_forever(poll_interval=0.5)

@@ -17,6 +17,7 @@ __all__ = [
     "HELD",
     "PreconditionFailed",
     "RateLimited",
+    "ReplyMisread",
     "RunCrashed",
     "Task",
     "ToolClients",
@@ -50,6 +51,14 @@ class RateLimited(ToolError):
 
 class PreconditionFailed(ToolError):
     """The `expected_version` no longer holds; nothing was done."""
+
+
+class ReplyMisread(LookupError):
+    """A tool's reply was read for a key (or in a form) it never has: a bug in the target, never
+    a fault of the sandbox. The message names the key, the reply's documented shape and, where
+    the key is the HTTP reply's wrapper (`{"policy": ...}`), that the method returns what it
+    wraps. A python target's task fails with it even if the target catches it
+    (docs/targets.md, "What each tool returns")."""
 
 
 class RunCrashed(BaseException):
@@ -103,6 +112,14 @@ class Task:
         self.purpose = "customer_refund"
         # Declared controls this run must switch off (a counterfactual containment pair).
         self.disabled_controls = disabled_controls
+
+    @property
+    def action_id(self) -> str:
+        """The logical action id of the task's refund, `order_id:refund:run_id`: the same across
+        retries, restarts and forks of the run, and what `/v1/payments/lookup` reads the ledger
+        by. The http protocol sends it as the task request's `action_id` and
+        `Assaygate-Action-Id`."""
+        return f"{self.order_id}:refund:{self.run_id}"
 
     def view(self) -> dict[str, Any]:
         return {

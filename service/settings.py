@@ -152,7 +152,7 @@ class Settings(BaseSettings, QuotaSettings):
     code_processes: int = Field(default=256, ge=1)
     code_open_files: int = Field(default=512, ge=16)
     code_file_mb: int = Field(default=64, ge=1)
-    # The sandbox's layers (docs/operations.md, "The sandbox's layers"): the uids sandboxes run
+    # The sandbox's layers (docs/operations.md, "The sandbox"): the uids sandboxes run
     # as as root, one leased per sandbox ("FIRST-LAST"; empty: every sandbox runs as 65534), and
     # the layers a tenant worker must have to run code at all (comma-separated names of
     # service.sandbox.layers.LAYERS; empty: whatever the host gives, recorded in the dossier).

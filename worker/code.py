@@ -1,5 +1,5 @@
 """Whether this worker may run an assay's tenant code, which code, and how it confines it
-(DESIGN.md §7, §9).
+(docs/operations.md, "Running tenant code" and "How code reaches the workers").
 
 Shards of a manifest that names code are queued on the tenant's own queue, which only that
 tenant's workers consume (`Settings.worker_queue`). Defence in depth, here: such a shard runs only

@@ -201,6 +201,11 @@ class WorkerContext:
         )
         with self._lock:
             self._targets[key] = target
+        deprecated = getattr(target, "deprecated", ())
+        if deprecated:
+            # A worker's stderr is no author's terminal: the assay's events carry the warning.
+            with contextlib.suppress(*DATABASE_ERRORS):
+                shards.record_deprecated(self.engine, inputs, list(deprecated))
         notice = getattr(target, "notice", None)
         if notice:
             log.info(notice, extra={"assay_id": str(assay_id)})

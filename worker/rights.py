@@ -1,4 +1,4 @@
-"""Nothing of a tenant's code outlives its right to run (DESIGN.md §7; docs/operations.md,
+"""Nothing of a tenant's code outlives its right to run (docs/operations.md,
 "When tenant code stops").
 
 A worker process keeps an assay's warm targets (a python target's host, an mcp engine's runners

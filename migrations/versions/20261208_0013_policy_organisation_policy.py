@@ -4,8 +4,8 @@ Revision ID: 0013_policy
 Revises: 0012
 Create Date: 2026-12-08 09:00:00
 
-Operators set the bar a manifest's `envelope` and a plan may raise and never lower (DESIGN.md
-§9): `org_policy` holds every version of a tenant's policy (`system` empty) and of a system's (by
+Operators set the bar a manifest's `envelope` and a plan may raise and never lower
+(docs/operations.md, "Organisation policy"): `org_policy` holds every version of a tenant's policy (`system` empty) and of a system's (by
 name), only ever added to. An assay records the policy it was planned under (its digest, the
 versions it combines and its document); empty for assays recorded before.
 """

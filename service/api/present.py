@@ -29,6 +29,7 @@ from service.app.records import (
     as_utc,
     as_utc_or_none,
 )
+from service.app.reviews import HeldCandidate
 from service.core.decision.gate import ReasonView, block_first, reason_view
 from service.core.system.artifact import ArtifactSubject, written
 
@@ -60,6 +61,7 @@ def gate_state(found: gate.Standing) -> GateState:
         dossier_version=found.dossier.version if found.dossier is not None else None,
         hold_id=found.hold_id,
         until=as_utc_or_none(found.until),
+        waived=found.waived,
     )
 
 
@@ -147,10 +149,12 @@ def dossier_response(dossier: Dossier) -> Response:
     return Response(body, media_type="application/json")
 
 
-def hold_public(hold: Hold) -> HoldPublic:
+def hold_public(hold: Hold, about: HeldCandidate) -> HoldPublic:
     return HoldPublic(
         id=hold.id,
         candidate_id=hold.candidate_id,
+        system=about.system,
+        version=about.version,
         dossier_id=hold.dossier_id,
         status=hold.status,
         reasons=reasons(hold.reasons),

@@ -69,6 +69,10 @@ class GateState(BaseModel):
     until: datetime | None = Field(
         default=None, description="when the waiver or rejection it rests on lapses"
     )
+    waived: list[ReasonView] = Field(
+        default_factory=list,
+        description="under a waiver in force: the held reasons it lifted (else empty)",
+    )
 
 
 class ArtifactPublic(BaseModel):
@@ -285,6 +289,11 @@ class GatePublic(BaseModel):
     until: datetime | None = Field(
         default=None, description="when the waiver or rejection it rests on lapses"
     )
+    waived: list[ReasonView] = Field(
+        default_factory=list,
+        description="under a waiver in force (`basis: waived`): the held reasons it lifted, "
+        "which `reasons` (the signed version's: the waiver) no longer lists; else empty",
+    )
     artifacts: list[SubjectPublic] = Field(
         default_factory=list,
         description="what the candidate ships, by digest, with its assurance (its dossier's "
@@ -358,6 +367,8 @@ class WaiverCreate(ReviewCreate):
 class HoldPublic(BaseModel):
     id: uuid.UUID
     candidate_id: uuid.UUID
+    system: str = Field(description="the candidate's system")
+    version: str = Field(description="the candidate's version")
     dossier_id: uuid.UUID = Field(description="the dossier version that opened the hold")
     status: Literal["open", "waived", "rejected", "superseded"]
     reasons: list[ReasonView]

@@ -1,5 +1,5 @@
 """Code artifacts: what a candidate ships, stored by the SHA-256 the service computes
-(DESIGN.md §9; docs/operations.md, "How code reaches the workers").
+(docs/operations.md, "How code reaches the workers"; docs/dossier.md, "Subjects").
 
 A tenant uploads its packed code (`POST /v1/artifacts`, `assaygate submit --code`); the service
 hashes the bytes it received and stores them once per tenant and digest, so the same bytes give
@@ -225,3 +225,19 @@ def shipping(
         builds,
         tuple(artifacts.images(session, assay_id)),
     )
+
+
+def system_shipping(engine: Engine, principal: Principal, artifact: str) -> str:
+    """The system whose newest candidate ships `artifact`, for a gate read that names only the
+    artifact (`GET /v1/gate?artifact=`); not found, a 404 naming `artifact`."""
+    sha256 = asked(artifact)
+    assert sha256 is not None
+    with session_scope(engine) as session:
+        found = artifacts.system_shipping(session, principal.tenant_id, sha256)
+        if found is None:
+            raise NotFound(
+                f"no candidate of tenant {principal.tenant} ships {artifact}: it is not a "
+                "subject of any of its dossiers, nor the code any of its candidates names",
+                field="artifact",
+            )
+        return found.name

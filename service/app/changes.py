@@ -5,6 +5,7 @@ signs that dossier's next version, `reopened`), and a new version of the organis
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,7 +17,15 @@ from service.app import policies
 from service.app.dossiers import policy_digest, reopen, reopen_for_policy
 from service.app.errors import Conflict, FieldInvalid, NotFound, PolicyLowered
 from service.core.decision.gate import Decision
-from service.core.decision.policy import EMPTY, OrgPolicy, combine, loosened, parse_policy
+from service.core.decision.policy import (
+    EMPTY,
+    OrgPolicy,
+    combine,
+    in_force_value,
+    loosened,
+    parse_policy,
+    sets,
+)
 from service.core.errors import AssaygateError
 from service.core.signing.dossier import Signer
 from service.core.system.text import check_system_name
@@ -196,12 +205,24 @@ def raise_policy(
         raise NotFound(f"no tenant {principal.tenant}", field="tenant")
     policy = _parsed(command)
     before = policy_rows.latest(session, tenant.id, system or policy_rows.TENANT)
-    lower = loosened(policy, parse_policy(before.document) if before else EMPTY)
+    old = parse_policy(before.document) if before else EMPTY
+    lower = loosened(policy, old)
     if lower is not None:
+        # The field is the error's own `field`, named once (the CLI prints `field: message`).
+        was = json.dumps(in_force_value(old, lower))
+        if sets(policy, lower):
+            why = f"looser than the policy in force ({was})"
+        else:
+            # The body replaces the whole policy: a field it leaves out is dropped, and a
+            # dropped requirement is a lowered one (issue 47: the message named it and no more).
+            why = (
+                f"left out of the body, and the body replaces the whole policy: leaving out a "
+                f"field the policy in force sets ({was}) lowers it; send the whole policy "
+                "(GET /v1/policy) with your change"
+            )
         raise PolicyLowered(
-            # The field is the error's own `field`, named once (the CLI prints `field: message`).
-            "looser than the policy in force: a tenant's admin may raise the bar, never lower "
-            "it; an operator lowers it with `assaygate policy set`",
+            f"{why}. A tenant's admin may raise the bar, never lower it; an operator lowers it "
+            "with `assaygate policy set`",
             field=lower,
         )
     return _write(session, signer, tenant, command, policy, principal=principal)

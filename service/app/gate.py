@@ -82,6 +82,9 @@ class Standing:
     assay_decision: str | None = None
     # When the answer changes by the clock alone (a review lapses), if it can.
     changes_at: datetime | None = None
+    # Under a waiver in force: the held reasons it lifted (the signed version names only the
+    # waiver), so a report of the allow still says what it stands over.
+    waived: list[ReasonView] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -372,6 +375,7 @@ def _from_dossier(
             return _lapsed(row, dossier, open_hold, status.value)
         until = reviewed[-1].expires_at if reviewed else None
     assay_decision = row.assay.decision if row.assay.decision != dossier.decision else None
+    lifted = [h for h in holds if h.status == HoldStatus.WAIVED.value]
     return Standing(
         row.candidate.id,
         Word(dossier.decision),
@@ -382,6 +386,7 @@ def _from_dossier(
         until,
         assay_decision,
         until,
+        reviews.held_reasons(lifted[-1]) if basis is Basis.WAIVED and lifted else [],
     )
 
 

@@ -1,5 +1,6 @@
-"""The organisation's policy in force (DESIGN.md §9): the bar a tenant's systems are held to, read
-for a submission, a re-run, a finishing assay and the pages, and admitted against.
+"""The organisation's policy in force (docs/operations.md, "Organisation policy"): the bar a
+tenant's systems are held to, read for a submission, a re-run, a finishing assay and the pages,
+and admitted against.
 
 The policy in force for a system combines the tenant's newest version and the system's (each
 field at the stricter; `service.core.decision.policy.combine`). A tenant or system never given

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -370,6 +370,20 @@ def holds(
     return list(
         dossiers.holds(session, system=system, status=status, limit=limit, tenant_id=tenant_id)
     )
+
+
+@dataclass(frozen=True)
+class HeldCandidate:
+    """Which candidate a hold is about, as people name it: its system and version."""
+
+    system: str
+    version: str
+
+
+def held_candidates(session: Session, found: Sequence[Hold]) -> dict[uuid.UUID, HeldCandidate]:
+    """The system and version of each hold's candidate, by candidate id."""
+    names = dossiers.candidate_names(session, [h.candidate_id for h in found])
+    return {cid: HeldCandidate(system, version) for cid, (system, version) in names.items()}
 
 
 def hold(session: Session, signer: Signer, tenant_id: uuid.UUID, hold_id: uuid.UUID) -> Hold:

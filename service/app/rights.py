@@ -1,4 +1,5 @@
-"""Whether a tenant's code still has the right to run an assay on a worker (DESIGN.md §7).
+"""Whether a tenant's code still has the right to run an assay on a worker
+(docs/operations.md, "When tenant code stops").
 
 A worker keeps an assay's sandboxes warm between its shards only while the assay is open and not
 stopping, the tenant's code is allowed, and every secret the sandboxes were loaded with is still

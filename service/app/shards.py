@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,6 +156,12 @@ def record_waiting(engine: Engine, inputs: AssayInputs, note: str) -> None:
     """A trial of the assay waits for its world: the tenant's events say so."""
     with session_scope(engine) as session:
         assays.record_waiting(session, inputs, note)
+
+
+def record_deprecated(engine: Engine, inputs: AssayInputs, lines: Sequence[str]) -> None:
+    """The assay's code imports deprecated `assaygate` paths: the tenant's events say which."""
+    with session_scope(engine) as session:
+        assays.record_deprecated(session, inputs, lines)
 
 
 def renew(engine: Engine, assay_id: uuid.UUID, index: int, attempt: int, lease_s: float) -> bool:

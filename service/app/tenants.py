@@ -1,5 +1,6 @@
 """Tenants and their code: the execution policy a submission meets, the queue its shards go to,
-and the operator's commands that allow or revoke a tenant's code (DESIGN.md §7).
+and the operator's commands that allow or revoke a tenant's code (docs/operations.md,
+"Running tenant code").
 
 A manifest whose parts are all remote (URLs the gate calls) is accepted from any tenant and runs
 on the shared workers. A manifest that names the tenant's code (`service.core.system.execution`) is

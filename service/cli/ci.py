@@ -3,7 +3,8 @@
 `submit` prints JSON, `gate` one line (`--json`: the whole answer); both exit 0 allow, 1 block,
 2 hold or reopened, 3 error (unreachable service, refused input, a failed assay, a timeout), and
 write their reports on every exit code. `gate --artifact` exits 4 on an allow that rests on an
-artifact assurance weaker than `executed` which the organisation's policy accepts.
+artifact assurance weaker than `executed` which the organisation's policy accepts; `gate` exits 5
+when the gate knows no candidate for what it was asked (a 404: nothing to decide on).
 """
 
 from __future__ import annotations
@@ -33,8 +34,14 @@ from service.cli.common import (
     service_client,
 )
 from service.cli.engine import report_args
-from service.cli.errors import DECISION_EXIT, EXIT_ACCEPTED, EXIT_ERROR, UsageError
-from service.cli.progress import ProgressLines, ShardProgress
+from service.cli.errors import (
+    DECISION_EXIT,
+    EXIT_ACCEPTED,
+    EXIT_ERROR,
+    EXIT_UNKNOWN,
+    UsageError,
+)
+from service.cli.progress import ProgressLines, ShardProgress, say_deprecated
 from service.core.decision.assurance import CODE as ASSURANCE
 from service.core.decision.gate import reason_view
 from service.core.errors import AssaygateError
@@ -105,13 +112,20 @@ def register(sub: Any) -> None:
     gate = sub.add_parser(
         "gate",
         help="may this version ship? one line (--json: the whole answer); exit 0 allow, 1 block, "
-        "2 hold or reopened, 3 error, 4 allow on an accepted weaker assurance (--artifact)",
+        "2 hold or reopened, 3 error, 4 allow on an accepted weaker assurance (--artifact), 5 "
+        "no such candidate",
         description="Ask the service whether a version may ship. Prints one line, the decision "
         "and its leading reasons; --json prints the whole answer. Without --version the answer "
         "is for the system's last submitted candidate.",
     )
-    which = gate.add_mutually_exclusive_group(required=True)
-    which.add_argument("system", nargs="?", default=None, help="the system's name")
+    which = gate.add_mutually_exclusive_group()
+    which.add_argument(
+        "system",
+        nargs="?",
+        default=None,
+        help="the system's name (not needed with --artifact: the system whose newest "
+        "candidate ships it)",
+    )
     which.add_argument(
         "--manifest",
         type=Path,
@@ -222,19 +236,21 @@ def _reports_on_every_exit(run: Callable[[argparse.Namespace], int]) -> Callable
         except (UsageError, AssaygateError, AppError) as exc:
             _error_reports(args, getattr(exc, "message", None) or str(exc))
             raise
-        if code == EXIT_ERROR and not args.reported:
-            _error_reports(args, args.error or "see the job's log")
+        if code in (EXIT_ERROR, EXIT_UNKNOWN) and not args.reported:
+            _error_reports(args, args.error or "see the job's log", code)
         return code
 
     return command
 
 
-def _error_reports(args: argparse.Namespace, message: str) -> None:
+def _error_reports(args: argparse.Namespace, message: str, code: int = EXIT_ERROR) -> None:
     if args.junit is None and args.summary is None:
         return
     system = getattr(args, "system", None) or getattr(args, "system_name", None) or "assaygate"
     faults = reports.catalogue_faults(getattr(args, "catalogue", None))
-    outcome = reports.error_outcome(str(system), args.candidate_version or "", message, faults)
+    outcome = reports.error_outcome(
+        str(system), args.candidate_version or "", message, faults, exit_code=code
+    )
     reports.write_reports(outcome, args.junit, args.summary)
     args.reported = True
 
@@ -290,6 +306,7 @@ def _submit(args: argparse.Namespace) -> int:
             args.error = f"{exc}; follow it at {url}"
             return _timed_out(exc, candidate, url)
         candidate["dashboard_url"] = url
+        say_deprecated(client, str(candidate["id"]))
         dossier = None
         if candidate.get("status") != "failed":
             found = client.get(f"/v1/candidates/{candidate['id']}/dossier")
@@ -315,6 +332,7 @@ def _submit(args: argparse.Namespace) -> int:
         decision,
         gate_now.get("reasons", dossier.get("reasons") or []),
         url,
+        gate_now.get("waived") or [],
     )
     print(f"assaygate: the gate says {decision}: {url}", file=sys.stderr)
     return DECISION_EXIT.get(decision, EXIT_ERROR)
@@ -400,14 +418,23 @@ def gate_exit(answer: dict[str, Any]) -> int:
 
 @_reports_on_every_exit
 def _gate(args: argparse.Namespace) -> int:
-    system = gate_system(args)
+    if args.system is None and args.manifest is None and args.artifact is None:
+        raise UsageError("gate: name the system, or --manifest FILE, or --artifact")
+    # By artifact alone, the service finds the system whose newest candidate ships it.
+    system = gate_system(args) if args.system or args.manifest else None
     args.system_name = system
     params = {"version": args.candidate_version} if args.candidate_version else {}
     if args.artifact is not None:
         params["artifact"] = written(digest_of(args.artifact, "--artifact"))
     wants_dossier = any(p is not None for p in (args.dossier_out, args.junit, args.summary))
     with service_client(args, auth_headers(args)) as client:
-        response = client.get(f"/v1/gate/{system}", params=params)
+        response = client.get(f"/v1/gate/{system}" if system else "/v1/gate", params=params)
+        if response.status_code == 404:
+            # Nothing to decide on: no such system, version or shipped artifact. Not 3, which
+            # a pipeline may retry (an unreachable service); the code must be submitted first.
+            _refused(args, response)
+            print(f"assaygate: no candidate to answer for: {args.error}", file=sys.stderr)
+            return EXIT_UNKNOWN
         if response.status_code != 200:
             return _refused(args, response)
         answer = response.json()
@@ -424,6 +451,7 @@ def _gate(args: argparse.Namespace) -> int:
                 str(answer.get("decision")),
                 answer.get("reasons") or [],
                 url,
+                answer.get("waived") or [],
             )
         elif args.junit is not None or args.summary is not None:
             # No dossier yet (pending): the reports say what the gate says, without faults.
@@ -445,13 +473,18 @@ def _write_reports(
     decision: str,
     reasons: list[dict[str, Any]],
     link: str,
+    waived: list[dict[str, Any]],
 ) -> None:
     if args.junit is None and args.summary is None:
         return
     args.reported = True
     # "Dossier:" goes to the dossier's page, not the candidate's.
     outcome = reports.from_dossier(
-        dossier["envelope"], decision=decision, reasons=reasons, link=f"{link}/dossier"
+        dossier["envelope"],
+        decision=decision,
+        reasons=reasons,
+        link=f"{link}/dossier",
+        waived=waived,
     )
     if args.dossier_out is not None:
         outcome.properties["dossier_file"] = str(args.dossier_out)

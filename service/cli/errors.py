@@ -22,6 +22,9 @@ EXIT_ERROR = 3
 #: `gate --artifact`: allow, on an assurance weaker than `executed` that the organisation's policy
 #: accepts (`accept_assurance`). Not 0, so a pipeline deploys on it only by saying so.
 EXIT_ACCEPTED = 4
+#: `gate`: the gate knows no candidate for what it was asked (an unknown system or version, or a
+#: digest no candidate ships): nothing to decide on, and nothing a retry mends, unlike 3.
+EXIT_UNKNOWN = 5
 #: Commands whose exit code a pipeline reads as a decision: any error there is 3, never 2.
 CI_COMMANDS = ("assay", "submit", "gate")
 
@@ -55,6 +58,11 @@ EXIT_CODES: dict[str, tuple[tuple[int, str], ...]] = {
             EXIT_ACCEPTED,
             "allow with --artifact, on an artifact assurance weaker than executed (declared: "
             "code the gate never ran) that the organisation's policy accepts; the line says so",
+        ),
+        (
+            EXIT_UNKNOWN,
+            "the gate knows no candidate for what was asked: an unknown system or version, or "
+            "an artifact no candidate ships (submit it first)",
         ),
     ),
     # A request the service refused prints its JSON error and exits 3 (service.cli.common.refused).

@@ -111,3 +111,21 @@ class ShardProgress:
                 completed=fp.get("shards_done", 0),
                 total=fp.get("shard_count") or None,
             )
+
+
+def say_deprecated(client: httpx.Client, candidate_id: str) -> None:
+    """What the worker that ran the candidate's code saw and nobody read: each deprecated
+    `assaygate` path the code imports (`target.deprecated` events), as a local assay prints it."""
+    params: dict[str, str | int] = {
+        "candidate_id": candidate_id,
+        "kind": "target.deprecated",
+        "limit": 20,
+    }
+    found = client.get("/v1/events", params=params)
+    if found.status_code != 200:
+        return
+    events = found.json().get("items") or []
+    for line in dict.fromkeys(w for e in events for w in (e.get("data") or {}).get("warnings", [])):
+        print(
+            f"assaygate: note: the candidate's code uses a deprecated path: {line}", file=sys.stderr
+        )

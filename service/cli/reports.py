@@ -56,6 +56,8 @@ class FaultLine:
     # As the report and the dossier write them (Diagnosis.to_dict, StormView.to_dict).
     diagnosis: Mapping[str, Any] | None = None
     storm: Mapping[str, Any] | None = None
+    #: Its reasons a waiver in force lifted: no failure, but never dropped from the report.
+    waived: list[ReasonView] = field(default_factory=list)
 
     def signature(self) -> str:
         return ", ".join(f"{h} {int(self.counts.get(k, 0))}/{self.trials}" for h, k in SIGNATURE)
@@ -97,6 +99,10 @@ class ReportedDecision:
     link: str | None = None
     link_label: str = "dossier"
     properties: dict[str, str] = field(default_factory=dict)
+    #: For `error`: the command's exit code (3, or `gate`'s 5 for a candidate it does not know).
+    exit_code: int = 3
+    #: The held reasons a waiver in force lifted (the gate's `waived`).
+    waived: list[ReasonView] = field(default_factory=list)
 
     def unattached(self) -> list[ReasonView]:
         ids = {f.id for f in self.faults}
@@ -166,17 +172,18 @@ def catalogue_faults(name: str | None) -> list[str]:
 
 
 def error_outcome(
-    system: str, version: str, message: str, faults: Sequence[str] = ()
+    system: str, version: str, message: str, faults: Sequence[str] = (), exit_code: int = 3
 ) -> ReportedDecision:
-    """No decision (exit code 3): the reports say what went wrong, as the failed test case
-    `gate`; the catalogue's faults, never reached, are skipped test cases (the same test cases
-    as a decision has)."""
+    """No decision (exit code 3, or 5): the reports say what went wrong, as the failed test
+    case `gate`; the catalogue's faults, never reached, are skipped test cases (the same test
+    cases as a decision has)."""
     return ReportedDecision(
         system=system,
         version=version,
         decision="error",
         reasons=[ReasonView(code="error", message=message, fault=None, severity="error")],
         faults=[FaultLine(f, 0, {}) for f in faults],
+        exit_code=exit_code,
     )
 
 
@@ -192,18 +199,24 @@ def from_dossier(
     decision: str,
     reasons: Sequence[Mapping[str, object]],
     link: str | None,
+    waived: Sequence[Mapping[str, object]] = (),
 ) -> ReportedDecision:
-    """A signed dossier, with the gate's word now (`decision`, `reasons`, as served) laid over
-    it."""
+    """A signed dossier, with the gate's word now (`decision`, `reasons`, `waived`, as served)
+    laid over it."""
     p = predicate_of(envelope)
     cand = p.get("candidate") or {}
     views = [reason_view(r) for r in reasons]
+    lifted = block_first([reason_view(r) for r in waived])
+    faults = _run_rows(p.get("runs") or [], block_first(views))
+    for line in faults:
+        line.waived = _own(lifted, line.id)
     return ReportedDecision(
         system=str(cand.get("system", "")),
         version=str(cand.get("version", "")),
         decision=decision,
         reasons=block_first(views),
-        faults=_run_rows(p.get("runs") or [], block_first(views)),
+        faults=faults,
+        waived=lifted,
         link=link,
         properties={
             "candidate": str(cand.get("id", "")),
@@ -244,9 +257,15 @@ def leading_reasons(outcome: ReportedDecision) -> str:
     return f"{outcome.decision}: {'; '.join(shown)}" + (f" and {more} more" if more > 0 else "")
 
 
+def _waived_lines(reasons: Sequence[ReasonView]) -> list[str]:
+    return [f"waived: [{r['severity']}] {r['code']}: {r['message']}" for r in reasons]
+
+
 def _gate_case(outcome: ReportedDecision) -> ET.Element:
     case = ET.Element("testcase", classname=outcome.system, name=GATE_CASE)
     text = [f"[{r['severity']}] {r['code']}: {r['message']}" for r in outcome.reasons]
+    # An allow over a waiver still names what the waiver lifted.
+    text += _waived_lines(outcome.waived)
     if outcome.decision == "allow":
         out = ET.SubElement(case, "system-out")
         out.text = "\n".join([leading_reasons(outcome), *text])
@@ -267,7 +286,13 @@ def junit_xml(outcome: ReportedDecision) -> bytes:
         elif f.reasons:
             _failure(case, f.reasons, f)
         out = ET.SubElement(case, "system-out")
-        out.text = f"containment signature ({f.trials} trials): {f.signature()}"
+        out.text = "\n".join(
+            [
+                f"containment signature ({f.trials} trials): {f.signature()}",
+                *_waived_lines(f.waived),
+                *(f.diagnosed() if f.waived and not f.reasons else []),
+            ]
+        )
         cases.append(case)
     failures = sum(1 for c in cases if c.find("failure") is not None)
     skipped = sum(1 for c in cases if c.find("skipped") is not None)
@@ -284,7 +309,10 @@ def junit_xml(outcome: ReportedDecision) -> bytes:
         skipped=str(skipped),
     )
     props = ET.SubElement(suite, "properties")
-    for k, v in {"decision": outcome.decision, **outcome.properties}.items():
+    shown = {"decision": outcome.decision, **outcome.properties}
+    if outcome.waived:
+        shown["waived"] = ", ".join(dict.fromkeys(r["code"] for r in outcome.waived))
+    for k, v in shown.items():
         ET.SubElement(props, "property", name=k, value=v)
     if outcome.link:
         ET.SubElement(props, "property", name=outcome.link_label, value=outcome.link)
@@ -317,7 +345,8 @@ def summary_markdown(outcome: ReportedDecision) -> str:
     if outcome.decision == "error":
         # Titled by what went wrong: a file name says nothing, and no fault was reached.
         lines = [f"## Assaygate: ERROR — {_cell(leading_reasons(outcome).removeprefix('error: '))}"]
-        lines += ["", f"**System:** {_cell(title)}", "**Decision:** none (exit code 3)", ""]
+        lines += ["", f"**System:** {_cell(title)}"]
+        lines += [f"**Decision:** none (exit code {outcome.exit_code})", ""]
         return "\n".join(lines) + "\n"
     lines = [f"## Assaygate: {outcome.decision.upper()} — {_cell(title)}", ""]
     first = leading_reasons(outcome).removeprefix(f"{outcome.decision}: ")
@@ -333,6 +362,12 @@ def summary_markdown(outcome: ReportedDecision) -> str:
         for r in outcome.reasons:
             lines.append(f"- **{r['severity']}** `{r['code']}`: {_cell(r['message'])}")
         lines.append("")
+    if outcome.waived:
+        lines += ["### Waived (what the allow stands over)", ""]
+        for r in outcome.waived:
+            where = f" ({_cell(r['fault'])})" if r["fault"] else ""
+            lines.append(f"- **{r['severity']}** `{r['code']}`{where}: {_cell(r['message'])}")
+        lines.append("")
     failing = [f for f in outcome.faults if f.reasons]
     if failing:
         lines += ["### What failed, and what to change", ""]
@@ -346,7 +381,9 @@ def summary_markdown(outcome: ReportedDecision) -> str:
     lines.append("|---|---:|" + "---:|" * len(SIGNATURE) + "---|")
     # Failing faults first, each group in the report's order.
     for f in sorted(outcome.faults, key=lambda f: not f.reasons):
-        codes = ", ".join(f"`{r['code']}`" for r in f.reasons) or "—"
+        named = [f"`{r['code']}`" for r in f.reasons]
+        named += [f"`{r['code']}` (waived)" for r in f.waived]
+        codes = ", ".join(named) or "—"
         counts = " | ".join(str(int(f.counts.get(k, 0))) for _, k in SIGNATURE)
         lines.append(f"| `{f.id}` | {f.trials} | {counts} | {codes} |")
     return "\n".join(lines) + "\n"

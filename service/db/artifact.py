@@ -127,3 +127,15 @@ def candidate_shipping(
     return session.exec(
         query.order_by(col(Candidate.created_at).desc(), col(Candidate.id).desc()).limit(1)
     ).first()
+
+
+def system_shipping(session: Session, tenant_id: uuid.UUID, sha256: str) -> System | None:
+    """The system of the tenant's newest candidate that has this artifact as a subject."""
+    return session.exec(
+        select(System)
+        .join(Candidate, col(Candidate.system_id) == col(System.id))
+        .join(CandidateArtifact, col(CandidateArtifact.candidate_id) == col(Candidate.id))
+        .where(System.tenant_id == tenant_id, CandidateArtifact.sha256 == sha256)
+        .order_by(col(Candidate.created_at).desc(), col(Candidate.id).desc())
+        .limit(1)
+    ).first()

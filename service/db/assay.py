@@ -114,6 +114,25 @@ def record_waiting(session: Session, inputs: AssayInputs, note: str) -> None:
     )
 
 
+def record_deprecated(session: Session, inputs: AssayInputs, lines: Sequence[str]) -> None:
+    """The tenant's code imported `assaygate` paths that are going away (`target.deprecated`, in
+    the tenant's events): what a local assay says on its stderr, said once per assay."""
+    said = session.exec(
+        select(Event.id).where(
+            col(Event.assay_id) == inputs.assay_id, col(Event.kind) == "target.deprecated"
+        )
+    ).first()
+    if said is None:
+        session.add(
+            Event(
+                kind="target.deprecated",
+                candidate_id=inputs.candidate_id,
+                assay_id=inputs.assay_id,
+                data={"warnings": list(lines)},
+            )
+        )
+
+
 def lease_until(now: datetime, lease_s: float) -> datetime:
     return now + timedelta(seconds=lease_s)
 

@@ -34,6 +34,7 @@ class Durations:
 @dataclass(frozen=True)
 class OperatorCounts:
     decisions: dict[str, int]
+    # When each hold awaiting review opened (a decision `hold`; a block's hold is not one).
     hold_opened: list[datetime]
     durations: Durations
     refusals: dict[str, int]
@@ -61,13 +62,23 @@ def durations(session: Session, bounds: Sequence[float]) -> Durations:
     )
 
 
+def _blocks(reasons: Sequence[dict[str, Any]]) -> bool:
+    return any(r.get("severity") == "block" for r in reasons)
+
+
 def operator_counts(session: Session, bounds: Sequence[float]) -> OperatorCounts:
     decisions: Any = session.exec(
         select(Assay.decision, func.count())
         .where(col(Assay.decision).is_not(None))
         .group_by(col(Assay.decision))
     ).all()
-    opened = session.exec(select(Hold.created_at).where(Hold.status == HoldStatus.OPEN.value)).all()
+    open_rows = session.exec(
+        select(Hold.created_at, Hold.reasons).where(Hold.status == HoldStatus.OPEN.value)
+    ).all()
+    # A block opens a hold too (a reviewer may reject it), but no review can make it ship: it is
+    # not a hold awaiting review, and counting it would fire "a hold nobody reviews" for every
+    # block (issue 47).
+    opened = [t for t, reasons in open_rows if not _blocks(reasons)]
     refusals: dict[str, int] = {}
     for label, kind in REFUSAL_KINDS.items():
         total = session.execute(

@@ -234,6 +234,20 @@ def holds(
     return session.exec(query.order_by(col(Hold.created_at).desc()).limit(limit)).all()
 
 
+def candidate_names(
+    session: Session, candidate_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, tuple[str, str]]:
+    """Each candidate's system name and version."""
+    if not candidate_ids:
+        return {}
+    rows = session.exec(
+        select(Candidate.id, System.name, Candidate.version)
+        .join(System, col(System.id) == col(Candidate.system_id))
+        .where(col(Candidate.id).in_(list(set(candidate_ids))))
+    ).all()
+    return {cid: (name, version) for cid, name, version in rows}
+
+
 def hold_of_tenant(session: Session, hold_id: uuid.UUID, tenant_id: uuid.UUID) -> Hold | None:
     return session.exec(
         select(Hold)

@@ -17,7 +17,6 @@ import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import (
     CounterMetricFamily,
-    GaugeHistogramMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
@@ -96,14 +95,16 @@ class _OperatorCollector(Collector):
             "Age of the oldest hold awaiting review (0: none)",
             value=ages[-1] if ages else 0.0,
         )
-        yield GaugeHistogramMetricFamily(
+        # A histogram of the holds waiting now (a snapshot: it falls as holds are reviewed), so
+        # that the text format has its `_count` and `_sum`; it has no gauge histogram.
+        yield HistogramMetricFamily(
             "assaygate_holds_open_age_seconds",
             "Holds awaiting review, by how long they have waited",
             buckets=[
                 *((str(b), float(sum(1 for a in ages if a <= b))) for b in HOLD_AGE_BUCKETS),
                 ("+Inf", float(len(ages))),
             ],
-            gsum_value=float(sum(ages)),
+            sum_value=float(sum(ages)),
         )
         d = found.durations
         yield HistogramMetricFamily(

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 @dataclass
 class Limiter:
     """One shared rate limit at the proxy, `capacity` effect calls a tick, behind which a fleet of
-    `agents` synchronised copies of the system retries (DESIGN.md: synchronised retries under a
-    shared rate limit).
+    `agents` synchronised copies of the system retries (docs/evidence.md, "The retry
+    storm").
 
     The fleet is the proxy's own model, not copies of the agent racing on the wall clock (which
     fired the storm 4 of 4 times in one assay and 0 of 4 in the next): its burst always lands with

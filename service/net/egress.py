@@ -1,5 +1,6 @@
 """The egress policy's resolving half: check a manifest's URLs at submission and every
-connection the worker opens for them, redirects included (DESIGN.md §7).
+connection the worker opens for them, redirects included (docs/operations.md,
+"Egress policy").
 
 `EgressPolicy.check_url(url, field)` parses and resolves a URL at submission; `resolve(host,
 port)` resolves at connection time, checks every address and returns the one to connect to (the

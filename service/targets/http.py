@@ -35,11 +35,6 @@ DEFAULT_TIMEOUT_S = 10.0
 _DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
-def action_id_of(task: Task) -> str:
-    """The logical action id of the task's refund: one per order and run, across retries."""
-    return f"{task.order_id}:refund:{task.run_id}"
-
-
 class HttpTarget:
     """A `Target` that posts each trial's task to an agent URL. Close it to stop its tool server."""
 
@@ -135,7 +130,7 @@ class HttpTarget:
             "protocol": PROTOCOL,
             "trial": session.token,
             "sandbox": sandbox_url,
-            "action_id": action_id_of(task),
+            "action_id": task.action_id,
             "task": task.view(),
         }
 
@@ -145,7 +140,7 @@ class HttpTarget:
             "Content-Type": "application/json",
             "Authorization": f"Bearer {session.token}",
             "traceparent": session.traceparent(),
-            "Assaygate-Action-Id": action_id_of(session.task),
+            "Assaygate-Action-Id": session.task.action_id,
         }
         for attempt in (1, 2):
             conn, reused = self._connection()

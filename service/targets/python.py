@@ -124,8 +124,9 @@ def _run_check(entrypoint: str, confinement: Confinement | None) -> tuple[int | 
         sandbox.close()
 
 
-def check_entrypoint(entrypoint: str, confinement: Confinement | None = None) -> None:
-    """Import the entrypoint in a throwaway child; a problem is a `ManifestInvalid` naming it."""
+def check_entrypoint(entrypoint: str, confinement: Confinement | None = None) -> tuple[str, ...]:
+    """Import the entrypoint in a throwaway child; a problem is a `ManifestInvalid` naming it.
+    Returns what the import used that is deprecated (`file:line: DeprecationWarning: …`)."""
     module_name, sep, attr_path = entrypoint.partition(":")
     if not sep or not module_name or not attr_path:
         raise ManifestInvalid(f"{entrypoint!r} is not 'module:callable'", field=FIELD)
@@ -143,13 +144,17 @@ def check_entrypoint(entrypoint: str, confinement: Confinement | None = None) ->
         )
     if not report.get("ok"):
         raise ManifestInvalid(str(report.get("error")), field=FIELD)
+    said = report.get("deprecated")
+    return tuple(str(line) for line in said) if isinstance(said, list) else ()
 
 
 def load_python_target(
     entrypoint: str, timeout_s: float = DEFAULT_TIMEOUT_S, confinement: Confinement | None = None
 ) -> PythonTarget:
-    check_entrypoint(entrypoint, confinement)
-    return PythonTarget(entrypoint, timeout_s=timeout_s, confinement=confinement)
+    deprecated = check_entrypoint(entrypoint, confinement)
+    target = PythonTarget(entrypoint, timeout_s=timeout_s, confinement=confinement)
+    target.deprecated = deprecated
+    return target
 
 
 def _stop(proc: subprocess.Popen[bytes], owner: int, sandbox: Sandbox | None = None) -> None:
@@ -274,6 +279,9 @@ class PythonTarget(HttpTarget):
         self._child_lock = threading.Lock()
         self._starts = 0
         self._death: str | None = None
+        # The deprecated `assaygate` paths the callable's import used: a worker records them in
+        # the assay's events, since its stderr is no author's terminal.
+        self.deprecated: tuple[str, ...] = ()
 
     @property
     def pid(self) -> int | None:

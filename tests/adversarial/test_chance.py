@@ -12,11 +12,12 @@ from the task and a per-replicate salt (the replicate's plan seed): random acros
 reproducible for each.
 
 What is asserted, per scenario, over N replicates (P: the share of replicates allowed):
-- the promise (DESIGN.md §8, service/core/evidence/promise.py): an agent whose violation rate is
-  at or above the tolerance p0 (the declared `max_violation_rate`, or what the cap resolves) is
-  allowed in at most LEVEL of assays under each plan, plus three standard errors of a share at
-  LEVEL (`Shares.bound`). "Never looser than the fixed plan pointwise" is retired for violations:
-  a declared p0 lets the sequential plan stop where the exact bound meets it;
+- the promise (docs/evidence.md, "The promise is per release"; service/core/evidence/promise.py):
+  an agent whose violation rate is at or above the tolerance p0 (the declared
+  `max_violation_rate`, or what the cap resolves) is allowed in at most LEVEL of assays under
+  each plan, plus three standard errors of a share at LEVEL (`Shares.bound`). "Never looser
+  than the fixed plan pointwise" is retired for violations: a declared p0 lets the sequential
+  plan stop where the exact bound meets it;
 - floors on the point estimate carry no such guarantee; there the sequential plan (which stops a
   floor only once its confidence sequence clears it, or as futile once it lies below) must pass
   no more often than the fixed one: P(sequential) <= P(fixed) + `Shares.tolerance`, three

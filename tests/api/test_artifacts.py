@@ -233,6 +233,31 @@ def test_a_broken_commits_artifact_is_blocked_while_the_previous_artifact_stays_
     assert not_it.returncode == 1 and "NOT VERIFIED: artifact failed" in not_it.stdout
 
 
+def test_code_importing_a_deprecated_path_says_so_through_the_service_as_it_does_locally(
+    team: Team, api_url: str, tmp_path: Path
+) -> None:
+    """A worker's stderr is no author's terminal (issue 47: the DeprecationWarning never showed
+    through the service): the tenant's events carry it, and `submit --wait` prints it."""
+    code = write_code(tmp_path / "code")
+    agent = code / "agent.py"
+    agent.write_text(agent.read_text() + "from service.core.sandbox import Task  # noqa\n")
+    system = f"old-{uuid.uuid4().hex[:6]}"
+    body = body_file(tmp_path, system)
+    done = assaygate(team.key, api_url, "submit", str(body), "--code", str(code), "--wait")
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "deprecated path" in line]
+    assert len(said) == 1, done.stderr
+    prefix = "assaygate: note: the candidate's code uses a deprecated path: "
+    assert said[0].startswith(prefix)
+    line = said[0].removeprefix(prefix)
+    assert "agent.py:" in line and "service.core.sandbox" in line
+    candidate = json.loads(done.stdout)["id"]
+    events = team.client.get(
+        "/v1/events", params={"candidate_id": candidate, "kind": "target.deprecated"}
+    ).json()["items"]
+    assert len(events) == 1 and events[0]["data"]["warnings"] == [line]
+
+
 def test_a_submitter_swapping_the_artifact_after_submission_cannot_change_what_ran(
     team: Team, tmp_path: Path
 ) -> None:

@@ -172,7 +172,10 @@ def test_the_gate_asked_with_the_system_as_a_query_parameter_answers_exactly_as_
         assert anonymous.get(shape).status_code == 401
         other = client.get(shape, headers=keys.headers("stranger", tenant="elsewhere"))
         assert other.status_code == 404, other.text
+    # By the artifact alone, the system is the one that ships it: here none does.
     missing = client.get("/v1/gate", params={"artifact": nobody_ships})
-    assert missing.status_code == 422 and missing.json()["error"]["field"] == "system"
+    assert missing.status_code == 404 and missing.json()["error"]["field"] == "artifact"
+    neither = client.get("/v1/gate")
+    assert neither.status_code == 422 and neither.json()["error"]["field"] == "system"
     empty = client.get("/v1/gate", params={"system": ""})
     assert empty.status_code == 422 and empty.json()["error"]["field"] == "system"

@@ -72,9 +72,11 @@ def test_the_scrape_token_reads_every_operator_series_in_the_prometheus_format(
     assert value(found["assaygate_holds_open"]) >= 1
     assert value(found["assaygate_hold_oldest_open_age_seconds"]) >= 0
     ages = found["assaygate_holds_open_age_seconds"]
-    # The text format (0.0.4) has no gauge histogram: it reads as a histogram with _gcount.
-    assert ages.type in ("gaugehistogram", "histogram")
-    assert value(ages, "_bucket", le="+Inf") == value(found["assaygate_holds_open"])
+    # A histogram with its `_count` and `_sum`, as every reader of the text format expects.
+    assert ages.type == "histogram"
+    assert value(ages, "_count") == value(ages, "_bucket", le="+Inf")
+    assert value(ages, "_count") == value(found["assaygate_holds_open"])
+    assert value(ages, "_sum") >= value(found["assaygate_hold_oldest_open_age_seconds"])
     durations = found["assaygate_assay_duration_seconds"]
     assert durations.type == "histogram" and value(durations, "_count") >= 1
     assert value(durations, "_bucket", le="+Inf") == value(durations, "_count")

@@ -13,7 +13,9 @@ an mcp manifest's tool contract has cross-references JSON Schema cannot state, a
 must select a fault of the candidate's own catalogue. Adding a webhook skips it too: its URL must
 also pass the deployment's egress policy, which no schema can state; and so does uploading an
 artifact: its bytes must be an archive a worker would unpack safely, which a schema of bytes
-cannot state.
+cannot state; and so does the gate read by query: it needs `system` or `artifact`, one of two
+optional query parameters, which a schema of parameters cannot state (without either it is 422
+naming `system`, tests/api/test_gate.py).
 
 Then two API-level properties: a submission with any part of a kind that part can never be is a
 4xx naming the field; and whatever a client sends, the answer is never a 500."""
@@ -101,6 +103,7 @@ include-operation-id = [
   "rerun_v1_candidates__candidate_id__rerun_post",
   "create_webhook_v1_webhooks_post",
   "upload_artifact_v1_artifacts_post",
+  "get_gate_by_query_v1_gate_get",
 ]
 checks.positive_data_acceptance.enabled = false
 """

@@ -51,7 +51,8 @@ def everyone(keys: KeyBook, tenant: str = "vault") -> dict[str, str]:
 
 
 def allow_code(engine: sa.Engine, tenant: str) -> None:
-    """Python targets run only for tenants an operator allowed (DESIGN.md §7)."""
+    """Python targets run only for tenants an operator allowed (docs/operations.md, "Running
+    tenant code")."""
     with Session(engine) as session:
         row = tenant_by_name(session, tenant)
         assert row is not None

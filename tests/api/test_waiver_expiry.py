@@ -85,3 +85,26 @@ def test_a_policys_shorter_maximum_bounds_the_waiver_and_an_admin_cannot_lengthe
     assert "at most 7 days" in error(refused)["message"]
     assert "max_waiver_days" in error(refused)["message"]
     assert waive(reviewer, hold, 6).status_code == 200
+
+
+def test_a_hold_names_its_system_and_version_and_the_allow_over_its_waiver_names_its_reasons(
+    tenant: tuple[httpx.Client, httpx.Client],
+) -> None:
+    submitter, reviewer = tenant
+    hold = held(submitter)
+    (listed,) = submitter.get("/v1/holds", params={"status": "open"}).json()["items"]
+    candidate = submitter.get(f"/v1/candidates/{listed['candidate_id']}").json()
+    named = {"system": candidate["system"], "version": "1"}
+    assert {k: listed[k] for k in named} == named and listed["id"] == hold
+    fetched = submitter.get(f"/v1/holds/{hold}").json()
+    assert {k: fetched[k] for k in named} == named
+    reviewed = waive(reviewer, hold, 1).json()["hold"]
+    assert {k: reviewed[k] for k in named} == named
+    # The allow over the waiver still names what it lifted: the gate's answer and the
+    # candidate's gate field carry the hold's reasons as `waived` (the reports read them).
+    gate = submitter.get(f"/v1/gate/{named['system']}").json()
+    assert (gate["decision"], gate["basis"]) == ("allow", "waived")
+    assert [r["code"] for r in gate["reasons"]] == ["waived"]
+    assert gate["waived"] == listed["reasons"] and gate["waived"]
+    again = submitter.get(f"/v1/candidates/{listed['candidate_id']}").json()["gate"]
+    assert again["waived"] == listed["reasons"]

@@ -5,17 +5,21 @@ transaction, so rolling the review back leaves no delivery."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlmodel import Session, col, func, select
 
+from service.api.present import dossier_ref
 from service.app import reviews
 from service.app.notify import HookFormat, render
 from service.core.signing.dossier import Signer
 from service.db import queries
-from service.db.models import Candidate, Hold, System
+from service.db.models import Candidate, Dossier, Hold, System
 from service.db.webhook import Webhook, WebhookDelivery
+from tests.support.service import ROOT
 from tests.web.seed import seed_candidate
 
 
@@ -130,3 +134,38 @@ def test_a_slack_body_shows_every_tenant_string_as_text_and_only_the_gates_links
     )
     assert reasons == "• `build_mismatch`: agent said &lt;!here&gt; &amp; &lt;#C1&gt;"
     assert links == "<https://gate.example/candidates/1|Candidate>"
+
+
+def _documented_body() -> dict[str, Any]:
+    text = (ROOT / "docs" / "operations.md").read_text()
+    found = re.search(r'^```json\n(\{\n  "event".*?)^```', text, re.M | re.S)
+    assert found is not None, "docs/operations.md shows a webhook body"
+    return dict(json.loads(found.group(1)))
+
+
+def _keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_keys(value[0])] if value else []
+    return None
+
+
+def test_the_body_is_the_one_the_docs_show_its_dossier_digest_bare_hex_as_the_api_gives_it(
+    session: Session, signer: Signer
+) -> None:
+    held = _held(session, signer, f"notify-{uuid.uuid4().hex[:8]}", f"d-{uuid.uuid4().hex[:6]}")
+    hook = _hook(session, held, ["hold.waived"])
+    _waive(session, signer, held)
+    session.flush()
+    delivery = session.exec(
+        select(WebhookDelivery).where(WebhookDelivery.webhook_id == hook.id)
+    ).one()
+    body = json.loads(render(delivery.body, HookFormat.JSON.value, "https://gate.example/"))
+    waived = session.get(Dossier, uuid.UUID(body["dossier"]["id"]))
+    assert waived is not None
+    assert body["dossier"]["digest"] == dossier_ref(waived).digest
+    assert re.fullmatch(r"[0-9a-f]{64}", body["dossier"]["digest"])
+    shown = _documented_body()
+    assert re.fullmatch(r"[0-9a-f]{64}", shown["dossier"]["digest"]), "the docs show that form"
+    assert _keys(body) == _keys(shown), "every field the docs show, and no other"

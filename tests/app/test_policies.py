@@ -214,6 +214,12 @@ def test_a_tenants_admin_may_raise_the_bar_and_never_lower_it(
     with pytest.raises(PolicyLowered) as exc:
         changes.raise_policy(session, signer, admin, None, {"floors": {"recovered": 0.95}})
     assert exc.value.field in ("error", "trials")
+    # The body replaces the whole policy: a field it leaves out is lowered, and it says so.
+    said = {"error": "(0.01)", "trials": "(300)"}[exc.value.field]
+    assert exc.value.message.startswith(
+        f"left out of the body, and the body replaces the whole policy: leaving out a field "
+        f"the policy in force sets {said} lowers it; send the whole policy (GET /v1/policy)"
+    ), exc.value.message
     with pytest.raises(PolicyLowered) as lower:
         changes.raise_policy(
             session,
@@ -223,3 +229,4 @@ def test_a_tenants_admin_may_raise_the_bar_and_never_lower_it(
             {"floors": {"recovered": 0.5}, "trials": 300, "error": 0.01},
         )
     assert lower.value.field == "floors.recovered"
+    assert lower.value.message.startswith("looser than the policy in force (0.95). ")

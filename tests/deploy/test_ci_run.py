@@ -47,6 +47,8 @@ class Runner:
     temp: Path
     ran: list[str] = field(default_factory=list)
     uploaded: list[Path] = field(default_factory=list)
+    # What each script wrote on stderr, in order (also passed on to the test's own stderr).
+    said: list[str] = field(default_factory=list)
 
     def context(self, extra: Mapping[str, str]) -> dict[str, str]:
         return {
@@ -71,9 +73,13 @@ class Runner:
             ["bash", "-e", "-o", "pipefail", "-c", script],
             cwd=self.checkout,
             env={**base, **env},
+            stderr=subprocess.PIPE,
+            text=True,
             check=False,
         )
+        sys.stderr.write(done.stderr)
         self.ran.append(script)
+        self.said.append(done.stderr)
         return done.returncode
 
     def github_job(
@@ -178,6 +184,9 @@ def test_the_github_workflow_from_a_fresh_checkout_assays_uploads_and_deploys_an
     ctx = runner.context({})
     assert runner.github_job(workflow["jobs"]["assay"]["steps"], env, ctx) == 0
     assert (runner.python_bin / "assaygate").is_file(), "installed from the built wheel"
+    # The job's own wheel is no uncommitted change of the commit it uploads (issue 47).
+    assert "uncommitted changes" not in "".join(runner.said)
+    assert "code sha256:" in "".join(runner.said), "the job uploaded the commit's code"
     assert {p.name for p in runner.uploaded} == {"dossier.json", "assaygate-junit.xml"}
     assert all(p.is_file() for p in runner.uploaded)
     assert assert_junit(runner.checkout / "assaygate-junit.xml").find(".//failure") is None
@@ -271,7 +280,15 @@ def test_a_held_build_passes_when_its_job_is_run_again_after_a_reviewer_waives_t
     assert waived.status_code == 200, waived.text
     runner.uploaded.clear()
     assert runner.github_job(steps, env, ctx) == 0
-    assert "## Assaygate: ALLOW" in Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    assert "## Assaygate: ALLOW" in summary
+    # The allow's reports still name what the waiver lifted (issue 47: they dropped it).
+    allowed = summary.split("## Assaygate: ALLOW", 1)[1]
+    assert "### Waived (what the allow stands over)" in allowed
+    gate_case = assert_junit(runner.checkout / "assaygate-junit.xml").find(
+        ".//testcase[@name='gate']/system-out"
+    )
+    assert gate_case is not None and "waived: [hold]" in (gate_case.text or "")
     listed = httpx.get(f"{service.url}/v1/candidates", headers=headers).json()["items"]
     assert [c["version"] for c in listed].count("held-" + SHA) == 1, "no second candidate"
     assert runner.github_job(workflow["jobs"]["deploy"]["steps"], env, ctx) == 0
@@ -370,10 +387,12 @@ def test_the_github_deploy_job_reports_a_gate_error_and_still_uploads_the_junit(
     workflow = yaml.safe_load((CI / "github-actions.yml").read_text())
     env = github_env(runner, workflow)
     ctx = runner.context({"github.sha": "never-submitted"})
-    assert runner.github_job(workflow["jobs"]["deploy"]["steps"], env, ctx) == 3
+    # 5, not 3: the gate knows no such candidate (nothing to retry), and the job stops.
+    assert runner.github_job(workflow["jobs"]["deploy"]["steps"], env, ctx) == 5
     (junit,) = runner.uploaded
     failure = assert_junit(junit).find(".//testcase[@name='gate']/failure")
     assert failure is not None and failure.get("type") == "error"
     assert "never-submitted" in (failure.text or "")
-    assert "## Assaygate: ERROR" in Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    assert "## Assaygate: ERROR" in summary and "(exit code 5)" in summary
     assert not (runner.checkout / "deployed.txt").exists()

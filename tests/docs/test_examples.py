@@ -51,6 +51,7 @@ EXIT_CODES = {
     # The reference target runs none of the code it ships: an allow for those bytes is held
     # (`assurance`), online (2) and offline (1), under the default policy.
     "assaygate gate copperfin-returns --artifact examples/frameworks": 2,
+    "assaygate gate --artifact examples/frameworks": 2,
     "assaygate verify shipped.json --keys keys.json --artifact examples/frameworks": 1,
 }
 AGENT_PORT = 8081

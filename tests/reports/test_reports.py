@@ -5,6 +5,8 @@ link to the evidence."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 import xmlschema
 
-from service.cli.reports import ReportedDecision, summary_markdown
+from service.cli.reports import ReportedDecision, from_dossier, junit_xml, summary_markdown
 from tests.support.embedded import Embedded, embedded_service
 from tests.support.service import EXAMPLES, ROOT
 
@@ -167,3 +169,50 @@ def test_a_summary_shows_a_version_and_reasons_written_as_markup_as_text() -> No
     )
     assert "- **hold** `build_mismatch`: !\\[x\\](https://evil.example/p.png) \\| \\\\" in text
     assert "<img" not in text and "[login]" not in text
+
+
+def test_after_a_waiver_junit_and_the_summary_still_name_the_reasons_it_lifted() -> None:
+    """The signed version a waiver adds names only the waiver; the gate's answer carries what it
+    lifted (`waived`), and an allow's reports say it (issue 47: they dropped them)."""
+    predicate = {
+        "candidate": {"system": "refunds", "version": "2.0", "id": "c-1"},
+        "runs": [
+            {"id": "timeout_after_commit", "exercised": 10, "intervention": {"counts": {}}},
+            {"id": "stale_policy", "exercised": 10, "intervention": {"counts": {}}},
+        ],
+    }
+    payload = base64.b64encode(json.dumps({"predicate": predicate}).encode()).decode()
+    lifted = {
+        "code": "counterfactual_untested",
+        "message": "no pair ran for idempotency",
+        "fault": "timeout_after_commit",
+        "severity": "hold",
+    }
+    waiver = {"code": "waived", "message": "held reasons waived by Rita", "severity": "allow"}
+    outcome = from_dossier(
+        {"payload": payload},
+        decision="allow",
+        reasons=[waiver],
+        link="https://gate.example/candidates/c-1/dossier",
+        waived=[lifted],
+    )
+    root = ET.fromstring(junit_xml(outcome))
+    assert root.find(".//failure") is None, "an allow fails no test case"
+    gate = root.find(".//testcase[@name='gate']/system-out")
+    assert gate is not None and (
+        "waived: [hold] counterfactual_untested: no pair ran for idempotency" in (gate.text or "")
+    )
+    fault = root.find(".//testcase[@name='timeout_after_commit']/system-out")
+    assert fault is not None and "waived: [hold] counterfactual_untested" in (fault.text or "")
+    other = root.find(".//testcase[@name='stale_policy']/system-out")
+    assert other is not None and "waived" not in (other.text or "")
+    assert root.find(".//property[@name='waived']").get("value") == "counterfactual_untested"  # type: ignore[union-attr]
+    text = summary_markdown(outcome)
+    assert "### Waived (what the allow stands over)" in text
+    assert (
+        "- **hold** `counterfactual_untested` (timeout_after_commit): no pair ran for idempotency"
+        in text
+    )
+    assert (
+        "| `timeout_after_commit` | 10 |" in text and "`counterfactual_untested` (waived)" in text
+    )

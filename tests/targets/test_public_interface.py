@@ -102,6 +102,35 @@ def test_a_team_package_named_service_is_the_teams_own_locally(
 
 
 @pytest.mark.timeout(300)
+def test_in_the_sandbox_the_deprecation_reaches_the_adapter_not_only_the_workers_stderr(
+    tmp_path: Path,
+) -> None:
+    """A worker's stderr is no author's terminal: the adapter holds what the import said, and
+    the worker records it in the assay's events (`target.deprecated`, issue 47)."""
+    code = tmp_path / "code"
+    code.mkdir(mode=0o755)
+    entrypoint = _write(code, "earlier_agent", EARLIER_DOCS)
+    target = load_target(
+        example("typed", kind="python", entrypoint=entrypoint),
+        confinement=Confinement(code_dir=code),
+    )
+    try:
+        (said,) = target.deprecated  # type: ignore[union-attr]
+    finally:
+        target.close()  # type: ignore[union-attr]
+    assert "earlier_agent.py:" in said
+    assert "DeprecationWarning: service.core.sandbox is deprecated" in said
+    clean = load_target(
+        example("typed", kind="python", entrypoint=_write(code, "now", PUBLIC)),
+        confinement=Confinement(code_dir=code),
+    )
+    try:
+        assert clean.deprecated == ()  # type: ignore[union-attr]
+    finally:
+        clean.close()  # type: ignore[union-attr]
+
+
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("package", ["service", "worker"])
 def test_a_team_package_named_like_the_gates_is_the_teams_own_in_the_sandbox(
     tmp_path: Path, package: str

@@ -29,7 +29,8 @@ from service.api.schemas import (
     TriggersPublic,
     TriggersUpdate,
 )
-from service.app import changes, gate
+from service.app import artifacts, changes, gate
+from service.app.errors import FieldInvalid
 from service.app.records import Principal, System, Unavailable, as_utc_or_none, utcnow
 from service.core.system.artifact import DIGEST_PATTERN
 from service.http.access import system_looked_up
@@ -92,14 +93,29 @@ async def get_gate(
 )
 async def get_gate_by_query(
     request: Request,
-    system: Annotated[str, Query(min_length=1, max_length=MAX_TEXT)],
     state: GateReadDep,
     principal: PrincipalDep,
+    system: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=MAX_TEXT,
+            description="the system; omitted, `artifact` is required and names it: the "
+            "system of the newest candidate that ships the artifact",
+        ),
+    ] = None,
     version: VersionQuery = None,
     artifact: ArtifactQuery = None,
 ) -> Response:
     """The same answer as `GET /v1/gate/{system}`, with the system as a query parameter: the
-    shape an admission controller or a rollout analysis fills in (`?system=…&artifact=…`)."""
+    shape an admission controller or a rollout analysis fills in (`?system=…&artifact=…`). Asked
+    by `artifact` alone, it answers for the system whose newest candidate ships it."""
+    if system is None:
+        if artifact is None:
+            raise FieldInvalid("name the system, or ask by `artifact`", field="system")
+        system = await run_in_threadpool(
+            artifacts.system_shipping, state.engine, principal, artifact
+        )
     return await _answer(request, system, state, principal, version, artifact)
 
 
@@ -148,6 +164,7 @@ def _rendered(found: gate.Answer) -> bytes:
         hold_id=standing.hold_id,
         basis=standing.basis.value,
         until=as_utc_or_none(standing.until),
+        waived=standing.waived,
         artifacts=[subject_public(a) for a in found.artifacts],
         artifact_assurance=(
             ArtifactAssurancePublic.model_validate(found.assurance.view())

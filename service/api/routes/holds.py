@@ -19,7 +19,7 @@ from service.api.errors import ERROR_RESPONSES
 from service.api.present import dossier_ref, hold_public
 from service.api.schemas import HoldList, HoldPublic, ReviewCreate, ReviewPublic, WaiverCreate
 from service.app import reviews
-from service.app.records import Principal
+from service.app.records import Hold, Principal
 from service.http.deps import KickWebhooks, PrincipalDep, SessionDep, SignerDep
 
 router = APIRouter(prefix="/v1/holds", tags=["holds"])
@@ -38,7 +38,12 @@ def list_holds(
     rows = reviews.holds(
         session, signer, principal.tenant_id, system=system, status=status, limit=limit
     )
-    return HoldList(items=[hold_public(h) for h in rows])
+    about = reviews.held_candidates(session, rows)
+    return HoldList(items=[hold_public(h, about[h.candidate_id]) for h in rows])
+
+
+def _public(session: SessionDep, hold: Hold) -> HoldPublic:
+    return hold_public(hold, reviews.held_candidates(session, [hold])[hold.candidate_id])
 
 
 @router.get(
@@ -47,7 +52,7 @@ def list_holds(
 def get_hold(
     hold_id: uuid.UUID, session: SessionDep, signer: SignerDep, principal: PrincipalDep
 ) -> HoldPublic:
-    return hold_public(reviews.hold(session, signer, principal.tenant_id, hold_id))
+    return _public(session, reviews.hold(session, signer, principal.tenant_id, hold_id))
 
 
 def _review(
@@ -60,7 +65,7 @@ def _review(
 ) -> ReviewPublic:
     command = reviews.Review(hold_id, action, body.reason, body.expires_at)
     done = reviews.review(session, signer, principal, command)
-    return ReviewPublic(hold=hold_public(done.hold), dossier=dossier_ref(done.dossier))
+    return ReviewPublic(hold=_public(session, done.hold), dossier=dossier_ref(done.dossier))
 
 
 @router.post(

@@ -1,6 +1,6 @@
-"""The organisation's policy (DESIGN.md §9): any role of a tenant reads the bar it is held to; a
-tenant's admin may raise it, never lower it (lowering is an operator's, on the command line:
-`assaygate policy set`)."""
+"""The organisation's policy (docs/operations.md, "Organisation policy"): any role of a tenant
+reads the bar it is held to; a tenant's admin may raise it, never lower it (lowering is an
+operator's, on the command line: `assaygate policy set`)."""
 
 from __future__ import annotations
 

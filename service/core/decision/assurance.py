@@ -1,5 +1,5 @@
 """Assurance gates the answer: an `allow` for an artifact the gate never ran is no allow
-(DESIGN.md §9; docs/evidence.md, "An allow names the code that ran").
+(docs/evidence.md, "An allow names the code that ran").
 
 A deploy asks about the bytes it ships (`GET /v1/gate/{system}?artifact=`, `assaygate gate
 --artifact`, offline `assaygate verify --artifact`). The dossier names those bytes with an

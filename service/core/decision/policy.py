@@ -1,5 +1,5 @@
 """The organisation's policy: the bar a manifest's `envelope` and a plan may raise, never lower
-(DESIGN.md §9).
+(docs/operations.md, "Organisation policy").
 
 Operators hold a policy per tenant and per system; the one in force for a system is the two
 `combine`d, each field at the stricter of the two. `tighten` checks a submission against it: a
@@ -204,6 +204,22 @@ def loosened(new: OrgPolicy, old: OrgPolicy) -> str | None:
         if both.get(key) != mine.get(key):
             return key
     return None
+
+
+def in_force_value(policy: OrgPolicy, field: str) -> Any:
+    """The value `policy` gives a dotted field (`floors.recovered`); None when it sets none.
+    `accept_assurance` and `max_waiver_days` read as what they mean when left out."""
+    if field == "accept_assurance":
+        return policy.accept_assurance or Assurance.EXECUTED.value
+    if field == "max_waiver_days":
+        return waiver_days(policy)
+    return _flat(policy.document()).get(field)
+
+
+def sets(policy: OrgPolicy, field: str) -> bool:
+    """Whether `policy` names the dotted field itself (`rules` and the like: any of it)."""
+    mine = _flat(policy.document())
+    return field in mine or any(k.startswith(f"{field}.") for k in mine)
 
 
 # ------------------------------------------------------------------- policy and a submission

@@ -4,8 +4,8 @@ A release is what a deploy would ship: one system's code (the code artifact's di
 manifest and the organisation's policy it is assayed under (their digests). A re-run of a
 candidate, a re-run after an error and a new candidate with the same digests are attempts of one
 release, never new draws: a block an attempt earned on evidence of a violation stands for every
-later attempt until the code, the manifest or the policy changes (DESIGN.md §8, "the promise is
-per release"). An operator's abort, a deadline, the target's own errors or the plan's cap on
+later attempt until the code, the manifest or the policy changes (docs/evidence.md, "The promise
+is per release"). An operator's abort, a deadline, the target's own errors or the plan's cap on
 effects stop an assay without saying anything about the code, so they block that attempt alone.
 """
 

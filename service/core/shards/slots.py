@@ -1,8 +1,9 @@
 """Slots: trials run at once in isolated worlds, tallied as if they had run one after another.
 
-A slot is one isolated copy of the world a target runs trials in (DESIGN.md §8). Trials finish in
-whatever order their agents take, but a tally is folded in trial order (`InOrder`), so the counts,
-samples, first violations and stop conditions of a run are the same at any concurrency.
+A slot is one isolated copy of the world a target runs trials in (docs/mcp.md, "Slots"). Trials
+finish in whatever order their agents take, but a tally is folded in trial order (`InOrder`), so
+the counts, samples, first violations and stop conditions of a run are the same at any
+concurrency.
 Pure: no threads are started here; the assay's executor path drives these.
 """
 

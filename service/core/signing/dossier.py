@@ -354,7 +354,7 @@ def predicate_from_report(
     policy: Mapping[str, Any] | None = None,
     attempts: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """Everything DESIGN.md lists for a dossier, from a merged assay report (typed, or its
+    """Everything docs/dossier.md lists for a dossier, from a merged assay report (typed, or its
     stored JSON). `artifacts`: the code the release ships, by digest, with its assurance; with
     the remote builds the report records (`builds.build_subjects`) they are the predicate's
     `artifacts` and the statement's subjects beside the manifest (none: no `artifacts`).

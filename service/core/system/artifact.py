@@ -1,4 +1,5 @@
-"""Artifacts: what a release ships, named by content (DESIGN.md §9).
+"""Artifacts: what a release ships, named by content (docs/dossier.md, "Subjects: the
+artifacts, with their assurance").
 
 A candidate's code reaches the gate as an artifact, a deterministic `tar.gz` of the team's
 folder named by the SHA-256 of its bytes (`sha256:<64 lowercase hex>`, the only form a digest is

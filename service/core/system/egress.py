@@ -1,4 +1,5 @@
-"""The egress policy's pure half: which addresses a manifest's URLs may reach (DESIGN.md §7).
+"""The egress policy's pure half: which addresses a manifest's URLs may reach (docs/operations.md,
+"Egress policy").
 
 No I/O here: hosts arrive already resolved (`service.net.egress` resolves them, at submission and
 again at connection). Never a target, whatever the operator allows: link-local and cloud metadata

@@ -3,7 +3,8 @@
 Code kinds — a `python` target, `command`, `python`, `langgraph` and `openai-agents` runners, stdio
 MCP servers and command hooks — are the tenant's programs. A shared service runs them only for a
 tenant an operator allowed, only on that tenant's own workers, and only inside the OS sandbox
-(DESIGN.md §7). Remote kinds are URLs, checked against the egress policy instead.
+(docs/operations.md, "Running tenant code"). Remote kinds are URLs, checked against the egress
+policy instead.
 """
 
 from __future__ import annotations

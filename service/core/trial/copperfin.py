@@ -80,7 +80,7 @@ class _Run:
         self.retry = retry
         self.deny_on_warning = deny_on_warning
         self.action: dict[str, Any] = {}
-        self.action_id = f"{self.order_id}:refund:{self.run_id}"
+        self.action_id = task.action_id
         self.trace_id: str | None = None
         self.version: int | None = None
         self.jitter: Stream | None = None
