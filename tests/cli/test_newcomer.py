@@ -91,7 +91,9 @@ def test_the_demo_says_where_its_data_is_kept_and_the_port_serve_will_use(tmp_pa
 
 
 def test_make_demo_keeps_its_data_in_var_demo_and_replaces_it_each_run() -> None:
-    recipe = (ROOT / "Makefile").read_text().split("\ndemo:")[1].split("\n\n")[0]
-    assert "rm -rf var/demo" in recipe
-    assert "demo --data-dir var/demo" in recipe
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\ndemo:")[1].split("\n\n")[0]
+    assert "\nDEMO_DIR ?= var/demo\n" in makefile
+    assert "rm -rf $(DEMO_DIR)" in recipe
+    assert "demo --data-dir $(DEMO_DIR)" in recipe
     assert "--keep" not in recipe
