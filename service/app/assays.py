@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlmodel import Session
@@ -117,9 +117,10 @@ def rerun(
 @dataclass(frozen=True)
 class Abort:
     assay_id: uuid.UUID
+    # The storage quotas the report and dossier are cut to if this abort decides the assay
+    # (the deployment's: `Settings.quota()`).
+    quota: Quota
     reason: str | None = None
-    # The storage quotas the report and dossier are cut to if this abort decides the assay.
-    quota: Quota = field(default_factory=Quota)
 
 
 def abort(session: Session, signer: Signer, principal: Principal, command: Abort) -> Assay:

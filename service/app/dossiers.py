@@ -70,11 +70,10 @@ def decide(
     assay_id: uuid.UUID,
     manifest: Manifest,
     plan: AssayPlan,
-    quota: Quota | None = None,
+    quota: Quota,
 ) -> Decided | None:
     """Merge and record the decision if every shard is stored and nobody has, the report and
     the dossier within `quota`; None otherwise. The caller commits."""
-    quota = quota or Quota()
     merged = record_merge(session, assay_id, manifest, plan, quota)
     if merged is None:
         return None
@@ -110,7 +109,7 @@ def decide_or_fail(
     assay_id: uuid.UUID,
     manifest: Manifest,
     plan: AssayPlan,
-    quota: Quota | None = None,
+    quota: Quota,
 ) -> Decided | None:
     """`decide` in a savepoint: a merge whose report or dossier cannot be stored or signed rolls
     back to it and fails the assay with the reason, once (None), so a poisoned result ends its
@@ -132,8 +131,8 @@ def record_assay_dossier(
     assay_id: uuid.UUID,
     report: Mapping[str, Any],
     *,
+    quota: Quota,
     now: datetime | None = None,
-    quota: Quota | None = None,
 ) -> Dossier:
     """The dossier version for a finished assay; call once, in the transaction that stored the
     report (the worker that wins the merge). The predicate is cut to `quota` before it is
@@ -187,7 +186,7 @@ def record_assay_dossier(
         policy=assay.policy,
         attempts=[a.view() for a in attempts],
     )
-    predicate = cut_dossier(predicate, quota or Quota(), report.get("cut"))
+    predicate = cut_dossier(predicate, quota, report.get("cut"))
     dossier = dossiers.store(
         session,
         signer,

@@ -211,10 +211,10 @@ def store(
     inputs: AssayInputs,
     index: int,
     result: ShardResult,
+    quota: Quota,
     code_sha256: str | None = None,
     tenant_image: str | None = None,
     redactor: Redactor | None = None,
-    quota: Quota | None = None,
 ) -> Stored:
     """Store the shard's result, and the code it ran (`code_sha256`: the hex digest the worker
     checked; None when it ran none) with the image it ran in (`tenant_image`: the worker's
@@ -231,8 +231,7 @@ def store(
     payload = as_texts(payload)
     sealable(payload, f"shard {index}'s result")
     with session_scope(engine) as session:
-        if quota is not None:
-            payload = cut_shard(payload, quota, assays.shard_count(session, inputs.assay_id))
+        payload = cut_shard(payload, quota, assays.shard_count(session, inputs.assay_id))
         stored = assays.store_shard_result(
             session, inputs, index, payload, result.trials, code_sha256, tenant_image
         )
@@ -247,13 +246,13 @@ def decide(
     assay_id: uuid.UUID,
     manifest: Manifest,
     plan: AssayPlan,
-    quota: Quota | None = None,
+    quota: Quota,
 ) -> Decided | None:
     """Merge and decide the assay if every shard is stored and nobody has, in one transaction
     (`service.app.dossiers.decide_or_fail`, within `quota`); None otherwise, and None when the
     merge could not be stored or signed (the assay is then failed with the reason)."""
     with session_scope(engine) as session:
-        return decide_or_fail(session, signer, assay_id, manifest, plan, quota or Quota())
+        return decide_or_fail(session, signer, assay_id, manifest, plan, quota)
 
 
 def _record_injector(

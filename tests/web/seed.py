@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col
 
 from service.app.dossiers import record_assay_dossier
+from service.core.evidence.quota import Quota
 from service.core.faults.plan import parse_plan
 from service.core.shards.assay import plan_shards, run_assay
 from service.core.signing.dossier import Signer
@@ -118,7 +119,7 @@ def seed_candidate(
     record_report(session, assay.id, decision=str(report["decision"]), report=report, faults=faults)
     if signer is not None:
         # What the worker that wins the merge does: the first signed dossier version.
-        record_assay_dossier(session, signer, assay.id, report)
+        record_assay_dossier(session, signer, assay.id, report, quota=Quota())
     session.flush()
     session.refresh(assay)
     return recorded
