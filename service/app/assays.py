@@ -12,7 +12,7 @@ from typing import Any
 from sqlmodel import Session
 
 from service.app.admission import readmit
-from service.app.dossiers import decide_or_fail
+from service.app.dossiers import Decide, decide_or_fail
 from service.app.errors import BrokerUnavailable, Conflict, NotFound
 from service.app.submissions import Services
 from service.core.errors import AssaygateError
@@ -155,7 +155,7 @@ def abort(session: Session, signer: Signer, principal: Principal, command: Abort
         inputs = assay_inputs(session, assay_id)
         assert inputs is not None
         manifest, plan = parse_manifest(inputs.manifest), parse_plan(inputs.plan)
-        decide_or_fail(session, signer, assay_id, manifest, plan, command.quota)
+        decide_or_fail(session, signer, Decide(assay_id, manifest, plan, command.quota))
     session.commit()
     session.refresh(assay)
     return assay
