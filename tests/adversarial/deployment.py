@@ -1,9 +1,12 @@
 """The production shape for the red team's attacks through the service, once per module: a
 PostgreSQL database, a Redis queue, the API on its own port (the one its settings name), a shared
-worker, and a tenant worker for each tenant the module names, with their code allowed."""
+worker, and a tenant worker for each tenant the module names, with their code allowed; the
+tenant's own local service (a witness) its code reports to; and what the attacks submit and read
+through the API."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import threading
@@ -21,11 +24,13 @@ from service.db import migrate
 from service.db.models import KeyRole
 from service.db.session import make_engine
 from service.settings import Settings
+from tests.support.api import submit, system_name
 from tests.support.keys import KeyBook
 from tests.support.service import (
     ApiServer,
     WorkerProcess,
     allow_code,
+    example,
     flush_redis_prefix,
     free_port,
     postgres_database,
@@ -49,11 +54,16 @@ class Witness(BaseHTTPRequestHandler):
         return
 
 
-def witness_server() -> ThreadingHTTPServer:
-    """The witness on a loopback port of its own, serving from a thread (`shutdown()` ends it)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Witness)
+@contextlib.contextmanager
+def witnessed(handler: type[Witness] = Witness) -> Iterator[int]:
+    """A witness (or a subclass, with its own `reports`) on a loopback port of its own, serving
+    from a thread for the block; its port."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
 
 
 @dataclass
@@ -70,11 +80,38 @@ class Deployment:
         headers = self.keys.headers(f"{tenant}-ci", tenant=tenant)
         return httpx.Client(base_url=self.url, timeout=30.0, headers=headers)
 
-    def put_secret(self, tenant: str, name: str, value: str) -> None:
+    def admin(self, tenant: str) -> httpx.Client:
+        """A client with a key of `tenant`'s admin: secrets and webhooks too."""
         headers = self.keys.headers(f"{tenant}-admin", tenant=tenant, roles=[KeyRole.ADMIN])
-        with httpx.Client(base_url=self.url, timeout=30.0, headers=headers) as admin:
+        return httpx.Client(base_url=self.url, timeout=30.0, headers=headers)
+
+    def put_secret(self, tenant: str, name: str, value: str) -> None:
+        with self.admin(tenant) as admin:
             stored = admin.put(f"/v1/secrets/{name}", json={"value": value})
         assert stored.status_code == 200, stored.text
+
+
+def submit_target(
+    client: httpx.Client, target: dict[str, Any], plan: dict[str, Any], prefix: str
+) -> dict[str, Any]:
+    """Version v1 of a new system (`prefix-…`): the typed example pointed at `target`, assayed
+    with `plan` (202 or the test fails); the candidate's JSON."""
+    manifest = {**example("typed"), "target": target}
+    return submit(client, manifest, system=system_name(prefix), version="v1", plan=plan)
+
+
+def everything(client: httpx.Client, done: dict[str, Any]) -> str:
+    """Every answer the submitter can read about a decided candidate: its assay's report, the
+    candidate, the events and the signed dossier's statement."""
+    texts = [
+        client.get(f"/v1/assays/{done['assay_id']}").text,
+        client.get(f"/v1/candidates/{done['id']}").text,
+        client.get("/v1/events").text,
+    ]
+    dossier = client.get(f"/v1/candidates/{done['id']}/dossier")
+    if dossier.status_code == 200:
+        texts.append(base64.b64decode(dossier.json()["envelope"]["payload"]).decode())
+    return "\n".join(texts)
 
 
 @contextlib.contextmanager

@@ -5,16 +5,14 @@ service publishes. The tenant's worker neither signs nor makes a key of its own.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from service.core.signing.dossier import PublicKey, verify
-from tests.adversarial.deployment import Deployment, deployment
-from tests.support.service import example, wait_decided
+from tests.adversarial.deployment import Deployment, deployment, submit_target
+from tests.support.service import wait_decided
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -45,17 +43,9 @@ def test_a_tenant_worker_without_the_signing_key_still_gets_its_assays_sealed_an
 ) -> None:
     service, no_keys = keyless
     target = {"kind": "python", "entrypoint": "tests.worker.agents.rogue:agent"}
-    body: dict[str, Any] = {
-        "system": f"keyless-{uuid.uuid4().hex[:8]}",
-        "version": "v1",
-        "source_revision": "abc123",
-        "manifest": {**example("typed"), "target": target},
-        "plan": {"trials": 1, "seed": 3, "modes": ["timeout_before_send"]},
-    }
+    plan = {"trials": 1, "seed": 3, "modes": ["timeout_before_send"]}
     with service.submitter(TENANT) as client:
-        submitted = client.post("/v1/candidates", json=body)
-        assert submitted.status_code == 202, submitted.text
-        candidate = submitted.json()["id"]
+        candidate = submit_target(client, target, plan, "keyless")["id"]
         done = wait_decided(client, candidate, timeout=180)
         assert done["status"] == "done", done
         dossier = client.get(f"/v1/candidates/{candidate}/dossier")
