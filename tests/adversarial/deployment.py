@@ -38,6 +38,10 @@ from tests.support.service import (
     tenant_code,
 )
 
+#: What every worker logs at its start when loopback ports are every tenant's alike while a
+#: tenant may run code (`service.app.tenants.shared_loopback`).
+SHARED_LOOPBACK = "for every tenant alike while tenants may run code"
+
 
 class Witness(BaseHTTPRequestHandler):
     """The tenant's own local service: what its code reports, by kind."""
@@ -85,6 +89,13 @@ class Deployment:
         headers = self.keys.headers(f"{tenant}-admin", tenant=tenant, roles=[KeyRole.ADMIN])
         return httpx.Client(base_url=self.url, timeout=30.0, headers=headers)
 
+    def logged(self, text: str) -> dict[str, list[str]]:
+        """Each worker's log lines so far that hold `text`."""
+        return {
+            name: [line for line in worker.log_path.read_text().splitlines() if text in line]
+            for name, worker in self.workers.items()
+        }
+
     def put_secret(self, tenant: str, name: str, value: str) -> None:
         with self.admin(tenant) as admin:
             stored = admin.put(f"/v1/secrets/{name}", json={"value": value})
@@ -116,10 +127,15 @@ def everything(client: httpx.Client, done: dict[str, Any]) -> str:
 
 @contextlib.contextmanager
 def deployment(
-    log_dir: Path, label: str, tenants: dict[str, dict[str, str]], **overrides: Any
+    log_dir: Path,
+    label: str,
+    tenants: dict[str, dict[str, str]],
+    code_dirs: dict[str, Path] | None = None,
+    **overrides: Any,
 ) -> Iterator[Deployment]:
     """The service with a tenant worker per tenant (`tenants`: its worker's extra environment),
-    each tenant's code allowed; the API listens where its settings say (`ASSAYGATE_PORT`)."""
+    each tenant's code allowed; the API listens where its settings say (`ASSAYGATE_PORT`).
+    `code_dirs`: a tenant's operator folder, where it is not the tests' (`tenant_code()`)."""
     port = free_port()
     with postgres_database(label) as database_url:
         settings = session_settings(
@@ -130,16 +146,18 @@ def deployment(
         keys = KeyBook(engine)
         started: dict[str, WorkerProcess] = {}
         try:
-            started["shared"] = WorkerProcess(settings, f"{label}-shared", log_dir)
-            for tenant, env in tenants.items():
+            # Every worker starts with the tenants in place, as after an operator's set-up.
+            for tenant in tenants:
                 keys.key(f"{tenant}-ci", tenant=tenant)  # the tenant exists once it has a key
                 allow_code(engine, tenant)
+            started["shared"] = WorkerProcess(settings, f"{label}-shared", log_dir)
+            for tenant, env in tenants.items():
                 started[tenant] = WorkerProcess(
                     settings,
                     f"tw-{tenant}",
                     log_dir,
                     tenant=tenant,
-                    code_dir=tenant_code(),
+                    code_dir=(code_dirs or {}).get(tenant) or tenant_code(),
                     extra_env=env,
                 )
             for worker in started.values():

@@ -21,7 +21,14 @@ from typing import Any
 import pytest
 
 from service.sandbox import relay
-from tests.adversarial.deployment import Deployment, Witness, deployment, everything, witnessed
+from tests.adversarial.deployment import (
+    SHARED_LOOPBACK,
+    Deployment,
+    Witness,
+    deployment,
+    everything,
+    witnessed,
+)
 from tests.api.test_secret_leaks import leaks
 from tests.mcp.conftest import Sandbox, sandbox  # noqa: F401 - the fixture
 from tests.sandbox.conftest import serve
@@ -160,3 +167,17 @@ def test_code_of_every_kind_reaches_no_address_of_the_gate_and_hands_back_no_sec
     assert all(a.startswith("HTTP/1.1 403") for a in answers.values()), answers
     # Nothing it printed, claimed or failed with gives the secret away.
     assert given_away(seen) == [], (given_away(seen), seen[-3000:])
+
+
+def test_every_worker_warns_once_at_its_start_that_loopback_is_every_tenants_alike(
+    gate: tuple[Deployment, dict[str, str]],
+) -> None:
+    """Loopback otherwise allowed, for every tenant alike, while this tenant runs code: where
+    tenants' workers share a host, the operator should name ports per tenant instead."""
+    service, _ = gate
+    said = service.logged(SHARED_LOOPBACK)
+    assert sorted(said) == ["kinds", "shared"]
+    for lines in said.values():
+        [line] = lines
+        assert "warning" in line.lower() and "every loopback port" in line and f"({TENANT})" in line
+        assert "ASSAYGATE_EGRESS_LOOPBACK_TENANTS" in line

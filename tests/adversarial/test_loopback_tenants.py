@@ -13,7 +13,14 @@ from typing import Any, ClassVar
 import pytest
 
 from service.app.webhooks import AttemptOutcome, Outgoing
-from tests.adversarial.deployment import Deployment, Witness, deployment, submit_target, witnessed
+from tests.adversarial.deployment import (
+    SHARED_LOOPBACK,
+    Deployment,
+    Witness,
+    deployment,
+    submit_target,
+    witnessed,
+)
 from tests.support.service import wait_decided, wait_for
 from worker.webhooks import post
 
@@ -100,3 +107,10 @@ def test_a_webhook_already_aimed_at_another_tenants_port_is_refused_when_it_is_s
     assert sent_by(A) is AttemptOutcome.REFUSED
     assert Theirs.reports == {}
     assert sent_by(B) is AttemptOutcome.DELIVERED  # B's own port, from B's webhook
+
+
+def test_no_worker_warns_of_a_shared_loopback_where_each_tenant_has_its_own_ports(
+    shared_host: tuple[Deployment, int, int],
+) -> None:
+    service, _, _ = shared_host
+    assert service.logged(SHARED_LOOPBACK) == {name: [] for name in service.workers}
