@@ -35,6 +35,7 @@ from tests.support.service import (
     free_port,
     postgres_database,
     session_settings,
+    stop_workers,
     tenant_code,
 )
 
@@ -165,7 +166,6 @@ def deployment(
             with ApiServer(create_app(settings), port=port) as api:
                 yield Deployment(settings, engine, keys, api.url, port, started)
         finally:
-            for worker in started.values():
-                worker.stop()
+            stop_workers(started.values())
             engine.dispose()
             flush_redis_prefix(settings)

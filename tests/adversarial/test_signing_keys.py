@@ -1,9 +1,10 @@
 """What makes a dossier believable holds through the real service. The key never meets tenant
 code: a tenant's worker started without the signing key (its keys folder empty) runs its tenant's
-code, and the shared worker, which runs no tenant code, seals and signs the dossier with the key
-the service publishes; the tenant's worker neither signs nor makes a key of its own. And the code
-a dossier names as `executed` is the code that ran (B8): an operator's folder rewritten in place
-to the same size, its mtime put back, is signed by its new content's digest, never the old."""
+code (an operator's folder of one agent), and the shared worker, which runs no tenant code, seals
+and signs the dossier with the key the service publishes; the tenant's worker neither signs nor
+makes a key of its own. And the code a dossier names as `executed` is the code that ran (B8): the
+operator's folder rewritten in place to the same size, its mtime put back, is signed by its new
+content's digest, never the old."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from tests.support.service import wait_decided
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 TENANT = "keyless"
-OPERATED = "operated"  # a tenant whose worker runs an operator's folder of one agent
+ENTRYPOINT = "swapped:agent"  # the one agent of the tenant's operator folder
 PLAN = {"trials": 1, "seed": 3, "modes": ["timeout_before_send"]}
 # The operator's agent: each build claims with its own name (same length: the same file size).
 AGENT = """def agent(task, tools):
@@ -54,8 +55,8 @@ def keyless(
     no_keys = folder / "tenant-worker-keys"
     no_keys.mkdir()
     env = {"ASSAYGATE_KEYS_DIR": str(no_keys)}
-    tenants = {TENANT: env, OPERATED: {}}
-    with deployment(folder, "keys", tenants, code_dirs={OPERATED: operator_folder}) as service:
+    code = {TENANT: operator_folder}
+    with deployment(folder, "keys", {TENANT: env}, code_dirs=code) as service:
         yield service, no_keys
 
 
@@ -72,7 +73,7 @@ def test_a_tenant_worker_without_the_signing_key_still_gets_its_assays_sealed_an
     keyless: tuple[Deployment, Path],
 ) -> None:
     service, no_keys = keyless
-    target = {"kind": "python", "entrypoint": "tests.worker.agents.rogue:agent"}
+    target = {"kind": "python", "entrypoint": ENTRYPOINT}
     with service.submitter(TENANT) as client:
         candidate = submit_target(client, target, PLAN, "keyless")["id"]
         done = wait_decided(client, candidate, timeout=180)
@@ -85,7 +86,7 @@ def test_a_tenant_worker_without_the_signing_key_still_gets_its_assays_sealed_an
     # The tenant's code ran on the tenant's own worker, which made no key and signed nothing.
     assert sorted(p.name for p in no_keys.iterdir()) == []
     log = service.workers[TENANT].log_path.read_text()
-    assert "tests.worker.agents.rogue" not in service.workers["shared"].log_path.read_text()
+    assert ENTRYPOINT not in service.workers["shared"].log_path.read_text()
     assert "assay.run_shard" in log
 
 
@@ -105,8 +106,8 @@ def test_an_operator_folder_rewritten_in_place_is_signed_by_its_new_digest_never
 ) -> None:
     service, _ = keyless
     agent = operator_folder / "swapped.py"
-    target = {"kind": "python", "entrypoint": "swapped:agent"}
-    with service.submitter(OPERATED) as client:
+    target = {"kind": "python", "entrypoint": ENTRYPOINT}
+    with service.submitter(TENANT) as client:
         first = wait_decided(client, submit_target(client, target, PLAN, "operated")["id"])
         before = pack_folder(operator_folder).sha256
         assert first["status"] == "done", first
