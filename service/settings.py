@@ -381,6 +381,12 @@ class Settings(BaseSettings, QuotaSettings):
         return f"{self.queue}.tenant.{word}-{digest}"
 
     @property
+    def webhook_queue(self) -> str:
+        """The webhook deliveries' own queue, `<queue>.webhooks`, which the shared workers
+        consume beside the shared queue (`worker.webhooks`)."""
+        return f"{self.queue}.webhooks"
+
+    @property
     def worker_queue(self) -> str:
         """The one queue this worker consumes: its tenant's code queue, or the shared one."""
         return self.tenant_queue(self.worker_tenant) if self.worker_tenant else self.queue

@@ -23,6 +23,7 @@ from typing import Any
 from celery import Celery, bootsteps
 from celery.signals import setup_logging, worker_ready, worker_shutdown
 
+from service.app import tenants
 from service.settings import Settings, configure_logging
 from worker import health, webhooks
 from worker.code import say_posture
@@ -67,6 +68,13 @@ def make_celery(settings: Settings) -> Celery:
     def _posture(sender: Any = None, **_kwargs: Any) -> None:
         if getattr(sender, "app", None) is app and settings.worker_tenant:
             say_posture(settings)
+
+    @worker_ready.connect(weak=False)
+    def _shared_loopback(sender: Any = None, **_kwargs: Any) -> None:
+        # Every worker reaches loopback for tenants: the shared ones their webhooks and remote
+        # agents, a tenant's its code's egress.
+        if getattr(sender, "app", None) is app:
+            tenants.say_shared_loopback(ctx.engine, settings)
 
     reconcilers: list[Reconciler] = []
 

@@ -117,10 +117,10 @@ def store_result(
     redactor = ctx.redactor(parsed.inputs, parsed.manifest)
 
     def store() -> Stored:
+        quota = ctx.settings.quota()
         return shards.store(
-            ctx.engine, parsed.inputs, index, result, code_sha256, image, redactor,
-            ctx.settings.quota(),
-        )  # fmt: skip
+            ctx.engine, parsed.inputs, index, result, quota, code_sha256, image, redactor
+        )
 
     ids = {**ids, "shard": index}
     try:

@@ -19,6 +19,7 @@ from celery import Celery, Task
 from celery.exceptions import Reject
 
 from service.app import shards
+from service.app.dossiers import Decide
 from service.app.rights import RightEnded
 from service.app.shards import InjectorState, ShardStart, Stored
 from service.core.evidence.spend import Meter
@@ -268,9 +269,8 @@ def finalize(ctx: WorkerContext, parsed: Parsed) -> str | None:
     report is written only by the first, the others find the assay decided and change nothing."""
     assay_id = parsed.inputs.assay_id
     signer = dossier_signer(ctx)
-    decided = shards.decide(
-        ctx.engine, signer, assay_id, parsed.manifest, parsed.plan, ctx.settings.quota()
-    )
+    command = Decide(assay_id, parsed.manifest, parsed.plan, ctx.settings.quota())
+    decided = shards.decide(ctx.engine, signer, command)
     if decided is None:
         return None
     if decided.won:

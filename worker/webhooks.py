@@ -133,10 +133,10 @@ def send(
 
 
 def queue_of(settings: Settings) -> str:
-    """The deliveries' own queue, `<queue>.webhooks`: the shared workers consume it beside the
-    shared queue and hand each delivery to their senders (`Senders`), never to the pool that
-    runs shards."""
-    return f"{settings.queue}.webhooks"
+    """The deliveries' own queue (`Settings.webhook_queue`): the shared workers consume it
+    beside the shared queue and hand each delivery to their senders (`Senders`), never to the
+    pool that runs shards."""
+    return settings.webhook_queue
 
 
 def sweep(app: Celery, ctx: WorkerContext, grace_s: float) -> int:

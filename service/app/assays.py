@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlmodel import Session
 
 from service.app.admission import readmit
-from service.app.dossiers import decide_or_fail
+from service.app.dossiers import Decide, decide_or_fail
 from service.app.errors import BrokerUnavailable, Conflict, NotFound
 from service.app.submissions import Services
 from service.core.errors import AssaygateError
@@ -117,9 +117,10 @@ def rerun(
 @dataclass(frozen=True)
 class Abort:
     assay_id: uuid.UUID
+    # The storage quotas the report and dossier are cut to if this abort decides the assay
+    # (the deployment's: `Settings.quota()`).
+    quota: Quota
     reason: str | None = None
-    # The storage quotas the report and dossier are cut to if this abort decides the assay.
-    quota: Quota = field(default_factory=Quota)
 
 
 def abort(session: Session, signer: Signer, principal: Principal, command: Abort) -> Assay:
@@ -154,7 +155,7 @@ def abort(session: Session, signer: Signer, principal: Principal, command: Abort
         inputs = assay_inputs(session, assay_id)
         assert inputs is not None
         manifest, plan = parse_manifest(inputs.manifest), parse_plan(inputs.plan)
-        decide_or_fail(session, signer, assay_id, manifest, plan, command.quota)
+        decide_or_fail(session, signer, Decide(assay_id, manifest, plan, command.quota))
     session.commit()
     session.refresh(assay)
     return assay

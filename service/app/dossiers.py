@@ -64,18 +64,22 @@ def of_tenant(session: Session, tenant_id: uuid.UUID, dossier_id: uuid.UUID) -> 
     return found
 
 
-def decide(
-    session: Session,
-    signer: Signer,
-    assay_id: uuid.UUID,
-    manifest: Manifest,
-    plan: AssayPlan,
-    quota: Quota | None = None,
-) -> Decided | None:
+@dataclass(frozen=True)
+class Decide:
+    """Decide a finished assay: its manifest and plan, and the storage quota its report and
+    dossier are cut to (the deployment's: `Settings.quota()`)."""
+
+    assay_id: uuid.UUID
+    manifest: Manifest
+    plan: AssayPlan
+    quota: Quota
+
+
+def decide(session: Session, signer: Signer, command: Decide) -> Decided | None:
     """Merge and record the decision if every shard is stored and nobody has, the report and
-    the dossier within `quota`; None otherwise. The caller commits."""
-    quota = quota or Quota()
-    merged = record_merge(session, assay_id, manifest, plan, quota)
+    the dossier within the command's quota; None otherwise. The caller commits."""
+    assay_id, quota = command.assay_id, command.quota
+    merged = record_merge(session, assay_id, command.manifest, command.plan, quota)
     if merged is None:
         return None
     if merged.won:
@@ -104,22 +108,15 @@ def unsealable_reason(exc: Exception, what: str) -> str:
     return text if len(text) <= 400 else text[:399] + "…"
 
 
-def decide_or_fail(
-    session: Session,
-    signer: Signer,
-    assay_id: uuid.UUID,
-    manifest: Manifest,
-    plan: AssayPlan,
-    quota: Quota | None = None,
-) -> Decided | None:
+def decide_or_fail(session: Session, signer: Signer, command: Decide) -> Decided | None:
     """`decide` in a savepoint: a merge whose report or dossier cannot be stored or signed rolls
     back to it and fails the assay with the reason, once (None), so a poisoned result ends its
     own assay and never comes back to the next worker, abort or reconciler round."""
     try:
         with session.begin_nested():
-            return decide(session, signer, assay_id, manifest, plan, quota)
+            return decide(session, signer, command)
     except UNSEALABLE as exc:
-        fail_assay(session, assay_id, unsealable_reason(exc, "the assay's evidence"))
+        fail_assay(session, command.assay_id, unsealable_reason(exc, "the assay's evidence"))
         return None
 
 
@@ -132,8 +129,8 @@ def record_assay_dossier(
     assay_id: uuid.UUID,
     report: Mapping[str, Any],
     *,
+    quota: Quota,
     now: datetime | None = None,
-    quota: Quota | None = None,
 ) -> Dossier:
     """The dossier version for a finished assay; call once, in the transaction that stored the
     report (the worker that wins the merge). The predicate is cut to `quota` before it is
@@ -187,7 +184,7 @@ def record_assay_dossier(
         policy=assay.policy,
         attempts=[a.view() for a in attempts],
     )
-    predicate = cut_dossier(predicate, quota or Quota(), report.get("cut"))
+    predicate = cut_dossier(predicate, quota, report.get("cut"))
     dossier = dossiers.store(
         session,
         signer,

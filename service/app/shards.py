@@ -16,16 +16,15 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from service.app.dossiers import UNSEALABLE, Decided, decide_or_fail, unsealable_reason
+from service.app.dossiers import UNSEALABLE, Decide, Decided, decide_or_fail, unsealable_reason
 from service.app.ports import Queue
 from service.app.tenants import queue_of_assay
 from service.core.evidence.quota import Quota, cut_shard
 from service.core.evidence.spend import ArmSpend, budgeted, from_views
-from service.core.faults.plan import AssayPlan, StopConditions
+from service.core.faults.plan import StopConditions
 from service.core.shards.assay import ShardResult, StopLimits
 from service.core.shards.shard import ShardActivity
 from service.core.signing.dossier import Signer, sealable
-from service.core.system.manifest import Manifest
 from service.core.system.redaction import Redactor
 from service.core.system.text import as_texts
 from service.db import assay as assays
@@ -217,10 +216,10 @@ def store(
     inputs: AssayInputs,
     index: int,
     result: ShardResult,
+    quota: Quota,
     code_sha256: str | None = None,
     tenant_image: str | None = None,
     redactor: Redactor | None = None,
-    quota: Quota | None = None,
 ) -> Stored:
     """Store the shard's result, and the code it ran (`code_sha256`: the hex digest the worker
     checked; None when it ran none) with the image it ran in (`tenant_image`: the worker's
@@ -237,8 +236,7 @@ def store(
     payload = as_texts(payload)
     sealable(payload, f"shard {index}'s result")
     with session_scope(engine) as session:
-        if quota is not None:
-            payload = cut_shard(payload, quota, assays.shard_count(session, inputs.assay_id))
+        payload = cut_shard(payload, quota, assays.shard_count(session, inputs.assay_id))
         stored = assays.store_shard_result(
             session, inputs, index, payload, result.trials, code_sha256, tenant_image
         )
@@ -247,19 +245,12 @@ def store(
         return stored
 
 
-def decide(
-    engine: Engine,
-    signer: Signer,
-    assay_id: uuid.UUID,
-    manifest: Manifest,
-    plan: AssayPlan,
-    quota: Quota | None = None,
-) -> Decided | None:
+def decide(engine: Engine, signer: Signer, command: Decide) -> Decided | None:
     """Merge and decide the assay if every shard is stored and nobody has, in one transaction
-    (`service.app.dossiers.decide_or_fail`, within `quota`); None otherwise, and None when the
+    (`service.app.dossiers.decide_or_fail`, within its quota); None otherwise, and None when the
     merge could not be stored or signed (the assay is then failed with the reason)."""
     with session_scope(engine) as session:
-        return decide_or_fail(session, signer, assay_id, manifest, plan, quota or Quota())
+        return decide_or_fail(session, signer, command)
 
 
 def _record_injector(

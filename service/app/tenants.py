@@ -9,13 +9,17 @@ go to the tenant's own queue, which only that tenant's workers consume."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session
 
+from service.app import operations
 from service.app.errors import NotFound
 from service.core.system.manifest import Manifest, code_parts, parse_manifest
 from service.db import tenant as tenants
@@ -25,6 +29,7 @@ from service.settings import Settings
 
 ALLOWED = "tenant.code_allowed"
 REVOKED = "tenant.code_revoked"
+log = logging.getLogger("assaygate.egress")
 
 
 def allow_hint(tenant: str) -> str:
@@ -99,3 +104,39 @@ def set_code(session: Session, settings: Settings, command: SetCode) -> TenantVi
     session.commit()
     session.refresh(row)
     return view(settings, row)
+
+
+def shared_loopback(settings: Settings, code_tenants: Sequence[str]) -> str | None:
+    """The warning an operator needs when loopback ports are allowed to every tenant alike
+    (`ASSAYGATE_EGRESS_ALLOW_LOOPBACK`, or an embedded deployment's default) while some tenant
+    may run code; None otherwise. Not a refusal: the gate cannot tell whether tenants' workers
+    share a host (a host of one tenant's workers is safe), so the operator is told what to set."""
+    loopback, ports = settings.egress_loopback_of(None)
+    if not loopback or not code_tenants:
+        return None
+    reach = (
+        "loopback ports " + ",".join(f"{lo}-{hi}" if hi != lo else f"{lo}" for lo, hi in ports)
+        if ports
+        else "every loopback port"
+    )
+    named = ", ".join(code_tenants[:5]) + (
+        f" and {len(code_tenants) - 5} more" if len(code_tenants) > 5 else ""
+    )
+    return (
+        f"egress reaches {reach} for every tenant alike while tenants may run code ({named}): "
+        "where tenants' workers share a host, one tenant's code and webhooks reach another's "
+        "local services there; name each tenant's own ports with "
+        'ASSAYGATE_EGRESS_LOOPBACK_TENANTS instead (docs/operations.md, "Egress policy")'
+    )
+
+
+def say_shared_loopback(engine: Engine, settings: Settings) -> None:
+    """At a worker's start: `shared_loopback`'s warning, once, if it applies (nothing when the
+    database does not answer or is not migrated yet: the worker's readiness says so)."""
+    try:
+        code_tenants = operations.code_tenants(engine) or []
+    except SQLAlchemyError:
+        return
+    warning = shared_loopback(settings, code_tenants)
+    if warning is not None:
+        log.warning(warning)

@@ -38,7 +38,7 @@ def record_merge(
     assay_id: uuid.UUID,
     manifest: Manifest,
     plan: AssayPlan,
-    quota: Quota | None = None,
+    quota: Quota,
 ) -> Merged | None:
     """Merge and record the report if every shard is stored and nobody has; None otherwise.
     The report is cut to `quota` before it is written, and says what the shards' stores and
@@ -52,7 +52,7 @@ def record_merge(
     shards = Cut()
     for r in results:
         shards.add(r.get("cut"))
-    report = cut_report(carry(merged.to_dict(), earlier), quota or Quota(), shards)
+    report = cut_report(carry(merged.to_dict(), earlier), quota, shards)
     decision = str(report["decision"])
     won = record_report(
         session, assay_id, decision=decision, report=report, faults=fault_rows(report)

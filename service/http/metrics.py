@@ -141,7 +141,8 @@ class _OperatorCollector(Collector):
 
 
 class _QueueCollector(Collector):
-    """Messages waiting in the shared queue and in each tenant's code queue (Redis only)."""
+    """Messages waiting in the shared queue, the webhook deliveries' queue and each tenant's
+    code queue (Redis only)."""
 
     def __init__(self, engine: Engine, settings: Settings) -> None:
         self._engine = engine
@@ -160,12 +161,14 @@ class _QueueCollector(Collector):
         settings = self._settings
         if not settings.broker_is_redis:
             return
-        queues = [("", settings.queue)]
+        # The webhook deliveries' queue too: a slow receiver's backlog shows there, not in the
+        # shards' queue.
+        queues = [("", settings.queue), ("", settings.webhook_queue)]
         for tenant in operations.code_tenants(self._engine) or []:
             queues.append((tenant, settings.tenant_queue(tenant)))
         depth = GaugeMetricFamily(
             "assaygate_queue_depth",
-            "Messages waiting in a Celery queue (tenant empty: the shared queue)",
+            "Messages waiting in a Celery queue (tenant empty: a queue of the shared workers)",
             labels=["queue", "tenant"],
         )
         up = GaugeMetricFamily("assaygate_broker_up", "1 when the last scrape read the broker")

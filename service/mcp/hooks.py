@@ -30,6 +30,7 @@ from service.core.system.manifest import server_endpoint
 from service.core.system.redaction import Redactor
 from service.core.system.text import loads_text
 from service.mcp.wire import reply_json
+from service.net.deadline import within
 from service.net.egress import (
     AsyncEgressTransport,
     AsyncEgressTransport2,
@@ -45,6 +46,9 @@ HOOK_TIMEOUT_S = 30.0
 MCP_HOOK_TIMEOUT_S = 300.0
 # An MCP server over HTTP: connecting to it and initialising its session, in all.
 OPEN_TIMEOUT_S = 60.0
+# Listing an MCP server's tools, in all (its session's reads are bounded one by one only); well
+# inside a slot's start (`service.mcp.slot.START_TIMEOUT_S`), so the assay says which step hung.
+LIST_TIMEOUT_S = 30.0
 # The environment variable that tells a stdio server or a command hook which slot (isolated copy
 # of the world) it serves (docs/mcp.md, "Slots").
 SLOT_ENV = "ASSAYGATE_SLOT"
@@ -190,10 +194,12 @@ class Upstreams:
         egress: EgressPolicy | None = None,
         slot: int | None = None,
         open_timeout_s: float = OPEN_TIMEOUT_S,
+        list_timeout_s: float = LIST_TIMEOUT_S,
     ) -> None:
         """`slot`: the copy of a world that offers slots these sessions reach (None: a world
         without slots); hooks receive it in their payload, stdio servers and command hooks in
-        their environment."""
+        their environment. `open_timeout_s`, `list_timeout_s`: the total deadlines of opening
+        a session to a server over HTTP and of listing a server's tools."""
         self.contract = contract
         self.slot = slot
         # With a confinement, stdio servers and command hooks run in the sandbox.
@@ -202,6 +208,7 @@ class Upstreams:
         # checked (None: the local caller's own business, e.g. tests and benchmarks).
         self.egress = egress
         self.open_timeout_s = open_timeout_s
+        self.list_timeout_s = list_timeout_s
         self.clients: dict[str, Client] = {}
         self._held: dict[str, _Held] = {}
         self._tools: list[types.Tool] | None = None
@@ -304,9 +311,17 @@ class Upstreams:
             servers = sorted({t.server for t in self.contract.tools.values()})
             out: list[types.Tool] = []
             for s in servers:
-                out.extend((await self.clients[s].list_tools()).tools)
+                out.extend(await self._listing(s))
             self._tools = out
         return self._tools
+
+    async def _listing(self, server: str) -> list[types.Tool]:
+        """`server`'s tools, within `list_timeout_s` in all: a server that trickles its listing
+        one byte inside each read's timeout holds the worker no longer than a silent one."""
+        up = self.contract.servers[server]
+        what = f"{up.url or f'server {server}'} listed no tools"
+        listed = await within(self.list_timeout_s, self.clients[server].list_tools(), what)
+        return list(listed.tools)
 
     def input_schema(self, tool: str) -> dict[str, Any] | None:
         """A listed tool's input schema (None before the listing is fetched or for an unknown
@@ -323,7 +338,7 @@ class Upstreams:
             return await self._call(t.server, tool, arguments, retry=False)
         # A tool the contract does not list: forwarded to the server that lists it.
         for s in sorted({x.server for x in self.contract.tools.values()}):
-            names = {x.name for x in (await self.clients[s].list_tools()).tools}
+            names = {x.name for x in await self._listing(s)}
             if tool in names:
                 return await self._call(s, tool, arguments, retry=False)
         raise KeyError(tool)

@@ -9,12 +9,17 @@ exchange fails. `exchange` does this for one request of an `http.client` connect
 `DeadlinePassed` when the deadline, not the peer, ended it.
 
 An httpx client gets the same bound without a watchdog: its transport's connections come from a
-`BoundedBackend`, and every connect, read and write they make inside `total(seconds)` waits at
-most for what is left of those seconds, then fails as httpx's own timeout.
+`BoundedBackend`, and every connect, TLS handshake, read and write they make inside
+`total(seconds)` waits at most for what is left of those seconds, then fails as httpx's own
+timeout.
+
+A call on an event loop (the MCP SDK's sessions) is bounded by `within`: past its seconds it is
+cancelled, whatever its reads are still waiting for.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import heapq
 import http.client
@@ -24,15 +29,30 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Iterable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import httpcore
+
+T = TypeVar("T")
 
 
 class DeadlinePassed(TimeoutError):
     """The exchange did not end within its total deadline."""
+
+
+async def within(seconds: float, call: Awaitable[T], what: str) -> T:
+    """`await call`, cancelled once `seconds` have passed in all; `DeadlinePassed` then says
+    "`what` within `seconds` s" (a timeout the call raised itself before then is its own)."""
+    loop = asyncio.get_running_loop()
+    ends = loop.time() + seconds
+    try:
+        return await asyncio.wait_for(call, seconds)
+    except TimeoutError:
+        if loop.time() < ends:
+            raise
+        raise DeadlinePassed(f"{what} within {seconds:g} s") from None
 
 
 class Deadline:
@@ -259,6 +279,8 @@ class _BoundedStream(httpcore.NetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.NetworkStream:
+        # The ssl module bounds a whole handshake by the socket's timeout (one deadline for all
+        # its reads), so what is left of the call bounds it too.
         return _BoundedStream(self.inner.start_tls(ssl_context, server_hostname, _left(timeout)))
 
     def get_extra_info(self, info: str) -> Any:

@@ -7,23 +7,26 @@ the code held until then, reaches no report, event or signed dossier."""
 
 from __future__ import annotations
 
-import base64
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import pytest
 from sqlmodel import Session
 
 from service.app import tenants
-from service.db.models import KeyRole
 from service.sandbox import VENDOR
-from tests.adversarial.deployment import Deployment, Witness, deployment, witness_server
-from tests.support.service import ROOT, allow_code, example, tenant_code, wait_decided, wait_for
+from tests.adversarial.deployment import (
+    Deployment,
+    Witness,
+    deployment,
+    everything,
+    submit_target,
+    witnessed,
+)
+from tests.support.service import ROOT, allow_code, tenant_code, wait_decided, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -52,17 +55,8 @@ def public_package_vendored() -> None:
 def gate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deployment, int]]:
     folder = tmp_path_factory.mktemp("rights")
     public_package_vendored()
-    witness = witness_server()
-    try:
-        with deployment(folder, "rights", {TENANT: {}}) as service:
-            yield service, int(witness.server_address[1])
-    finally:
-        witness.shutdown()
-
-
-def admin(service: Deployment) -> httpx.Client:
-    headers = service.keys.headers(f"{TENANT}-admin", tenant=TENANT, roles=[KeyRole.ADMIN])
-    return httpx.Client(base_url=service.url, timeout=30.0, headers=headers)
+    with witnessed() as port, deployment(folder, "rights", {TENANT: {}}) as service:
+        yield service, port
 
 
 def submit(bench: Bench, client: httpx.Client, label: str, linger_s: float) -> str:
@@ -76,16 +70,7 @@ def submit(bench: Bench, client: httpx.Client, label: str, linger_s: float) -> s
         "secrets": [SECRET],
         "env": env,
     }
-    body = {
-        "system": f"rights-{uuid.uuid4().hex[:8]}",
-        "version": "v1",
-        "source_revision": "abc123",
-        "manifest": {**example("typed"), "target": target},
-        "plan": PLAN,
-    }
-    response = client.post("/v1/candidates", json=body)
-    assert response.status_code == 202, response.text
-    candidate_id: str = response.json()["id"]
+    candidate_id: str = submit_target(client, target, PLAN, "rights")["id"]
     wait_for(lambda: bool(Witness.reports.get(label)), 120, f"{label}'s daemon")
     return candidate_id
 
@@ -117,19 +102,6 @@ def bench(gate: tuple[Deployment, int]) -> Iterator[Bench]:
     service.put_secret(TENANT, SECRET, VALUE)
     yield Bench(service, port)
     allow_code(service.engine, TENANT)  # the next attack starts with the tenant's rights whole
-
-
-def everything(client: httpx.Client, done: dict[str, Any]) -> str:
-    """Every answer the submitter can read about the assay: report, candidate, events, dossier."""
-    texts = [
-        client.get(f"/v1/assays/{done['assay_id']}").text,
-        client.get(f"/v1/candidates/{done['id']}").text,
-        client.get("/v1/events").text,
-    ]
-    dossier = client.get(f"/v1/candidates/{done['id']}/dossier")
-    if dossier.status_code == 200:
-        texts.append(base64.b64decode(dossier.json()["envelope"]["payload"]).decode())
-    return "\n".join(texts)
 
 
 def test_a_daemon_tenant_code_leaves_behind_dies_when_its_assay_ends(bench: Bench) -> None:
@@ -166,7 +138,7 @@ def test_a_daemon_tenant_code_leaves_behind_dies_when_the_secret_it_holds_is_del
     service = bench.service
     with service.submitter(TENANT) as client:
         candidate = submit(bench, client, "deleted", linger_s=8)
-        with admin(service) as tenant_admin:
+        with service.admin(TENANT) as tenant_admin:
             assert tenant_admin.delete(f"/v1/secrets/{SECRET}").status_code in (200, 204)
         assert falls_silent("deleted"), f"{beats('deleted')} heartbeats after the deletion"
         done = wait_decided(client, candidate, timeout=120)

@@ -15,18 +15,24 @@ import base64
 import binascii
 import copy
 import json
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from service.sandbox import relay
-from tests.adversarial.deployment import Deployment, Witness, deployment, witness_server
+from tests.adversarial.deployment import (
+    SHARED_LOOPBACK,
+    Deployment,
+    Witness,
+    deployment,
+    everything,
+    witnessed,
+)
 from tests.api.test_secret_leaks import leaks
 from tests.mcp.conftest import Sandbox, sandbox  # noqa: F401 - the fixture
 from tests.sandbox.conftest import serve
+from tests.support.api import submit, system_name
 from tests.support.service import EXAMPLES, example, wait_decided
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -48,24 +54,25 @@ def gate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deployment,
     is given."""
     folder = tmp_path_factory.mktemp("kinds")
     plane = serve("the gate's metrics")
-    witness = witness_server()
     inbound, relay_port = relay.run(relay.serve_inbound(str(folder / "in.sock")))
     relay_host = str(inbound.sockets[0].getsockname()[0])
     control_plane = f"http://127.0.0.1:{plane.server_address[1]}"
     try:
-        with deployment(folder, "kinds", {TENANT: {}}, control_plane=control_plane) as service:
+        with (
+            witnessed() as witness_port,
+            deployment(folder, "kinds", {TENANT: {}}, control_plane=control_plane) as service,
+        ):
             service.put_secret(TENANT, "LEAK_KEY", VALUE)
             service.put_secret(TENANT, "LONG_KEY", LONG)
             env = {
                 "API_PORT": str(service.port),
                 "RELAY": f"{relay_host}:{relay_port}",
                 "PLANE_PORT": str(plane.server_address[1]),
-                "WITNESS_PORT": str(witness.server_address[1]),
+                "WITNESS_PORT": str(witness_port),
             }
             yield service, env
     finally:
         relay.call(inbound.close)
-        witness.shutdown()
         plane.shutdown()
 
 
@@ -134,31 +141,11 @@ def given_away(text: str) -> list[str]:
 
 
 def submitted(service: Deployment, manifest: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    body = {
-        "system": f"kinds-{uuid.uuid4().hex[:8]}",
-        "version": "v1",
-        "source_revision": "abc123",
-        "manifest": manifest,
-        "plan": MCP_PLAN if manifest["target"]["kind"] == "mcp" else PYTHON_PLAN,
-    }
+    plan = MCP_PLAN if manifest["target"]["kind"] == "mcp" else PYTHON_PLAN
     with service.submitter(TENANT) as client:
-        response = client.post("/v1/candidates", json=body)
-        assert response.status_code == 202, response.text
-        done = wait_decided(client, response.json()["id"], timeout=300)
+        candidate = submit(client, manifest, system=system_name("kinds"), version="v1", plan=plan)
+        done = wait_decided(client, candidate["id"], timeout=300)
         return everything(client, done), done
-
-
-def everything(client: httpx.Client, done: dict[str, Any]) -> str:
-    """Every answer the submitter can read about the assay: report, candidate, events, dossier."""
-    texts = [
-        client.get(f"/v1/assays/{done['assay_id']}").text,
-        client.get(f"/v1/candidates/{done['id']}").text,
-        client.get("/v1/events").text,
-    ]
-    dossier = client.get(f"/v1/candidates/{done['id']}/dossier")
-    if dossier.status_code == 200:
-        texts.append(base64.b64decode(dossier.json()["envelope"]["payload"]).decode())
-    return "\n".join(texts)
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
@@ -180,3 +167,17 @@ def test_code_of_every_kind_reaches_no_address_of_the_gate_and_hands_back_no_sec
     assert all(a.startswith("HTTP/1.1 403") for a in answers.values()), answers
     # Nothing it printed, claimed or failed with gives the secret away.
     assert given_away(seen) == [], (given_away(seen), seen[-3000:])
+
+
+def test_every_worker_warns_once_at_its_start_that_loopback_is_every_tenants_alike(
+    gate: tuple[Deployment, dict[str, str]],
+) -> None:
+    """Loopback otherwise allowed, for every tenant alike, while this tenant runs code: where
+    tenants' workers share a host, the operator should name ports per tenant instead."""
+    service, _ = gate
+    said = service.logged(SHARED_LOOPBACK)
+    assert sorted(said) == ["kinds", "shared"]
+    for lines in said.values():
+        [line] = lines
+        assert "warning" in line.lower() and "every loopback port" in line and f"({TENANT})" in line
+        assert "ASSAYGATE_EGRESS_LOOPBACK_TENANTS" in line

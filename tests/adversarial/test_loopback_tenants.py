@@ -5,25 +5,29 @@ never B's, and A's webhook can neither be aimed at B's port nor be sent there.""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
-import httpx
 import pytest
 
 from service.app.webhooks import AttemptOutcome, Outgoing
-from service.db.models import KeyRole
-from tests.adversarial.deployment import Deployment, Witness, deployment
-from tests.support.service import example, wait_decided, wait_for
+from tests.adversarial.deployment import (
+    SHARED_LOOPBACK,
+    Deployment,
+    Witness,
+    deployment,
+    submit_target,
+    witnessed,
+)
+from tests.support.service import wait_decided, wait_for
 from worker.webhooks import post
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 A, B = "loop-a", "loop-b"
+PLAN = {"trials": 1, "seed": 3, "modes": ["timeout_before_send"]}
 
 
 class Own(Witness):
@@ -38,36 +42,22 @@ class Theirs(Witness):
     reports: ClassVar[dict[str, list[dict[str, Any]]]] = {}
 
 
-def serve(handler: type[Witness]) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 @pytest.fixture(scope="module")
 def shared_host(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Deployment, int, int]]:
-    own, theirs = serve(Own), serve(Theirs)
-    ports = own.server_address[1], theirs.server_address[1]
-    loopback = f"{A}={ports[0]};{B}={ports[1]}"
-    try:
-        with deployment(
+    with (
+        witnessed(Own) as own,
+        witnessed(Theirs) as theirs,
+        deployment(
             tmp_path_factory.mktemp("loopback"),
             "loopback",
             {A: {}, B: {}},
             egress_allow_loopback="0",
-            egress_loopback_tenants=loopback,
-        ) as service:
-            yield service, int(ports[0]), int(ports[1])
-    finally:
-        own.shutdown()
-        theirs.shutdown()
-
-
-def admin(service: Deployment, tenant: str) -> httpx.Client:
-    headers = service.keys.headers(f"{tenant}-admin", tenant=tenant, roles=[KeyRole.ADMIN])
-    return httpx.Client(base_url=service.url, timeout=30.0, headers=headers)
+            egress_loopback_tenants=f"{A}={own};{B}={theirs}",
+        ) as service,
+    ):
+        yield service, own, theirs
 
 
 def test_a_tenants_code_reaches_its_own_loopback_service_and_never_anothers(
@@ -79,19 +69,11 @@ def test_a_tenants_code_reaches_its_own_loopback_service_and_never_anothers(
         "entrypoint": "tests.adversarial.agents.neighbour:agent",
         "env": {"WITNESS_PORT": str(own), "NEIGHBOUR_PORT": str(theirs)},
     }
-    body = {
-        "system": f"loop-{uuid.uuid4().hex[:8]}",
-        "version": "v1",
-        "source_revision": "abc123",
-        "manifest": {**example("typed"), "target": target},
-        "plan": {"trials": 1, "seed": 3, "modes": ["timeout_before_send"]},
-    }
     with service.submitter(A) as client:
-        submitted = client.post("/v1/candidates", json=body)
-        assert submitted.status_code == 202, submitted.text
+        submitted = submit_target(client, target, PLAN, "loop")
         # Its own service heard from it (so the code ran and its own port is open to it)...
         wait_for(lambda: "neighbour" in Own.reports, 120, "A's code at its own service")
-        wait_decided(client, submitted.json()["id"], timeout=120)
+        wait_decided(client, submitted["id"], timeout=120)
     [said] = Own.reports["neighbour"][:1]
     # ...and the proxy refused the neighbour's port, which heard nothing.
     assert " 200 " not in said["status"] + " ", said
@@ -102,7 +84,7 @@ def test_a_tenants_webhook_may_be_aimed_at_its_own_loopback_port_and_not_another
     shared_host: tuple[Deployment, int, int],
 ) -> None:
     service, own, theirs = shared_host
-    with admin(service, A) as client:
+    with service.admin(A) as client:
         refused = client.post("/v1/webhooks", json={"url": f"http://127.0.0.1:{theirs}/hook"})
         allowed = client.post("/v1/webhooks", json={"url": f"http://127.0.0.1:{own}/hook"})
     assert refused.status_code == 422, refused.text
@@ -125,3 +107,10 @@ def test_a_webhook_already_aimed_at_another_tenants_port_is_refused_when_it_is_s
     assert sent_by(A) is AttemptOutcome.REFUSED
     assert Theirs.reports == {}
     assert sent_by(B) is AttemptOutcome.DELIVERED  # B's own port, from B's webhook
+
+
+def test_no_worker_warns_of_a_shared_loopback_where_each_tenant_has_its_own_ports(
+    shared_host: tuple[Deployment, int, int],
+) -> None:
+    service, _, _ = shared_host
+    assert service.logged(SHARED_LOOPBACK) == {name: [] for name in service.workers}

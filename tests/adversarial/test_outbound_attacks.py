@@ -6,16 +6,16 @@ another tenant; a version written as Slack markup arrives in the gate's Slack me
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from service.db.models import KeyRole
 from tests.adversarial.deployment import Deployment, deployment
+from tests.support import api
 from tests.support.agents import StartAgent
+from tests.support.api import system_name
 from tests.support.receiver import Receiver
 from tests.support.service import example, wait_decided, wait_for
 from tests.support.trickle import Trickle
@@ -41,13 +41,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
         yield served
 
 
-def admin(service: Deployment, tenant: str) -> httpx.Client:
-    headers = service.keys.headers(f"{tenant}-admin", tenant=tenant, roles=[KeyRole.ADMIN])
-    return httpx.Client(base_url=service.url, timeout=30.0, headers=headers)
-
-
 def hook(service: Deployment, tenant: str, url: str, **shape: Any) -> str:
-    with admin(service, tenant) as client:
+    with service.admin(tenant) as client:
         created = client.post("/v1/webhooks", json={"url": url, **shape})
     assert created.status_code == 201, created.text
     hook_id: str = created.json()["id"]
@@ -55,21 +50,13 @@ def hook(service: Deployment, tenant: str, url: str, **shape: Any) -> str:
 
 
 def submit(client: httpx.Client, manifest: dict[str, Any], version: str = "v1") -> str:
-    body = {
-        "system": f"outbound-{uuid.uuid4().hex[:8]}",
-        "version": version,
-        "source_revision": "abc123",
-        "manifest": manifest,
-        "plan": PLAN,
-    }
-    response = client.post("/v1/candidates", json=body)
-    assert response.status_code == 202, response.text
-    candidate_id: str = response.json()["id"]
+    named = {"system": system_name("outbound"), "version": version}
+    candidate_id: str = api.submit(client, manifest, plan=PLAN, **named)["id"]
     return candidate_id
 
 
 def deliveries(service: Deployment, tenant: str, hook_id: str) -> list[dict[str, Any]]:
-    with admin(service, tenant) as client:
+    with service.admin(tenant) as client:
         response = client.get(f"/v1/webhooks/{hook_id}/deliveries")
     assert response.status_code == 200, response.text
     items: list[dict[str, Any]] = response.json()["items"]

@@ -17,15 +17,15 @@ import pytest
 import rfc8785
 from sqlmodel import Session, col, select
 
-from service.app import reviews
-from service.db.models import AssayShard, Dossier, Hold, KeyRole, ShardStatus
+from service.db.models import AssayShard, Dossier, ShardStatus
+from service.db.session import session_scope
 from service.keys import KeyRing
 from tests.adversarial.conftest import LIAR_HTTP, assay_target, manifest, plan
-from tests.adversarial.deployment import Deployment, deployment
+from tests.adversarial.deployment import Deployment, deployment, submit_target
 from tests.support.agents import agent_processes
 from tests.support.receiver import Receiver
-from tests.support.service import example, wait_for
-from tests.web.seed import seed_candidate
+from tests.support.service import wait_for
+from tests.web.seed import seed_waiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -52,18 +52,8 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
 
 
 def submit_poisoned_agent(service: Deployment, url: str) -> dict[str, Any]:
-    body = {
-        "system": f"poison-{uuid.uuid4().hex[:8]}",
-        "version": "v1",
-        "source_revision": "abc123",
-        "manifest": {**example("typed"), "target": {"kind": "http", "url": url}},
-        "plan": PLAN,
-    }
     with service.submitter(POISONER) as client:
-        response = client.post("/v1/candidates", json=body)
-    assert response.status_code == 202, response.text
-    candidate: dict[str, Any] = response.json()
-    return candidate
+        return submit_target(client, {"kind": "http", "url": url}, PLAN, "poison")
 
 
 def shards_stored(service: Deployment, assay_id: str) -> bool:
@@ -76,32 +66,16 @@ def shards_stored(service: Deployment, assay_id: str) -> bool:
 
 def waiver_lapsing_soon(service: Deployment, hook_url: str) -> uuid.UUID:
     """Tenant B's held candidate, waived until LAPSE_S from now, with a webhook on its holds."""
-    headers = service.keys.headers(f"{NEIGHBOUR}-admin", tenant=NEIGHBOUR, roles=[KeyRole.ADMIN])
-    with service.submitter(NEIGHBOUR) as client:
-        hook = client.post("/v1/webhooks", json={"url": hook_url}, headers=headers)
+    with service.admin(NEIGHBOUR) as client:
+        hook = client.post("/v1/webhooks", json={"url": hook_url})
     assert hook.status_code in (200, 201), hook.text
     assert service.settings.keys_dir is not None
     signer = KeyRing(service.settings.keys_dir).load_or_create()
     now = datetime.now(UTC)
-    with Session(service.engine) as session:
-        recorded = seed_candidate(
-            session,
-            system=f"neighbour-{uuid.uuid4().hex[:8]}",
-            version="1",
-            signer=signer,
-            tenant=NEIGHBOUR,
-        )
-        hold = session.exec(select(Hold).where(Hold.candidate_id == recorded.candidate.id)).one()
-        command = reviews.ReviewHold(
-            hold_id=hold.id,
-            action=reviews.Action.WAIVE,
-            reviewer="someone-else",
-            reason="fine until the next release",
-            expires_at=now + timedelta(seconds=LAPSE_S),
-        )
-        assert reviews.record(session, signer, command, now=now)
-        session.commit()
-        return recorded.candidate.id
+    with session_scope(service.engine) as session:
+        lapsing = now + timedelta(seconds=LAPSE_S)
+        hold = seed_waiver(session, signer, expires_at=lapsing, waived_at=now, tenant=NEIGHBOUR)
+        return hold.candidate_id
 
 
 def reopened(receiver: Receiver) -> list[dict[str, Any]]:

@@ -6,15 +6,14 @@ starts its sandbox, runs and is decided normally, and A's bomb is stopped at its
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.adversarial.deployment import Deployment, Witness, deployment, witness_server
-from tests.support.service import example, wait_decided, wait_for
+from tests.adversarial.deployment import Deployment, Witness, deployment, submit_target, witnessed
+from tests.support.service import wait_decided, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -27,27 +26,14 @@ LIMITS = {"ASSAYGATE_CODE_PROCESSES": str(PROCESSES)}
 @pytest.fixture(scope="module")
 def two_tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deployment, int]]:
     folder = tmp_path_factory.mktemp("starve")
-    witness = witness_server()
-    try:
-        with deployment(folder, "starve", {BOMBER: LIMITS, NEIGHBOUR: LIMITS}) as service:
-            yield service, int(witness.server_address[1])
-    finally:
-        witness.shutdown()
+    tenants = {BOMBER: LIMITS, NEIGHBOUR: LIMITS}
+    with witnessed() as port, deployment(folder, "starve", tenants) as service:
+        yield service, port
 
 
 def submit(client: httpx.Client, entrypoint: str, env: dict[str, str]) -> dict[str, Any]:
     target = {"kind": "python", "entrypoint": entrypoint, "env": env}
-    body = {
-        "system": f"starve-{uuid.uuid4().hex[:8]}",
-        "version": "v1",
-        "source_revision": "abc123",
-        "manifest": {**example("typed"), "target": target},
-        "plan": PLAN,
-    }
-    response = client.post("/v1/candidates", json=body)
-    assert response.status_code == 202, response.text
-    candidate: dict[str, Any] = response.json()
-    return candidate
+    return submit_target(client, target, PLAN, "starve")
 
 
 def test_a_tenants_fork_bomb_never_stops_another_tenants_sandbox_from_starting(

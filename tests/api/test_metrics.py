@@ -1,6 +1,7 @@
 """`/metrics` for operators: read with the scrape token (a wrong one, or a tenant's key, is
 refused), in the Prometheus text format, with decisions, open holds by age, assay durations,
-refusals, webhook attempts and each tenant queue's depth; a tenant admin's key still reads it
+refusals, webhook attempts and the depth of each queue (the shared one, the webhook deliveries'
+and each tenant's); a tenant admin's key still reads it
 while no token is configured, deprecated and without the series that name tenants."""
 
 from __future__ import annotations
@@ -89,6 +90,33 @@ def test_the_scrape_token_reads_every_operator_series_in_the_prometheus_format(
     assert value(depth, queue=settings.queue, tenant="") >= 0
     assert value(found["assaygate_broker_up"]) == 1
     assert value(found["assaygate_database_up"]) == 1
+
+
+def test_the_webhook_deliveries_queue_has_a_depth_of_its_own_beside_the_shared_queue(
+    settings: Settings,
+) -> None:
+    # A deployment's queue that no worker of this module consumes: what waits there stays.
+    idle = settings.model_copy(
+        update={"metrics_token": TOKEN, "queue": f"idle-{uuid.uuid4().hex[:8]}"}
+    )
+    lists = [
+        f"{idle.redis_key_prefix}{idle.queue}",
+        f"{idle.redis_key_prefix}{idle.queue}.webhooks",
+    ]
+    broker = redis.Redis.from_url(REDIS_URL)
+    try:
+        broker.rpush(lists[0], b"waiting")
+        broker.rpush(lists[1], b"waiting", b"waiting", b"waiting")
+        with ApiServer(create_app(idle)) as server:
+            response = httpx.get(
+                f"{server.url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}
+            )
+    finally:
+        broker.delete(*lists)
+        broker.close()
+    depth = families(response.text)["assaygate_queue_depth"]
+    assert value(depth, queue=idle.queue, tenant="") == 1
+    assert value(depth, queue=f"{idle.queue}.webhooks", tenant="") == 3
 
 
 def test_a_wrong_token_a_missing_one_or_a_tenant_key_is_refused_once_a_token_is_set(

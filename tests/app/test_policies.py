@@ -14,6 +14,7 @@ from service.app import changes, policies
 from service.app.dossiers import policy_digest, record_assay_dossier
 from service.app.errors import Conflict, FieldInvalid, NotFound, PolicyLowered
 from service.core.decision.policy import EMPTY
+from service.core.evidence.quota import Quota
 from service.core.signing.dossier import Signer
 from service.db import dossier as dossiers
 from service.db.apikey import Principal, ensure_tenant
@@ -193,7 +194,7 @@ def test_a_policy_set_while_an_assay_ran_reopens_its_dossier_when_it_finishes(
     )
     put(session, signer, name, {"attribution": "required"})
     report = report_of("typed")
-    dossier = record_assay_dossier(session, signer, recorded.assay.id, report)
+    dossier = record_assay_dossier(session, signer, recorded.assay.id, report, quota=Quota())
     assert dossier.version == 2
     assert dossier.decision == "reopened"
     assert [r["code"] for r in dossier.reasons] == ["policy_changed"]

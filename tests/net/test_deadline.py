@@ -1,6 +1,6 @@
 """Every client a shared worker uses for a tenant's endpoint ends at its total deadline, however
 the peer trickles: an http target's task, an mcp target's http runner, the opening of a session
-to an MCP server over HTTP, a webhook attempt. A
+to an MCP server over HTTP and the listing of its tools, a webhook attempt. A
 peer answering one byte every half second is inside each client's per-read timeout, so without
 the deadline every one of these calls would last the whole trickle (more than half a minute)."""
 
@@ -27,7 +27,7 @@ from service.net.deadline import Deadline, DeadlinePassed, exchange
 from service.settings import Settings
 from service.targets import HttpTarget
 from tests.mcp.conftest import EXAMPLE
-from tests.support.trickle import Trickle
+from tests.support.trickle import Trickle, TricklingListing
 from tests.targets.conftest import example, plan
 from worker.webhooks import post
 
@@ -69,6 +69,24 @@ def test_an_http_runner_trickling_its_reply_is_a_timeout_at_the_runs_deadline(
     assert time.monotonic() - started <= DEADLINE_S + LATE_S
 
 
+def test_an_https_runner_trickling_its_tls_handshake_is_a_timeout_at_the_runs_deadline() -> None:
+    # A handshake trickled a byte every 0.5 s (69 of them) stays inside any per-read timeout:
+    # the handshake is given what is left of the run as one timeout for all its reads.
+    with Trickle(every_s=0.5, tls=True) as handshake:
+        runner = HttpRunner(handshake.url)
+        started = time.monotonic()
+        try:
+            result = runner.run(
+                {"id": "t"}, "http://127.0.0.1:1/mcp", DEADLINE_S, threading.Event()
+            )
+        finally:
+            runner.close()
+        took = time.monotonic() - started
+    assert handshake.connected.is_set()
+    assert result.timed_out and result.error is not None, result
+    assert took <= DEADLINE_S + LATE_S, took
+
+
 def test_a_webhook_attempt_at_a_trickling_receiver_fails_at_its_deadline(
     trickle: Trickle, tmp_path: Path
 ) -> None:
@@ -108,3 +126,26 @@ def test_an_mcp_server_trickling_its_sessions_opening_is_cut_at_the_open_deadlin
     finally:
         loop.stop()
     assert time.monotonic() - started <= DEADLINE_S + LATE_S
+
+
+def test_an_mcp_server_trickling_its_tool_listing_is_cut_at_the_listing_deadline() -> None:
+    manifest = parse_manifest(json.loads((EXAMPLE / "manifest.careful.json").read_text()))
+    contract = contract_of(manifest)
+    loop = Loop()
+    with TricklingListing(every_s=0.5) as server:
+        servers = {name: Upstream(url=server.url) for name in contract.servers}
+        upstreams = Upstreams(
+            contract.model_copy(update={"servers": servers}), list_timeout_s=DEADLINE_S
+        )
+        try:
+            loop.run(upstreams.open(), 60)  # the session opens as promptly as ever
+            started = time.monotonic()
+            cut = f"{server.url} listed no tools within {DEADLINE_S:g} s"
+            with pytest.raises(DeadlinePassed, match=cut):
+                loop.run(upstreams.tools(), 60)
+            took = time.monotonic() - started
+        finally:
+            loop.run(upstreams.close(), 60)
+            loop.stop()
+    assert server.listing.is_set()  # the listing was answered, a byte at a time
+    assert took <= DEADLINE_S + LATE_S, took

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -275,6 +275,23 @@ class WorkerProcess:
         if self.process.poll() is None:
             terminate(self.process, 15)
         self._log.close()
+
+
+def stop_workers(workers: Iterable[WorkerProcess]) -> None:
+    """Stop several workers side by side: each is told at once (SIGTERM) and shuts down on its
+    own, so the whole takes the slowest one's shutdown, not their sum."""
+    workers = list(workers)
+    running = [w for w in workers if w.process.poll() is None]
+    for worker in running:
+        worker.process.send_signal(signal.SIGTERM)
+    for worker in workers:
+        if worker in running:
+            try:
+                worker.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+                worker.process.wait()
+        worker.stop()
 
 
 # --------------------------------------------------------------------------------------- API

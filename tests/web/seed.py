@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime
+import uuid
+from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlmodel import Session, col
+from sqlmodel import Session, col, select
 
+from service.app import reviews
 from service.app.dossiers import record_assay_dossier
+from service.core.evidence.quota import Quota
 from service.core.faults.plan import parse_plan
 from service.core.shards.assay import plan_shards, run_assay
 from service.core.signing.dossier import Signer
@@ -23,7 +26,7 @@ from service.db import queries
 from service.db.apikey import ensure_tenant
 from service.db.assay import FaultResultValues, record_report
 from service.db.candidate import Recorded, record_submission
-from service.db.models import AssayShard, ShardStatus, System
+from service.db.models import AssayShard, Hold, ShardStatus, System
 from tests.support.service import example
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -118,7 +121,34 @@ def seed_candidate(
     record_report(session, assay.id, decision=str(report["decision"]), report=report, faults=faults)
     if signer is not None:
         # What the worker that wins the merge does: the first signed dossier version.
-        record_assay_dossier(session, signer, assay.id, report)
+        record_assay_dossier(session, signer, assay.id, report, quota=Quota())
     session.flush()
     session.refresh(assay)
     return recorded
+
+
+def seed_waiver(
+    session: Session,
+    signer: Signer,
+    *,
+    expires_at: datetime,
+    waived_at: datetime | None = None,
+    tenant: str = "acme",
+) -> Hold:
+    """A held candidate of `tenant` (a system of its own) whose hold someone else waived at
+    `waived_at` (a day before it lapses, by default) until `expires_at`: the waiver a
+    reconciler signs as lapsed once `expires_at` passes. Its hold; the caller commits."""
+    recorded = seed_candidate(
+        session, system=f"lapse-{uuid.uuid4().hex[:8]}", version="1", signer=signer, tenant=tenant
+    )
+    hold = session.exec(select(Hold).where(Hold.candidate_id == recorded.candidate.id)).one()
+    command = reviews.ReviewHold(
+        hold_id=hold.id,
+        action=reviews.Action.WAIVE,
+        reviewer="someone-else",
+        reason="fine for the pilot",
+        expires_at=expires_at,
+    )
+    waived = waived_at if waived_at is not None else expires_at - timedelta(days=1)
+    assert reviews.record(session, signer, command, now=waived)
+    return hold

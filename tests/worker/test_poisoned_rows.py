@@ -17,7 +17,6 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from sqlmodel import Session, col, select
 
-from service.app import reviews
 from service.core.faults.plan import parse_plan
 from service.core.shards.assay import ShardResult, ShardSpec, run_shard
 from service.core.signing.dossier import Signer, verify
@@ -30,7 +29,7 @@ from service.settings import Settings
 from tests.support.hostile import hostile_value
 from tests.support.service import example
 from tests.support.worker import record_assay
-from tests.web.seed import seed_candidate
+from tests.web.seed import seed_waiver
 from worker.context import WorkerContext
 from worker.reconciler import Reconciler
 from worker.steps import store_result
@@ -51,23 +50,7 @@ def lapsed_waiver(engine: sa.Engine, signer: Signer, tenant: str) -> uuid.UUID:
     """A held candidate of `tenant` whose waiver lapsed a second ago; its hold's id."""
     lapsed_at = datetime.now(UTC) - timedelta(seconds=1)
     with session_scope(engine) as session:
-        recorded = seed_candidate(
-            session,
-            system=f"lapse-{uuid.uuid4().hex[:8]}",
-            version="1",
-            signer=signer,
-            tenant=tenant,
-        )
-        hold = session.exec(select(Hold).where(Hold.candidate_id == recorded.candidate.id)).one()
-        command = reviews.ReviewHold(
-            hold_id=hold.id,
-            action=reviews.Action.WAIVE,
-            reviewer="someone-else",
-            reason="fine for the pilot",
-            expires_at=lapsed_at,
-        )
-        assert reviews.record(session, signer, command, now=lapsed_at - timedelta(days=1))
-        return hold.id
+        return seed_waiver(session, signer, expires_at=lapsed_at, tenant=tenant).id
 
 
 def poisoned_sample(result: dict[str, Any], value: Any) -> dict[str, Any]:

@@ -22,7 +22,6 @@ import sqlalchemy as sa
 from celery.exceptions import Reject
 from sqlmodel import Session, col, func, select
 
-from service.app import reviews
 from service.asgi import create_app
 from service.core.faults.plan import parse_plan
 from service.core.shards.assay import ShardSpec, plan_shards, run_assay, run_shard
@@ -31,7 +30,7 @@ from service.db.apikey import ensure_tenant
 from service.db.assay import assay_inputs, begin_shard, store_shard_result
 from service.db.candidate import record_submission
 from service.db.injector import request_stop
-from service.db.models import Assay, AssayShard, AssayStatus, Dossier, Event, Hold, ShardStatus
+from service.db.models import Assay, AssayShard, AssayStatus, Dossier, Event, ShardStatus
 from service.db.session import session_scope
 from service.http.dispatch import Dispatcher
 from service.keys import KeyRing
@@ -47,7 +46,7 @@ from tests.support.service import (
     wait_decided,
     wait_for,
 )
-from tests.web.seed import seed_candidate
+from tests.web.seed import seed_waiver
 from worker.app import make_celery
 from worker.context import WorkerContext
 from worker.reconciler import Reconciler
@@ -356,20 +355,8 @@ def test_lapsed_waivers_are_signed_once_however_many_reconcilers_look(
 ) -> None:
     assert settings.keys_dir is not None
     signer = KeyRing(settings.keys_dir).load_or_create()
-    lapsed_at = datetime.now(UTC) - timedelta(seconds=1)
     with session_scope(engine) as session:
-        recorded = seed_candidate(
-            session, system=f"lapse-{uuid.uuid4().hex[:8]}", version="1", signer=signer
-        )
-        hold = session.exec(select(Hold).where(Hold.candidate_id == recorded.candidate.id)).one()
-        command = reviews.ReviewHold(
-            hold_id=hold.id,
-            action=reviews.Action.WAIVE,
-            reviewer="someone-else",
-            reason="fine for the pilot",
-            expires_at=lapsed_at,
-        )
-        assert reviews.record(session, signer, command, now=lapsed_at - timedelta(days=1))
+        hold = seed_waiver(session, signer, expires_at=datetime.now(UTC) - timedelta(seconds=1))
 
     reconcilers = [Reconciler(settings, f"lapse{n}") for n in range(3)]
     try:
@@ -383,7 +370,7 @@ def test_lapsed_waivers_are_signed_once_however_many_reconcilers_look(
     with Session(engine) as session:
         versions = session.exec(
             select(Dossier)
-            .where(Dossier.candidate_id == recorded.candidate.id)
+            .where(Dossier.candidate_id == hold.candidate_id)
             .order_by(col(Dossier.version))
         ).all()
     assert (sum(signed), again) == (1, 0)

@@ -79,6 +79,6 @@ def abort_assay(
     decided `block` as soon as no shard is running: in this request if none is. Repeating an
     abort changes nothing recorded, and settles any shard whose worker has gone since."""
     reason = body.reason if body else None
-    command = assays.Abort(assay_id, reason, settings.quota())
+    command = assays.Abort(assay_id, settings.quota(), reason)
     assay = assays.abort(session, signer, principal, command)
     return AbortPublic(id=assay_id, status=AssayStatus(assay.status), stop_reason=assay.stop_reason)

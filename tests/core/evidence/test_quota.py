@@ -7,6 +7,8 @@ import copy
 import re
 from typing import Any
 
+import pytest
+
 from service.core.evidence.quota import (
     Cut,
     Quota,
@@ -38,6 +40,30 @@ def hoarding(report: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@pytest.fixture(scope="module")
+def assayed(typed_repair: Manifest) -> dict[str, Any]:
+    return run_assay(typed_repair, AssayPlan(catalogue="paper", trials=4, seed=5)).to_dict()
+
+
+@pytest.fixture
+def report(assayed: dict[str, Any]) -> dict[str, Any]:
+    """A small assay's report, as the merge writes it: each test's own copy, so no cut made in
+    place could pass for the report it was compared with."""
+    return copy.deepcopy(assayed)
+
+
+def predicate(report: dict[str, Any]) -> dict[str, Any]:
+    """The dossier's predicate for `report`, before any cut."""
+    return predicate_from_report(
+        report,
+        CandidateRef("c-1", "copperfin-returns", "1.6.0", "abc123", "ci-bot"),
+        version=1,
+        previous=None,
+        issued_at="2026-11-30T00:00:00Z",
+        triggers={},
+    )
+
+
 def counts(report: dict[str, Any]) -> list[Any]:
     """Everything of each fault but its sampled trials: what the gate decided on."""
     return [
@@ -47,9 +73,8 @@ def counts(report: dict[str, Any]) -> list[Any]:
 
 
 def test_a_hoarding_report_is_cut_to_its_quota_with_every_count_kept_and_the_cut_said(
-    typed_repair: Manifest,
+    report: dict[str, Any],
 ) -> None:
-    report = run_assay(typed_repair, AssayPlan(catalogue="paper", trials=4, seed=5)).to_dict()
     hoarded = hoarding(report)
     assert size(hoarded) > 20 * SMALL.report_bytes
     stored = cut_report(hoarded, SMALL)
@@ -68,48 +93,26 @@ def test_a_hoarding_report_is_cut_to_its_quota_with_every_count_kept_and_the_cut
         assert len(text) + int(lost) == len(HUGE)
 
 
-def test_a_report_that_fits_is_stored_as_it_was_without_a_cut(typed_repair: Manifest) -> None:
-    report = run_assay(typed_repair, AssayPlan(catalogue="paper", trials=4, seed=5)).to_dict()
+def test_a_report_that_fits_is_stored_as_it_was_without_a_cut(report: dict[str, Any]) -> None:
     assert cut_report(report, Quota()) == report
 
 
 def test_the_dossier_says_what_the_shards_the_report_and_itself_cut(
-    typed_repair: Manifest,
+    report: dict[str, Any],
 ) -> None:
-    report = cut_report(
-        hoarding(run_assay(typed_repair, AssayPlan(catalogue="paper", trials=4, seed=5)).to_dict()),
-        Quota(),
-        Cut(samples=7),
-    )
-    predicate = predicate_from_report(
-        report,
-        CandidateRef("c-1", "copperfin-returns", "1.6.0", "abc123", "ci-bot"),
-        version=1,
-        previous=None,
-        issued_at="2026-11-30T00:00:00Z",
-        triggers={},
-    )
-    signed = cut_dossier(predicate, SMALL, report["cut"])
+    cut = cut_report(hoarding(report), Quota(), Cut(samples=7))
+    whole = predicate(cut)
+    signed = cut_dossier(whole, SMALL, cut["cut"])
     assert size(signed) <= SMALL.dossier_bytes
     assert signed["cut"]["samples"] >= 7
-    assert signed["cut"]["characters"] > report["cut"]["characters"]
-    assert [r["intervention"] for r in signed["runs"]] == [
-        r["intervention"] for r in predicate["runs"]
-    ]
-    assert signed["decision"] == predicate["decision"] and signed["reasons"] == predicate["reasons"]
+    assert signed["cut"]["characters"] > cut["cut"]["characters"]
+    assert [r["intervention"] for r in signed["runs"]] == [r["intervention"] for r in whole["runs"]]
+    assert signed["decision"] == whole["decision"] and signed["reasons"] == whole["reasons"]
 
 
-def test_a_dossier_that_lost_nothing_has_no_cut(typed_repair: Manifest) -> None:
-    report = run_assay(typed_repair, AssayPlan(catalogue="paper", trials=4, seed=5)).to_dict()
-    predicate = predicate_from_report(
-        report,
-        CandidateRef("c-1", "copperfin-returns", "1.6.0", "abc123", "ci-bot"),
-        version=1,
-        previous=None,
-        issued_at="2026-11-30T00:00:00Z",
-        triggers={},
-    )
-    assert cut_dossier(predicate, Quota(), report.get("cut")) == predicate
+def test_a_dossier_that_lost_nothing_has_no_cut(report: dict[str, Any]) -> None:
+    whole = predicate(report)
+    assert cut_dossier(whole, Quota(), report.get("cut")) == whole
 
 
 def test_a_shard_keeps_its_share_of_the_samples_and_its_first_violation_first() -> None:
