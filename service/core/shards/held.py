@@ -2,12 +2,12 @@
 once by the one scheduler (`service.core.shards.scheduler`), one `FaultWork` per shard, so a
 worker's free slots draw from every shard it holds instead of idling behind one.
 
-Each shard is folded on its own, in its own trial order, so its tallies, trials, effects, unsafe
-escapes and spend are exactly what `run_shard` gives for it alone. The stop conditions and budgets
-are read over every held shard together (one meter, seeded by the caller with what stored shards
-already spent), so a stop that blocks (effects, unsafe escapes, target errors, an abort) applies
-to each held shard still running, as it would to shards run one after another. A shard that
-finishes is handed back at once (`shard_done`), never held back by a slower one.
+Each shard is folded and counted on its own, in its own trial order, so its tallies, trials,
+effects, unsafe escapes and spend are exactly what `run_shard` gives for it alone. The stop
+conditions and budgets are read over every held shard together as their trials are counted (one
+meter, seeded by the caller with what stored shards already spent), so a stop applies to each held
+shard still running, as it would to shards run one after another. A shard that finishes is
+handed back at once (`shard_done`), never held back by a slower one.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ Done = tuple[ShardResult, Meter | None]
 
 class _Kept:
     """One shard's own share of the run, from the scheduler's word on each of its trials: what
-    its folded trials showed (effects, unsafe escapes, target errors) and what all its trials
-    spent (the one meter's share that is this shard's)."""
+    its counted trials showed (effects, unsafe escapes, target errors) and spent (the one
+    meter's share that is this shard's; a trial discarded past a stop is not evidence, and what
+    it spent is the meter's `past_stop`)."""
 
     def __init__(self, clock: Callable[[], float] | None) -> None:
         self.out = [0, 0, 0]
@@ -147,13 +148,14 @@ def run_held(
     def trial_done(
         work: FaultWork, spent: tuple[Meter | None, ...], out: tuple[int, int, int] | None
     ) -> None:
+        if out is None:
+            return
         mine = kept[work.index]
         for arm in spent:
             if arm is not None:
                 mine.spent.absorb(arm)
-        if out is not None:
-            for i in range(3):
-                mine.out[i] += out[i]
+        for i in range(3):
+            mine.out[i] += out[i]
 
     reason, _ = run_scheduled(
         runtimes,
