@@ -13,6 +13,11 @@ from typing import Any
 import pytest
 
 from service.cli import main
+from service.core.faults.contract_catalogue import catalogue_for
+from service.core.faults.plan import validate_plan
+from service.core.shards.assay import run_assay
+from service.core.system.manifest import parse_manifest
+from service.mcp.engine import McpEngine
 from tests.mcp.conftest import ROOT, Sandbox
 
 pytestmark = pytest.mark.timeout(900)
@@ -146,3 +151,33 @@ def test_usage_a_cost_budget_cannot_count_holds_with_the_reason_usage_invalid(
     invalid = [r for r in report["reasons"] if r["code"] == "usage_invalid"]
     assert len(invalid) == 1 and invalid[0]["severity"] == "hold"
     assert report["stopped"].startswith("usage_invalid: ")
+
+
+def test_what_the_team_pays_is_counted_apart_from_the_gates_own_naive_agent(
+    sandbox: Sandbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The fixed plan runs the sensitivity pair's naive agent in every trial: the gate's own
+    # runs, which the team does not pay for and a run budget does not count.
+    manifest = sandbox.manifest("careful")
+    args = ("--trials", "2", "--rule", "fixed")
+    _, report = assay(tmp_path, capsys, manifest, *args)
+    spend, faults = report["spend"], len(report["faults"])
+    assert spend["gate"]["runs"] == spend["arms"]["sensitivity"]["runs"] == 2 * faults
+    assert spend["team"]["runs"] == spend["total"]["runs"] - spend["gate"]["runs"]
+    assert spend["team"]["tokens"] == spend["total"]["tokens"] > 0
+    # A budget of exactly the team's runs is never crossed, though the gate ran more.
+    _, budgeted = assay(tmp_path, capsys, manifest, *args, "--max-runs", str(spend["team"]["runs"]))
+    assert budgeted["stopped"] is None and budgeted["decision"] == report["decision"]
+    # Progress counts them apart too: the engine's runs are the team's, the naive ones the gate's.
+    engine = McpEngine(parse_manifest(manifest))
+    try:
+        parsed = parse_manifest(manifest)
+        plan = {"modes": MODES, "trials": 2, "rule": "fixed", "catalogue": catalogue_for(parsed)}
+        run_assay(parsed, validate_plan(plan), target=engine)
+        activity = engine.activity()
+    finally:
+        engine.close()
+    assert (activity["runs_done"], activity.get("gate_runs_done")) == (
+        spend["team"]["runs"],
+        spend["gate"]["runs"],
+    )

@@ -398,6 +398,8 @@ def predicate_from_report(
         **({"artifacts": [a.view() for a in shipped]} if shipped else {}),
         # Remote targets: per endpoint the declared build, those reported and the assurance.
         **({"builds": assay_view(r.builds)} if r.builds else {}),
+        # What the runs cost, the team's agent apart from the gate's own (when it was metered).
+        **({"spend": _spend(r.spend)} if r.spend else {}),
         # Tenant code: the sandbox layers that were in force (service/sandbox/layers.py).
         **({"sandbox": [dict(s) for s in r.sandbox]} if r.sandbox else {}),
         # Every attempt of the release (same system, code, manifest and policy), when re-run.
@@ -406,6 +408,15 @@ def predicate_from_report(
     if policy is not None:
         found["organisation_policy"] = dict(policy)
     return found
+
+
+def _spend(spend: JSONObject) -> JSONObject:
+    """The report's spend as the dossier signs it: what the team's agent ran and reported
+    (`team`: runs, seconds, tokens, cost; what the budgets count), the gate's own naive agent's
+    runs (`gate`), every run (`total`), those of trials run past a stop (`past_stop`), and the
+    runs per arm."""
+    keys = ("rule", "team", "gate", "total", "past_stop", "arms")
+    return {k: spend[k] for k in keys if k in spend}
 
 
 def _without_intervals(summary: JSONObject) -> JSONObject:

@@ -110,9 +110,7 @@ def test_an_unsafe_escape_stop_falls_at_the_serial_trial_at_1_4_and_8_slots() ->
 @pytest.mark.parametrize("rule", ["fixed", "sequential"])
 def test_a_budget_stop_falls_at_the_serial_trial_at_1_4_and_8_slots(rule: str) -> None:
     typed = load_example("typed")
-    plan = AssayPlan(
-        modes=MODES, trials=10, seed=5, rule=rule, stop=StopConditions(max_runs=70)
-    )
+    plan = AssayPlan(modes=MODES, trials=10, seed=5, rule=rule, stop=StopConditions(max_runs=70))
     reports = _reports(typed, plan)
     assert reports[0]["stopped"].startswith("budget: agent runs ")
     assert reports[0]["decision"] == "hold"
