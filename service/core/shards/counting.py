@@ -167,8 +167,8 @@ class StartedTrial:
         return merged
 
 
-#: What `run_scheduled` tells of each trial it releases: its fault, what its arms spent, and its
-#: (effects, unsafe escapes, target errors) when folded (None: discarded).
+#: What `run_scheduled` tells of each trial as it is counted or discarded: its fault, what its
+#: arms spent, and its (effects, unsafe escapes, target errors) when counted (None: discarded).
 TrialDone = Callable[[FaultWork, tuple[Meter | None, ...], tuple[int, int, int] | None], None]
 
 

@@ -65,7 +65,7 @@ def run_held(
     """Run the `held` shards (each with its sequential rule's watch, or None) on `slots` slots of
     `target`; return each shard's result and spend, in the order held. `shard_done(result,
     spent)` is called (from the scheduler's thread) as each shard finishes: its trials all
-    folded, or its rule decided, with no blocking stop in force; shards a stop ended are handed
+    counted, or its rule decided, with no blocking stop in force; shards a stop ended are handed
     back with its reason once every slot has stopped. The other arguments are `run_shard`'s; each
     shard must name a fault (paper mode mixes faults within a trial range). `more()`, asked as
     each shard finishes while no stop is in force, returns further shards to hold (begun by the
@@ -131,7 +131,7 @@ def run_held(
             shard_done(result, spent)
 
     def blocked() -> bool:
-        """Whether a stop is in force over every held shard's folded trials so far (the
+        """Whether a stop is in force over every held shard's counted trials so far (the
         scheduler's own stop is not visible here; read again, it is the same)."""
         if limits is not None:
             totals = [sum(k.out[i] for k in kept) for i in range(3)]

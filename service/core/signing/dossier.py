@@ -411,12 +411,11 @@ def predicate_from_report(
 
 
 def _spend(spend: JSONObject) -> JSONObject:
-    """The report's spend as the dossier signs it: what the team's agent ran and reported
-    (`team`: runs, seconds, tokens, cost; what the budgets count), the gate's own naive agent's
-    runs (`gate`), every run (`total`), those of trials run past a stop (`past_stop`), and the
-    runs per arm."""
-    keys = ("rule", "team", "gate", "total", "past_stop", "arms")
-    return {k: spend[k] for k in keys if k in spend}
+    """The report's spend as signed: the team's agent (`team`, what budgets count) apart from the
+    gate's naive agent (`gate`), every run (`total`), runs past a stop (`past_stop`), per arm."""
+    return {
+        k: spend[k] for k in ("rule", "team", "gate", "total", "past_stop", "arms") if k in spend
+    }
 
 
 def _without_intervals(summary: JSONObject) -> JSONObject:
