@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -154,30 +155,24 @@ def test_usage_a_cost_budget_cannot_count_holds_with_the_reason_usage_invalid(
 
 
 def test_what_the_team_pays_is_counted_apart_from_the_gates_own_naive_agent(
-    sandbox: Sandbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    sandbox: Sandbox,
 ) -> None:
     # The fixed plan runs the sensitivity pair's naive agent in every trial: the gate's own
-    # runs, which the team does not pay for and a run budget does not count.
-    manifest = sandbox.manifest("careful")
-    args = ("--trials", "2", "--rule", "fixed")
-    _, report = assay(tmp_path, capsys, manifest, *args)
-    spend, faults = report["spend"], len(report["faults"])
-    assert spend["gate"]["runs"] == spend["arms"]["sensitivity"]["runs"] == 2 * faults
-    assert spend["team"]["runs"] == spend["total"]["runs"] - spend["gate"]["runs"]
-    assert spend["team"]["tokens"] == spend["total"]["tokens"] > 0
-    # A budget of exactly the team's runs is never crossed, though the gate ran more.
-    _, budgeted = assay(tmp_path, capsys, manifest, *args, "--max-runs", str(spend["team"]["runs"]))
-    assert budgeted["stopped"] is None and budgeted["decision"] == report["decision"]
-    # Progress counts them apart too: the engine's runs are the team's, the naive ones the gate's.
-    engine = McpEngine(parse_manifest(manifest))
+    # runs, which the team does not pay for (a run budget does not count them either:
+    # tests/core/shards/test_budgets.py).
+    manifest = parse_manifest(sandbox.manifest("careful"))
+    plan = {"modes": MODES[:1], "trials": 2, "rule": "fixed", "catalogue": catalogue_for(manifest)}
+
+    engine = McpEngine(manifest)
     try:
-        parsed = parse_manifest(manifest)
-        plan = {"modes": MODES, "trials": 2, "rule": "fixed", "catalogue": catalogue_for(parsed)}
-        run_assay(parsed, validate_plan(plan), target=engine)
+        parsed = validate_plan(plan)
+        report = run_assay(manifest, parsed, target=engine, clock=time.monotonic).to_dict()
         activity = engine.activity()
     finally:
         engine.close()
-    assert (activity["runs_done"], activity.get("gate_runs_done")) == (
-        spend["team"]["runs"],
-        spend["gate"]["runs"],
-    )
+    spend = report["spend"]
+    assert spend["gate"]["runs"] == spend["arms"]["sensitivity"]["runs"] == 2
+    assert spend["team"]["runs"] == spend["total"]["runs"] - 2 == 4
+    assert spend["team"]["tokens"] == spend["total"]["tokens"] > 0
+    # Progress counts them apart too: the engine's runs are the team's, the naive ones the gate's.
+    assert (activity["runs_done"], activity.get("gate_runs_done")) == (4, 2)
