@@ -8,14 +8,18 @@ each with the fixed plan and with the sequential plan at the same error and cap 
 trials per fault). Prints one JSON object:
 
 - `speedup_concurrency_8`: the careful agent's fixed-plan wall time at concurrency 1 over 8;
-- `runs_ratio_sequential`: agent runs (every arm: intervention, matched baseline, sensitivity
-  pair, counterfactual pairs) of the sequential plan over the fixed plan's for the careful agent,
-  at concurrency 1 and at 8 (`runs_ratio_sequential_8`); `runs_ratio_sequential_blind` likewise
-  for the blind agent (its first violation ends each fault);
+- `team_runs_ratio`: what the team pays, the team's agent runs (intervention, matched baseline,
+  counterfactual pairs; not the sensitivity pair's naive agent, the gate's own) of the sequential
+  plan over the fixed plan's for the careful agent, at concurrency 1 (`team_runs_ratio_8` at 8);
+- `runs_ratio_sequential`: every agent run (the naive agent's too) of the sequential plan over
+  the fixed plan's for the careful agent, at concurrency 1 and at 8 (`runs_ratio_sequential_8`);
+  `runs_ratio_sequential_blind` likewise for the blind agent (its first violation ends each
+  fault);
 - `runs_same_any_concurrency`: every fault's runs, per arm, are the same at concurrency 1 and 8,
-  under both plans and for both agents;
-- `budget_overshoot_runs`: a `max_runs` budget of half the careful fixed plan's runs, at
-  concurrency 8: the runs spent past it (documented bound: the trials in flight);
+  under both plans and for both agents, and under a budget;
+- `budget_overshoot_runs`: a `max_runs` budget of half the careful fixed plan's team runs, at
+  concurrency 8: the team's runs paid past it, those of trials run past the stop included
+  (documented bound: the trials in flight);
 - `decision_same`: both plans decide alike for the careful and the blind agent, at 1 and 8;
 - `load`: the box's load average (1, 5, 15 minutes) when the bench ended;
 - the runs, seconds and decisions behind them.
@@ -89,10 +93,14 @@ def _assay(manifest: Any, plan: dict[str, Any], concurrency: int = 1) -> dict[st
         close_target(target)
     data = report.to_dict()
     spend = data.get("spend") or {}
+    past = spend.get("past_stop") or {}
     return {
         "decision": data["decision"],
         "seconds": round(time.monotonic() - start, 2),
         "runs": (spend.get("total") or {}).get("runs"),
+        "team_runs": (spend.get("team") or {}).get("runs"),
+        "gate_runs": (spend.get("gate") or {}).get("runs"),
+        "past_stop_team_runs": past.get("team_runs", 0),
         "arms": {a: s["runs"] for a, s in (spend.get("arms") or {}).items()},
         "stops": {f["id"]: (f.get("stop") or {}).get("code") for f in data["faults"]},
         "fault_runs": {
@@ -143,30 +151,36 @@ def _measure(args: argparse.Namespace, modes: list[str], shop: int, admin: int) 
                 key = f"{name}_{rule}_{concurrency}"
                 runs[key] = _assay(manifest, {**base, "rule": rule}, concurrency)
     fixed = runs[f"careful_fixed_{SLOTS}"]
-    budget = max(1, fixed["runs"] // 2)
+    budget = max(1, fixed["team_runs"] // 2)
     stop = {"max_runs": budget}
-    runs["careful_fixed_budget"] = _assay(careful, {**base, "rule": "fixed", "stop": stop}, SLOTS)
+    for concurrency in (1, SLOTS):
+        runs[f"careful_fixed_budget_{concurrency}"] = _assay(
+            careful, {**base, "rule": "fixed", "stop": stop}, concurrency
+        )
     one, eight = runs["careful_fixed_1"], runs[f"careful_fixed_{SLOTS}"]
+    spent = runs[f"careful_fixed_budget_{SLOTS}"]
 
-    def ratio(name: str, concurrency: int) -> float:
-        seq = runs[f"{name}_sequential_{concurrency}"]["runs"]
-        return round(seq / runs[f"{name}_fixed_{concurrency}"]["runs"], 3)
+    def ratio(name: str, concurrency: int, what: str = "runs") -> float:
+        seq = runs[f"{name}_sequential_{concurrency}"][what]
+        return round(seq / runs[f"{name}_fixed_{concurrency}"][what], 3)
 
     pairs = [
         (f"{n}_{r}_1", f"{n}_{r}_{SLOTS}")
         for n in ("careful", "blind")
         for r in ("fixed", "sequential")
-    ]
+    ] + [("careful_fixed_budget_1", f"careful_fixed_budget_{SLOTS}")]
     return {
         "speedup_concurrency_8": round(one["seconds"] / eight["seconds"], 2),
         "speedup_note": f"{one['seconds']} s at concurrency 1, {eight['seconds']} s at {SLOTS}",
+        "team_runs_ratio": ratio("careful", 1, "team_runs"),
+        "team_runs_ratio_8": ratio("careful", SLOTS, "team_runs"),
         "runs_ratio_sequential": ratio("careful", 1),
         "runs_ratio_sequential_8": ratio("careful", SLOTS),
         "runs_ratio_sequential_blind": ratio("blind", 1),
         "runs_same_any_concurrency": all(
             runs[a]["fault_runs"] == runs[b]["fault_runs"] for a, b in pairs
         ),
-        "budget_overshoot_runs": max(0, runs["careful_fixed_budget"]["runs"] - budget),
+        "budget_overshoot_runs": max(0, spent["team_runs"] + spent["past_stop_team_runs"] - budget),
         "budget_max_runs": budget,
         "decision_same": all(
             runs[f"{n}_fixed_{c}"]["decision"] == runs[f"{n}_sequential_{c}"]["decision"]

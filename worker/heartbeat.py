@@ -29,12 +29,13 @@ class EngineWatch:
 
     def __init__(self) -> None:
         self._target: Any = None
-        self._base = 0
+        self._base = (0, 0)
 
     def watch(self, target: Any) -> None:
         activity = getattr(target, "activity", None)  # an mcp engine; others have none
         if activity is not None:
-            self._base = activity()["runs_done"]
+            now = activity()
+            self._base = (now["runs_done"], now.get("gate_runs_done", 0))
             self._target = target
 
     def activity(self) -> ShardActivity | None:
@@ -42,7 +43,11 @@ class EngineWatch:
         if target is None:
             return None
         now: ShardActivity = target.activity()
-        return {**now, "runs_done": now["runs_done"] - self._base}
+        return {
+            **now,
+            "runs_done": now["runs_done"] - self._base[0],
+            "gate_runs_done": now.get("gate_runs_done", 0) - self._base[1],
+        }
 
 
 class Heartbeat:

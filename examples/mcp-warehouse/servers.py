@@ -10,6 +10,7 @@ servers need the `mcp` SDK and uvloop):
 
     .venv/bin/python examples/mcp-warehouse/servers.py http --db /tmp/wh.db   # ports 8765, 8766
     .venv/bin/python examples/mcp-warehouse/servers.py http --slots 4 ...   # 4 isolated worlds at /s/<i>/mcp
+    .venv/bin/python examples/mcp-warehouse/servers.py http --slots 4 --slot-names ...  # -<i> names
     .venv/bin/python examples/mcp-warehouse/servers.py shop-stdio --db /tmp/wh.db   # over stdio
     .venv/bin/python examples/mcp-warehouse/servers.py admin-stdio --db /tmp/wh.db  # over stdio
     .venv/bin/python examples/mcp-warehouse/servers.py manifest careful > careful.json
@@ -17,7 +18,10 @@ servers need the `mcp` SDK and uvloop):
 The ports come from `--shop-port` and `--admin-port`, else WAREHOUSE_SHOP_PORT and
 WAREHOUSE_ADMIN_PORT, else 8765 and 8766; `manifest NAME` prints the example manifest NAME
 (careful, blind, claimer) with those ports and this Python in the agent's command. `http` prints a
-line starting `warehouse: ready` once both servers accept connections.
+line starting `warehouse: ready` once both servers accept connections. With `--slot-names`, world
+i's servers name themselves `warehouse-shop-<i>` and `warehouse-admin-<i>` (as a team's world that
+names each copy does: still one build, docs/mcp.md "Builds"), and `--version-at I=VERSION` has world
+I's servers report another version (copies that are not one build, which the gate holds).
 """
 
 from __future__ import annotations
@@ -91,10 +95,10 @@ class Store:
                 raise
 
 
-def shop_server(store: Store) -> MCPServer:
+def shop_server(store: Store, suffix: str = "", version: str = VERSION) -> MCPServer:
     # The tools are coroutines: the SDK runs a plain function on a worker thread per call, a hop
     # that costs more than these sub-millisecond SQLite statements (one connection, one lock).
-    mcp = MCPServer("warehouse-shop", version=VERSION)
+    mcp = MCPServer(f"warehouse-shop{suffix}", version=version)
 
     @mcp.tool()
     async def get_order(order_id: str) -> dict[str, Any]:
@@ -199,8 +203,8 @@ def shop_server(store: Store) -> MCPServer:
     return mcp
 
 
-def admin_server(store: Store) -> MCPServer:
-    mcp = MCPServer("warehouse-admin", version=VERSION)
+def admin_server(store: Store, suffix: str = "", version: str = VERSION) -> MCPServer:
+    mcp = MCPServer(f"warehouse-admin{suffix}", version=version)
 
     @mcp.tool()
     async def reset(
@@ -287,16 +291,33 @@ def admin_server(store: Store) -> MCPServer:
     return mcp
 
 
-async def serve_http(db: str, shop_port: int, admin_port: int, slots: int = 0) -> None:
+async def serve_http(
+    db: str,
+    shop_port: int,
+    admin_port: int,
+    slots: int = 0,
+    slot_names: bool = False,
+    versions: dict[int, str] | None = None,
+) -> None:
     """The shop and admin servers over Streamable HTTP at /mcp; with `slots`, that many isolated
     worlds (a database each, `<db>.<i>`), world i's servers at /s/<i>/mcp (the manifest's URLs
-    say `/s/{slot}/mcp` and `tools.slots` how many there are)."""
+    say `/s/{slot}/mcp` and `tools.slots` how many there are). `slot_names`: world i's servers
+    are named `...-<i>`; `versions`: the version world i's servers report, where not VERSION."""
     import uvicorn
 
     servers = []
+    versions = versions or {}
     for make, port in ((shop_server, shop_port), (admin_server, admin_port)):
         if slots:
-            asgi = _slotted([make(Store(f"{db}.{i}")) for i in range(slots)])
+            worlds = [
+                make(
+                    Store(f"{db}.{i}"),
+                    f"-{i}" if slot_names else "",
+                    versions.get(i, VERSION),
+                )
+                for i in range(slots)
+            ]
+            asgi = _slotted(worlds)
         else:
             asgi = make(Store(db)).streamable_http_app(stateless_http=True, json_response=True)
         config = uvicorn.Config(
@@ -382,7 +403,25 @@ def main() -> None:
         help="default: $WAREHOUSE_ADMIN_PORT, else 8766",
     )
     p.add_argument("--slots", type=int, default=0, help="serve this many isolated worlds (http)")
+    p.add_argument(
+        "--slot-names",
+        action="store_true",
+        help="with --slots: world i's servers are named warehouse-shop-<i>, warehouse-admin-<i>",
+    )
+    p.add_argument(
+        "--version-at",
+        action="append",
+        default=[],
+        metavar="I=VERSION",
+        help=f"with --slots: world I's servers report VERSION (not {VERSION})",
+    )
     a = p.parse_args()
+    versions: dict[int, str] = {}
+    for item in a.version_at:
+        where, sep, version = item.partition("=")
+        if not (sep and where.isdigit() and version):
+            p.error(f"--version-at takes I=VERSION, not {item!r}")
+        versions[int(where)] = version
     if a.mode == "manifest":
         if a.name is None:
             p.error(f"manifest needs a name: one of {', '.join(MANIFESTS)}")
@@ -397,7 +436,7 @@ def main() -> None:
     # uvloop: a sandbox serves some eleven SDK exchanges a trial, and the stdlib loop's own
     # bookkeeping is a visible share of each.
     if a.mode == "http":
-        uvloop.run(serve_http(a.db, a.shop_port, a.admin_port, a.slots))
+        uvloop.run(serve_http(a.db, a.shop_port, a.admin_port, a.slots, a.slot_names, versions))
     elif a.mode == "shop-stdio":
         uvloop.run(shop_server(Store(a.db)).run_stdio_async())
     else:

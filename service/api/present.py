@@ -43,6 +43,7 @@ def progress(assay: Assay, live: LiveProgress | None = None) -> Progress:
         trials_planned=assay.trials_planned,
         trials_done=assay.trials_done,
         runs_done=live.runs_done if live is not None else 0,
+        gate_runs_done=live.gate_runs_done if live is not None else 0,
         slots_busy=live.slots_busy if live is not None else 0,
         waiting=(live.waiting or {}) if live is not None else {},
     )

@@ -35,9 +35,11 @@ class Progress(BaseModel):
     shards_done: int
     trials_planned: int
     trials_done: int
-    # From the workers' heartbeats (mcp targets): agent runs done so far, slots running a trial
-    # now, and what those slots wait for ("agent", "reset", "probe", "grade", "lock").
+    # From the workers' heartbeats (mcp targets): the team's agent runs done so far and the
+    # gate's own (the sensitivity pair's naive agent), slots running a trial now, and what those
+    # slots wait for ("agent", "reset", "probe", "grade", "lock").
     runs_done: int = 0
+    gate_runs_done: int = 0
     slots_busy: int = 0
     waiting: dict[str, int] = Field(default_factory=dict)
 

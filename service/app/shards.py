@@ -124,13 +124,13 @@ def limits(state: InjectorState, clock: Callable[[], float] = time.time) -> Stop
 
 
 def spent(engine: Engine, assay_id: uuid.UUID, stop: StopConditions) -> ArmSpend:
-    """What the assay's stored shards spent: the budgets' starting point for the next shard.
-    Read only under a budget: it sums every stored shard, which for a plan of many shards would
-    make each shard's start cost grow with the shards before it."""
+    """What the team's agent spent in the assay's stored shards: the budgets' starting point for
+    the next shard. Read only under a budget: it sums every stored shard, which for a plan of
+    many shards would make each shard's start cost grow with the shards before it."""
     if not budgeted(stop):
         return ArmSpend()
     with Session(engine) as session:
-        return from_views(assays.stored_spend(session, assay_id)).total()
+        return from_views(assays.stored_spend(session, assay_id)).team()
 
 
 def stop_reason(engine: Engine, assay_id: uuid.UUID) -> str | None:

@@ -17,14 +17,16 @@ def activity_text(p: dict[str, Any]) -> str:
 
 
 def progress_text(p: dict[str, Any]) -> str:
-    """An assay's progress in a line: shards and trials, agent runs, and what busy slots wait
-    for (`3 slots busy: agent 2, reset 1`)."""
+    """An assay's progress in a line: shards and trials, the team's agent runs (and the gate's
+    own, `+ 3 by the gate`), and what busy slots wait for (`3 slots busy: agent 2, reset 1`)."""
     text = (
         f"{p.get('shards_done', 0)}/{p.get('shard_count', '?')} shards, "
         f"{p.get('trials_done', 0)}/{p.get('trials_planned', '?')} trials"
     )
     if p.get("runs_done"):
         text += f", {p['runs_done']} runs"
+        if p.get("gate_runs_done"):
+            text += f" (+ {p['gate_runs_done']} by the gate)"
     busy = int(p.get("slots_busy") or 0)
     if busy:
         what = activity_text(p)

@@ -263,12 +263,14 @@ def fault_progress(session: Session, assay_id: uuid.UUID) -> list[FaultProgress]
 
 @dataclass(frozen=True)
 class LiveProgress:
-    """What an assay's workers are doing, from its shards' progress: agent runs done (every
-    shard), slots busy and what the busy ones wait for (running shards only)."""
+    """What an assay's workers are doing, from its shards' progress: the team's agent runs done
+    and the gate's own (every shard), slots busy and what the busy ones wait for (running
+    shards only)."""
 
     runs_done: int = 0
     slots_busy: int = 0
     waiting: dict[str, int] | None = None
+    gate_runs_done: int = 0
 
 
 def live_progress(session: Session, assay_id: uuid.UUID) -> LiveProgress:
@@ -277,18 +279,19 @@ def live_progress(session: Session, assay_id: uuid.UUID) -> LiveProgress:
             col(AssayShard.assay_id) == assay_id, col(AssayShard.progress).is_not(None)
         )
     ).all()
-    runs = busy = 0
+    runs = gate = busy = 0
     waiting: dict[str, int] = {}
     for status, progress in rows:
         if not isinstance(progress, dict):
             continue
         runs += int(progress.get("runs_done") or 0)
+        gate += int(progress.get("gate_runs_done") or 0)
         if status != ShardStatus.RUNNING.value:
             continue
         busy += int(progress.get("slots_busy") or 0)
         for what, n in (progress.get("waiting") or {}).items():
             waiting[str(what)] = waiting.get(str(what), 0) + int(n)
-    return LiveProgress(runs, busy, dict(sorted(waiting.items())))
+    return LiveProgress(runs, busy, dict(sorted(waiting.items())), gate)
 
 
 def done_shard_results(session: Session, assay_id: uuid.UUID) -> list[dict[str, Any]]:

@@ -100,7 +100,10 @@ class McpEngine:
         # The key of the trials' ids: drawn per engine (the local CLI's run); a worker sets the
         # assay's (`trial_engine.assay_key` of its credential) before each shard.
         self.blind_key = run_key()
-        self.runs_done = 0  # trial arms finished (read by `activity`)
+        # Trial arms finished (the team's agent's runs) and the naive agent's runs of the
+        # sensitivity pair (the gate's own), read by `activity`.
+        self.runs_done = 0
+        self.gate_runs_done = 0
         self._counting = threading.Lock()
         self._slots: list[Slot] = []
         try:
@@ -149,23 +152,29 @@ class McpEngine:
         self.evaluator.close()
 
     def activity(self) -> ShardActivity:
-        """What the engine is doing now, for progress: runs done (a trial's arms: intervention,
-        baseline, counterfactual), its slots, how many are busy, and what the busy ones wait
-        for (`lock`, `reset`, `agent`, `probe`, `grade`), counted."""
+        """What the engine is doing now, for progress: the team's agent runs done (a trial's
+        arms: intervention, baseline, counterfactual), the gate's naive agent's runs, its slots,
+        how many are busy, and what the busy ones wait for (`lock`, `reset`, `agent`, `probe`,
+        `grade`), counted."""
         waiting: dict[str, int] = {}
         for slot in self._slots:
             if slot.phase is not None:
                 waiting[slot.phase] = waiting.get(slot.phase, 0) + 1
         return ShardActivity(
             runs_done=self.runs_done,
+            gate_runs_done=self.gate_runs_done,
             slots=len(self._slots),
             slots_busy=sum(waiting.values()),
             waiting=dict(sorted(waiting.items())),
         )
 
-    def ran(self) -> None:
+    def ran(self, naive: bool = False) -> None:
+        """A run finished: a trial's arm (the team's agent), or (`naive`) the gate's own."""
         with self._counting:  # slots finish runs from their own threads
-            self.runs_done += 1
+            if naive:
+                self.gate_runs_done += 1
+            else:
+                self.runs_done += 1
 
     def trial_id(
         self,

@@ -25,7 +25,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, SERVER_INFO_META_KEY
 
 from service.core.system.contract import Contract, Hook, Upstream
-from service.core.system.endpoint import reported_build
+from service.core.system.endpoint import reported_build, slot_build
 from service.core.system.manifest import server_endpoint
 from service.core.system.redaction import Redactor
 from service.core.system.text import loads_text
@@ -216,8 +216,9 @@ class Upstreams:
         self._http: httpx.AsyncClient | None = None
         self.reopened = 0
         # What answered since `begin()` (the slot's trial): (endpoint, the build a server over
-        # HTTP reported: its `serverInfo` as `name@version`), once each. Stdio servers are code
-        # the gate runs: not noted.
+        # HTTP reported: its `serverInfo` as `name@version`, in a world with slots with its
+        # per-slot number written `{slot}`: `endpoint.slot_build`), once each. Stdio servers
+        # are code the gate runs: not noted.
         self.answered: set[tuple[str, str | None]] = set()
         self._endpoints = {
             name: server_endpoint(name) for name, up in contract.servers.items() if up.url
@@ -240,6 +241,9 @@ class Upstreams:
             info = self.clients[server].server_info
             name, version = (info.name, info.version) if info is not None else (None, None)
         build = None if not name else f"{name}@{version}" if version else str(name)
+        if build is not None and self.slot is not None:
+            # A copy of the world may name itself by its number: one build across the slots.
+            build = slot_build(build.strip())
         self.answered.add((endpoint, reported_build(build)))
 
     async def open(self) -> None:

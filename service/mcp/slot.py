@@ -220,7 +220,12 @@ class Slot:
             and rec.exercised
             and self.sensitivity
         ):
-            naive = self._loop.run(self._trial(spec, workload_key, disabled, naive=True), budget)
+            try:
+                naive = self._loop.run(
+                    self._trial(spec, workload_key, disabled, naive=True), budget
+                )
+            finally:
+                self.engine.ran(naive=True)
             rec.sensitivity = naive.outcome
             if naive.builds:
                 rec.builds = tuple(sorted(set(rec.builds) | set(naive.builds), key=_build_key))

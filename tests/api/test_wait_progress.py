@@ -12,6 +12,7 @@ RUNNING = {
     "trials_planned": 30,
     "trials_done": 10,
     "runs_done": 25,
+    "gate_runs_done": 3,
     "slots_busy": 3,
     "waiting": {"reset": 1, "agent": 2},
 }
@@ -19,7 +20,7 @@ RUNNING = {
 
 def test_the_progress_line_says_runs_and_what_busy_slots_wait_for() -> None:
     assert progress_text(RUNNING) == (
-        "1/3 shards, 10/30 trials, 25 runs, 3 slots busy: agent 2, reset 1"
+        "1/3 shards, 10/30 trials, 25 runs (+ 3 by the gate), 3 slots busy: agent 2, reset 1"
     )
     idle = {**RUNNING, "runs_done": 0, "slots_busy": 0, "waiting": {}}
     assert progress_text(idle) == "1/3 shards, 10/30 trials"
@@ -35,8 +36,8 @@ def test_a_line_is_printed_when_progress_moved_at_most_every_interval(
     lines({"status": "running", "progress": {**RUNNING, "shards_done": 2}})  # a shard finished
     err = capsys.readouterr().err.splitlines()
     assert err == [
-        "assaygate: assay running: 1/3 shards, 10/30 trials, 25 runs, 3 slots busy: agent 2, "
-        "reset 1",
-        "assaygate: assay running: 2/3 shards, 10/30 trials, 25 runs, 3 slots busy: agent 2, "
-        "reset 1",
+        "assaygate: assay running: 1/3 shards, 10/30 trials, 25 runs (+ 3 by the gate), "
+        "3 slots busy: agent 2, reset 1",
+        "assaygate: assay running: 2/3 shards, 10/30 trials, 25 runs (+ 3 by the gate), "
+        "3 slots busy: agent 2, reset 1",
     ]

@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from service.cli import main
+from service.core.faults.contract_catalogue import catalogue_for
+from service.core.faults.plan import validate_plan
+from service.core.shards.assay import run_assay
+from service.core.system.manifest import parse_manifest
+from service.mcp.engine import McpEngine
 from tests.mcp.conftest import ROOT, Sandbox
 
 pytestmark = pytest.mark.timeout(900)
@@ -146,3 +152,27 @@ def test_usage_a_cost_budget_cannot_count_holds_with_the_reason_usage_invalid(
     invalid = [r for r in report["reasons"] if r["code"] == "usage_invalid"]
     assert len(invalid) == 1 and invalid[0]["severity"] == "hold"
     assert report["stopped"].startswith("usage_invalid: ")
+
+
+def test_what_the_team_pays_is_counted_apart_from_the_gates_own_naive_agent(
+    sandbox: Sandbox,
+) -> None:
+    # The fixed plan runs the sensitivity pair's naive agent in every trial: the gate's own
+    # runs, which the team does not pay for (a run budget does not count them either:
+    # tests/core/shards/test_budgets.py).
+    manifest = parse_manifest(sandbox.manifest("careful"))
+    plan = {"modes": MODES[:1], "trials": 2, "rule": "fixed", "catalogue": catalogue_for(manifest)}
+
+    engine = McpEngine(manifest)
+    try:
+        parsed = validate_plan(plan)
+        report = run_assay(manifest, parsed, target=engine, clock=time.monotonic).to_dict()
+        activity = engine.activity()
+    finally:
+        engine.close()
+    spend = report["spend"]
+    assert spend["gate"]["runs"] == spend["arms"]["sensitivity"]["runs"] == 2
+    assert spend["team"]["runs"] == spend["total"]["runs"] - 2 == 4
+    assert spend["team"]["tokens"] == spend["total"]["tokens"] > 0
+    # Progress counts them apart too: the engine's runs are the team's, the naive ones the gate's.
+    assert (activity["runs_done"], activity.get("gate_runs_done")) == (4, 2)

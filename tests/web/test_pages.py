@@ -368,4 +368,8 @@ def test_a_sequential_candidate_page_shows_runs_and_cost_per_arm_and_why_each_fa
     spend = page[page.index('id="spend"') :]
     assert "Runs and cost" in spend[:200] and "sequential plan" in spend[:200]
     assert "<td>intervention</td><td>1</td>" in spend
+    # What the team pays apart from the gate's own naive agent (the reference target has none).
+    team = report["spend"]["team"]["runs"]
+    assert f'<tr id="spend-team"><td>your agent (what budgets count)</td><td>{team}</td>' in spend
+    assert "<td>the gate&rsquo;s own naive agent</td><td>0</td>" in spend
     assert "stopped (violation)" in page

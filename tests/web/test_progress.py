@@ -37,7 +37,7 @@ def busy(web_engine: sa.Engine, seeded: Seeded) -> Iterator[uuid.UUID]:
         session.add(shard)
         session.commit()
         activity = ShardActivity(
-            runs_done=17, slots=4, slots_busy=3, waiting={"agent": 2, "reset": 1}
+            runs_done=17, gate_runs_done=4, slots=4, slots_busy=3, waiting={"agent": 2, "reset": 1}
         )
         assert record_progress(session, assay_id, index, 1, activity)
         session.commit()
@@ -59,6 +59,7 @@ def test_live_progress_sums_runs_and_counts_only_running_shards_busy(
     with Session(web_engine) as session:
         live = live_progress(session, busy)
         assert (live.runs_done, live.slots_busy, live.waiting) == (17, 3, {"agent": 2, "reset": 1})
+        assert live.gate_runs_done == 4
         session.execute(
             sa.update(AssayShard)
             .where(col(AssayShard.assay_id) == busy)
@@ -74,7 +75,8 @@ def test_the_candidate_page_says_what_the_busy_slots_wait_for(
     web_client: TestClient, seeded: Seeded, busy: uuid.UUID
 ) -> None:
     page = web_client.get(f"/candidates/{seeded.running}").text
-    assert '<span id="runs-done">17</span> agent runs' in page
+    assert '<span id="runs-done">17</span> runs of your agent' in page
+    assert '(+ <span id="gate-runs-done">4</span> of the gate&rsquo;s own)' in page
     assert '<span id="slots-busy">3</span> slots busy' in page
     assert "2 waiting for agent, 1 waiting for reset" in page
 
@@ -85,7 +87,7 @@ def test_the_api_progress_carries_runs_slots_and_waits(
     response = web_client.get(f"/v1/candidates/{seeded.running}")
     assert response.status_code == 200, response.text
     progress = response.json()["progress"]
-    assert progress["runs_done"] == 17
+    assert (progress["runs_done"], progress["gate_runs_done"]) == (17, 4)
     assert progress["slots_busy"] == 3
     assert progress["waiting"] == {"agent": 2, "reset": 1}
     assay = web_client.get(f"/v1/assays/{busy}").json()

@@ -20,7 +20,7 @@ class Busy:
     """An engine's activity as the mcp engine reports it (`McpEngine.activity`)."""
 
     def __init__(self) -> None:
-        self.now = ShardActivity(runs_done=5, slots=4, slots_busy=0, waiting={})
+        self.now = ShardActivity(runs_done=5, gate_runs_done=1, slots=4, slots_busy=0, waiting={})
 
     def activity(self) -> ShardActivity:
         return ShardActivity(**self.now)
@@ -51,7 +51,13 @@ def test_the_heartbeat_records_runs_since_the_shard_began_and_what_slots_wait_fo
     watch.watch(busy)
     try:
         with Heartbeat(ctx, assay_id, 0, 1, watch.activity):
-            busy.now = {"runs_done": 12, "slots": 4, "slots_busy": 3, "waiting": {"agent": 3}}
+            busy.now = {
+                "runs_done": 12,
+                "gate_runs_done": 3,
+                "slots": 4,
+                "slots_busy": 3,
+                "waiting": {"agent": 3},
+            }
             end = time.monotonic() + 10
             while (progress_of(engine, assay_id, 0) or {}).get("slots_busy") != 3:
                 assert time.monotonic() < end, "no progress was written"
@@ -64,7 +70,14 @@ def test_the_heartbeat_records_runs_since_the_shard_began_and_what_slots_wait_fo
                 sa.update(Assay).where(col(Assay.id) == assay_id).values(status="failed")
             )
             session.commit()
-    assert final == {"runs_done": 7, "slots": 4, "slots_busy": 0, "waiting": {}}
+    # The team's agent runs and the gate's own (the naive agent's) are counted apart.
+    assert final == {
+        "runs_done": 7,
+        "gate_runs_done": 2,
+        "slots": 4,
+        "slots_busy": 0,
+        "waiting": {},
+    }
 
 
 def test_a_target_without_activity_writes_no_progress() -> None:

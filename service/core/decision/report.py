@@ -192,7 +192,8 @@ class AssayReport:
     # The plan's rule ("fixed" or "sequential"); written only for a sequential plan, so a fixed
     # plan's report (and the golden dossier) reads as it always did.
     rule: str = "fixed"
-    # The rule and what each arm spent: {"rule", "total", "arms"} (service/core/evidence/spend.py).
+    # The rule and what the runs spent: {"rule", "total", "team", "gate", "arms"}, and
+    # "past_stop" when trials ran past a stop (service/core/evidence/spend.py).
     spend: JSONObject | None = None
     # Remote targets: per endpoint, the declared build, the builds reported and the assurance
     # (service/core/evidence/builds.py); written only when there is one.

@@ -6,6 +6,11 @@ Tokens and cost are what the agent reports: a claim's `usage` object (`{"tokens"
 `usage_metadata`, the OpenAI Agents SDK's `context_wrapper.usage`). A budget protects the team's
 money, not the gate's evidence: an agent that under-reports only spends more of its own.
 
+What the team pays is kept apart from what the gate runs on its own: the team's agent runs every
+arm but the sensitivity pair's naive run (`GATE_ARMS`), the gate's own agent, which costs the team
+nothing. The budgets count the team's share (`Meter.team`). A stop decided in trial order may find
+trials beyond it already run at concurrency: their runs are `past_stop`, paid but not evidence.
+
 Pure: the clock is handed in (the core reads no time of its own).
 """
 
@@ -21,9 +26,10 @@ from service.core.faults.plan import StopConditions
 BUDGET = "budget"
 #: The reason a stop starts with when an agent reports usage a token or cost budget cannot count.
 USAGE_INVALID = "usage_invalid"
-#: Stops after which the trials already running finish and count: a later trial could still
-#: show a violation, and a hold must never hide one.
+#: The reasons a budget states once the trials in flight have finished (`Meter.settled`).
 KEEPS_FINISHED = (f"{BUDGET}:", f"{USAGE_INVALID}:")
+#: The arms the gate's own agent runs (the sensitivity pair's naive agent): not the team's runs.
+GATE_ARMS = frozenset({"sensitivity"})
 
 
 def budgeted(stop: StopConditions) -> bool:
@@ -99,12 +105,17 @@ class Meter:
 
     clock: Callable[[], float] | None = None
     faults: dict[str, dict[str, ArmSpend]] = field(default_factory=dict)
-    # What earlier shards of the assay spent (a worker's shard counts against the whole budget).
+    # What earlier shards of the assay spent, the team's share (a worker's shard counts against
+    # the whole budget).
     used: ArmSpend = field(default_factory=ArmSpend)
     _last: float = 0.0
-    # Every fault's arms summed as they are added: a budget is read after every trial, so the
-    # total is kept running (O(1) a run) rather than summed again over every fault and arm.
+    # Every fault's arms summed as they are added, and the team's arms: a budget is read after
+    # every trial, so the totals are kept running (O(1) a run) rather than summed again.
     _total: ArmSpend = field(default_factory=ArmSpend)
+    _team: ArmSpend = field(default_factory=ArmSpend)
+    # Runs of trials discarded past a stop (all of them, and the team's): paid, not evidence.
+    _past: ArmSpend = field(default_factory=ArmSpend)
+    _past_team: ArmSpend = field(default_factory=ArmSpend)
     # Trials whose runs this meter holds (what a next trial is estimated from), and runs whose
     # agent reported malformed usage.
     trials: int = 0
@@ -121,19 +132,16 @@ class Meter:
         """`runs` agent runs of `arm` ended now (and reported `usage`; `invalid`: malformed)."""
         if invalid:
             self.invalid += runs
-        spent = self.faults.setdefault(fault, {}).setdefault(arm, ArmSpend())
-        total = self._total
-        spent.runs += runs
-        spent.tokens += usage[0]
-        spent.cost += usage[1]
-        total.runs += runs
-        total.tokens += usage[0]
-        total.cost += usage[1]
-        if self.clock is not None:
-            now = self.clock()
-            spent.seconds += now - self._last
-            total.seconds += now - self._last
-            self._last = now
+        now = self.clock() if self.clock is not None else 0.0
+        one = ArmSpend(runs, now - self._last if self.clock is not None else 0.0, *usage)
+        self._last = now
+        self.faults.setdefault(fault, {}).setdefault(arm, ArmSpend()).add(one)
+        self._count(arm, one)
+
+    def _count(self, arm: str, spent: ArmSpend) -> None:
+        self._total.add(spent)
+        if arm not in GATE_ARMS:
+            self._team.add(spent)
 
     def absorb(self, other: Meter) -> None:
         """Add what another meter counted (a slot's trial, timed on its own)."""
@@ -143,12 +151,27 @@ class Meter:
             mine = self.faults.setdefault(fault, {})
             for arm, spent in arms.items():
                 mine.setdefault(arm, ArmSpend()).add(spent)
-                self._total.add(spent)
+                self._count(arm, spent)
+
+    def discard(self, other: Meter) -> None:
+        """What a trial past a stop spent (another meter's): paid, so reported (`past_stop`),
+        but neither a fault's spend nor what a budget counts, as the trial is not evidence."""
+        for arms in other.faults.values():
+            for arm, spent in arms.items():
+                self._past.add(spent)
+                if arm not in GATE_ARMS:
+                    self._past_team.add(spent)
 
     def total(self) -> ArmSpend:
         """What every fault's arms spent (this meter's own runs, not `used`)."""
         out = ArmSpend()
         out.add(self._total)
+        return out
+
+    def team(self) -> ArmSpend:
+        """What the team's agent spent: every arm but the gate's own (`GATE_ARMS`)."""
+        out = ArmSpend()
+        out.add(self._team)
         return out
 
     def exceeded(self, stop: StopConditions) -> str | None:
@@ -157,18 +180,18 @@ class Meter:
 
     def refuses(self, stop: StopConditions, in_flight: int = 0) -> str | None:
         """Why a next trial may not start, as a stop reason, or None. A budget admits a trial
-        only if what is left pays for it and for the `in_flight` trials already running, each
-        estimated at what the finished trials cost on average; before any has finished, a trial
-        starts only alone (the caller waits while `waits` says so). So the spend ends at most
-        the trials in flight past a budget. `in_flight=-1`: only whether a budget is already
-        over. Agent runs with malformed usage under a token or cost budget: `usage_invalid`."""
+        only if what is left of the team's spend pays for it and for the `in_flight` trials
+        that come before it, each estimated at what the trials counted cost on average; before
+        any has been counted, a trial starts only alone (the caller waits while `waits` says
+        so). `in_flight=-1`: only whether a budget is already over. Agent runs with malformed
+        usage under a token or cost budget: `usage_invalid`."""
         if self.invalid and (stop.max_tokens is not None or stop.max_cost is not None):
             return (
                 f"{USAGE_INVALID}: {self.invalid} agent runs reported usage that is not a "
                 "count (negative, not finite or not a number): the token or cost budget "
                 "cannot be kept"
             )
-        own = self._total
+        own = self._team
         n = self.trials
         for limit, spent, mine, what in self._budgets(stop):
             if limit is None:
@@ -200,7 +223,7 @@ class Meter:
     def _budgets(
         self, stop: StopConditions
     ) -> list[tuple[float | None, float, Callable[[ArmSpend], float], str]]:
-        t = self.total()
+        t = self.team()
         t.add(self.used)
         return [
             (stop.max_runs, t.runs, _runs, "agent runs"),
@@ -210,14 +233,24 @@ class Meter:
         ]
 
     def view(self, rule: str) -> dict[str, object]:
-        """The report's `spend`: the rule, each arm's total, and each fault's arms."""
+        """The report's `spend`: the rule; the total, the team's share (what the budgets count)
+        and the gate's own runs; each arm's total and each fault's arms; and, when a stop found
+        trials beyond it already run, what they spent (`past_stop`, with the team's runs)."""
         arms: dict[str, ArmSpend] = {}
         for by_arm in self.faults.values():
             for arm, spent in by_arm.items():
                 arms.setdefault(arm, ArmSpend()).add(spent)
+        past = (
+            {"past_stop": {**self._past.view(), "team_runs": self._past_team.runs}}
+            if self._past.runs
+            else {}
+        )
         return {
             "rule": rule,
             "total": self.total().view(),
+            "team": self.team().view(),
+            "gate": {"runs": self._total.runs - self._team.runs},
+            **past,
             "arms": {arm: s.view() for arm, s in sorted(arms.items())},
             "faults": {
                 fault: {arm: s.view() for arm, s in sorted(by_arm.items())}
@@ -246,7 +279,7 @@ def from_views(views: Iterable[Mapping[str, object] | None]) -> Meter:
                     _float(s.get("cost")),
                 )
                 spent.add(view_spend)
-                meter._total.add(view_spend)
+                meter._count(arm, view_spend)
     return meter
 
 

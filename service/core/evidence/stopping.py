@@ -31,7 +31,7 @@ Pure: it reads a tally and returns a value; the assay loop acts on it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from service.core.evidence.pairs import removal
 from service.core.evidence.sequential import confidence_sequence, violation_bound
@@ -253,15 +253,6 @@ class Watch:
     def done(self, tally: Tally, trials: int) -> bool:
         self.stop = self.rule.step(tally, trials)
         return self.stop is not None
-
-    def recount(self, tally: Tally, trials: int) -> None:
-        """A trial that finished after the fault stopped counts too: the rule is read again, so a
-        violation it shows becomes the stop (never discarded)."""
-        again = self.rule.step(tally, trials)
-        if again is not None:
-            self.stop = again
-        elif self.stop is not None:
-            self.stop = replace(self.stop, trials=trials)
 
     def needs_pairs(self, tally: Tally) -> bool:
         return self.rule.needs_pairs(tally)

@@ -44,8 +44,9 @@ class StopConditions(BaseModel):
     max_target_errors: Annotated[int, Field(strict=True, ge=0), INTEGRAL] | None = None
     deadline_s: Annotated[Number, Field(gt=0, le=7 * 86_400)] | None = None
     # Budgets: what the assay may spend. Exceeding one stops it with the reason `budget` (a hold:
-    # the evidence is unfinished, never an `allow`). Runs count every agent run of every arm;
-    # tokens and cost are what the agent reports (a claim's `usage`, or its framework's).
+    # the evidence is unfinished, never an `allow`). Runs count the team's agent runs of every
+    # arm (not the sensitivity pair's naive agent, the gate's own); tokens and cost are what the
+    # agent reports (a claim's `usage`, or its framework's).
     max_runs: Annotated[int, Field(strict=True, ge=1), INTEGRAL] | None = None
     max_seconds: Annotated[Number, Field(gt=0, le=7 * 86_400)] | None = None
     max_tokens: Annotated[int, Field(strict=True, ge=1), INTEGRAL] | None = None

@@ -2,12 +2,12 @@
 once by the one scheduler (`service.core.shards.scheduler`), one `FaultWork` per shard, so a
 worker's free slots draw from every shard it holds instead of idling behind one.
 
-Each shard is folded on its own, in its own trial order, so its tallies, trials, effects, unsafe
-escapes and spend are exactly what `run_shard` gives for it alone. The stop conditions and budgets
-are read over every held shard together (one meter, seeded by the caller with what stored shards
-already spent), so a stop that blocks (effects, unsafe escapes, target errors, an abort) applies
-to each held shard still running, as it would to shards run one after another. A shard that
-finishes is handed back at once (`shard_done`), never held back by a slower one.
+Each shard is folded and counted on its own, in its own trial order, so its tallies, trials,
+effects, unsafe escapes and spend are exactly what `run_shard` gives for it alone. The stop
+conditions and budgets are read over every held shard together as their trials are counted (one
+meter, seeded by the caller with what stored shards already spent), so a stop applies to each held
+shard still running, as it would to shards run one after another. A shard that finishes is
+handed back at once (`shard_done`), never held back by a slower one.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ Done = tuple[ShardResult, Meter | None]
 
 class _Kept:
     """One shard's own share of the run, from the scheduler's word on each of its trials: what
-    its folded trials showed (effects, unsafe escapes, target errors) and what all its trials
-    spent (the one meter's share that is this shard's)."""
+    its counted trials showed (effects, unsafe escapes, target errors) and spent (the one
+    meter's share that is this shard's; a trial discarded past a stop is not evidence, and what
+    it spent is the meter's `past_stop`)."""
 
     def __init__(self, clock: Callable[[], float] | None) -> None:
         self.out = [0, 0, 0]
@@ -64,7 +65,7 @@ def run_held(
     """Run the `held` shards (each with its sequential rule's watch, or None) on `slots` slots of
     `target`; return each shard's result and spend, in the order held. `shard_done(result,
     spent)` is called (from the scheduler's thread) as each shard finishes: its trials all
-    folded, or its rule decided, with no blocking stop in force; shards a stop ended are handed
+    counted, or its rule decided, with no blocking stop in force; shards a stop ended are handed
     back with its reason once every slot has stopped. The other arguments are `run_shard`'s; each
     shard must name a fault (paper mode mixes faults within a trial range). `more()`, asked as
     each shard finishes while no stop is in force, returns further shards to hold (begun by the
@@ -130,7 +131,7 @@ def run_held(
             shard_done(result, spent)
 
     def blocked() -> bool:
-        """Whether a stop is in force over every held shard's folded trials so far (the
+        """Whether a stop is in force over every held shard's counted trials so far (the
         scheduler's own stop is not visible here; read again, it is the same)."""
         if limits is not None:
             totals = [sum(k.out[i] for k in kept) for i in range(3)]
@@ -147,13 +148,14 @@ def run_held(
     def trial_done(
         work: FaultWork, spent: tuple[Meter | None, ...], out: tuple[int, int, int] | None
     ) -> None:
+        if out is None:
+            return
         mine = kept[work.index]
         for arm in spent:
             if arm is not None:
                 mine.spent.absorb(arm)
-        if out is not None:
-            for i in range(3):
-                mine.out[i] += out[i]
+        for i in range(3):
+            mine.out[i] += out[i]
 
     reason, _ = run_scheduled(
         runtimes,

@@ -1,6 +1,7 @@
 """An assay on a world that offers slots, run by the one scheduler
 (`service.core.shards.scheduler`): every fault's trials drawn by every free slot, each fault folded
-in trial order, under the fixed plan or a sequential plan's rule per fault.
+in trial order and counted in the serial run's order, under the fixed plan or a sequential plan's
+rule per fault.
 """
 
 from __future__ import annotations
@@ -76,7 +77,11 @@ def run_scheduled_assay(
             fault_done(work.spec.id, work.tally, done[0], total)
 
     use = meter if metered or sequential else None
-    reason, trials = run_scheduled(runtimes, works, plan, limits, use, fault_done=finished)
+    # Counted in the serial run's order: every stop falls at its trial at any concurrency. A
+    # budget needs a meter even when the spend is not reported.
+    reason, trials = run_scheduled(
+        runtimes, works, plan, limits, use, fault_done=finished, ordered=True
+    )
     for work in works:
         # A stopped assay: the faults that ran some trials are reported as they stand.
         if not work.reported and work.done:
@@ -95,7 +100,7 @@ def run_scheduled_assay(
     for work in works:
         if work.watch is not None and work.watch.stop is not None:
             stops[work.spec.id] = work.watch.stop
-        elif reason is not None and work.done:
+        elif reason is not None and (work.done or work.cut):
             stops[work.spec.id] = Stop("stopped", reason, work.done)
     stop_views = {f: s.view() for f, s in stops.items()}
     return merge(manifest, plan, [folded], reason, stop_views, meter.view("sequential"))

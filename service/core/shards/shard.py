@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from service.core.errors import PlanInvalid
 from service.core.evidence.tally import Tally
@@ -18,10 +18,14 @@ from service.core.trial.rng import LCG, derive, stream_key
 
 class ShardActivity(TypedDict):
     """What a running shard's engine is doing, as its heartbeat stores it and the API, the pages
-    and `submit --wait` show it: agent runs done (a trial's arms each count), its slots, how many
-    are busy, and what the busy ones wait for (`lock`, `reset`, `agent`, `probe`, `grade`)."""
+    and `submit --wait` show it: the team's agent runs done (a trial's arms each count:
+    intervention, matched baseline, counterfactual pairs), the gate's own runs (the sensitivity
+    pair's naive agent, which costs the team nothing; absent from progress stored before it was
+    counted), its slots, how many are busy, and what the busy ones wait for (`lock`, `reset`,
+    `agent`, `probe`, `grade`)."""
 
     runs_done: int
+    gate_runs_done: NotRequired[int]
     slots: int
     slots_busy: int
     waiting: dict[str, int]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from service.core.evidence.pairs import Removal
-from service.core.evidence.spend import KEEPS_FINISHED, Meter, budgeted
+from service.core.evidence.spend import Meter, budgeted
 from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
@@ -104,16 +104,16 @@ def run_slotted(
     meter: Meter | None = None,
 ) -> tuple[int, int, int, int, str | None]:
     """The executor path: one thread per slot takes the next trial number, runs it into a tally
-    of its own, and hands it back; trials are folded in trial order (`InOrder`), so counts,
-    samples and stop conditions are those of the serial loop. Trials still running when a stop
-    condition trips (effects, unsafe escapes, target errors, an abort) are waited for and
-    discarded, as the serial loop would never have run them: such a stop blocks or fails the
-    assay whatever they show (what they spent still counts against the budgets: the runs
-    happened).
+    of its own, and hands it back; trials are folded in trial order (`InOrder`), and the stop
+    conditions read as each is, exactly as the serial loop reads them (an abort and a budget
+    before the trial, effects, unsafe escapes, target errors and the budgets after it), so
+    counts, samples, spend and stops are those of the serial loop at any concurrency. Trials
+    still running when a stop trips are waited for and discarded whatever they show, as the
+    serial loop would never have run them (what they spent is the meter's `past_stop`).
 
-    A finished trial is never discarded after a stop that a later trial could overturn: a budget
-    (a hold). Trials still running then finish and are folded in trial order, so a violation
-    they show always counts: a budget's hold becomes a block."""
+    A budget admits a trial only if what is left pays for it and for the trials in flight, each
+    estimated at what the folded trials cost; a trial it does not admit waits for those in
+    flight, and the budget's word with none in flight is the serial loop's."""
     taken = iter(range(shard.start, shard.stop))
     lock = threading.Lock()
     stop = threading.Event()
@@ -132,14 +132,15 @@ def run_slotted(
         with admitted:
             while budget and meter is not None and not stop.is_set():
                 in_flight = counts[0] - counts[1]
-                if meter.waits(trial.plan.stop, in_flight):
-                    admitted.wait(0.05)
-                    continue
                 no = meter.refuses(trial.plan.stop, in_flight)
-                if no is not None:
+                if no is None and not meter.waits(trial.plan.stop, in_flight):
+                    break
+                if no is not None and in_flight == 0:
                     refused[0] = no
                     stop.set()
-                break
+                    admitted.notify_all()
+                    break
+                admitted.wait(0.05)
             if stop.is_set():
                 return None
             k = next(taken, None)
@@ -168,8 +169,6 @@ def run_slotted(
     done = effects = unsafe = target_errors = 0
     reason: str | None = None
     failure: BaseException | None = None
-    # Set when the stop lets finished trials still count (a budget).
-    keep = False
     if should_stop is not None and should_stop():
         return 0, 0, 0, 0, "aborted"
     order: InOrder[
@@ -188,20 +187,25 @@ def run_slotted(
         k, spec, tally, out, exc, spent = item
         order.put(k, (spec, tally, out, exc, spent))
         for _k, (spec, tally, out, exc, spent) in order.ready():
-            if meter is not None and spent is not None:
-                with admitted:
-                    meter.absorb(spent)
-                    counts[1] += 1
-                    admitted.notify_all()
-            if refused[0] is not None and reason is None and not keep:
-                # A budget refused the next trial: those running finish and count.
-                reason, keep = refused[0], True
-            if stop.is_set() and not keep:
-                continue
-            if exc is not None or out is None:
-                if not keep:
-                    failure = exc
-                    stop.set()
+            with admitted:
+                counts[1] += 1
+                # Before the trial, as the serial loop: an abort, then a budget.
+                if not stop.is_set():
+                    if should_stop is not None and done and done % batch == 0 and should_stop():
+                        reason = "aborted"
+                    elif budget and meter is not None:
+                        reason = meter.refuses(trial.plan.stop)
+                    if reason is None and (exc is not None or out is None):
+                        failure = exc
+                    if reason is not None or failure is not None:
+                        stop.set()
+                if meter is not None and spent is not None:
+                    if stop.is_set():
+                        meter.discard(spent)  # past the stop: paid, not evidence
+                    else:
+                        meter.absorb(spent)
+                admitted.notify_all()
+            if stop.is_set() or out is None:
                 continue
             mine = tallies.get(spec.id)
             if mine is None:
@@ -212,17 +216,13 @@ def run_slotted(
             unsafe += out[1]
             target_errors += out[2]
             done += 1
-            if keep:
-                continue
             if limits is not None:
                 reason = limits.tripped(effects, unsafe, target_errors)
-            if reason is None and meter is not None:
-                reason = meter.exceeded(trial.plan.stop)
-            if reason is None and should_stop is not None and done % batch == 0 and should_stop():
-                reason = "aborted"
+            if reason is None and budget and meter is not None:
+                with admitted:
+                    reason = meter.exceeded(trial.plan.stop)
             if reason is not None:
                 stop.set()
-                keep = reason.startswith(KEEPS_FINISHED)
     for th in threads:
         th.join()
     if failure is not None:

@@ -398,6 +398,8 @@ def predicate_from_report(
         **({"artifacts": [a.view() for a in shipped]} if shipped else {}),
         # Remote targets: per endpoint the declared build, those reported and the assurance.
         **({"builds": assay_view(r.builds)} if r.builds else {}),
+        # What the runs cost, the team's agent apart from the gate's own (when it was metered).
+        **({"spend": _spend(r.spend)} if r.spend else {}),
         # Tenant code: the sandbox layers that were in force (service/sandbox/layers.py).
         **({"sandbox": [dict(s) for s in r.sandbox]} if r.sandbox else {}),
         # Every attempt of the release (same system, code, manifest and policy), when re-run.
@@ -406,6 +408,14 @@ def predicate_from_report(
     if policy is not None:
         found["organisation_policy"] = dict(policy)
     return found
+
+
+def _spend(spend: JSONObject) -> JSONObject:
+    """The report's spend as signed: the team's agent (`team`, what budgets count) apart from the
+    gate's naive agent (`gate`), every run (`total`), runs past a stop (`past_stop`), per arm."""
+    return {
+        k: spend[k] for k in ("rule", "team", "gate", "total", "past_stop", "arms") if k in spend
+    }
 
 
 def _without_intervals(summary: JSONObject) -> JSONObject:

@@ -110,6 +110,26 @@ def check_build(value: str) -> str:
 Build = Annotated[str, AfterValidator(check_build)]
 
 
+# A server's per-slot name: the digits that end its name after a `-` or `_` (`boxoffice-desk-3`).
+_SLOT_NAME = re.compile(r"(?<=[-_])[0-9]+$")
+#: What a per-slot name's number is recorded as (the `{slot}` of a slot's URLs).
+SLOT_NUMBER = "{slot}"
+
+
+def slot_build(build: str) -> str:
+    """A server's build in a world that offers slots: its `name@version` with the number that
+    ends the name after a `-` or `_` written `{slot}` (`boxoffice-desk-3@1.0.0` is
+    `boxoffice-desk-{slot}@1.0.0`). The slots are copies of one world, and a copy's server may
+    name the copy it serves; that number says which copy answered, not which code. The version
+    and the rest of the name are the build, compared as written, so two versions (or two names)
+    across the slots are still two builds. The name ends at the last `@` after its first
+    character (a scoped `@team/desk-3@1.0` has the name `@team/desk-3`); a build without one
+    is all name."""
+    at = build.rfind("@")
+    name, version = (build[:at], build[at:]) if at > 0 else (build, "")
+    return _SLOT_NAME.sub(SLOT_NUMBER, name) + version
+
+
 def reported_build(text: str | None) -> str | None:
     """What an endpoint reported, as the gate records it: stripped and cut to BUILD_MAX
     characters; nothing (None or blank) is None."""

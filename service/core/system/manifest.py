@@ -33,7 +33,7 @@ from service.core.system.contract import (
     parse_invariants,
 )
 from service.core.system.control import Control
-from service.core.system.endpoint import Build, Command, Entrypoint, HttpUrl
+from service.core.system.endpoint import Build, Command, Entrypoint, HttpUrl, slot_build
 from service.core.system.execution import Execution, Part, parts
 from service.core.system.secret import NAME_PATTERN as VARIABLE_NAME_PATTERN
 from service.core.system.text import (
@@ -395,7 +395,9 @@ def server_endpoint(name: str) -> str:
 def build_endpoints(manifest: Manifest) -> dict[str, str | None]:
     """Every remote endpoint that reports its build (by its manifest field: `target`,
     `target.runner`, `tools.servers.<name>`) and the build the candidate declared for it (None:
-    none). Code the gate runs (python targets, command runners, stdio servers) has none."""
+    none). Code the gate runs (python targets, command runners, stdio servers) has none. In a
+    world that offers slots a server's declared build is read as its reports are, its per-slot
+    number written `{slot}` (`endpoint.slot_build`)."""
     target = manifest.target
     if target.kind == "http":
         return {TARGET_ENDPOINT: target.build}
@@ -405,9 +407,13 @@ def build_endpoints(manifest: Manifest) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     if target.runner.kind == "http":
         out[RUNNER_ENDPOINT] = target.runner.build
-    for name, up in sorted(contract_of(manifest).servers.items()):
+    contract = contract_of(manifest)
+    for name, up in sorted(contract.servers.items()):
         if up.url is not None:
-            out[server_endpoint(name)] = up.build
+            build = up.build
+            if build is not None and contract.slots is not None:
+                build = slot_build(build)
+            out[server_endpoint(name)] = build
     return out
 
 

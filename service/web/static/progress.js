@@ -21,6 +21,7 @@
     document.getElementById("trials-planned").textContent = p.trials_planned;
     document.getElementById("shards-done").textContent = p.shards_done;
     document.getElementById("runs-done").textContent = p.runs_done || 0;
+    document.getElementById("gate-runs-done").textContent = p.gate_runs_done || 0;
     document.getElementById("slots-busy").textContent = p.slots_busy || 0;
     var waiting = p.waiting || {};
     var parts = Object.keys(waiting).sort().map(function (k) { return waiting[k] + " waiting for " + k; });

@@ -134,3 +134,23 @@ def test_the_meters_running_total_is_what_its_arms_sum_to() -> None:
     total = meter.total()
     assert (total.runs, total.tokens, total.cost) == (3, 13, 0.75)
     assert meter.view("fixed")["total"] == {"runs": 3, "seconds": 0.0, "tokens": 13, "cost": 0.75}
+
+
+def test_a_run_budget_counts_the_teams_agent_never_the_gates_naive_agent() -> None:
+    # Four trials of intervention, naive run and baseline: 12 runs, of which the team's are 8.
+    stop = StopConditions(max_runs=8)
+    meter = Meter()
+    for _ in range(4):
+        meter.add("f", "intervention", 1, (100, 0.01))
+        meter.add("f", "sensitivity", 1, (0, 0.0))
+        meter.add("f", "baseline", 1, (90, 0.01))
+        meter.trials += 1
+    assert (meter.total().runs, meter.team().runs) == (12, 8)
+    assert meter.exceeded(stop) is None
+    assert meter.refuses(stop) == (
+        "budget: agent runs 8 spent of the budget of 8; too little left for another trial "
+        "(about 2 each)"
+    )
+    view = meter.view("fixed")
+    assert view["team"] == {"runs": 8, "seconds": 0.0, "tokens": 760, "cost": 0.08}
+    assert view["gate"] == {"runs": 4}

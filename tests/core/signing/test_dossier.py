@@ -6,6 +6,7 @@ import base64
 import copy
 import hashlib
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from securesystemslib.signer._utils import compute_default_keyid
 from service.core.decision.policy import parse_policy
 from service.core.errors import ArtifactInvalid
 from service.core.evidence.builds import EndpointBuilds
+from service.core.evidence.spend import Meter
 from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import run_assay
 from service.core.signing.dossier import (
@@ -461,3 +463,28 @@ def test_a_dossier_lists_the_releases_attempts_only_when_there_is_more_than_one(
     assert pred["attempts"] == [first, this]
     _, env = seal(statement(cand.subject_name(), report["manifest_digest"], pred), _signer())
     assert verify(env, _keys(_signer())).ok
+
+
+def test_a_dossier_signs_what_the_team_paid_apart_from_the_gates_own_naive_agent(
+    typed_repair: Manifest,
+) -> None:
+    report = run_assay(typed_repair, AssayPlan(modes=("subject_swap",), trials=4, seed=1))
+    assert report.spend is None
+    args: dict[str, Any] = {
+        "version": 1,
+        "previous": None,
+        "issued_at": "2026-12-05T00:00:00Z",
+        "triggers": {},
+    }
+    cand = CandidateRef("c-1", "copperfin-returns", "1.6.0")
+    # An unmetered assay's dossier reads as it always did.
+    assert "spend" not in predicate_from_report(report, cand, **args)
+    meter = Meter()
+    meter.add("subject_swap", "intervention", 4, (400, 0.04))
+    meter.add("subject_swap", "sensitivity", 4, (0, 0.0))
+    meter.add("subject_swap", "baseline", 4, (380, 0.038))
+    metered = replace(report, spend=meter.view("sequential"))
+    spend = predicate_from_report(metered, cand, **args)["spend"]
+    assert spend["team"] == {"runs": 8, "seconds": 0.0, "tokens": 780, "cost": 0.078}
+    assert spend["gate"] == {"runs": 4}
+    assert spend["total"]["runs"] == 12 and "faults" not in spend
