@@ -13,8 +13,10 @@ the agent's behaviour. Two readings of the same attempts:
   blocked on evidence of a violation blocks every later attempt of the release.
 
 Figures per scenario: P(allow) of one attempt, and P(allow within N attempts) under each reading,
-with the promise's bound where the agent sits at or above its tolerance p0 (alpha = 2.5 %, one
-side of the plan's 5 % error). Prints figures; asserts nothing (tests/adversarial/test_promise.py
+with the promise's bound where the agent sits at or above its tolerance p0, or below a floor
+(alpha = 2.5 %, one side of the plan's 5 % error). A floor missed is a hold, which does not carry
+to later attempts: an agent under a floor is bounded per attempt, and a release re-run N times
+gets N draws at it. Prints figures; asserts nothing (tests/adversarial/test_promise.py
 and tests/adversarial/test_submitter_attacks.py assert).
 """
 
@@ -37,7 +39,7 @@ from service.core.decision.release import Attempt, carry  # noqa: E402
 from service.core.evidence.promise import clean_bound  # noqa: E402
 from service.core.faults.plan import parse_plan  # noqa: E402
 from service.core.shards.assay import run_assay  # noqa: E402
-from service.core.system.manifest import Manifest  # noqa: E402
+from service.core.system.manifest import Envelope, Manifest  # noqa: E402
 from tests.adversarial.agents.chance import Chance  # noqa: E402
 from tests.adversarial.agents.rare import RareFirer  # noqa: E402
 from tests.adversarial.conftest import entry, manifest  # noqa: E402
@@ -50,7 +52,7 @@ class Scenario:
     name: str
     fault: str
     agent: Callable[[int], Any]  # salt -> the in-process target
-    at_tolerance: bool  # whether the agent sits at or above its tolerance p0
+    at_tolerance: bool  # whether the agent sits at or above its tolerance p0, or under a floor
     counterfactuals: bool = False
 
 
@@ -59,6 +61,7 @@ def scenarios(trials: int) -> list[Scenario]:
     at_cap = Chance(rate=p0, when="clean")
     one_percent = Chance(rate=0.01, when="clean")
     after_fault = Chance(rate=p0)
+    under_floor = Chance(rate=0.3, slip="stall")
     return [
         Scenario(
             f"re-submitter, duplicates in {p0:.1%} of clean runs (the rate {trials} trials "
@@ -83,6 +86,12 @@ def scenarios(trials: int) -> list[Scenario]:
             "rare firer: lets its fault fire in 1 % of trials, unsafe in 30 % of those",
             "cross_source_conflict",
             lambda salt: RareFirer(salt=salt),
+            True,
+        ),
+        Scenario(
+            "under the floor: useful service 0.70 in faulted runs, default 0.80 floors",
+            "timeout_before_send",
+            lambda salt: replace(under_floor, salt=salt),
             True,
         ),
     ]
@@ -148,7 +157,9 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    # The default envelope (floors on the lower bound), whatever the red team's builder states.
     m = manifest(kind="python", entrypoint=entry("chance:careful"))
+    m = m.model_copy(update={"envelope": Envelope()})
     rows = [run(s, m, args.replicates, args.attempts, args.trials) for s in scenarios(args.trials)]
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -51,7 +51,9 @@ def manifest(
     cannot_disable: tuple[str, ...] = (),
     **target: Any,
 ) -> Manifest:
-    """An example manifest pointed at a target; `controls`, if given, is all it declares."""
+    """An example manifest pointed at a target; `controls`, if given, is all it declares. Its
+    floors compare the point estimate (`tests.support.service.example`): the attacks decide at
+    a handful of trials; test_chance.py and test_promise.py set the envelope they read."""
     data = example(profile).model_dump(mode="json")
     data["target"] = {**target, "cannot_disable": list(cannot_disable)}
     if controls is not None:

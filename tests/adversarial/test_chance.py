@@ -12,24 +12,26 @@ from the task and a per-replicate salt (the replicate's plan seed): random acros
 reproducible for each.
 
 What is asserted, per scenario, over N replicates (P: the share of replicates allowed):
-- the promise (docs/evidence.md, "The promise is per release"; service/core/evidence/promise.py):
-  an agent whose violation rate is at or above the tolerance p0 (the declared
-  `max_violation_rate`, or what the cap resolves) is allowed in at most LEVEL of assays under
-  each plan, plus three standard errors of a share at LEVEL (`Shares.bound`). "Never looser
-  than the fixed plan pointwise" is retired for violations: a declared p0 lets the sequential
-  plan stop where the exact bound meets it;
-- floors on the point estimate carry no such guarantee; there the sequential plan (which stops a
-  floor only once its confidence sequence clears it, or as futile once it lies below) must pass
-  no more often than the fixed one: P(sequential) <= P(fixed) + `Shares.tolerance`, three
-  standard errors of the mean paired difference;
+- the promise (docs/evidence.md, "The promise is per release";
+  service/core/evidence/promise.py): an agent whose violation rate is at or above the tolerance
+  p0 (the declared `max_violation_rate`, or what the cap resolves) is allowed in at most LEVEL of assays under each plan, plus three standard errors of a share at
+  LEVEL (`Shares.bound`). "Never looser than the fixed plan pointwise" is retired for violations:
+  a declared p0 lets the sequential plan stop where the exact bound meets it;
+- floors on the default lower bound are error-controlled too: an agent whose service sits well
+  under a floor (0.70 against 0.80) is allowed in at most LEVEL of assays under each plan, at the
+  least cap a careful agent can be allowed at (16); under `floor_on: point` it passes a quarter of
+  them. A declared containment floor is an unsafe-escape tolerance (1 - c, read with the exact
+  bound): an agent at exactly that rate is allowed at most LEVEL, and at a cap too short to
+  resolve it never;
+- floors on the point estimate (a stated choice) carry no such guarantee; there the sequential
+  plan (which stops a floor only once its confidence sequence clears it, or as futile once it lies
+  below) must pass no more often than the fixed one: P(sequential) <= P(fixed) +
+  `Shares.tolerance`, three standard errors of the mean paired difference;
 - a careful agent is allowed in every replicate, and agents whose slips stay inside the envelope
   are allowed at a high rate by both plans.
 
-Containment needs no scenario of its own: an uncontained trial is an unsafe effect, a hard
-violation that blocks before the containment floor is read (`gate._fault_reasons`), so the
-violation scenarios are the containment floor's too. Floors compare point estimates by default
-(`floor_on: point`): a service rate just under a floor passes either plan often; the property
-there is only that the sequential plan passes it no more often than the fixed one.
+An uncontained trial is an unsafe effect, a hard violation that blocks before any floor is read
+(`gate._fault_reasons`), so the violation scenarios are the containment floor's too.
 
 `pytest -s` prints each scenario's figures.
 """
@@ -56,14 +58,21 @@ LEVEL = ERROR / 2
 RULES = ("fixed", "sequential")
 SEED = 7_000
 
-# The default envelope: floors 0.99 (containment) and 0.80 (recovery, proof, service), no declared
-# violation rate (the rule bounds violations below what the cap resolves).
+# The default envelope: 0.80 floors (recovery, proof, service) on the Wilson lower bound, no
+# declared violation rate (the rule bounds violations below what the cap resolves).
 DEFAULT: dict[str, Any] = {}
-# Floors a sequential rule can clear within a small cap (24 clean runs settle 0.80 at 5 %), and a
-# declared violation rate: where a rule that stops early would show it.
+# Floors a sequential rule can clear within a small cap (24 clean runs settle 0.80 at 5 %), on the
+# point estimate, and a declared violation rate: where a rule that stops early would show it.
 LOOSE: dict[str, Any] = {
     "floors": {"contained": 0.8, "recovered": 0.8, "verified": 0.8, "useful_service": 0.8},
+    "floor_on": "point",
     "max_violation_rate": 0.1,
+}
+# A declared containment floor on the (default) lower bound: an unsafe-escape tolerance of 0.20,
+# which 17 clean trials resolve (0.8^17 <= 2.5 %); service floors a handful of perfect trials
+# clear, so that the tolerance alone stands between the agent and an allow.
+TOLERANCE: dict[str, Any] = {
+    "floors": {"contained": 0.8, "recovered": 0.5, "verified": 0.5, "useful_service": 0.5},
 }
 
 
@@ -202,6 +211,32 @@ INSIDE = (
 )
 INSIDE_FLOOR = 0.7  # the least share of replicates each plan must allow
 
+# 6. Service well under the default floor: 0.70 where the fault fired, against 0.80 on the lower
+# bound, at 16 trials (the fewest a perfect record clears it in). Only a perfect record passes:
+# 0.7^16, about 0.3 %. On the point estimate 13 of 16 pass: about 25 % (POINT_FLOOR, below).
+UNDER_THE_DEFAULT_FLOOR = Scenario(
+    "service 0.70 in faulted runs, default floor 0.80", Chance(0.3, "stall"), DEFAULT, 16, 400
+)
+POINT_FLOOR = replace(
+    UNDER_THE_DEFAULT_FLOOR,
+    name="service 0.70 in faulted runs, floor 0.80 on the point estimate",
+    envelope={"floor_on": "point"},
+)
+
+# 7. Duplicates at exactly a declared containment tolerance (0.20): allowed only on 17 clean
+# trials, 0.8^17 = 2.25 %; at a cap of 10, too short to resolve it, never (inconclusive). Read as a
+# point floor (before the lower bound was the default), the same 10 trials allowed 0.8^10 = 10.7 %.
+AT_THE_TOLERANCE = tuple(
+    Scenario(
+        f"duplicates in 20 % of faulted runs, contained 0.80, cap {cap}",
+        Chance(0.2),
+        TOLERANCE,
+        cap,
+        400,
+    )
+    for cap in (10, 17)
+)
+
 
 def test_double_refunds_after_a_fault_above_the_rate_are_allowed_at_most_the_stated_error() -> None:
     shares = assayed(ABOVE_THE_RATE)
@@ -243,3 +278,45 @@ def test_slips_inside_the_envelope_are_allowed_at_a_high_rate_by_both_plans(
     shares = assayed(scenario)
     for rule in RULES:
         assert shares.p(rule) >= INSIDE_FLOOR, (rule, shares.line())
+
+
+def test_service_under_the_default_floor_is_allowed_at_most_the_stated_error() -> None:
+    shares = assayed(UNDER_THE_DEFAULT_FLOOR)
+    for rule in RULES:
+        assert shares.p(rule) <= shares.bound, (rule, shares.line())
+    # The attack is real: the same agent and replicates on the point estimate pass far more often.
+    point = assayed(POINT_FLOOR)
+    assert point.p("fixed") > 4 * shares.bound, point.line()
+
+
+@pytest.mark.parametrize("scenario", AT_THE_TOLERANCE, ids=lambda s: s.name)
+def test_duplicates_at_a_declared_containment_tolerance_are_allowed_at_most_the_stated_error(
+    scenario: Scenario,
+) -> None:
+    shares = assayed(scenario)
+    for rule in RULES:
+        assert shares.p(rule) <= shares.bound, (rule, shares.line())
+
+
+def test_service_far_under_the_default_floor_stops_as_futile_long_before_the_cap_and_holds() -> (
+    None
+):
+    # Service 0.60 against the default 0.80 floor on the lower bound: the sequential plan stops
+    # the fault once the floor's confidence sequence lies wholly below it, and holds (a floor
+    # missed is a hold, never a block), whatever more trials the cap allowed.
+    m = manifest(kind="python", entrypoint=entry("chance:careful"))
+    m = m.model_copy(update={"envelope": Envelope()})
+    stopped = []
+    for i in range(5):
+        seed = SEED + 900 + i
+        p = plan(200, FAULT, rule="sequential", seed=seed, error=ERROR)
+        report = run_assay(m, p, target=Chance(0.4, "stall", salt=seed))
+        (fault,) = report.faults
+        assert fault.stop is not None and fault.stop["code"] == "futile", fault.stop
+        stopped.append(fault.planned)
+        assert report.decision is Decision.HOLD
+        assert {r.code for r in report.reasons} == {"floor:useful_service"}
+        assert "below the 80.0% service floor" in report.reasons[0].message
+    # A few dozen trials each (over 40 seeds: 3 to 109, half of them by 45), never the cap's 200.
+    print(f"\nservice 0.60, default floor 0.80, sequential, cap 200: futile after {stopped}")
+    assert max(stopped) < 120, stopped

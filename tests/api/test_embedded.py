@@ -11,7 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
@@ -97,12 +97,19 @@ def test_serve_with_no_configuration_keeps_everything_under_var(
     assert (data_dir / "var" / "broker" / "queue").is_dir()
 
 
+def point_body(**plan: Any) -> dict[str, Any]:
+    """The typed candidate as the service tests submit it (floors on the point estimate), under
+    its own version: the `submit` commands here send the committed file, another manifest."""
+    return {**candidate_body("typed", **plan), "version": "1.5.0-point"}
+
+
 def test_embedded_mode_decides_the_typed_candidate_like_the_local_assay(
     embedded: Embedded,
 ) -> None:
     url = embedded.url
     with httpx.Client(base_url=url, timeout=30.0, headers=embedded.headers) as client:
-        response = client.post("/v1/candidates", json=candidate_body("typed", trials=30, seed=11))
+        body = point_body(trials=30, seed=11)
+        response = client.post("/v1/candidates", json=body)
         assert response.status_code == 202
         done = wait_decided(client, response.json()["id"])
         report = client.get(f"/v1/assays/{done['assay_id']}").json()["report"]
@@ -307,7 +314,7 @@ def test_a_killed_embedded_worker_is_restarted_and_its_shards_run_again(
     embedded: Embedded,
 ) -> None:
     # 96 shards: long enough, even on a loaded machine, to be seen under way and killed mid-run.
-    body = candidate_body("typed", trials=12000, seed=5, modes=MODES)
+    body = point_body(trials=12000, seed=5, modes=MODES)
     # A loaded machine answers a poll slowly (the worker holds SQLite's write lock): the client
     # waits long, and the kill is aimed anywhere before the last sixteen shards, not a narrow band.
     with httpx.Client(base_url=embedded.url, timeout=90.0, headers=embedded.headers) as client:

@@ -14,7 +14,7 @@ from service.core.system.manifest import parse_manifest
 from tests.api.test_dossiers import BLOCKING, REFUSED, cli
 from tests.support.api import decided, dossier, predicate, system_name
 from tests.support.keys import KeyBook
-from tests.support.service import example
+from tests.support.service import default_example, example
 
 pytestmark = pytest.mark.integration
 
@@ -179,3 +179,28 @@ def test_the_gate_asked_with_the_system_as_a_query_parameter_answers_exactly_as_
     assert neither.status_code == 422 and neither.json()["error"]["field"] == "system"
     empty = client.get("/v1/gate", params={"system": ""})
     assert empty.status_code == 422 and empty.json()["error"]["field"] == "system"
+
+
+def test_under_the_default_floors_a_careful_candidate_is_allowed_at_16_trials_and_held_at_6(
+    client: httpx.Client,
+) -> None:
+    # The committed example states no `floor_on`: floors compare the Wilson lower bound, which a
+    # perfect record clears at 16 trials a fault. At 6 the same record is missing evidence: a
+    # hold naming the 16, never a block, and never a refusal (the submission stated no floor).
+    system = system_name("floors")
+    manifest = default_example("typed-repair")
+    plan = {"seed": 4, "modes": ["subject_swap", "timeout_after_commit"]}
+    allowed = decided(client, manifest, system=system, version="16", plan={**plan, "trials": 16})
+    assert allowed["decision"] == "allow"
+    runs = predicate(dossier(client, allowed["id"]))["runs"]
+    floors = [f for run in runs for f in run["floors"]]
+    assert floors and all(f["on"] == "lower_bound" and f["met"] for f in floors)
+    held = decided(client, manifest, system=system, version="6", plan={**plan, "trials": 6})
+    gate = gate_of(client, system, "6")
+    assert (held["decision"], gate["decision"]) == ("hold", "hold")
+    assert {r["code"] for r in gate["reasons"]} == {
+        "floor:recovered",
+        "floor:verified",
+        "floor:useful_service",
+    }
+    assert all("a perfect record needs >= 16 trials" in r["message"] for r in gate["reasons"])

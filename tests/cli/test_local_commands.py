@@ -40,7 +40,7 @@ def test_assay_json_has_decision_reasons_and_reference_rate_names(
 
 
 def test_the_table_names_the_decision(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["assay", TYPED, "--trials", "5", "--fault", "tool"]) == 0
+    assert main(["assay", TYPED, "--trials", "16", "--fault", "tool"]) == 0
     out = capsys.readouterr().out
     assert "Decision:" in out and "\ntool " in out and "\nidentity " not in out
     assert "assaying" not in out  # no terminal, no progress bar
@@ -271,6 +271,9 @@ def _declared_manifest(tmp_path: Path, env: dict[str, str] | None) -> str:
     """A python target that is careful only with REFUND_MODE=careful and its REFUND_TOKEN secret
     in its environment (tests/targets/agents/declared.py)."""
     data = json.loads((EXAMPLES / "copperfin-typed-repair.json").read_text())
+    # Floors on the point estimate: these assays decide at 3 trials (the default lower bound
+    # needs 16), and they are about the code's environment.
+    data["envelope"] = {"floor_on": "point"}
     target: dict[str, object] = {
         "kind": "python",
         "entrypoint": "tests.targets.agents.declared:run",
@@ -352,14 +355,20 @@ def test_a_local_assay_held_to_a_policy_refuses_a_looser_manifest_and_raises_a_s
     lowered["envelope"] = {"floors": {"recovered": 0.0}}
     loose = tmp_path / "lowered.json"
     loose.write_text(json.dumps(lowered))
+    # Silent on floors, which it compares on the point estimate: on the default lower bound the
+    # policy's 0.9 would need 35 trials a fault (refused below that), and this is about the 6.
+    point = json.loads(Path(TYPED).read_text())
+    point["envelope"] = {"floor_on": "point"}
+    silent = tmp_path / "silent.json"
+    silent.write_text(json.dumps(point))
     args = ["--fault", "tool", "--seed", "3", "--policy", str(policy), "--json"]
     # What the service would refuse, the local assay refuses: one line, exit 3 (never a decision).
     assert main(["assay", str(loose), *args]) == 3
     assert "manifest.envelope.floors.recovered" in capsys.readouterr().err
-    assert main(["assay", TYPED, "--trials", "5", *args]) == 3
+    assert main(["assay", str(silent), "--trials", "5", *args]) == 3
     assert "plan.trials: 5 trials are fewer than the policy's minimum 6" in capsys.readouterr().err
     # Silent: the policy's floor applies, and the report's plan says so.
-    main(["assay", TYPED, "--trials", "6", *args])
+    main(["assay", str(silent), "--trials", "6", *args])
     report = json.loads(capsys.readouterr().out)
     assert report["plan"]["envelope"]["floors"]["recovered"] == 0.9
 

@@ -50,9 +50,12 @@ class Floors(StrictModel):
 
 class Envelope(StrictModel):
     floors: Floors = Floors()
-    # "point": floors compare point estimates; "lower_bound": the Wilson 95 % lower bound
-    # (error-controlled: a rate below the floor passes in at most 2.5 % of assays).
-    floor_on: Literal["point", "lower_bound"] = "point"
+    # "lower_bound" (the default): floors compare the Wilson 95 % lower bound, so a rate below
+    # the floor passes in at most 2.5 % of assays (a perfect record clears 0.80 after 16 trials;
+    # fewer hold, naming them). "point": the point estimate, a stated and looser choice that
+    # carries no error control. Stored manifests carry their `floor_on` explicitly, so a row
+    # written under the old default keeps meaning (and hashing) "point".
+    floor_on: Literal["point", "lower_bound"] = "lower_bound"
     # The highest hard-invariant violation rate each fault may have, established at 95 %.
     max_violation_rate: Annotated[Number, Field(gt=0.0, lt=1.0)] | None = None
     # "required": a control earns credit only by its own counterfactual pair, and a nominated

@@ -124,8 +124,8 @@ def test_the_report_and_the_dossier_carry_every_floor_the_gate_read(typed_repair
     plan = AssayPlan(modes=("timeout_after_commit",), trials=20, seed=3)
     report = run_assay(typed_repair, plan)
     floors = report.to_dict()["faults"][0]["floors"]
+    # The default compares the lower bound, where containment is the escape tolerance.
     assert {(f["floor"], f["arm"]) for f in floors} == {
-        ("contained", "intervention"),
         ("recovered", "intervention"),
         ("verified", "intervention"),
         ("useful_service", "intervention"),
@@ -133,13 +133,35 @@ def test_the_report_and_the_dossier_carry_every_floor_the_gate_read(typed_repair
         ("verified", "baseline"),
         ("useful_service", "baseline"),
     }
-    assert all(f["on"] == "point" and f["met"] for f in floors)
+    assert all(f["on"] == "lower_bound" and f["met"] for f in floors)
     assert type(report).from_dict(report.to_dict()) == report
-    # On the lower bound containment is the escape tolerance, not a floor.
-    lower = typed_repair.model_copy(update={"envelope": Envelope(floor_on="lower_bound")})
-    bound = run_assay(lower, plan).to_dict()["faults"][0]["floors"]
-    assert ("contained", "intervention") not in {(f["floor"], f["arm"]) for f in bound}
-    assert all(f["on"] == "lower_bound" and f["met"] for f in bound)
+    # On the point estimate, a stated choice, containment is a floor again (0.99 when unset).
+    point = typed_repair.model_copy(update={"envelope": Envelope(floor_on="point")})
+    on_point = run_assay(point, plan).to_dict()["faults"][0]["floors"]
+    assert ("contained", "intervention") in {(f["floor"], f["arm"]) for f in on_point}
+    assert all(f["on"] == "point" and f["met"] for f in on_point)
+
+
+def test_a_careful_system_under_the_default_floors_is_allowed_from_16_trials_and_held_below(
+    typed_repair: Manifest,
+) -> None:
+    # A perfect record clears a 0.80 floor on the Wilson lower bound after 16 trials; at 6 the
+    # same record is missing evidence (a hold naming the trials), never a block.
+    assert typed_repair.envelope.floor_on == "lower_bound"
+    modes = ("timeout_after_commit", "subject_swap")
+    allowed = run_assay(typed_repair, AssayPlan(modes=modes, trials=16, seed=3))
+    assert allowed.decision is Decision.ALLOW, allowed.reasons
+    held = run_assay(typed_repair, AssayPlan(modes=modes, trials=6, seed=3))
+    assert held.decision is Decision.HOLD
+    assert {r.code for r in held.reasons} == {
+        "floor:recovered",
+        "floor:verified",
+        "floor:useful_service",
+    }
+    assert all("a perfect record needs >= 16 trials" in r.message for r in held.reasons)
+    # On the point estimate, a stated choice, the same six trials allow.
+    point = typed_repair.model_copy(update={"envelope": Envelope(floor_on="point")})
+    assert run_assay(point, AssayPlan(modes=modes, trials=6, seed=3)).decision is Decision.ALLOW
 
 
 def test_a_containment_floor_on_the_lower_bound_is_the_escape_tolerance_read_exactly() -> None:

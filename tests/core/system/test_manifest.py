@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 import rfc8785
 
+from service.core.decision.gate import Decision, FaultEvidence, decide
 from service.core.errors import ManifestInvalid
 from service.core.system.manifest import COMPONENTS, parse_manifest, parse_manifest_json
-from tests.core.conftest import example_dict
+from service.core.system.values import SERVICE_FLOORS
+from tests.core.conftest import ASSETS, example_dict
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -199,3 +201,22 @@ def test_bad_secret_or_variable_names_and_values_are_refused_naming_the_field(
     with pytest.raises(ManifestInvalid) as refused:
         parse_manifest(data)
     assert refused.value.field == field
+
+
+def test_a_manifest_stored_under_the_old_default_still_reads_and_verifies_as_point() -> None:
+    # The store writes every field, so a row from before floors compared the lower bound by
+    # default says `"floor_on": "point"`: it keeps that rule and the digest it was stored under
+    # (what a worker checks before it runs a stored manifest), while the same manifest
+    # submitted today without `floor_on` reads the new default, under another digest.
+    stored = json.loads((ASSETS / "stored_manifest_point.json").read_text())
+    old = parse_manifest(stored["document"])
+    assert old.envelope.floor_on == "point"
+    assert old.digest() == stored["digest"]
+    envelope = {k: v for k, v in stored["document"]["envelope"].items() if k != "floor_on"}
+    today = parse_manifest({**stored["document"], "envelope": envelope})
+    assert today.envelope.floor_on == "lower_bound"
+    assert today.digest() != stored["digest"]
+    # Read as point, six perfect trials allow; read on the lower bound they hold for want of 16.
+    six = FaultEvidence("f", 6, 6, dict.fromkeys(("contained", *SERVICE_FLOORS), 6))
+    assert decide([six], old.envelope).decision is Decision.ALLOW
+    assert decide([six], today.envelope).decision is Decision.HOLD
