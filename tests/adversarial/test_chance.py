@@ -15,8 +15,9 @@ What is asserted, per scenario, over N replicates (P: the share of replicates al
 - the promise (docs/evidence.md, "The promise is per release";
   service/core/evidence/promise.py): an agent whose violation rate is at or above the tolerance
   p0 (the declared `max_violation_rate`, or what the cap resolves) is allowed in at most LEVEL
-  of assays under each plan, plus three standard errors of a share at LEVEL (`Shares.bound`). "Never looser than the fixed plan pointwise" is retired for violations:
-  a declared p0 lets the sequential plan stop where the exact bound meets it;
+  of assays under each plan, plus three standard errors of a share at LEVEL (`Shares.bound`).
+  "Never looser than the fixed plan pointwise" is retired for violations: a declared p0 lets the
+  sequential plan stop where the exact bound meets it;
 - floors on the default lower bound are error-controlled too: an agent whose service sits well
   under a floor (0.70 against 0.80) is allowed in at most LEVEL of assays under each plan, at the
   least cap a careful agent can be allowed at (16); under `floor_on: point` it passes a quarter of
