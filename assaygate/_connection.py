@@ -7,6 +7,29 @@ import socket
 import threading
 from typing import IO
 
+# A head longer than this is not one the tool server or the python host writes: refused, never
+# read on without end.
+MAX_HEADER_LINES = 100
+
+
+def read_head(rfile: IO[bytes]) -> tuple[int, bool]:
+    """An HTTP/1.1 message's headers after its first line, for both ends of the python host's
+    link (this client's replies, `assaygate.host`'s requests): the Content-Length (0 when
+    absent) and whether the peer asked to close. ValueError: a Content-Length that is not a
+    number, or more than `MAX_HEADER_LINES` header lines."""
+    length, closing = 0, False
+    for _ in range(MAX_HEADER_LINES):
+        line = rfile.readline(8192)
+        if line in (b"\r\n", b"\n", b""):
+            return length, closing
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length":
+            length = int(value)
+        elif name == b"connection":
+            closing = value.strip().lower() == b"close"
+    raise ValueError(f"more than {MAX_HEADER_LINES} header lines")
+
 
 class Connection:
     """A keep-alive HTTP/1.1 client to the tool server: one request is one `sendall`, and the
@@ -47,17 +70,7 @@ class Connection:
                     raise
                 continue
             rfile = self.rfile
-            length, closing = 0, False
-            while True:
-                line = rfile.readline(8192)
-                if line in (b"\r\n", b"\n", b""):
-                    break
-                name, _, value = line.partition(b":")
-                name = name.strip().lower()
-                if name == b"content-length":
-                    length = int(value)
-                elif name == b"connection":
-                    closing = value.strip().lower() == b"close"
+            length, closing = read_head(rfile)
             data = rfile.read(length) if length else b""
             if closing:
                 self.close()

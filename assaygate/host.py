@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import urlsplit
 
-from assaygate._connection import connection
+from assaygate._connection import connection, read_head
 from assaygate.replies import shaped
 from assaygate.target import (
     PreconditionFailed,
@@ -366,20 +366,10 @@ class _Handler(socketserver.StreamRequestHandler):
             if len(parts) != 3:
                 return
             method, path = parts[0], parts[1]
-            length, closing = 0, False
-            for _ in range(100):
-                h = rfile.readline(8192)
-                if h in (b"\r\n", b"\n", b""):
-                    break
-                name, _, value = h.partition(b":")
-                name = name.strip().lower()
-                if name == b"content-length":
-                    try:
-                        length = int(value)
-                    except ValueError:
-                        return
-                elif name == b"connection":
-                    closing = value.strip().lower() == b"close"
+            try:
+                length, closing = read_head(rfile)
+            except ValueError:
+                return
             if not 0 <= length <= MAX_BODY:
                 return
             body = rfile.read(length) if length else b""

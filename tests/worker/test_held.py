@@ -24,9 +24,9 @@ from service.db.assay import assay_inputs, begin_shard
 from service.db.models import Assay, AssayShard, AssayStatus, Event, ShardStatus
 from service.db.session import session_scope
 from service.settings import Settings
-from tests.core.shards.test_scheduler import Watched
 from tests.support.reports import figures
 from tests.support.service import example
+from tests.support.slots import RunTrial, Watched
 from tests.support.worker import record_assay
 from tests.worker.test_reconciler import purge_queue
 from worker import held
@@ -55,38 +55,35 @@ class Observed(Watched):
         self.looks = 0
         # Trials in flight now, and the most at once (one shard of three trials offers three).
         self.busy = self.most = 0
-        for slot in self._slots:
-            inner = slot.run_trial
+        self.around(self._slow)
 
-            def slow(
-                spec: FaultSpec | None,
-                workload_key: int,
-                storm_key: int,
-                disabled: frozenset[str],
-                capture: bool,
-                inner: Any = inner,
-            ) -> TrialRecord:
-                with self.lock:
-                    self.busy += 1
-                    self.most = max(self.most, self.busy)
-                time.sleep(0.01)
-                if time.monotonic() - self.began > 1.0 and self.looking.acquire(blocking=False):
-                    # Until it has seen several held at once: a held shard that just finished
-                    # may be stored a moment before the worker holds the next in its place.
-                    try:
-                        if self.looks < 10 and len(self.holding) < 2:
-                            self.looks += 1
-                            self.look()
-                    finally:
-                        self.looking.release()
-                try:
-                    record: TrialRecord = inner(spec, workload_key, storm_key, disabled, capture)
-                finally:
-                    with self.lock:
-                        self.busy -= 1
-                return record
-
-            slot.run_trial = slow  # type: ignore[method-assign]
+    def _slow(
+        self,
+        inner: RunTrial,
+        spec: FaultSpec | None,
+        workload_key: int,
+        storm_key: int,
+        disabled: frozenset[str],
+        capture: bool,
+    ) -> TrialRecord:
+        with self.lock:
+            self.busy += 1
+            self.most = max(self.most, self.busy)
+        time.sleep(0.01)
+        if time.monotonic() - self.began > 1.0 and self.looking.acquire(blocking=False):
+            # Until it has seen several held at once: a held shard that just finished
+            # may be stored a moment before the worker holds the next in its place.
+            try:
+                if self.looks < 10 and len(self.holding) < 2:
+                    self.looks += 1
+                    self.look()
+            finally:
+                self.looking.release()
+        try:
+            return inner(spec, workload_key, storm_key, disabled, capture)
+        finally:
+            with self.lock:
+                self.busy -= 1
 
     def look(self) -> None:
         with Session(self.db) as session:

@@ -15,7 +15,7 @@ from service.core.system.manifest import Manifest
 from service.core.trial.engine import MatchedEngine
 from service.core.trial.harness import Runtime, run_trial
 from service.core.trial.record import TrialRecord
-from tests.core.shards.test_slots import ReferenceSlots
+from tests.support.slots import ReferenceSlots
 
 MODES = ("timeout_after_commit", "subject_swap", "fork_run")
 

@@ -11,7 +11,7 @@ from service.core.faults.plan import AssayPlan, StopConditions
 from service.core.shards.assay import run_assay
 from service.core.system.manifest import Manifest
 from service.core.trial.record import TrialRecord
-from tests.core.shards.test_slots import ReferenceSlots
+from tests.support.slots import ReferenceSlots, RunTrial
 
 PLAN = AssayPlan(modes=("timeout_after_commit", "subject_swap"), trials=30, seed=7)
 
@@ -61,23 +61,20 @@ class InvalidUsage(ReferenceSlots):
 
     def __init__(self, manifest: Manifest, plan: AssayPlan) -> None:
         super().__init__(manifest, plan.resolve_catalogue(), 2)
-        for slot in self._slots:
-            inner = slot.run_trial
+        self.around(self._bad)
 
-            def bad(
-                spec: FaultSpec | None,
-                workload_key: int,
-                storm_key: int,
-                disabled: frozenset[str],
-                capture: bool,
-                inner: object = inner,
-            ) -> TrialRecord:
-                assert callable(inner)
-                rec: TrialRecord = inner(spec, workload_key, storm_key, disabled, capture)
-                rec.usage_invalid = True
-                return rec
-
-            slot.run_trial = bad  # type: ignore[method-assign]
+    @staticmethod
+    def _bad(
+        inner: RunTrial,
+        spec: FaultSpec | None,
+        workload_key: int,
+        storm_key: int,
+        disabled: frozenset[str],
+        capture: bool,
+    ) -> TrialRecord:
+        rec = inner(spec, workload_key, storm_key, disabled, capture)
+        rec.usage_invalid = True
+        return rec
 
 
 @pytest.mark.parametrize("concurrency", [1, 2])

@@ -13,7 +13,8 @@ from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import ShardResult, StopLimits, plan_shards, run_shard
 from service.core.shards.held import run_held
 from service.core.system.manifest import Manifest
-from tests.core.shards.test_scheduler import MODES, Watched
+from tests.core.shards.test_scheduler import MODES
+from tests.support.slots import Watched
 
 
 def alone(manifest: Manifest, plan: AssayPlan, trials_per_shard: int) -> list[dict[str, Any]]:

@@ -3,57 +3,15 @@ so per-fault results are the serial run's at any concurrency and a decided fault
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
-from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import run_assay
 from service.core.system.manifest import Manifest
-from service.core.trial.record import TrialRecord
 from tests.core.conftest import load_example
-from tests.core.shards.test_slots import ReferenceSlots
+from tests.support.slots import Watched
 
 MODES = ("timeout_after_commit", "subject_swap", "retry_storm", "fork_run", "reject_before_write")
-
-
-class Watched(ReferenceSlots):
-    """The reference world that notes each intervention it starts and which faults ran at once."""
-
-    def __init__(self, manifest: Manifest, plan: AssayPlan, n: int) -> None:
-        super().__init__(manifest, plan.resolve_catalogue(), n)
-        self.lock = threading.Lock()
-        self.started: dict[str, int] = {}
-        self.running: dict[str, int] = {}
-        self.side_by_side = 0
-        for slot in self._slots:
-            inner = slot.run_trial
-
-            def watched(
-                spec: FaultSpec | None,
-                workload_key: int,
-                storm_key: int,
-                disabled: frozenset[str],
-                capture: bool,
-                inner: object = inner,
-            ) -> TrialRecord:
-                fault = "baseline" if spec is None else spec.id
-                with self.lock:
-                    if spec is not None and not disabled:
-                        self.started[fault] = self.started.get(fault, 0) + 1
-                    self.running[fault] = self.running.get(fault, 0) + 1
-                    busy = [f for f, n in self.running.items() if n and f != "baseline"]
-                    self.side_by_side = max(self.side_by_side, len(busy))
-                try:
-                    assert callable(inner)
-                    record: TrialRecord = inner(spec, workload_key, storm_key, disabled, capture)
-                finally:
-                    with self.lock:
-                        self.running[fault] -= 1
-                return record
-
-            slot.run_trial = watched  # type: ignore[method-assign]
 
 
 def _faults(report: dict[str, object]) -> object:

@@ -2,71 +2,20 @@
 
 from __future__ import annotations
 
-import random
 import threading
-import time
 
 import pytest
 
 from service.core.evidence.stopping import Watch, rule_for
-from service.core.faults.catalogue import Catalogue, FaultSpec
+from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import StopLimits, merge, plan_shards, run_assay, run_shard
 from service.core.shards.slots import InOrder, slots_of
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import SlottedEngine, TrialEngine
-from service.core.trial.harness import Runtime, run_trial
 from service.core.trial.record import TrialRecord
 from tests.core.conftest import load_example
-
-
-class ReferenceSlot:
-    """One slot of the reference world: the built-in workflow, finishing after a random pause so
-    trials complete out of order."""
-
-    def __init__(self, rt: Runtime, index: int, ran: list[int]) -> None:
-        self.rt = rt
-        self.index = index
-        self.ran = ran
-        self.pause = random.Random(index)
-
-    def run_trial(
-        self,
-        spec: FaultSpec | None,
-        workload_key: int,
-        storm_key: int,
-        disabled: frozenset[str],
-        capture: bool,
-    ) -> TrialRecord:
-        time.sleep(self.pause.random() * 0.003)
-        self.ran.append(self.index)
-        return run_trial(self.rt, spec, workload_key, storm_key, disabled, capture)
-
-
-class ReferenceSlots:
-    """The reference target as an engine whose world offers `n` slots."""
-
-    def __init__(self, manifest: Manifest, catalogue: Catalogue, n: int) -> None:
-        self.ran: list[int] = []
-        self._slots = [ReferenceSlot(Runtime(manifest, catalogue), i, self.ran) for i in range(n)]
-
-    @property
-    def slots(self) -> int:
-        return len(self._slots)
-
-    def slot(self, index: int) -> TrialEngine:
-        return self._slots[index]
-
-    def run_trial(
-        self,
-        spec: FaultSpec | None,
-        workload_key: int,
-        storm_key: int,
-        disabled: frozenset[str],
-        capture: bool,
-    ) -> TrialRecord:
-        return self._slots[0].run_trial(spec, workload_key, storm_key, disabled, capture)
-
+from tests.support.slots import ReferenceSlots, RunTrial
 
 PLAN = AssayPlan(
     modes=("timeout_after_commit", "subject_swap", "retry_storm", "fork_run"), trials=12, seed=7
@@ -169,25 +118,21 @@ def test_a_workers_shard_of_a_sequential_fault_stops_where_the_serial_run_does()
     engine = ReferenceSlots(manifest, plan.resolve_catalogue(), 4)
     started: list[int] = []
     lock = threading.Lock()
-    for slot in engine._slots:
-        inner = slot.run_trial
 
-        def counted(
-            spec: FaultSpec | None,
-            workload_key: int,
-            storm_key: int,
-            disabled: frozenset[str],
-            capture: bool,
-            inner: object = inner,
-        ) -> TrialRecord:
-            if spec is not None and not disabled:
-                with lock:
-                    started.append(workload_key)
-            assert callable(inner)
-            record: TrialRecord = inner(spec, workload_key, storm_key, disabled, capture)
-            return record
+    def counted(
+        inner: RunTrial,
+        spec: FaultSpec | None,
+        workload_key: int,
+        storm_key: int,
+        disabled: frozenset[str],
+        capture: bool,
+    ) -> TrialRecord:
+        if spec is not None and not disabled:
+            with lock:
+                started.append(workload_key)
+        return inner(spec, workload_key, storm_key, disabled, capture)
 
-        slot.run_trial = counted  # type: ignore[method-assign]
+    engine.around(counted)
     spec = plan.faults()[0]
     watch = Watch(rule_for(manifest, plan, spec))
     shard = plan_shards(manifest, plan)[0]

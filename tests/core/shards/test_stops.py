@@ -16,7 +16,7 @@ from service.core.shards.assay import StopLimits, plan_shards, run_assay, run_sh
 from service.core.system.manifest import Manifest
 from service.core.trial.record import TrialRecord
 from tests.core.conftest import load_example
-from tests.core.shards.test_slots import ReferenceSlots
+from tests.support.slots import ReferenceSlots, RunTrial
 
 MODES = ("timeout_after_commit", "subject_swap", "retry_storm", "fork_run")
 SLOTS = 8
@@ -28,23 +28,21 @@ class Crashing(ReferenceSlots):
 
     def __init__(self, manifest: Manifest, plan: AssayPlan) -> None:
         super().__init__(manifest, plan.resolve_catalogue(), SLOTS)
-        for slot in self._slots:
-            inner = slot.run_trial
+        self.around(self._crash)
 
-            def crash(
-                spec: FaultSpec | None,
-                workload_key: int,
-                storm_key: int,
-                disabled: frozenset[str],
-                capture: bool,
-                inner: Any = inner,
-            ) -> TrialRecord:
-                rec: TrialRecord = inner(spec, workload_key, storm_key, disabled, capture)
-                if workload_key % 3:
-                    rec.target_error = "TargetFailed: the agent crashed"
-                return rec
-
-            slot.run_trial = crash  # type: ignore[method-assign]
+    @staticmethod
+    def _crash(
+        inner: RunTrial,
+        spec: FaultSpec | None,
+        workload_key: int,
+        storm_key: int,
+        disabled: frozenset[str],
+        capture: bool,
+    ) -> TrialRecord:
+        rec = inner(spec, workload_key, storm_key, disabled, capture)
+        if workload_key % 3:
+            rec.target_error = "TargetFailed: the agent crashed"
+        return rec
 
 
 def _reports(
