@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import socket
 import threading
-from typing import IO
+from typing import IO, Protocol
 
 # A head longer than this is not one the tool server or the python host writes: refused, never
 # read on without end.
 MAX_HEADER_LINES = 100
 
 
-def read_head(rfile: IO[bytes]) -> tuple[int, bool]:
+class _Lines(Protocol):
+    def readline(self, size: int, /) -> bytes: ...
+
+
+def read_head(rfile: _Lines) -> tuple[int, bool]:
     """An HTTP/1.1 message's headers after its first line, for both ends of the python host's
     link (this client's replies, `assaygate.host`'s requests): the Content-Length (0 when
     absent) and whether the peer asked to close. ValueError: a Content-Length that is not a
