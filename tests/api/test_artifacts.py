@@ -32,6 +32,7 @@ from service.settings import Settings
 from tests.adversarial.test_archive_attacks import ATTACKS, LIMITS
 from tests.api.test_bad_input import refused
 from tests.deploy.test_ci_examples import argo_metric, argo_outcome
+from tests.support.api import cli, submit, upload
 from tests.support.keys import Key, KeyBook
 from tests.support.service import (
     ROOT,
@@ -85,16 +86,7 @@ def git(folder: Path, *args: str) -> None:
 
 
 def assaygate(key: Key, api_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": "/usr/bin:/bin", "ASSAYGATE_URL": api_url, "ASSAYGATE_API_KEY": key.secret}
-    return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return cli(api_url, key.secret, *args)
 
 
 def argo_result(key: Key, api_url: str, system: str, artifact: str) -> str:
@@ -342,24 +334,11 @@ def test_a_declared_artifact_is_held_until_the_policy_accepts_it_and_then_the_al
     tenant = f"declared-{uuid.uuid4().hex[:8]}"
     key = keys.key(f"ci-{tenant}", tenant=tenant)
     client = httpx.Client(base_url=api_url, timeout=30.0, headers=key.headers)
-    packed = pack(write_code(tmp_path / "code"))
-    digest = client.post(
-        "/v1/artifacts", content=packed.data, headers={"Content-Type": "application/gzip"}
-    ).json()["digest"]
+    digest, _ = upload(client, write_code(tmp_path / "code"))
     system = f"declared-{uuid.uuid4().hex[:6]}"
-    submitted = client.post(
-        "/v1/candidates",
-        json={
-            "system": system,
-            "version": "1",
-            "source_revision": "abc",
-            "manifest": example("typed-repair"),
-            "plan": PLAN,
-            "code": digest,
-        },
-    )
-    assert submitted.status_code == 202, submitted.text
-    candidate = submitted.json()["id"]
+    candidate = submit(
+        client, example("typed-repair"), system=system, version="1", plan=PLAN, code=digest
+    )["id"]
     assert wait_decided(client, candidate)["decision"] == "allow"
 
     # Asked by version, the gate answers as it always did; asked by the bytes, it holds.
@@ -452,16 +431,11 @@ def test_code_a_worker_ran_is_allowed_by_its_digest_with_nothing_to_accept(
     tenant = f"ran-{uuid.uuid4().hex[:8]}"
     key = keys.key(f"ci-{tenant}", tenant=tenant)
     with httpx.Client(base_url=api_url, timeout=30.0, headers=key.headers) as client:
-        packed = pack(write_code(tmp_path / "code"))
-        digest = client.post(
-            "/v1/artifacts", content=packed.data, headers={"Content-Type": "application/gzip"}
-        ).json()["digest"]
+        digest, packed = upload(client, write_code(tmp_path / "code"))
         system = f"ran-{uuid.uuid4().hex[:6]}"
-        body = {"system": system, "version": "1", "source_revision": "abc"}
-        body |= {"manifest": example("typed-repair"), "plan": PLAN, "code": digest}
-        submitted = client.post("/v1/candidates", json=body)
-        assert submitted.status_code == 202, submitted.text
-        candidate = submitted.json()["id"]
+        candidate = submit(
+            client, example("typed-repair"), system=system, version="1", plan=PLAN, code=digest
+        )["id"]
         assert wait_decided(client, candidate)["decision"] == "allow"
         with Session(engine) as session:
             ran = ArtifactSubject(CODE, packed.sha256, Assurance.EXECUTED, Source.ARTIFACT)

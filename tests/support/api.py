@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Collection
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.support.service import wait_decided
+from service.packing import Packed, pack
+from tests.support.service import ROOT, wait_decided
 
 SUBJECT_SWAP: dict[str, Any] = {"trials": 5, "seed": 4, "modes": ["subject_swap"]}
 
@@ -29,8 +33,10 @@ def submit(
     version: str,
     plan: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
+    code: str | None = None,
 ) -> dict[str, Any]:
-    """Submit a candidate (202 or the test fails); its JSON."""
+    """Submit a candidate (202 or the test fails), naming the artifact `code` when given; its
+    JSON."""
     body = {
         "system": system,
         "version": version,
@@ -38,6 +44,8 @@ def submit(
         "manifest": manifest,
         "plan": plan or SUBJECT_SWAP,
     }
+    if code is not None:
+        body["code"] = code
     response = client.post("/v1/candidates", json=body, headers=headers)
     assert response.status_code == 202, response.text
     result: dict[str, Any] = response.json()
@@ -70,3 +78,29 @@ def predicate(doc: dict[str, Any]) -> dict[str, Any]:
     stmt: dict[str, Any] = json.loads(base64.b64decode(doc["envelope"]["payload"]))
     result: dict[str, Any] = stmt["predicate"]
     return result
+
+
+def upload(client: httpx.Client, folder: Path) -> tuple[str, Packed]:
+    """Pack `folder` and upload it as the tenant's artifact (stored or the test fails): its
+    digest as the API names it, and the packed bytes."""
+    packed = pack(folder)
+    response = client.post(
+        "/v1/artifacts", content=packed.data, headers={"Content-Type": "application/gzip"}
+    )
+    assert response.status_code in (200, 201), response.text
+    digest: str = response.json()["digest"]
+    return digest, packed
+
+
+def cli(api_url: str, secret: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`assaygate ARGS` as a pipeline runs it: the service's address and a key, nothing else."""
+    env = {"PATH": "/usr/bin:/bin", "ASSAYGATE_URL": api_url, "ASSAYGATE_API_KEY": secret}
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
