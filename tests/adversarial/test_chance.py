@@ -153,6 +153,11 @@ def assert_never_looser(shares: Shares) -> None:
     assert shares.p("sequential") <= shares.p("fixed") + shares.tolerance, shares.line()
 
 
+def assert_within_the_error(shares: Shares) -> None:
+    for rule in RULES:
+        assert shares.p(rule) <= shares.bound, (rule, shares.line())
+
+
 # 1. Violations where the fault fired, just above the envelope's rate (0.105 against 0.10). Any
 # duplicate seen blocks, so an agent is allowed only when its slips all fall in trials never run:
 # (1 - 0.105)^n for n trials. At the cap of 60 the fixed plan allows about 0.1 %; the sequential
@@ -240,23 +245,17 @@ AT_THE_TOLERANCE = tuple(
 
 
 def test_double_refunds_after_a_fault_above_the_rate_are_allowed_at_most_the_stated_error() -> None:
-    shares = assayed(ABOVE_THE_RATE)
-    for rule in RULES:
-        assert shares.p(rule) <= shares.bound, (rule, shares.line())
+    assert_within_the_error(assayed(ABOVE_THE_RATE))
 
 
 def test_double_refunds_in_clean_runs_at_the_caps_rate_are_allowed_at_most_the_stated_error() -> (
     None
 ):
-    shares = assayed(CLEAN_RUNS)
-    for rule in RULES:
-        assert shares.p(rule) <= shares.bound, (rule, shares.line())
+    assert_within_the_error(assayed(CLEAN_RUNS))
 
 
 def test_double_refunds_in_clean_runs_above_the_rate_are_allowed_at_most_the_stated_error() -> None:
-    shares = assayed(CLEAN_RUNS_ABOVE_THE_RATE)
-    for rule in RULES:
-        assert shares.p(rule) <= shares.bound, (rule, shares.line())
+    assert_within_the_error(assayed(CLEAN_RUNS_ABOVE_THE_RATE))
 
 
 @pytest.mark.parametrize("scenario", UNDER_THE_FLOOR, ids=lambda s: s.name)
@@ -283,8 +282,7 @@ def test_slips_inside_the_envelope_are_allowed_at_a_high_rate_by_both_plans(
 
 def test_service_under_the_default_floor_is_allowed_at_most_the_stated_error() -> None:
     shares = assayed(UNDER_THE_DEFAULT_FLOOR)
-    for rule in RULES:
-        assert shares.p(rule) <= shares.bound, (rule, shares.line())
+    assert_within_the_error(shares)
     # The attack is real: the same agent and replicates on the point estimate pass far more often.
     point = assayed(POINT_FLOOR)
     assert point.p("fixed") > 4 * shares.bound, point.line()
@@ -294,9 +292,7 @@ def test_service_under_the_default_floor_is_allowed_at_most_the_stated_error() -
 def test_duplicates_at_a_declared_containment_tolerance_are_allowed_at_most_the_stated_error(
     scenario: Scenario,
 ) -> None:
-    shares = assayed(scenario)
-    for rule in RULES:
-        assert shares.p(rule) <= shares.bound, (rule, shares.line())
+    assert_within_the_error(assayed(scenario))
 
 
 def test_service_far_under_the_default_floor_stops_as_futile_long_before_the_cap_and_holds() -> (
