@@ -356,10 +356,12 @@ def _forecast(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     where = f"declared in {first.p0_field}" if first.p0_field else "what the cap resolves"
+    meets = "no count of clean trials meets it"
+    if out["needs"] is not None:
+        meets = f"{out['needs']} clean trials meet it"
     print(
         f"{len(faults)} faults, rule {first.rule}, cap {plan.trials} trials, error "
-        f"{float(plan.error):g}: p0 {first.p0:.2%} ({where}), {out['needs'] or 'never'} clean "
-        "trials meet it"
+        f"{float(plan.error):g}: p0 {first.p0:.2%} ({where}), {meets}"
     )
     print(f"{'fault':32} {'allowed at':>10} {'team runs':>9} {'fixed':>6}")
     for f in faults:
