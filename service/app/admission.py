@@ -134,7 +134,9 @@ def admit(
     force = policies.in_force(session, principal.tenant_id, principal.tenant, system)
     plan = policies.admit(force, manifest, said).plan
     # A tolerance or lower-bound floor the cap cannot resolve could only hold: refused here.
-    refuse_unresolvable(plan, plan.envelope_for(manifest))
+    # Read after the policy tightened it (a policy only tightens); the error says so when the
+    # tolerance is the policy's, not the submission's.
+    refuse_unresolvable(plan, plan.envelope_for(manifest), (said, manifest.envelope))
     shards = plan_shards(manifest, plan, trials_per_shard=shard_size(plan, settings))
     check_trial_limits(shards, settings)
     queue = queue_for(settings, principal.tenant, manifest)

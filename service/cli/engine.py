@@ -289,9 +289,10 @@ def cmd_assay(args: argparse.Namespace) -> int:
     try:
         manifest = load_manifest(args.manifest)
         plan = build_plan(args, manifest)
+        stated = (plan, manifest.envelope)
         if getattr(args, "policy", None) is not None:
             plan = held_to(load_policy(args.policy), manifest, plan)
-        refuse_unresolvable(plan, plan.envelope_for(manifest))
+        refuse_unresolvable(plan, plan.envelope_for(manifest), stated)
         limits = _limits(args)
         # As on a worker: the code sees its declared variables and named secrets only.
         declared = (

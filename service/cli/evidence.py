@@ -33,8 +33,16 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser(
         "plan",
-        help="trials needed to establish a maximum violation rate, or (--trials) the agent runs "
-        "of the fixed and the sequential plan",
+        help="before an assay runs: per fault of a manifest, the trial a careful agent is "
+        "allowed at and the team's agent runs against the fixed plan; without a manifest, the "
+        "trials a maximum violation rate needs, or (--trials) a generic fault's agent runs",
+    )
+    p.add_argument(
+        "manifest",
+        nargs="?",
+        default=None,
+        help="the configuration manifest (JSON): forecast its assay under the plan flags below, "
+        "as `assay` and `submit` would run it",
     )
     p.add_argument(
         "--max-violation-rate",
@@ -49,27 +57,55 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--pairs",
         type=int,
-        default=2,
-        help="extra runs per trial: the matched baseline first, then counterfactual or "
-        "sensitivity pairs (default 2)",
+        default=None,
+        help="without a manifest: extra runs per trial: the matched baseline first, then "
+        "counterfactual or sensitivity pairs (default 2)",
     )
     p.add_argument(
         "--error",
         type=float,
-        default=0.05,
+        default=None,
         help="the sequential plan's error, as a fraction (default 0.05)",
     )
     p.add_argument(
         "--confidence",
         type=float,
-        default=0.95,
-        help="as a fraction, in [0.5, 1) (default 0.95)",
+        default=None,
+        help="without a manifest: as a fraction, in [0.5, 1) (default 0.95)",
     )
     p.add_argument(
-        "--faults", type=int, default=None, help="number of faults (default: the full catalogue)"
+        "--faults",
+        type=int,
+        default=None,
+        help="without a manifest: number of faults (default: the full catalogue)",
     )
+    _forecast_args(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
+
+
+# Flags that only the manifest-less forms read.
+_GENERIC = ("pairs", "confidence", "faults")
+
+
+def _forecast_args(p: argparse.ArgumentParser) -> None:
+    """With a manifest: the plan flags of `assay` (and `submit`) that shape its trials."""
+    from service.cli.plans import budget_args
+
+    p.add_argument("--seed", type=int, default=188, help="as for assay (default 188)")
+    p.add_argument("--fault", action="append", default=[], metavar="FAMILY")
+    p.add_argument("--mode", action="append", default=[], metavar="FAULT")
+    p.add_argument("--catalogue", default="full", help="full (default) or a catalogue JSON file")
+    p.add_argument("--rule", choices=("sequential", "fixed"), default=None)
+    p.add_argument(
+        "--policy",
+        default=None,
+        metavar="FILE",
+        help="forecast the plan an organisation's policy holds the submission to",
+    )
+    p.add_argument("--no-baseline", action="store_true")
+    p.add_argument("--no-counterfactual", action="store_true")
+    budget_args(p)
 
 
 def _json_file(path: str, what: str) -> Any:
@@ -177,7 +213,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from service.core.evidence.promise import runs_to_resolve
     from service.core.faults.catalogue import full_catalogue
 
-    rate, conf = args.max_violation_rate, args.confidence
+    if args.manifest is not None:
+        return _forecast(args)
+    for key in ("seed", "fault", "mode", "catalogue", "rule", "policy"):
+        if getattr(args, key) not in (None, [], "full", 188):
+            raise PlanInvalid("reads a manifest: name one", field=f"--{key}")
+    conf = 0.95 if args.confidence is None else args.confidence
+    rate = args.max_violation_rate
     if args.trials is not None:
         return _plan_runs(args)
     if rate is None:
@@ -216,11 +258,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _plan_runs(args: argparse.Namespace) -> int:
     """Agent runs of the fixed and the sequential plan, for a careful and a defective agent."""
-    from service.core.evidence.stopping import estimate
+    from service.core.evidence.forecast import estimate
     from service.core.faults.catalogue import full_catalogue
     from service.core.system.manifest import Envelope
 
-    rate, trials, pairs, error = args.max_violation_rate, args.trials, args.pairs, args.error
+    rate, trials = args.max_violation_rate, args.trials
+    pairs = 2 if args.pairs is None else args.pairs
+    error = 0.05 if args.error is None else args.error
     if trials < 1:
         raise PlanInvalid("must be at least 1", field="--trials")
     if pairs < 0:
@@ -261,4 +305,73 @@ def _plan_runs(args: argparse.Namespace) -> int:
             f"{base} matched baseline runs and {est.pair_runs} runs of each other pair arm a "
             f"fault), {defective} for one that violates at once (the default envelope's floors)."
         )
+    return 0
+
+
+def _forecast(args: argparse.Namespace) -> int:
+    """A manifest's assay before it runs: per fault the rule, the cap, the tolerance p0, the
+    trials it needs, whether the cap resolves it, the trial a careful agent is allowed at and the
+    team's agent runs under the plan and the fixed one (service/core/evidence/forecast.py)."""
+    from service.cli.engine import build_plan, load_manifest
+    from service.cli.plans import held_to, load_policy
+    from service.core.evidence.forecast import forecast, team_total
+    from service.core.evidence.promise import unresolvable
+
+    for key in _GENERIC:
+        if getattr(args, key) is not None:
+            raise PlanInvalid(
+                "counts a generic fault: leave it out with a manifest", field=f"--{key}"
+            )
+    manifest = load_manifest(args.manifest)
+    plan = build_plan(args, manifest)
+    stated = (plan, manifest.envelope)
+    if args.policy is not None:
+        plan = held_to(load_policy(args.policy), manifest, plan)
+    if plan.paper:
+        raise PlanInvalid(
+            "paper mode draws faults by the script's generator: nothing to forecast per fault",
+            field="--catalogue",
+        )
+    faults = forecast(manifest, plan)
+    refused = unresolvable(plan, plan.envelope_for(manifest), stated)
+    team, fixed = team_total(faults), team_total(faults, fixed=True)
+    first = faults[0]
+    out = {
+        "system": manifest.system,
+        "rule": first.rule,
+        "cap": plan.trials,
+        "error": float(plan.error),
+        "p0": first.p0,
+        "p0_declared_in": first.p0_field,
+        "needs": first.view()["needs"],
+        "refused": None
+        if refused is None
+        else {"field": refused.field, "message": refused.message},
+        "faults": [f.view() for f in faults],
+        "team_runs": team,
+        "fixed_team_runs": fixed,
+        "team_runs_ratio": round(team / fixed, 3) if fixed else None,
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    where = f"declared in {first.p0_field}" if first.p0_field else "what the cap resolves"
+    meets = "no count of clean trials meets it"
+    if out["needs"] is not None:
+        meets = f"{out['needs']} clean trials meet it"
+    print(
+        f"{len(faults)} faults, rule {first.rule}, cap {plan.trials} trials, error "
+        f"{float(plan.error):g}: p0 {first.p0:.2%} ({where}), {meets}"
+    )
+    print(f"{'fault':32} {'allowed at':>10} {'team runs':>9} {'fixed':>6}")
+    for f in faults:
+        at = "never" if f.allowed_at is None else str(f.allowed_at)
+        print(f"{f.fault:32} {at:>10} {f.team_runs:>9} {f.fixed_team_runs:>6}")
+    ratio = f" (ratio {team / fixed:.2f})" if fixed else ""
+    print(
+        f"a careful agent: {team} team runs against {fixed} under the fixed plan{ratio}; the "
+        "gate's own naive runs are not the team's"
+    )
+    if refused is not None:
+        print(f"refused at submission: {refused.field}: {refused.message}")
     return 0

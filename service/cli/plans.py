@@ -38,6 +38,11 @@ def rule_args(p: argparse.ArgumentParser) -> None:
         metavar="RATE",
         help="a sequential fault stops once violations are bounded below RATE",
     )
+    budget_args(p)
+
+
+def budget_args(p: argparse.ArgumentParser) -> None:
+    """`--max-runs --max-seconds --max-tokens --max-cost`."""
     for flag, kind, text in _BUDGETS:
         p.add_argument(flag, type=kind, default=None, help=text)
 

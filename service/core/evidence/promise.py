@@ -93,9 +93,17 @@ class Tolerance:
 def declared_rate(plan: AssayPlan, envelope: Envelope) -> tuple[float, str] | None:
     """The strictest declared tolerance and where it was set (the envelope carries the
     organisation's when its policy tightened it), or None."""
+    mvr = plan.max_violation_rate
+    return strictest(None if mvr is None else float(mvr), envelope)
+
+
+def strictest(plan_rate: float | None, envelope: Envelope) -> tuple[float, str] | None:
+    """The strictest of a plan's declared rate and the envelope's (its `max_violation_rate`, or
+    the unsafe-escape rate a containment floor on the lower bound declares), and where it was
+    set: the one reading of a declared p0, for the gate and the sequential rule alike."""
     found: list[tuple[float, str]] = []
-    if plan.max_violation_rate is not None:
-        found.append((float(plan.max_violation_rate), "plan.max_violation_rate"))
+    if plan_rate is not None:
+        found.append((plan_rate, "plan.max_violation_rate"))
     if envelope.max_violation_rate is not None:
         found.append((float(envelope.max_violation_rate), "manifest.envelope.max_violation_rate"))
     escape = envelope.escape_tolerance()
@@ -151,10 +159,14 @@ class Unresolvable:
     needs: int
 
 
-def unresolvable(plan: AssayPlan, envelope: Envelope) -> Unresolvable | None:
+def unresolvable(
+    plan: AssayPlan, envelope: Envelope, stated: tuple[AssayPlan, Envelope] | None = None
+) -> Unresolvable | None:
     """The first tolerance or floor that a careful agent could not meet within the plan's cap
     (so the plan could only hold, whatever the agent did), or None. Paper mode draws each
-    fault's trials by the script's generator and is not checked."""
+    fault's trials by the script's generator and is not checked. `stated`: the plan and
+    envelope as submitted, before an organisation's policy tightened them; a tolerance stricter
+    than any they declare is the policy's, and the message says so."""
     if plan.paper:
         return None
     cap = plan.trials
@@ -165,6 +177,10 @@ def unresolvable(plan: AssayPlan, envelope: Envelope) -> Unresolvable | None:
             if tol.field == "manifest.envelope.floors.contained"
             else f"a violation rate of {tol.rate:g}"
         )
+        own = None if stated is None else declared_rate(*stated)
+        if stated is not None and (own is None or own[0] > tol.rate):
+            # A policy only tightens: what the submitter declared (if anything) was looser.
+            said += " (set by the organisation's policy, which a submission cannot loosen)"
         if tol.need == NEVER:
             message = f"{said} can never be shown: no count of clean trials bounds it"
         else:
@@ -177,10 +193,10 @@ def unresolvable(plan: AssayPlan, envelope: Envelope) -> Unresolvable | None:
     if envelope.floor_on == "lower_bound":
         # Refused only where the submission stated the rule (the floor, or `floor_on`): the
         # default floors on a short smoke plan run, and hold naming the trials they need.
-        stated = envelope.floors.model_fields_set
+        named = envelope.floors.model_fields_set
         if "floor_on" in envelope.model_fields_set:
-            stated = set(envelope.floored())
-        for key in (k for k in envelope.floored() if k in stated):
+            named = set(envelope.floored())
+        for key in (k for k in envelope.floored() if k in named):
             floor = envelope.floors.value(key)
             need = clean_runs_to_clear(floor)
             if need == NEVER:
@@ -202,11 +218,13 @@ def unresolvable(plan: AssayPlan, envelope: Envelope) -> Unresolvable | None:
     return None
 
 
-def refuse_unresolvable(plan: AssayPlan, envelope: Envelope) -> None:
+def refuse_unresolvable(
+    plan: AssayPlan, envelope: Envelope, stated: tuple[AssayPlan, Envelope] | None = None
+) -> None:
     """Refuse, at submission, a plan whose cap cannot resolve its own rules: ManifestInvalid or
     PlanInvalid naming the field (without its `manifest.`/`plan.` prefix, as each error's
-    translator adds it) and the trials it needs."""
-    found = unresolvable(plan, envelope)
+    translator adds it) and the trials it needs (`stated`: as for `unresolvable`)."""
+    found = unresolvable(plan, envelope, stated)
     if found is None:
         return
     where, _, field = found.field.partition(".")

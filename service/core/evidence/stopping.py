@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from service.core.evidence.pairs import removal
+from service.core.evidence.promise import strictest, tolerance
 from service.core.evidence.sequential import confidence_sequence, violation_bound
 from service.core.evidence.signature import wilson
 from service.core.evidence.tally import ArmCounts, Tally
@@ -91,12 +92,8 @@ class Rule:
         """The tolerance p0: the strictest declared rate, else what the cap's clean runs resolve
         (service/core/evidence/promise.py); the exact bound meets it after the same clean runs
         under either plan, so stopping there keeps P(allow | rate >= p0) <= error / 2."""
-        declared = [
-            float(r)
-            for r in (self.max_violation_rate, self.envelope.max_violation_rate)
-            if r is not None
-        ]
-        return min(declared) if declared else violation_bound(self.max_runs, self.error)
+        said = strictest(self.max_violation_rate, self.envelope)
+        return tolerance(None if said is None else said[0], self.max_runs, self.error).rate
 
     @property
     def baseline_rate(self) -> float:
@@ -292,39 +289,6 @@ def rule_for(manifest: Manifest, plan: AssayPlan, spec: FaultSpec) -> Rule:
         baseline,
         waivable,
     )
-
-
-@dataclass(frozen=True)
-class RunEstimate:
-    """Agent runs per fault of a careful agent (no violation, every floor met in every run)."""
-
-    trials: int  # the fault's own trials (the intervention arm)
-    pair_runs: int  # each counterfactual arm's runs
-    baseline_runs: int = 0  # the matched baseline's: as many as the fault's trials
-
-
-def estimate(envelope: Envelope, error: float, trials: int, rate: float | None) -> RunEstimate:
-    """What the sequential rule spends on a careful agent: its trials run until the floors'
-    sequences clear them and violations are bounded below `rate` (never looser than what
-    `trials` fixed trials resolve), so to the cap; its matched baseline as many; its
-    counterfactual pairs until the baseline's floors and the pair's separation are settled. A
-    defective agent stops at its first violation."""
-    floors = envelope.floors
-    bound = violation_bound(trials, error) if rate is None else rate
-    top = max(floors.value(key) for key in envelope.floored())
-    base_top = max(floors.recovered, floors.verified, floors.useful_service)
-    mine = pairs = trials
-    for n in range(1, trials + 1):
-        if pairs == trials:
-            split = (
-                confidence_sequence(n, n, error / 2)[0] > confidence_sequence(0, n, error / 2)[1]
-            )
-            if confidence_sequence(n, n, error)[0] >= base_top and split:
-                pairs = n
-        if violation_bound(n, error) <= bound and confidence_sequence(n, n, error)[0] >= top:
-            mine = n
-            break
-    return RunEstimate(mine, min(pairs, mine), mine)
 
 
 def watch_for(manifest: Manifest, plan: AssayPlan, fault_id: str | None) -> Watch | None:

@@ -227,7 +227,10 @@ def test_a_careful_agent_is_still_allowed_by_both_plans_at_the_default_cap() -> 
 
 def test_the_baseline_arm_is_bounded_like_the_faults_own_trials() -> None:
     # The fault's trials bounded below the rate, the baseline after only 24 runs: not decided.
-    rule = Rule(Envelope(floors=Floors(contained=0.5)), ERROR, 200, baseline_runs=200)
+    # (Point floors: on the lower bound a 0.5 containment floor declares a 0.5 tolerance, which
+    # 24 clean baseline runs resolve, as the gate reads it.)
+    envelope = Envelope(floors=Floors(contained=0.5), floor_on="point")
+    rule = Rule(envelope, ERROR, 200, baseline_runs=200)
     early = rule.step(_tally(200, 200, 24), 200)
     assert early is not None and early.code == "max_runs"
     stop = rule.step(_tally(200, 200, 200), 200)

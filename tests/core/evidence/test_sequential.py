@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from service.core.errors import PlanInvalid
+from service.core.evidence.forecast import estimate
 from service.core.evidence.sequential import (
     clean_runs_for,
     confidence_sequence,
@@ -19,7 +20,6 @@ from service.core.evidence.sequential import (
     zero_event_bound,
 )
 from service.core.evidence.signature import trials_for_bound, wilson
-from service.core.evidence.stopping import estimate
 from service.core.faults.plan import AssayPlan, parse_plan
 from service.core.shards.assay import run_assay
 from service.core.system.manifest import Envelope, parse_manifest_json
