@@ -41,6 +41,7 @@ from service.core.faults.plan import AssayPlan
 from service.core.system.contract import WITNESS, invariant_table
 from service.core.system.manifest import Envelope, Manifest, build_endpoints, invariants_of
 from service.core.trial.oracle import FLAGS, Flag
+from service.core.trial.rng import shared_root
 
 INTERPRETATION = {
     "positive": "Under the tested configuration and represented faults, the declared invariants "
@@ -266,6 +267,7 @@ def _fault(
         invariants=inv,
         error_causes={k: tuple(v) for k, v in sorted(t.error_causes.items())},
         applicability=applicability(spec, t),
+        baseline_run=_baseline_run(plan, spec),
     )
 
 
@@ -478,6 +480,13 @@ def _stops(
             stop = Stop("stopped", stopped or "the fault's shard did not finish", t.planned)
         out[spec.id] = stop.view()
     return out
+
+
+def _baseline_run(plan: AssayPlan, spec: FaultSpec) -> JSONObject | None:
+    """The baseline runs a fault's trials used when shared (else each trial ran its own)."""
+    if plan.baseline != "shared" or plan.paper or not plan.matched_baseline:
+        return None
+    return {"shared_by": spec.target, "workload": f"{shared_root(plan.seed, spec.target):016x}"}
 
 
 def _fault_spend(spend: JSONObject | None, fault: str) -> JSONObject | None:
