@@ -12,14 +12,22 @@ from typing import Any
 import pytest
 
 from service.core.errors import PlanInvalid
+from service.core.evidence.spend import Meter
+from service.core.evidence.stopping import watch_for
+from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import Catalogue, FaultSpec
 from service.core.faults.plan import AssayPlan
-from service.core.shards.assay import replay_trial, run_assay
+from service.core.shards import arms
+from service.core.shards.assay import plan_shards, replay_trial, run_assay, run_shard
+from service.core.shards.baselines import SharedBaselines
+from service.core.shards.held import run_held
 from service.core.shards.shard import stream_roots
 from service.core.system.manifest import Manifest
-from service.core.trial.oracle import FLAG_INDEX, Flag, Outcome
+from service.core.trial.harness import Runtime
+from service.core.trial.oracle import FLAG_INDEX, FLAGS, Flag, Outcome
 from service.core.trial.record import TrialRecord
-from service.core.trial.rng import derive, stream_key
+from service.core.trial.rng import Stream, derive, stream_key
+from service.core.trial.world import Workload, World
 from tests.core.shards.test_slots import ReferenceSlots
 
 # Four faults on the refund API, one on the action contract.
@@ -222,3 +230,71 @@ def test_paper_mode_refuses_to_share_its_baselines() -> None:
     with pytest.raises(PlanInvalid) as raised:
         AssayPlan(catalogue="paper", baseline="shared").faults()
     assert raised.value.field == "baseline"
+
+
+@pytest.mark.parametrize("rule", ["fixed", "sequential"])
+def test_a_workers_held_shards_share_their_tools_baselines_and_each_gives_its_tallies_alone(
+    typed: Manifest, rule: str
+) -> None:
+    """Shards held by one worker share the baselines of their tool; each shard's tallies are
+    what it gives run alone (which runs its own baselines): only what the team pays differs."""
+    plan = shared(rule=rule)
+    shards = plan_shards(typed, plan, 4)
+    alone = [
+        run_shard(typed, plan, s, watch=watch_for(typed, plan, s.fault_id)).to_dict()
+        for s in shards
+    ]
+    engine = Watched(typed, plan.resolve_catalogue())
+    done = run_held(
+        typed,
+        plan,
+        [(s, watch_for(typed, plan, s.fault_id)) for s in shards],
+        engine,
+        4,
+        meter=Meter(lambda: 0.0),
+    )
+    assert [r.to_dict() for r, _m in done] == alone
+    assert set(engine.baselines().values()) == {1}
+
+
+def test_a_shared_baseline_says_for_each_fault_on_the_tool_whether_its_calls_reach_it(
+    typed: Manifest,
+) -> None:
+    """A baseline run matched to one fault is read by another: whether the workload reaches the
+    other is read from the run's calls for that fault (an engine's `reaches`), never copied."""
+    cat = AssayPlan().resolve_catalogue()
+    first, second = cat.by_id("timeout_after_commit"), cat.by_id("timeout_before_send")
+    rt = Runtime(typed, cat, Reaching(first.id))
+    runs = SharedBaselines()
+    tallies = [Tally(), Tally()]
+    for spec, tally in zip((first, second), tallies, strict=True):
+        arms.baseline(rt, spec, tally, 7, 9, None, runs, 0)
+    assert len(runs) == 1
+    assert [(t.baseline_reach, t.baseline_reached) for t in tallies] == [(1, 1), (1, 0)]
+
+
+class Reaching:
+    """An engine whose baseline runs reach only the fault `only` (as the MCP engine reads it
+    from a run's calls), and is told which fault a baseline is matched to."""
+
+    def __init__(self, only: str) -> None:
+        self.only = only
+        self.matched: list[str] = []
+
+    def match(self, workload_key: int, spec: FaultSpec) -> None:
+        self.matched.append(spec.id)
+
+    def run_trial(
+        self,
+        spec: FaultSpec | None,
+        workload_key: int,
+        storm_key: int,
+        disabled: frozenset[str],
+        capture: bool,
+    ) -> TrialRecord:
+        w = Workload(Stream(workload_key))
+        outcome = Outcome((False,) * len(FLAGS), 0, "ok")
+        rec = TrialRecord(outcome, True, [], None, None, None, w, World(w))
+        rec.reachable = self.matched[-1] == self.only
+        rec.reaches = lambda other: other.id == self.only
+        return rec
