@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
+from service.core.decision.baselines import baseline_run, summed_once
 from service.core.decision.floors import floor_checks
 from service.core.decision.gate import FaultEvidence, decide
 from service.core.decision.report import AssayReport, FaultResult
@@ -41,7 +42,6 @@ from service.core.faults.plan import AssayPlan
 from service.core.system.contract import WITNESS, invariant_table
 from service.core.system.manifest import Envelope, Manifest, build_endpoints, invariants_of
 from service.core.trial.oracle import FLAGS, Flag
-from service.core.trial.rng import shared_root
 
 INTERPRETATION = {
     "positive": "Under the tested configuration and represented faults, the declared invariants "
@@ -267,7 +267,7 @@ def _fault(
         invariants=inv,
         error_causes={k: tuple(v) for k, v in sorted(t.error_causes.items())},
         applicability=applicability(spec, t),
-        baseline_run=_baseline_run(plan, spec),
+        baseline_run=baseline_run(plan, spec),
     )
 
 
@@ -428,6 +428,10 @@ def merge(
         evidence.append(
             replace(_evidence(spec, t, cf, rm, reported, team_failed), builds=builds, cap=cap)
         )
+    if plan.baseline == "shared" and not plan.paper:
+        by_domain, all_arms["baseline"] = summed_once(faults, tallies)
+        for d, arms in dom_arms.items():
+            arms["baseline"] = by_domain.get(d, ArmCounts())
     # One exact reading of a clean record under every plan, at the strictest stated tolerance.
     said = declared_rate(plan, envelope)
     p0 = None if said is None else said[0]
@@ -480,13 +484,6 @@ def _stops(
             stop = Stop("stopped", stopped or "the fault's shard did not finish", t.planned)
         out[spec.id] = stop.view()
     return out
-
-
-def _baseline_run(plan: AssayPlan, spec: FaultSpec) -> JSONObject | None:
-    """The baseline runs a fault's trials used when shared (else each trial ran its own)."""
-    if plan.baseline != "shared" or plan.paper or not plan.matched_baseline:
-        return None
-    return {"shared_by": spec.target, "workload": f"{shared_root(plan.seed, spec.target):016x}"}
 
 
 def _fault_spend(spend: JSONObject | None, fault: str) -> JSONObject | None:
