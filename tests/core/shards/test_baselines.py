@@ -16,9 +16,9 @@ from service.core.evidence.spend import Meter
 from service.core.evidence.stopping import watch_for
 from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import Catalogue, FaultSpec
-from service.core.faults.plan import AssayPlan
+from service.core.faults.plan import AssayPlan, StopConditions
 from service.core.shards import arms
-from service.core.shards.assay import plan_shards, replay_trial, run_assay, run_shard
+from service.core.shards.assay import StopLimits, plan_shards, replay_trial, run_assay, run_shard
 from service.core.shards.baselines import SharedBaselines
 from service.core.shards.held import run_held
 from service.core.shards.shard import stream_roots
@@ -29,6 +29,7 @@ from service.core.trial.record import TrialRecord
 from service.core.trial.rng import Stream, derive, stream_key
 from service.core.trial.world import Workload, World
 from tests.core.shards.test_slots import ReferenceSlots
+from tests.core.shards.test_stops import Crashing
 
 # Four faults on the refund API, one on the action contract.
 REFUND = ("timeout_after_commit", "timeout_before_send", "reject_before_write", "malformed_output")
@@ -298,3 +299,44 @@ class Reaching:
         rec.reachable = self.matched[-1] == self.only
         rec.reaches = lambda other: other.id == self.only
         return rec
+
+
+@pytest.mark.parametrize("rule", ["fixed", "sequential"])
+@pytest.mark.parametrize("budget", [17, 50, 71])
+def test_a_budget_stop_falls_at_the_same_trial_at_1_4_and_8_slots_with_baselines_shared(
+    typed: Manifest, rule: str, budget: int
+) -> None:
+    """The shared runs count against the budget once, where the serial run counts them: the
+    stop, every fault's record and what the team paid are the same at any concurrency."""
+    plan = shared(rule=rule, stop=StopConditions(max_runs=budget))
+    reports = []
+    for slots in (1, 4, SLOTS):
+        report = _report(typed, plan, Watched(typed, plan.resolve_catalogue()), slots)
+        report["spend"].pop("past_stop", None)  # paid past the stop at concurrency: not evidence
+        reports.append(report)
+    assert reports[0]["stopped"] is not None and reports[0]["stopped"].startswith("budget")
+    assert reports[0] == reports[1] == reports[2]
+    assert reports[0]["spend"]["team"]["runs"] <= budget
+
+
+@pytest.mark.parametrize("rule", ["fixed", "sequential"])
+def test_a_target_error_stop_falls_at_the_same_trial_at_1_4_and_8_slots_with_baselines_shared(
+    typed: Manifest, rule: str
+) -> None:
+    """A shared baseline's target error counts for every fault that reads it, wherever it ran,
+    so the stop falls at the serial run's trial."""
+    plan = shared(rule=rule)
+    reports = []
+    for slots in (1, 4, SLOTS):
+        report = run_assay(
+            typed,
+            plan,
+            target=Crashing(typed, plan),
+            limits=StopLimits(max_target_errors=6),
+            concurrency=slots,
+            clock=lambda: 0,
+        ).to_dict()
+        report["spend"].pop("past_stop", None)
+        reports.append(report)
+    assert reports[0]["stopped"] is not None and "target errors" in reports[0]["stopped"]
+    assert reports[0] == reports[1] == reports[2]
