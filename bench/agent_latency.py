@@ -10,13 +10,19 @@ trials per fault). Prints one JSON object:
 - `speedup_concurrency_8`: the careful agent's fixed-plan wall time at concurrency 1 over 8;
 - `team_runs_ratio`: what the team pays, the team's agent runs (intervention, matched baseline,
   counterfactual pairs; not the sensitivity pair's naive agent, the gate's own) of the sequential
-  plan over the fixed plan's for the careful agent, at concurrency 1 (`team_runs_ratio_8` at 8);
+  plan with its baselines shared per tool (`baseline: shared`) over the fixed plan's with a
+  baseline per fault (the plan every assay ran before sharing) for the careful agent, at
+  concurrency 1 (`team_runs_ratio_8` at 8); `team_runs_ratio_sharing` is the fixed plan with
+  shared baselines over the same denominator (what sharing alone saves, at 8), and
+  `team_runs_ratio_same_baselines` the sequential plan over the fixed plan both shared (what
+  the sequential rule alone saves: 1.00 for a careful agent without a declared tolerance);
 - `runs_ratio_sequential`: every agent run (the naive agent's too) of the sequential plan over
   the fixed plan's for the careful agent, at concurrency 1 and at 8 (`runs_ratio_sequential_8`);
   `runs_ratio_sequential_blind` likewise for the blind agent (its first violation ends each
   fault);
-- `runs_same_any_concurrency`: every fault's runs, per arm, are the same at concurrency 1 and 8,
-  under both plans and for both agents, and under a budget;
+- `runs_same_any_concurrency`: every fault's runs, per arm, and the assay's runs per arm (the
+  shared baselines' among them) are the same at concurrency 1 and 8, under both plans and for
+  both agents, and under a budget;
 - `budget_overshoot_runs`: a `max_runs` budget of half the careful fixed plan's team runs, at
   concurrency 8: the team's runs paid past it, those of trials run past the stop included
   (documented bound: the trials in flight);
@@ -144,12 +150,18 @@ def main(argv: list[str] | None = None) -> int:
 def _measure(args: argparse.Namespace, modes: list[str], shop: int, admin: int) -> dict[str, Any]:
     careful, blind = _manifest("careful", shop, admin), _manifest("blind", shop, admin)
     base = {"trials": args.trials, "seed": 188, "modes": modes}
+    # The fixed plan as every assay ran it before sharing (a baseline per fault); the sequential
+    # plan shares its baselines per tool.
+    shares: dict[str, dict[str, Any]] = {"fixed": {}, "sequential": {"baseline": "shared"}}
     runs: dict[str, dict[str, Any]] = {}
     for name, manifest in (("careful", careful), ("blind", blind)):
         for rule in ("fixed", "sequential"):
             for concurrency in (1, SLOTS):
                 key = f"{name}_{rule}_{concurrency}"
-                runs[key] = _assay(manifest, {**base, "rule": rule}, concurrency)
+                runs[key] = _assay(manifest, {**base, "rule": rule, **shares[rule]}, concurrency)
+    runs[f"careful_fixed_shared_{SLOTS}"] = _assay(
+        careful, {**base, "rule": "fixed", "baseline": "shared"}, SLOTS
+    )
     fixed = runs[f"careful_fixed_{SLOTS}"]
     budget = max(1, fixed["team_runs"] // 2)
     stop = {"max_runs": budget}
@@ -177,8 +189,17 @@ def _measure(args: argparse.Namespace, modes: list[str], shop: int, admin: int) 
         "runs_ratio_sequential": ratio("careful", 1),
         "runs_ratio_sequential_8": ratio("careful", SLOTS),
         "runs_ratio_sequential_blind": ratio("blind", 1),
+        "team_runs_ratio_sharing": round(
+            runs[f"careful_fixed_shared_{SLOTS}"]["team_runs"] / eight["team_runs"], 3
+        ),
+        "team_runs_ratio_same_baselines": round(
+            runs[f"careful_sequential_{SLOTS}"]["team_runs"]
+            / runs[f"careful_fixed_shared_{SLOTS}"]["team_runs"],
+            3,
+        ),
         "runs_same_any_concurrency": all(
-            runs[a]["fault_runs"] == runs[b]["fault_runs"] for a, b in pairs
+            (runs[a]["fault_runs"], runs[a]["arms"]) == (runs[b]["fault_runs"], runs[b]["arms"])
+            for a, b in pairs
         ),
         "budget_overshoot_runs": max(0, spent["team_runs"] + spent["past_stop_team_runs"] - budget),
         "budget_max_runs": budget,

@@ -85,6 +85,11 @@ class PlanCreate(BaseModel):
     stop: StopConditions | None = Field(
         default=None, description="stop conditions; omitted ones take the service defaults"
     )
+    baseline: Literal["per_fault", "shared"] | None = Field(
+        default=None,
+        description="shared: the faults on one tool run trial k on the same task and share "
+        "its no-fault baseline, run once; per_fault (the default): each fault's own",
+    )
 
 
 class CandidateCreate(BaseModel):

@@ -69,6 +69,12 @@ def _assay_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-baseline", action="store_true", help="skip the matched baseline runs")
     p.add_argument(
+        "--share-baseline",
+        action="store_true",
+        help="the faults on one tool run trial k on the same task and share its no-fault "
+        "baseline, run once (plan baseline: shared)",
+    )
+    p.add_argument(
         "--no-counterfactual", action="store_true", help="skip the counterfactual containment pairs"
     )
     p.add_argument(
@@ -218,6 +224,8 @@ def build_plan(args: argparse.Namespace, manifest: Manifest | None = None) -> As
         data["matched_baseline"] = False
     if getattr(args, "no_counterfactual", False):
         data["counterfactuals"] = False
+    if getattr(args, "share_baseline", False):
+        data["baseline"] = "shared"
     data.update(rule_overrides(args))
     if isinstance(catalogue, Catalogue):
         plan = validate_plan({**data, "catalogue": catalogue})

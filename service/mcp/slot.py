@@ -213,6 +213,8 @@ class Slot:
         )
         if spec is None and matched is not None and rec.target_error is None:
             rec.reachable = grading.reaches(matched, self.contract, self._last_calls)
+            calls, contract = self._last_calls, self.contract
+            rec.reaches = lambda other: grading.reaches(other, contract, calls)
         if (
             spec is not None
             and spec.predicted_transfer is not None

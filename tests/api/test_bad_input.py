@@ -81,6 +81,21 @@ def test_an_unknown_fault_family_is_refused_naming_the_plan_field(
     refused(client.post("/v1/candidates", json=body), 422, "plan.families")
 
 
+def test_a_shared_baseline_in_paper_mode_is_refused_naming_the_plan_field(
+    client: httpx.Client, unchanged: None
+) -> None:
+    body = candidate_body("typed", catalogue="paper", baseline="shared")
+    error = refused(client.post("/v1/candidates", json=body), 422, "plan.baseline")
+    assert "paper" in error["message"]
+
+
+def test_a_baseline_that_is_neither_per_fault_nor_shared_is_refused(
+    client: httpx.Client, unchanged: None
+) -> None:
+    body = candidate_body("typed", baseline="sometimes")
+    refused(client.post("/v1/candidates", json=body), 422, "plan.baseline")
+
+
 @pytest.mark.parametrize("trials", [0, -5])
 def test_non_positive_trials_are_refused(
     client: httpx.Client, unchanged: None, trials: int

@@ -39,6 +39,21 @@ def test_assay_json_has_decision_reasons_and_reference_rate_names(
     assert out["by_domain"]["tool"]["baseline"]["unsafe_escape"] == 0.0
 
 
+def test_share_baseline_runs_each_tools_baseline_once_and_names_it_per_fault(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["assay", TYPED, "--trials", "4", "--fault", "tool", "--json"]
+    main([*argv, "--share-baseline"])
+    shared = json.loads(capsys.readouterr().out)
+    main(argv)
+    alone = json.loads(capsys.readouterr().out)
+    tools = {f["baseline_run"]["shared_by"] for f in shared["faults"]}
+    assert all("baseline_run" not in f for f in alone["faults"])
+    assert len(tools) < len(shared["faults"])  # several faults on one tool
+    assert shared["spend"]["arms"]["baseline"]["runs"] == 4 * len(tools)
+    assert alone["spend"]["arms"]["baseline"]["runs"] == 4 * len(alone["faults"])
+
+
 def test_the_table_names_the_decision(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["assay", TYPED, "--trials", "16", "--fault", "tool"]) == 0
     out = capsys.readouterr().out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
+from service.core.decision.baselines import baseline_run, summed_once
 from service.core.decision.floors import floor_checks
 from service.core.decision.gate import FaultEvidence, decide
 from service.core.decision.report import AssayReport, FaultResult
@@ -266,6 +267,7 @@ def _fault(
         invariants=inv,
         error_causes={k: tuple(v) for k, v in sorted(t.error_causes.items())},
         applicability=applicability(spec, t),
+        baseline_run=baseline_run(plan, spec),
     )
 
 
@@ -426,6 +428,10 @@ def merge(
         evidence.append(
             replace(_evidence(spec, t, cf, rm, reported, team_failed), builds=builds, cap=cap)
         )
+    if plan.baseline == "shared" and not plan.paper:
+        by_domain, all_arms["baseline"] = summed_once(faults, tallies)
+        for d, arms in dom_arms.items():
+            arms["baseline"] = by_domain.get(d, ArmCounts())
     # One exact reading of a clean record under every plan, at the strictest stated tolerance.
     said = declared_rate(plan, envelope)
     p0 = None if said is None else said[0]

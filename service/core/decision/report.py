@@ -82,6 +82,10 @@ class FaultResult:
     floors: tuple[JSONObject, ...] = ()
     # Remote targets: runs per (endpoint, build reported or None), in every arm of this fault.
     builds: Mapping[tuple[str, str | None], int] = field(default_factory=dict)
+    # A plan that shares baselines (`baseline: shared`): the baseline runs this fault's trials
+    # used, `{"shared_by": tool, "workload": root}`: trial k used the tool's run k, whose
+    # workload key is `derive(root, k)` (hex), the same run as every fault on the tool.
+    baseline_run: JSONObject | None = None
 
     def to_dict(self) -> JSONObject:
         out: JSONObject = {
@@ -124,6 +128,8 @@ class FaultResult:
             out["floors"] = [dict(f) for f in self.floors]
         if self.builds:
             out["builds"] = fault_view(self.builds)
+        if self.baseline_run is not None:
+            out["baseline_run"] = dict(self.baseline_run)
         return out
 
     @classmethod
@@ -163,6 +169,7 @@ class FaultResult:
             spend=None if d.get("spend") is None else dict(obj(d["spend"])),
             floors=tuple(dict(obj(f)) for f in cast(list[object], d.get("floors") or [])),
             builds=from_fault_view(obj(d.get("builds") or {})),
+            baseline_run=None if d.get("baseline_run") is None else dict(obj(d["baseline_run"])),
         )
 
 

@@ -30,6 +30,7 @@ _SIGNED_WHEN_SET = (
     ("error", 0.05),
     ("max_violation_rate", None),
     ("envelope", None),
+    ("baseline", "per_fault"),
 )
 
 
@@ -64,6 +65,13 @@ class AssayPlan(BaseModel):
     trials: Annotated[int, Field(strict=True, ge=1, le=MAX_TRIALS), INTEGRAL] = 200
     seed: Annotated[int, Field(strict=True, ge=0, le=MAX_SEED), INTEGRAL] = 188
     matched_baseline: bool = True
+    # "per_fault": each fault's trial k draws its own workload and runs its own matched baseline
+    # (what a plan that does not say means, so a stored plan and its dossier keep their meaning).
+    # "shared": the faults on one tool draw trial k's workload from one stream (the plan's seed,
+    # the tool, k), so they run the same task, and that task's no-fault baseline runs once for
+    # all of them (service/core/shards/baselines.py); each fault's transfer is still read
+    # against it and a violation in it counts against every fault that used it.
+    baseline: Literal["per_fault", "shared"] = "per_fault"
     counterfactuals: bool = True
     # The matched baseline and counterfactual arms run on a seeded sample of about this many
     # trials per fault (every trial when a fault has fewer); None runs them on every trial. A
@@ -153,6 +161,11 @@ class AssayPlan(BaseModel):
         if self.paper and self.modes:
             raise PlanInvalid(
                 "modes cannot be chosen in paper mode: the script draws them", field="modes"
+            )
+        if self.paper and self.baseline == "shared":
+            raise PlanInvalid(
+                "paper mode runs the script's own baselines: they cannot be shared",
+                field="baseline",
             )
         selected = [f for f in cat.faults if f.domain in domains]
         if self.modes:

@@ -14,12 +14,15 @@ bare target error. A fault that never fired is still graded (never fired is not 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from service.core.evidence.pairs import Removal
 from service.core.evidence.spend import Meter
 from service.core.evidence.tally import SAMPLES, Tally, violating
 from service.core.faults.catalogue import FaultSpec
+from service.core.shards.baselines import SharedBaselines, spend_key
+from service.core.shards.shard import baseline_group
 from service.core.trial.engine import MatchedEngine
 from service.core.trial.harness import Runtime, run_trial
 from service.core.trial.oracle import FLAG_INDEX, Flag
@@ -83,19 +86,51 @@ def intervention(
 
 
 def baseline(
-    rt: Runtime, spec: FaultSpec, tally: Tally, wkey: int, skey: int, meter: Meter | None
+    rt: Runtime,
+    spec: FaultSpec,
+    tally: Tally,
+    wkey: int,
+    skey: int,
+    meter: Meter | None,
+    shared: SharedBaselines | None = None,
+    k: int = 0,
 ) -> tuple[int, int]:
     """Run the matched baseline (the trial's workload with nothing armed) into the tally; return
     its effects and target errors (0 or 1). An engine that resets its world for the fault's tool
-    is told which fault the baseline is matched to, wherever the intervention ran."""
+    is told which fault the baseline is matched to, wherever the intervention ran. `shared`: the
+    faults on the tool share trial `k`'s baseline (`service.core.shards.baselines`): it runs
+    once, spent under the tool, and every fault reads its record, its violations included."""
+    group = baseline_group(spec) if shared is not None else None
+    run = None
+    if shared is not None and group is not None:
+        run, mine = shared.claim(group, k)
+        if not mine:
+            base = shared.wait(run)
+            return _read_baseline(spec, tally, base, base.reaches)
+    try:
+        if meter is not None:
+            meter.mark()
+        engine = rt.engine
+        if engine is not None and isinstance(engine, MatchedEngine):
+            engine.match(wkey, spec)
+        base = run_trial(rt, None, wkey, skey)
+    except BaseException as exc:
+        if run is not None:
+            SharedBaselines.settle(run, None, exc)
+        raise
+    if run is not None:
+        SharedBaselines.settle(run, base, None)
     if meter is not None:
-        meter.mark()
-    engine = rt.engine
-    if engine is not None and isinstance(engine, MatchedEngine):
-        engine.match(wkey, spec)
-    base = run_trial(rt, None, wkey, skey)
-    if meter is not None:
-        meter.add(spec.id, "baseline", 1, base.usage, base.usage_invalid)
+        owner = spec.id if group is None else spend_key(group)
+        meter.add(owner, "baseline", 1, base.usage, base.usage_invalid)
+    return _read_baseline(spec, tally, base, None)
+
+
+def _read_baseline(
+    spec: FaultSpec, tally: Tally, base: TrialRecord, reaches: Callable[[FaultSpec], bool] | None
+) -> tuple[int, int]:
+    """A baseline's record into a fault's tally; `reaches`: whether the run's calls reach this
+    fault (a shared run was matched to another fault on the tool)."""
     if base.builds:
         tally.saw(base.builds)
     errors = 0
@@ -105,7 +140,7 @@ def baseline(
         errors = 1
     elif base.reachable is not None:
         tally.baseline_reach += 1
-        tally.baseline_reached += base.reachable
+        tally.baseline_reached += base.reachable if reaches is None else reaches(spec)
     if base.target_error is None or violating(base.outcome.flags):
         tally.add_outcome("baseline", base)
     return base.outcome.effects, errors

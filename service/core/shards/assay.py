@@ -21,6 +21,7 @@ from service.core.evidence.tally import ShardResult, Tally
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
 from service.core.shards import arms
+from service.core.shards.baselines import SharedBaselines
 from service.core.shards.held import run_held
 from service.core.shards.scheduled_assay import run_scheduled_assay
 from service.core.shards.sequential_assay import run_sequential
@@ -28,6 +29,8 @@ from service.core.shards.shard import (
     ShardSpec,
     StopLimits,
     plan_shards,
+    sample_of,
+    shared_group,
     stream_roots,
     trial_at,
     trial_keys,
@@ -38,7 +41,7 @@ from service.core.shards.slotted import SlotTrial, run_slotted
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import SlottedEngine, TrialEngine
 from service.core.trial.harness import Runtime, run_trial
-from service.core.trial.rng import LCG, derive, stream_key
+from service.core.trial.rng import LCG, derive
 from service.core.trial.target import Target
 
 # The assay's public surface: what runs shards and assays, and what they hand back.
@@ -71,13 +74,15 @@ def run_shard(
     concurrency: int = 1,
     watch: Watch | None = None,
     meter: Meter | None = None,
+    shared: SharedBaselines | None = None,
 ) -> ShardResult:
     """Run a shard's trials into tallies. `honours_keys=False` runs a sandbox whose ledger
     ignores idempotency keys (a broken world, to show figures come from execution).
     `concurrency`: trials at once, for an engine whose world offers slots (`SlottedEngine`);
     the tallies are the same at any concurrency. `watch`: a sequential plan's rule for the
     shard's one fault, read after every trial. `meter`: what the trials spend, checked against
-    the plan's budgets after every trial.
+    the plan's budgets after every trial. `shared`: the assay's shared baselines (a plan with
+    `baseline: shared`; None: the shard shares its baselines with no other shard).
 
     Over 60 lines on purpose: the per-trial loop is the compiled hot path, kept in one frame."""
     cat = plan.resolve_catalogue()
@@ -105,7 +110,9 @@ def run_shard(
 
     wroot, sroot = stream_roots(plan, shard.fault_id)
     threshold = plan.sample_threshold()
-    sample_key = stream_key(plan.seed, "evidence-sample")
+    sample_key, sample_base = sample_of(plan, shard.fault_id, base)
+    if shared is None and shared_group(plan, shard.fault_id) is not None:
+        shared = SharedBaselines()
     done = effects = unsafe = target_errors = 0
     reason: str | None = None
     # A trial's objects are freed by reference counting (the harness leaves no cycles), so the
@@ -133,6 +140,7 @@ def run_shard(
                 namespace=namespace,
                 honours_keys=honours_keys,
                 meter=meter,
+                shared=shared,
             )
             return held[0][0]
         if slots > 1:
@@ -160,13 +168,25 @@ def run_shard(
             tally = tallies.get(fault)
             if tally is None:
                 tally = tallies[fault] = Tally()
-            extra = threshold is None or derive(sample_key, base + k) < threshold
+            extra = threshold is None or derive(sample_key, sample_base + k) < threshold
             pairs = True
             if watch is not None:
                 pairs = watch.needs_pairs(tally)
                 watch.steer(rt.engine, tally)
             e, u, te = _one(
-                rt, plan, spec, tally, base + k, wkey, skey, removals[fault], extra, meter, pairs
+                rt,
+                plan,
+                spec,
+                tally,
+                base + k,
+                wkey,
+                skey,
+                removals[fault],
+                extra,
+                meter,
+                pairs,
+                shared,
+                k,
             )
             effects += e
             unsafe += u
@@ -203,14 +223,17 @@ def _one(
     extra: bool = True,
     meter: Meter | None = None,
     pairs: bool = True,
+    shared: SharedBaselines | None = None,
+    k: int = 0,
 ) -> tuple[int, int, int]:
     """Run one trial's arms (`service.core.shards.arms`) into the tally, one after another;
     return effects, unsafe escapes and target errors. `extra`: the trial is in the plan's
     evidence sample (its matched baseline and pairs run); `pairs`: a sequential rule still needs
-    the counterfactual pairs. The matched baseline always runs on every trial of the sample."""
+    the counterfactual pairs. The matched baseline always runs on every trial of the sample
+    (`shared`: once for the faults on the tool, at the fault's trial `k`)."""
     effects, unsafe, errors, fired = arms.intervention(rt, spec, tally, trial, wkey, skey, meter)
     if extra and plan.matched_baseline:
-        e, te = arms.baseline(rt, spec, tally, wkey, skey, meter)
+        e, te = arms.baseline(rt, spec, tally, wkey, skey, meter, shared, k)
         effects += e
         errors += te
     if extra and pairs and plan.counterfactuals and fired:
@@ -243,6 +266,8 @@ def run_assay(
     # trials are not metered at all (the paper assay's hot loop pays nothing for it).
     metered = meter.clock is not None or budgeted(plan.stop)
     slots = slots_of(target.slots, concurrency) if isinstance(target, SlottedEngine) else 1
+    # One run of each shared baseline for the whole assay, whichever path runs its faults.
+    shared = SharedBaselines() if plan.baseline == "shared" and not plan.paper else None
     if slots > 1 and not plan.paper:
         # Every free slot draws from every fault: faults run side by side.
         assert isinstance(target, SlottedEngine)
@@ -257,6 +282,7 @@ def run_assay(
             fault_done,
             meter,
             metered,
+            shared,
         )
     if plan.rule_for(manifest.target.kind) == "sequential":
         return run_sequential(
@@ -270,6 +296,7 @@ def run_assay(
             fault_done,
             meter,
             concurrency,
+            shared,
         )
     shards = plan_shards(manifest, plan, trials_per_shard)
     total = sum(s.stop - s.start for s in shards)
@@ -288,6 +315,7 @@ def run_assay(
             honours_keys=honours_keys,
             concurrency=concurrency,
             meter=meter if metered else None,
+            shared=shared,
         )
         folded.trials += result.trials
         for fid, tally in result.tallies.items():

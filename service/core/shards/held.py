@@ -20,13 +20,19 @@ from service.core.evidence.stopping import Watch
 from service.core.evidence.tally import ShardResult
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
+from service.core.shards.baselines import SharedBaselines
 from service.core.shards.scheduler import FaultWork, run_scheduled
-from service.core.shards.shard import ShardSpec, StopLimits, stream_roots, with_first_cause
+from service.core.shards.shard import (
+    ShardSpec,
+    StopLimits,
+    sample_of,
+    stream_roots,
+    with_first_cause,
+)
 from service.core.shards.slotted import SlotTrial
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import SlottedEngine
 from service.core.trial.harness import Runtime
-from service.core.trial.rng import stream_key
 
 __all__ = ["Done", "run_held"]
 
@@ -61,6 +67,7 @@ def run_held(
     meter: Meter | None = None,
     shard_done: Callable[[ShardResult, Meter | None], None] | None = None,
     more: Callable[[], Sequence[tuple[ShardSpec, Watch | None]]] | None = None,
+    shared: SharedBaselines | None = None,
 ) -> list[Done]:
     """Run the `held` shards (each with its sequential rule's watch, or None) on `slots` slots of
     `target`; return each shard's result and spend, in the order held. `shard_done(result,
@@ -69,13 +76,16 @@ def run_held(
     back with its reason once every slot has stopped. The other arguments are `run_shard`'s; each
     shard must name a fault (paper mode mixes faults within a trial range). `more()`, asked as
     each shard finishes while no stop is in force, returns further shards to hold (begun by the
-    caller), which join the run and the result."""
+    caller), which join the run and the result. `shared`: the assay's shared baselines (None:
+    the held shards share theirs among themselves, under a plan that shares)."""
     cat = plan.resolve_catalogue()
     faults = plan.faults()
     position = {f.id: i for i, f in enumerate(faults)}
     removals = {f.id: removal(manifest, f) for f in faults}
     threshold = plan.sample_threshold()
-    sample_key = stream_key(plan.seed, "evidence-sample")
+    baselines = shared
+    if baselines is None and plan.baseline == "shared":
+        baselines = SharedBaselines()
     works: list[FaultWork] = []
     holding: list[ShardSpec] = []
     kept: list[_Kept] = []
@@ -85,15 +95,19 @@ def run_held(
             raise ValueError("a paper-mode shard cannot be held with others")
         spec = cat.by_id(shard.fault_id)
         wroot, sroot = stream_roots(plan, spec.id)
+        base = position[spec.id] * plan.trials
+        sample_key, sample_base = sample_of(plan, spec.id, base)
         trial = SlotTrial(
             plan,
             lambda k, spec=spec: spec,  # type: ignore[misc]
             wroot,
             sroot,
-            position[spec.id] * plan.trials,
+            base,
             threshold,
             sample_key,
             removals,
+            sample_base=sample_base,
+            shared=baselines,
         )
         # A sequential fault runs one trial at a time (scheduled_assay says why): its runs are
         # the serial run's at any concurrency.

@@ -15,13 +15,13 @@ from service.core.evidence.spend import Meter
 from service.core.evidence.stopping import Stop, Watch, rule_for
 from service.core.evidence.tally import ShardResult, Tally
 from service.core.faults.plan import AssayPlan
+from service.core.shards.baselines import SharedBaselines
 from service.core.shards.scheduler import FaultWork, run_scheduled
-from service.core.shards.shard import StopLimits, stream_roots, with_first_cause
+from service.core.shards.shard import StopLimits, sample_of, stream_roots, with_first_cause
 from service.core.shards.slotted import SlotTrial
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import SlottedEngine
 from service.core.trial.harness import Runtime
-from service.core.trial.rng import stream_key
 
 
 def run_scheduled_assay(
@@ -35,18 +35,21 @@ def run_scheduled_assay(
     fault_done: Callable[[str, Tally, int, int], None] | None,
     meter: Meter,
     metered: bool,
+    shared: SharedBaselines | None = None,
 ) -> AssayReport:
     """`metered`: the fixed plan reports its spend (a clock or a budget); a sequential plan always
-    does. Progress counts each finished fault's planned trials against the plan's total."""
+    does. Progress counts each finished fault's planned trials against the plan's total.
+    `shared`: the assay's shared baselines (a trial's baseline unit reads the run another
+    fault's trial on the tool ran, or runs it)."""
     cat = plan.resolve_catalogue()
     sequential = plan.rule_for(manifest.target.kind) == "sequential"
     faults = [cat.by_id(f.id) for f in plan.faults()]
     removals = {f.id: removal(manifest, f) for f in faults}
     threshold = plan.sample_threshold()
-    sample_key = stream_key(plan.seed, "evidence-sample")
     works: list[FaultWork] = []
     for pos, spec in enumerate(faults):
         wroot, sroot = stream_roots(plan, spec.id)
+        sample_key, sample_base = sample_of(plan, spec.id, pos * plan.trials)
         trial = SlotTrial(
             plan,
             lambda k, spec=spec: spec,  # type: ignore[misc]
@@ -56,6 +59,8 @@ def run_scheduled_assay(
             threshold,
             sample_key,
             removals,
+            sample_base=sample_base,
+            shared=shared,
         )
         watch = Watch(rule_for(manifest, plan, spec)) if sequential else None
         # A sequential fault runs one trial at a time: what its next trial runs (the pairs, the

@@ -50,7 +50,7 @@ def _run(
     if part == MAIN:
         return arms.intervention(rt, spec, tally, t.base + tr.k, tr.wkey, tr.skey, spent)
     if part == BASE:
-        effects, errors = arms.baseline(rt, spec, tally, tr.wkey, tr.skey, spent)
+        effects, errors = arms.baseline(rt, spec, tally, tr.wkey, tr.skey, spent, t.shared, tr.k)
     else:
         rm = t.removals[spec.id]
         effects, errors = arms.pairs(rt, spec, tally, tr.wkey, tr.skey, rm, spent)

@@ -14,6 +14,7 @@ from service.core.evidence.spend import Meter
 from service.core.evidence.stopping import Stop, Watch, rule_for
 from service.core.evidence.tally import ShardResult, Tally
 from service.core.faults.plan import AssayPlan
+from service.core.shards.baselines import SharedBaselines
 from service.core.shards.shard import ShardSpec, StopLimits
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import TrialEngine
@@ -34,9 +35,11 @@ def run_sequential(
     fault_done: Callable[[str, Tally, int, int], None] | None,
     meter: Meter,
     concurrency: int = 1,
+    shared: SharedBaselines | None = None,
 ) -> AssayReport:
     """Each fault in one shard of at most `plan.trials` trials, ended by its rule (progress
-    counts against the fixed plan's total)."""
+    counts against the fixed plan's total). `shared`: the assay's shared baselines: a fault
+    reads the runs the faults before it on its tool ran, and runs those they did not."""
     faults = plan.faults()
     total = plan.trials * len(faults)
     folded = ShardResult(-1, {}, 0)
@@ -57,6 +60,7 @@ def run_sequential(
             concurrency=concurrency,
             watch=watch,
             meter=meter,
+            shared=shared,
         )
         folded.trials += result.trials
         tally = result.tallies.get(spec.id) or Tally()

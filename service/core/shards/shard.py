@@ -13,7 +13,7 @@ from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import Catalogue, FaultSpec
 from service.core.faults.plan import AssayPlan
 from service.core.system.manifest import Manifest
-from service.core.trial.rng import LCG, derive, stream_key
+from service.core.trial.rng import LCG, derive, shared_root, stream_key
 
 
 class ShardActivity(TypedDict):
@@ -103,11 +103,40 @@ def plan_shards(
     return shards
 
 
+def baseline_group(spec: FaultSpec) -> str:
+    """The faults that share a matched baseline under `baseline: shared`: those on one tool
+    (the reset hook's task is the tool's, so their trials can run the same task)."""
+    return spec.target
+
+
+def shared_group(plan: AssayPlan, fault_id: str | None) -> str | None:
+    """The baseline group of a fault whose plan shares baselines (None: the fault draws its own
+    workload, as every plan that does not say `shared` and paper mode do)."""
+    if fault_id is None or plan.baseline != "shared":
+        return None
+    return baseline_group(plan.resolve_catalogue().by_id(fault_id))
+
+
 def stream_roots(plan: AssayPlan, fault_id: str | None) -> tuple[int, int]:
-    """Root keys of the workload and storm streams of a fault (or of paper mode's sequence)."""
+    """Root keys of the workload and storm streams of a fault (or of paper mode's sequence).
+    Sharing baselines, the workload is the fault's group's, so trial k of every fault on the
+    tool draws the same task whatever else the plan holds; the storm stays the fault's."""
     if fault_id is None:
         return stream_key(plan.seed, "paper"), stream_key(plan.seed, "storm")
+    group = shared_group(plan, fault_id)
+    if group is not None:
+        return shared_root(plan.seed, group), stream_key(plan.seed, "s", fault_id)
     return stream_key(plan.seed, "w", fault_id), stream_key(plan.seed, "s", fault_id)
+
+
+def sample_of(plan: AssayPlan, fault_id: str | None, base: int) -> tuple[int, int]:
+    """The evidence sample's key and the offset its draw adds to a fault's trial number. Sharing
+    baselines, the sample is the group's, so every fault on the tool runs its extra arms on the
+    same trials (those whose baseline is shared); else the plan's, offset by the fault's place."""
+    group = shared_group(plan, fault_id)
+    if group is not None:
+        return stream_key(plan.seed, "evidence-sample", group), 0
+    return stream_key(plan.seed, "evidence-sample"), base
 
 
 def trial_keys(plan: AssayPlan, fault_id: str | None, k: int) -> tuple[int, int]:

@@ -17,6 +17,7 @@ from service.core.evidence.spend import Meter, budgeted
 from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
+from service.core.shards.baselines import SharedBaselines
 from service.core.shards.slots import InOrder
 from service.core.trial.harness import Runtime
 from service.core.trial.rng import derive
@@ -48,7 +49,13 @@ class SlotTrial:
         sample_key: int,
         removals: dict[str, Removal],
         one: One | None = None,
+        *,
+        sample_base: int | None = None,
+        shared: SharedBaselines | None = None,
     ) -> None:
+        """`sample_base`: the offset of the evidence sample's draw (None: `base`, the fault's
+        place in the plan; 0 where the sample is the baseline group's); `shared`: the assay's
+        shared baselines (`service.core.shards.baselines`)."""
         self.plan = plan
         self.pick = pick
         self.wroot = wroot
@@ -58,12 +65,14 @@ class SlotTrial:
         self.sample_key = sample_key
         self.removals = removals
         self.one = one
+        self.sample_base = base if sample_base is None else sample_base
+        self.shared = shared
 
     def keys(self, k: int) -> tuple[int, int, bool]:
         """Trial `k`'s workload and storm keys, and whether it is in the evidence sample (its
         matched baseline and pairs run)."""
         t = self.threshold
-        extra = t is None or derive(self.sample_key, self.base + k) < t
+        extra = t is None or derive(self.sample_key, self.sample_base + k) < t
         return derive(self.wroot, k), derive(self.sroot, k), extra
 
     def run(

@@ -307,10 +307,10 @@ def _fault_run(f: FaultResult) -> JSONObject:
         "counterfactual": f.counterfactual.to_dict(),
         "storm": f.storm.to_dict() if f.storm else None,
         "diagnosis": f.diagnosis.to_dict() if f.diagnosis else None,
-        # Receipt and readback samples: the injections, ledger, evidence and claim the oracle read.
-        "samples": samples[:2],
-        # Engine targets: whether the workload reaches the fault (`not_applicable`, evidence).
+        "samples": samples[:2],  # the injections, ledger, evidence and claim the oracle read
+        # Whether the workload reaches the fault (engine targets); the shared baseline it read.
         **({"applicability": f.applicability} if f.applicability is not None else {}),
+        **({"baseline_run": dict(f.baseline_run)} if f.baseline_run is not None else {}),
         # Each floor the gate read: point estimate, 95 % interval, which it compared, met or not.
         **({"floors": [dict(c) for c in f.floors]} if f.floors else {}),
         # mcp targets: each invariant's severity and the graded trials it failed in.

@@ -70,8 +70,11 @@ _PERSON_KEY: Final = b"assaygate-blind"
 def arm_of(
     spec: FaultSpec | None, disabled: frozenset[str] = frozenset(), naive: bool = False
 ) -> str:
-    """The arm's name, for the key's input only (the agent never sees it)."""
-    arm = "baseline" if spec is None else "intervention"
+    """The arm's name, for the key's input only (the agent never sees it). A faulted arm names
+    its fault: faults that share a baseline run the same workload (`plan.baseline: shared`), and
+    each of their arms must still have an id of its own, so no id repeats and none tells a run
+    that was shared from one that was not."""
+    arm = "baseline" if spec is None else f"intervention:{spec.id}"
     if disabled:
         arm += "-without-" + "+".join(sorted(disabled))
     return arm + "-naive" if naive else arm

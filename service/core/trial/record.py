@@ -8,8 +8,10 @@ the other; compiled with the harness (`service/core/compiled.py`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from service.core.faults.catalogue import FaultSpec
 from service.core.faults.injector import InjectionReceipt
 from service.core.trial.oracle import Outcome
 from service.core.trial.world import Workload, World
@@ -61,6 +63,7 @@ class TrialRecord:
         "invariants",
         "outcome",
         "reachable",
+        "reaches",
         "receipts",
         "refusals",
         "sample",
@@ -103,6 +106,9 @@ class TrialRecord:
         # (called its tool, or called it twice for a fault that fires on the second call)?
         # None where the target cannot say (the reference, python and http targets).
         self.reachable: bool | None = None
+        # Engine baselines: the same question for any fault on the run's tool, read from its
+        # calls (a baseline shared by several faults answers for each: core/shards/baselines.py).
+        self.reaches: Callable[[FaultSpec], bool] | None = None
         # Tokens and cost the run's claims report (service/core/evidence/spend.py), for budgets.
         self.usage: tuple[int, float] = (0, 0.0)
         # The claims reported usage that is not a count (negative, not a number).

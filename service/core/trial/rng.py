@@ -126,6 +126,12 @@ def stream_key(*parts: int | str) -> int:
     return acc
 
 
+def shared_root(seed: int, group: str) -> int:
+    """The workload stream of the faults that share a baseline on `group` (their tool): trial k
+    of each, and the baseline run they share, draw workload `derive(root, k)`."""
+    return stream_key(seed, "wb", group)
+
+
 def derive(key: int, index: int) -> int:
     """The key of item `index` under a stream key: one mixing round, for hot loops."""
     if _NATIVE:

@@ -99,6 +99,31 @@ def test_a_dossier_verifies_offline_with_only_the_published_key(typed_repair: Ma
     } <= set(pred)
 
 
+def test_each_faults_run_names_the_shared_baseline_its_trials_used_and_old_plans_name_none(
+    typed: Manifest,
+) -> None:
+    cand = CandidateRef("c-1", "copperfin-returns", "1.6.0", "abc123", "ci-bot")
+    runs = {}
+    for share in ("per_fault", "shared"):
+        plan = AssayPlan(
+            modes=("timeout_after_commit", "malformed_output"), trials=3, baseline=share
+        )
+        report = run_assay(typed, plan).to_dict()
+        pred = predicate_from_report(
+            report,
+            cand,
+            version=1,
+            previous=None,
+            issued_at="2026-12-06T00:00:00Z",
+            triggers={"components": ["tools"]},
+        )
+        runs[share] = pred["runs"]
+        assert pred["plan"].get("baseline") == (None if share == "per_fault" else "shared")
+    assert all("baseline_run" not in r for r in runs["per_fault"])
+    [named] = {json.dumps(r["baseline_run"], sort_keys=True) for r in runs["shared"]}
+    assert json.loads(named)["shared_by"] == "refund API"
+
+
 def test_securesystemslib_verifies_our_envelope_and_agrees_on_the_key_id(
     typed_repair: Manifest,
 ) -> None:

@@ -48,6 +48,20 @@ def test_the_id_depends_on_the_trial_and_its_arm_under_the_key_and_on_nothing_el
     assert trial_id(KEY, 7, arm) != trial_id(bytes(KEY_BYTES), 7, arm)
 
 
+def test_faults_that_share_a_workload_give_each_of_their_arms_an_id_of_its_own() -> None:
+    """Under a shared baseline the faults on one tool run the same workload: every faulted arm's
+    id names its fault under the key, so no id repeats and none stands out as the shared run."""
+    one, other = full_catalogue().faults[:2]
+    arms = [
+        arm_of(None),
+        *(arm_of(spec) for spec in (one, other)),
+        *(arm_of(spec, frozenset({"idempotency"})) for spec in (one, other)),
+        *(arm_of(spec, naive=True) for spec in (one, other)),
+    ]
+    ids = [trial_id(KEY, 42, arm) for arm in arms]
+    assert len(set(ids)) == len(ids) and all(SHAPE.match(i) for i in ids)
+
+
 def test_an_assays_key_comes_from_its_credential_alone_so_a_redelivered_shard_reuses_it() -> None:
     assert assay_key("payload.signature") == assay_key("payload.signature")
     assert assay_key("payload.signature") != assay_key("payload.other")
