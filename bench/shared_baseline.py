@@ -4,11 +4,15 @@ simulated careful agent (every run clean, every floor met: an engine that grades
 contained, recovered, verified and useful, and never as a violation), so the figure is what the
 plan spends, not what an agent does. Prints one JSON object: the team's agent runs of the fixed
 plan with a baseline per fault, the fixed plan with shared baselines, the sequential plan with
-shared baselines, their ratios to the first, and the load.
+shared baselines, their ratios to the first, and the load. With a declared tolerance
+(`--max-violation-rate`, default 0.05) two more rows run the sequential plan at that p0, a
+baseline per fault and shared: the manifest's envelope is the default one there (floors on the
+lower bound, where a careful agent can stop early; `manifest.careful.json` states `point` for its
+smoke runs, whose unset 0.99 containment floor needs 680 clean runs).
 
 Benchmarks print figures; they assert nothing.
 
-    .venv/bin/python bench/shared_baseline.py [--trials 200]
+    .venv/bin/python bench/shared_baseline.py [--trials 200] [--max-violation-rate 0.05]
 """
 
 from __future__ import annotations
@@ -61,6 +65,9 @@ class Careful:
 
 
 def _team_runs(manifest: Any, plan: dict[str, Any]) -> tuple[int, str, float]:
+    if plan.pop("default_envelope", False):
+        envelope = manifest.envelope.model_copy(update={"floor_on": "lower_bound"})
+        manifest = manifest.model_copy(update={"envelope": envelope})
     parsed = validate_plan({**plan, "catalogue": catalogue_for(manifest)})
     start = time.monotonic()
     report = run_assay(manifest, parsed, target=Careful(), clock=lambda: 0.0).to_dict()
@@ -71,15 +78,20 @@ def _team_runs(manifest: Any, plan: dict[str, Any]) -> tuple[int, str, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--max-violation-rate", type=float, default=0.05, metavar="P0")
     args = ap.parse_args(argv)
     data = json.loads((ROOT / "examples" / "mcp-warehouse" / "manifest.careful.json").read_text())
     manifest = parse_manifest(data)
     catalogue = catalogue_for(manifest)
     base = {"trials": args.trials, "seed": 188}
+    p0 = args.max_violation_rate
+    tolerant = {**base, "rule": "sequential", "max_violation_rate": p0, "default_envelope": True}
     plans = {
         "fixed_per_fault": {**base, "rule": "fixed"},
         "fixed_shared": {**base, "rule": "fixed", "baseline": "shared"},
         "sequential_shared": {**base, "rule": "sequential", "baseline": "shared"},
+        "sequential_p0": {**tolerant, "baseline": "per_fault"},
+        "sequential_p0_shared": {**tolerant, "baseline": "shared"},
     }
     out: dict[str, Any] = {
         "faults": len(catalogue.faults),
@@ -92,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     ref = out["fixed_per_fault"]["team_runs"]
     out["ratio_fixed_shared"] = round(out["fixed_shared"]["team_runs"] / ref, 3)
     out["ratio_sequential_shared"] = round(out["sequential_shared"]["team_runs"] / ref, 3)
+    out["p0"] = p0
+    out["ratio_sequential_p0"] = round(out["sequential_p0"]["team_runs"] / ref, 3)
+    out["ratio_sequential_p0_shared"] = round(out["sequential_p0_shared"]["team_runs"] / ref, 3)
     out["load"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(out, indent=2))
     return 0

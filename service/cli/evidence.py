@@ -104,6 +104,11 @@ def _forecast_args(p: argparse.ArgumentParser) -> None:
         help="forecast the plan an organisation's policy holds the submission to",
     )
     p.add_argument("--no-baseline", action="store_true")
+    p.add_argument(
+        "--share-baseline",
+        action="store_true",
+        help="as for assay: the faults on one tool share trial k's no-fault baseline, paid once",
+    )
     p.add_argument("--no-counterfactual", action="store_true")
     budget_args(p)
 

@@ -42,6 +42,7 @@ def test_plan_prints_where_a_careful_agent_is_allowed_and_what_the_team_pays(
     assert by_fault["subject_swap"]["team_runs"] == {
         "trials": 72,
         "matched_baseline": 72,
+        "baseline_shared_by": None,
         "pairs": 72,
         "total": 216,
     }

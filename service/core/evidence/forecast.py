@@ -26,6 +26,7 @@ from service.core.evidence.pairs import removal
 from service.core.evidence.promise import NEVER, clean_runs_to_clear, tolerance_of
 from service.core.evidence.stopping import Rule, rule_for
 from service.core.evidence.tally import Tally
+from service.core.faults.catalogue import baseline_group
 from service.core.faults.plan import AssayPlan
 from service.core.system.manifest import Envelope, Manifest
 from service.core.trial.oracle import FLAGS, Flag, Outcome
@@ -94,6 +95,9 @@ class FaultForecast:
     fixed_trials: int
     fixed_baseline: int
     fixed_pair_runs: int
+    # The tool whose faults share this fault's matched baseline (`plan.baseline: shared`): its
+    # runs are the tool's, paid once for every fault on it; None: the fault's own.
+    shared_by: str | None = None
 
     @property
     def team_runs(self) -> int:
@@ -116,6 +120,7 @@ class FaultForecast:
             "team_runs": {
                 "trials": self.trials,
                 "matched_baseline": self.baseline,
+                "baseline_shared_by": self.shared_by,
                 "pairs": self.pair_runs,
                 "total": self.team_runs,
             },
@@ -132,8 +137,21 @@ def baseline_runs(plan: AssayPlan, trials: int) -> int:
 
 
 def baseline_total(forecasts: Iterable[FaultForecast], fixed: bool = False) -> int:
-    """The plan's matched baseline runs: each fault's own today (shared baselines count here)."""
-    return sum(f.fixed_baseline if fixed else f.baseline for f in forecasts)
+    """The plan's matched baseline runs. A fault's own count for each; a shared baseline once
+    per tool and trial: trial k's runs while any fault on the tool runs trial k, so the tool
+    pays its longest-running fault's count. `fixed`: the fixed plan with a baseline per fault,
+    what the team paid before baselines were shared."""
+    found = list(forecasts)
+    if fixed:
+        return sum(f.fixed_baseline for f in found)
+    tools: dict[str, int] = {}
+    own = 0
+    for f in found:
+        if f.shared_by is None:
+            own += f.baseline
+        else:
+            tools[f.shared_by] = max(tools.get(f.shared_by, 0), f.baseline)
+    return own + sum(tools.values())
 
 
 def team_total(forecasts: Iterable[FaultForecast], fixed: bool = False) -> int:
@@ -200,6 +218,7 @@ def forecast(manifest: Manifest, plan: AssayPlan) -> list[FaultForecast]:
                 fixed_trials=fixed[0],
                 fixed_baseline=fixed[1],
                 fixed_pair_runs=fixed[2],
+                shared_by=baseline_group(spec) if plan.baseline == "shared" else None,
             )
         )
     return out

@@ -106,6 +106,12 @@ class FaultSpec(BaseModel):
         )
 
 
+def baseline_group(spec: FaultSpec) -> str:
+    """The faults that share a matched baseline under `baseline: shared`: those on one tool
+    (the reset hook's task is the tool's, so their trials can run the same task)."""
+    return spec.target
+
+
 class Catalogue(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

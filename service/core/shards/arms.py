@@ -20,9 +20,8 @@ from typing import Any, Final
 from service.core.evidence.pairs import Removal
 from service.core.evidence.spend import Meter
 from service.core.evidence.tally import SAMPLES, Tally, violating
-from service.core.faults.catalogue import FaultSpec
+from service.core.faults.catalogue import FaultSpec, baseline_group
 from service.core.shards.baselines import SharedBaselines, spend_key
-from service.core.shards.shard import baseline_group
 from service.core.trial.engine import MatchedEngine
 from service.core.trial.harness import Runtime, run_trial
 from service.core.trial.oracle import FLAG_INDEX, Flag

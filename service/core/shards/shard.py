@@ -10,7 +10,7 @@ from typing import Any, NotRequired, TypedDict
 
 from service.core.errors import PlanInvalid
 from service.core.evidence.tally import Tally
-from service.core.faults.catalogue import Catalogue, FaultSpec
+from service.core.faults.catalogue import Catalogue, FaultSpec, baseline_group
 from service.core.faults.plan import AssayPlan
 from service.core.system.manifest import Manifest
 from service.core.trial.rng import LCG, derive, shared_root, stream_key
@@ -101,12 +101,6 @@ def plan_shards(
         for start in range(0, plan.trials, size):
             shards.append(ShardSpec(len(shards), spec.id, start, min(plan.trials, start + size)))
     return shards
-
-
-def baseline_group(spec: FaultSpec) -> str:
-    """The faults that share a matched baseline under `baseline: shared`: those on one tool
-    (the reset hook's task is the tool's, so their trials can run the same task)."""
-    return spec.target
 
 
 def shared_group(plan: AssayPlan, fault_id: str | None) -> str | None:

@@ -87,3 +87,27 @@ def test_the_generic_estimate_is_the_careful_course_of_a_rule() -> None:
     est = estimate(Envelope(), 0.05, 200, 0.05)
     assert (est.trials, est.baseline_runs) == (72, 72)
     assert 0 < est.pair_runs < est.trials
+
+
+@pytest.mark.parametrize("baseline", ["per_fault", "shared"])
+def test_the_forecast_counts_a_baseline_shared_on_one_tool_once_as_the_engine_spends_it(
+    baseline: str,
+) -> None:
+    # Both faults are on the refund API: shared, trial k's no-fault baseline runs once for both.
+    manifest = load_example("typed")
+    plan = sequential(
+        200,
+        max_violation_rate=0.05,
+        baseline=baseline,
+        modes=["timeout_before_send", "reject_before_write"],
+    )
+    found = forecast(manifest, plan)
+    report = run_assay(manifest, plan)
+    assert report.decision is Decision.ALLOW, report.reasons
+    assert report.to_dict()["spend"]["team"]["runs"] == team_total(found)
+    each = sum(f.baseline for f in found)
+    one = max(f.baseline for f in found)
+    assert team_total(found) - sum(f.trials + f.pair_runs for f in found) == (
+        one if baseline == "shared" else each
+    )
+    assert {f.shared_by for f in found} == ({"refund API"} if baseline == "shared" else {None})
