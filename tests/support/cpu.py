@@ -41,15 +41,17 @@ class CpuReport:
         self.path = path
         self.children = children
         self.files: dict[str, list[float]] = {}
+        self.tests: dict[str, list[float]] = {}
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, None, None]:
         cpu, wall = _cpu(), time.monotonic()
         yield
-        entry = self.files.setdefault(item.nodeid.split("::", 1)[0], [0.0, 0.0, 0.0])
-        entry[0] += _cpu() - cpu
-        entry[1] += time.monotonic() - wall
-        entry[2] += 1
+        took = [_cpu() - cpu, time.monotonic() - wall, 1.0]
+        for key, table in ((item.nodeid.split("::", 1)[0], self.files), (item.nodeid, self.tests)):
+            entry = table.setdefault(key, [0.0, 0.0, 0.0])
+            for i, value in enumerate(took):
+                entry[i] += value
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self) -> None:
@@ -61,6 +63,10 @@ class CpuReport:
             for name, (cpu, wall, n) in self.files.items()
         ]
         rows.append({"file": SESSION, "cpu_s": rest, "wall_s": 0.0, "tests": 0, "worker": worker})
+        rows += [
+            {"test": name, "cpu_s": cpu, "wall_s": wall, "worker": worker}
+            for name, (cpu, wall, _) in self.tests.items()
+        ]
         with self.path.open("a") as out:
             out.write("".join(json.dumps(row) + "\n" for row in rows))
 
@@ -76,10 +82,15 @@ def configure(config: pytest.Config) -> None:
         config.pluginmanager.register(report, "assaygate-cpu-report")
 
 
-def summary(path: Path) -> str:
+def summary(path: Path, tests: int = 0) -> str:
+    """Per file, heaviest first; with `tests`, the heaviest tests too."""
     totals: dict[str, list[float]] = {}
+    each: list[tuple[float, float, str]] = []
     for line in path.read_text().splitlines():
         row = json.loads(line)
+        if "test" in row:
+            each.append((row["cpu_s"], row["wall_s"], row["test"]))
+            continue
         entry = totals.setdefault(row["file"], [0.0, 0.0, 0.0])
         entry[0] += row["cpu_s"]
         entry[1] += row["wall_s"]
@@ -87,6 +98,9 @@ def summary(path: Path) -> str:
     lines = [f"{'cpu s':>8} {'wall s':>8} {'tests':>5}  file"]
     for name, (cpu, wall, n) in sorted(totals.items(), key=lambda kv: -kv[1][0]):
         lines.append(f"{cpu:8.1f} {wall:8.1f} {int(n):5d}  {name}")
+    if tests:
+        lines.append(f"{'cpu s':>8} {'wall s':>8}        test")
+        lines += [f"{c:8.1f} {w:8.1f}        {name}" for c, w, name in sorted(each)[::-1][:tests]]
     cpu = sum(entry[0] for entry in totals.values())
     wall = sum(entry[1] for entry in totals.values())
     lines.append(f"{cpu:8.1f} {wall:8.1f}        all files, every process (CPU in CPU-seconds)")
@@ -94,4 +108,5 @@ def summary(path: Path) -> str:
 
 
 if __name__ == "__main__":
-    print(summary(Path(sys.argv[1])))
+    # python -m tests.support.cpu PATH [N]: the files, and the N heaviest tests.
+    print(summary(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 0))
