@@ -73,13 +73,17 @@ class CpuReport:
 
 def configure(config: pytest.Config) -> None:
     path = os.environ.get("ASSAYGATE_TEST_CPU_REPORT", "")
-    if path:
+    if path and not config.pluginmanager.has_plugin("assaygate-cpu-report"):
         # An xdist controller's children are its workers, which report their own CPU.
         controller = not hasattr(config, "workerinput") and bool(
             config.getoption("numprocesses", None)
         )
         report = CpuReport(Path(path).resolve(), children=not controller)
         config.pluginmanager.register(report, "assaygate-cpu-report")
+
+
+# `pytest -p tests.support.cpu` loads it without the suite's conftest (its own test does).
+pytest_configure = configure
 
 
 def summary(path: Path, tests: int = 0) -> str:
