@@ -29,7 +29,7 @@ from tests.support.service import ROOT
 # A waiver may last at most 90 days by default (organisation policy `max_waiver_days`).
 SOON = (datetime.now(UTC) + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M")
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CI = ROOT / "deploy" / "ci"
 SHA = "4f1c2e9a7b"
