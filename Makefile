@@ -50,6 +50,11 @@ kubectl:
 test: venv services browser sandbox kubectl lint typecheck imports
 	$(PY) -m pytest -n 2 --dist loadfile --durations=25
 
+# The suite without the files marked `slow` (each over a CPU-minute): a quick loop while working;
+# `make test` (and CI) runs everything.
+test-fast: venv services browser sandbox kubectl
+	$(PY) -m pytest -n 2 --dist loadfile -m "not slow"
+
 # Keeps its data in a new folder and ends by saying how to browse it (serve + a reviewer key).
 # The demo's data lives in var/demo (ignored by git), replaced on each run: nothing piles up in
 # /tmp, and the demo ends by saying how to browse it.

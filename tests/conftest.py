@@ -21,6 +21,10 @@ def pytest_configure(config: pytest.Config) -> None:
             "(`make venv` recompiles)",
             stacklevel=1,
         )
+    # ASSAYGATE_TEST_CPU_REPORT=path: CPU seconds per test file (tests/support/cpu.py).
+    from tests.support import cpu
+
+    cpu.configure(config)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

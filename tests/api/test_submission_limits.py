@@ -75,9 +75,12 @@ def test_the_nested_all_bomb_is_refused_while_healthz_keeps_answering(
     finally:
         stop.set()
         prober.join()
-    assert "over the budget" in error["message"]
-    assert took < 5.0
-    assert slowest and max(slowest) < 1.0
+    # Refused by the static estimate (its message), never evaluated: evaluating the bomb's 10^8
+    # steps would hold the API for minutes. The bounds are guards against that, not speed checks
+    # a busy machine could fail.
+    assert "over the budget" in error["message"] and "estimated cost" in error["message"]
+    assert took < 60.0
+    assert slowest and max(slowest) < 10.0
 
 
 @pytest.mark.parametrize(

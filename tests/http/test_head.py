@@ -52,26 +52,28 @@ def read_all(sock: socket.socket) -> bytes:
 
 
 def test_a_client_that_trickles_its_headers_is_answered_408_and_closed(port: int) -> None:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        started = time.monotonic()
+    # The head's deadline is for the whole head: the server closes on a client still sending a
+    # header every 0.25 s (a deadline per read would never fire while it trickles). Shown by the
+    # close cutting the trickle short, not by a stopwatch: the trickle's length is only a guard.
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
-        answer = b""
+        cut = False
         try:
-            for _ in range(20):
+            for _ in range(int(60 / 0.25)):
                 sock.sendall(b"X-Slow: a\r\n")
                 time.sleep(0.25)
         except OSError:
-            pass  # closed on us: that is the point
+            cut = True  # closed on us: that is the point
         answer = read_all(sock)
+    assert cut, "the server let a client trickle its head for a minute"
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
-    assert time.monotonic() - started < TIMEOUT_S + 3
 
 
 def test_a_connection_that_never_sends_a_byte_is_closed(port: int) -> None:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        started = time.monotonic()
+    # Closed by the server (408, then end of stream) well before the client's own 30 s timeout,
+    # which only turns a server that never closes into a failure.
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         assert read_all(sock).startswith(b"HTTP/1.1 408")
-    assert time.monotonic() - started < TIMEOUT_S + 3
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import pytest
 from service.cli import main
 from tests.mcp.conftest import ROOT, Sandbox
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
 CAREFUL = {
     "warehouse command agent": ROOT / "examples" / "mcp-warehouse" / "manifest.careful.json",

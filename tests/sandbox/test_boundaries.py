@@ -160,7 +160,9 @@ def test_code_that_outlives_its_deadline_dies_with_all_its_children(
     start = time.monotonic()
     result = attack(worker, proxy_url, "hang", marker, deadline_s=3.0)
     assert result.timed_out and result.error == "TargetTimeout: the run passed its deadline"
-    assert time.monotonic() - start < 15
+    # A guard, not a speed check: a run that waited for the tree instead of ending it would
+    # return when the 1000 s sleep does; a busy machine is far inside 300 s.
+    assert time.monotonic() - start < 300
     assert outlived(marker) == [], "a process of the sandbox outlived its deadline"
 
 

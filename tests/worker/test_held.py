@@ -5,6 +5,7 @@ sent again once their leases lapse. Real PostgreSQL and Redis, the task body cal
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -55,6 +56,11 @@ class Observed(Watched):
         self.looks = 0
         # Trials in flight now, and the most at once (one shard of three trials offers three).
         self.busy = self.most = 0
+        # The first SLOTS trials wait for each other: the worker offering SLOTS at once is shown by
+        # them meeting (an event), not by hoping the scheduler overlaps them on a busy machine. A
+        # worker that never offers SLOTS at once breaks the barrier after its guard and fails.
+        self.met = threading.Event()
+        self.together = threading.Barrier(SLOTS, action=self.met.set, timeout=60)
         self.around(self._slow)
 
     def _slow(
@@ -69,6 +75,9 @@ class Observed(Watched):
         with self.lock:
             self.busy += 1
             self.most = max(self.most, self.busy)
+        if not self.met.is_set():
+            with contextlib.suppress(threading.BrokenBarrierError):
+                self.together.wait()
         time.sleep(0.01)
         if time.monotonic() - self.began > 1.0 and self.looking.acquire(blocking=False):
             # Until it has seen several held at once: a held shard that just finished
