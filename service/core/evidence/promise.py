@@ -199,10 +199,11 @@ def unresolvable(
         for key in (k for k in envelope.floored() if k in named):
             floor = envelope.floors.value(key)
             need = clean_runs_to_clear(floor)
+            said = f"a {floor:g} floor on the lower bound{_policys(key, floor, stated)}"
             if need == NEVER:
                 return Unresolvable(
                     f"manifest.envelope.floors.{key}",
-                    f"a {floor:g} floor on the lower bound can never be shown: no count of "
+                    f"{said} can never be shown: no count of "
                     "trials puts the lower bound at 1; lower the floor or compare it on the "
                     "point estimate",
                     need,
@@ -210,12 +211,24 @@ def unresolvable(
             if need > cap:
                 return Unresolvable(
                     f"manifest.envelope.floors.{key}",
-                    f"a {floor:g} floor on the lower bound needs {need} trials per fault even "
+                    f"{said} needs {need} trials per fault even "
                     f"for a perfect record; plan.trials is {cap}: raise plan.trials to {need}, "
                     "lower the floor or compare it on the point estimate",
                     need,
                 )
     return None
+
+
+def _policys(key: str, floor: float, stated: tuple[AssayPlan, Envelope] | None) -> str:
+    """What a refusal adds when the floor is the policy's: the submission stated none, or a
+    lower one (a policy only raises floors). The field named stays the manifest's, the one the
+    policy raised."""
+    if stated is None:
+        return ""
+    own = stated[1].floors
+    if key in own.model_fields_set and own.value(key) >= floor:
+        return ""
+    return " (set by the organisation's policy, which a submission cannot loosen)"
 
 
 def refuse_unresolvable(

@@ -21,11 +21,14 @@ from functools import cache
 import pytest
 
 from service.core.decision.gate import Decision, FaultEvidence, decide
+from service.core.decision.policy import parse_policy, tighten
 from service.core.evidence.promise import (
     allow_chance,
     clean_bound,
+    clean_runs_to_clear,
     raised_to_resolve,
     runs_to_resolve,
+    unresolvable,
 )
 from service.core.evidence.stopping import Rule
 from service.core.evidence.tally import Tally
@@ -278,3 +281,22 @@ def test_a_rerun_under_a_risen_tolerance_is_raised_to_the_trials_it_needs_never_
     # 0.2 at 0.5 % (one side of 1 %) needs 24 clean trials.
     assert raised.trials == runs_to_resolve(0.2, 0.005) == 24
     assert raised_to_resolve(raised, Envelope(max_violation_rate=0.2)) == raised
+
+
+def test_a_floor_the_policy_raised_past_the_caps_reach_is_refused_saying_the_policy_set_it() -> (
+    None
+):
+    manifest = load_example("typed")
+    plan = parse_plan({"catalogue": "full", "trials": 20, "modes": ["subject_swap"]})
+    policy = parse_policy({"floors": {"recovered": 0.95}})
+    # The manifest states no floor: the policy's 0.95 needs more trials than 20.
+    silent = tighten(policy, Envelope(), plan, manifest.target.kind)
+    refused = unresolvable(silent.plan, silent.envelope, (plan, Envelope()))
+    assert refused is not None and refused.field == "manifest.envelope.floors.recovered"
+    assert "set by the organisation's policy" in refused.message
+    assert f"needs {clean_runs_to_clear(0.95)} trials" in refused.message
+    # Stated by the manifest itself, the same refusal is the manifest's own.
+    own = Envelope(floors=Floors(recovered=0.95))
+    stated = tighten(policy, own, plan, manifest.target.kind)
+    refused = unresolvable(stated.plan, stated.envelope, (plan, own))
+    assert refused is not None and "policy" not in refused.message
