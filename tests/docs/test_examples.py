@@ -221,6 +221,9 @@ def test_the_example_runs_as_written(block: Block, service: Service, tmp_path: P
         TMPDIR=str(tmp_path),
         # `make demo` keeps its data here: the user's own demo in var/demo stays as it was.
         DEMO_DIR=str(tmp_path / "demo"),
+        # ... and `make demo` uses the venv `make test` set up, never installing into it or
+        # compiling the core in the checkout (a test writes only in its own folders).
+        DEMO_SETUP="",
     )
     users_demo = demo_state()
     done = subprocess.run(
