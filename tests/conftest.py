@@ -21,10 +21,12 @@ def pytest_configure(config: pytest.Config) -> None:
             "(`make venv` recompiles)",
             stacklevel=1,
         )
-    # ASSAYGATE_TEST_CPU_REPORT=path: CPU seconds per test file (tests/support/cpu.py).
-    from tests.support import cpu
+    # ASSAYGATE_TEST_CPU_REPORT=path: CPU seconds per test file (tests/support/cpu.py); read
+    # only when asked, so a suite run from elsewhere (tests/test_order.py's) needs no package.
+    if os.environ.get("ASSAYGATE_TEST_CPU_REPORT"):
+        from tests.support import cpu
 
-    cpu.configure(config)
+        cpu.configure(config)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
