@@ -440,6 +440,9 @@ class Settings(BaseSettings, QuotaSettings):
                 "interval_max": 0.2,
             },
         }
+        if self.broker_url.startswith("filesystem"):
+            # kombu's own filesystem put can be read half-written: service.spool says how.
+            config["broker_transport"] = "service.spool:Transport"
         if self.result_backend:
             config["result_backend"] = self.result_backend
             config["result_expires"] = 3600
