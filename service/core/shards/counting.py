@@ -18,12 +18,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 
-from service.core.evidence.spend import Meter, budgeted
+from service.core.evidence.spend import Meter
 from service.core.evidence.stopping import Watch
 from service.core.evidence.tally import SAMPLES, Tally
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
-from service.core.shards.shard import StopLimits
+from service.core.shards.shard import StopLimits, Stops
 from service.core.shards.slots import InOrder
 from service.core.shards.slotted import SlotTrial
 
@@ -194,13 +194,10 @@ class Counting:
     ) -> None:
         self.works = works
         self.plan = plan
-        self.limits = limits
         # The counts alone (no deadline): what the trials folded so far already trip.
         self.counts = None if limits is None else replace(limits, deadline=None, clock=None)
         self.meter = meter
-        self.budget = meter is not None and budgeted(plan.stop)
-        self.should_stop = should_stop
-        self.batch = batch
+        self.stops = Stops(plan.stop, limits, meter, should_stop, batch)
         self.trial_done = trial_done
         self.ordered = ordered
         self.cursor = 0  # ordered: the fault being counted (those before it are)
@@ -256,15 +253,8 @@ class Counting:
 
     def _one(self, work: FaultWork, tr: StartedTrial) -> None:
         meter = self.meter
-        if (
-            self.should_stop is not None
-            and self.done
-            and self.done % self.batch == 0
-            and self.should_stop()
-        ):
-            self.halt(work, "aborted", tr)
-            return
-        if self.budget and meter is not None and (no := meter.refuses(self.plan.stop)):
+        no = self.stops.before(self.done)
+        if no is not None:
             self.halt(work, no, tr)
             return
         if tr.exc is not None:
@@ -282,11 +272,7 @@ class Counting:
             self.out[i] += tr.out[i]
         if self.trial_done is not None:
             self.trial_done(work, tuple(tr.spent), (tr.out[0], tr.out[1], tr.out[2]))
-        reason = None
-        if self.limits is not None:
-            reason = self.limits.tripped(self.out[0], self.out[1], self.out[2])
-        if reason is None and self.budget and meter is not None:
-            reason = meter.exceeded(self.plan.stop)
+        reason = self.stops.after(self.out[0], self.out[1], self.out[2])
         if reason is not None:
             # Read before the fault's rule, as the serial loop does: the fault was stopped.
             self.halt(work, reason, None, at=work.done)
@@ -360,19 +346,14 @@ class Counting:
                     ready.append(w)
         if not ready:
             return None
-        if not self.budget or self.meter is None:
+        if not self.stops.budget:
             return min(ready, key=lambda w: (w.in_flight, w.index))
-        meter, stop = self.meter, self.plan.stop
         work = min(ready, key=lambda w: w.index)
-        n = self.before(work)
-        if meter.waits(stop, n):
+        word = self.stops.admits(self.before(work))
+        if isinstance(word, str):
+            self.halt(work, word, None)
             return None
-        no = meter.refuses(stop, n)
-        if no is None:
-            return work
-        if n == 0:
-            self.halt(work, no, None)
-        return None
+        return work if word else None
 
 
 def _trim(work: FaultWork, tally: Tally) -> None:

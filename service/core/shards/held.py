@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from service.core.evidence.pairs import removal
-from service.core.evidence.spend import Meter, budgeted
+from service.core.evidence.spend import Meter
 from service.core.evidence.stopping import Watch
 from service.core.evidence.tally import ShardResult
 from service.core.faults.catalogue import FaultSpec
@@ -25,6 +25,7 @@ from service.core.shards.scheduler import FaultWork, run_scheduled
 from service.core.shards.shard import (
     ShardSpec,
     StopLimits,
+    Stops,
     sample_of,
     stream_roots,
     with_first_cause,
@@ -127,7 +128,8 @@ def run_held(
     runtimes = [
         Runtime(manifest, cat, target.slot(i), guard, namespace, honours_keys) for i in range(slots)
     ]
-    budget = meter is not None and budgeted(plan.stop)
+    # Read over every held shard's counted trials (the scheduler reads its own).
+    stops = Stops(plan.stop, limits, meter, should_stop, batch)
     results: dict[int, Done] = {}
 
     def report(work: FaultWork, reason: str | None) -> None:
@@ -147,11 +149,8 @@ def run_held(
     def blocked() -> bool:
         """Whether a stop is in force over every held shard's counted trials so far (the
         scheduler's own stop is not visible here; read again, it is the same)."""
-        if limits is not None:
-            totals = [sum(k.out[i] for k in kept) for i in range(3)]
-            if limits.tripped(totals[0], totals[1], totals[2]) is not None:
-                return True
-        return budget and meter is not None and meter.exceeded(plan.stop) is not None
+        totals = [sum(k.out[i] for k in kept) for i in range(3)]
+        return stops.after(totals[0], totals[1], totals[2]) is not None
 
     def finished(work: FaultWork) -> None:
         # Ended by its own trials or rule, not cut short: stored now. A stop's shards wait for
@@ -183,8 +182,7 @@ def run_held(
         trial_done=trial_done,
         more=None if more is None else joined,
     )
-    if reason is not None and meter is not None:
-        reason = meter.settled(plan.stop, reason)
+    reason = stops.settled(reason)
     for work in works:
         if work.index not in results:
             report(work, reason)

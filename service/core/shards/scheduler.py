@@ -196,7 +196,7 @@ def run_scheduled(
         finally:
             finished.put(None)
 
-    if should_stop is not None and should_stop():
+    if counter.stops.opening() is not None:
         return "aborted", 0
     threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
     for th in threads:

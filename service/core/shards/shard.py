@@ -1,6 +1,7 @@
-"""How an assay is cut into shards and keyed: the stop conditions a shard enforces (`StopLimits`), a
-shard's span (`ShardSpec`), the plan's shards, the stream keys that make a trial the same trial
-wherever and however often it runs, and what a running shard reports (`ShardActivity`)."""
+"""How an assay is cut into shards and keyed: the stop conditions a shard enforces (`StopLimits`)
+and where every executor reads them with the budgets (`Stops`), a shard's span (`ShardSpec`), the
+plan's shards, the stream keys that make a trial the same trial wherever and however often it
+runs, and what a running shard reports (`ShardActivity`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
 from service.core.errors import PlanInvalid
+from service.core.evidence.spend import Meter, budgeted
 from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import Catalogue, FaultSpec, baseline_group
-from service.core.faults.plan import AssayPlan
+from service.core.faults.plan import AssayPlan, StopConditions
 from service.core.system.manifest import Manifest
 from service.core.trial.rng import LCG, derive, shared_root, stream_key
 
@@ -57,6 +59,79 @@ class StopLimits:
         if self.deadline is not None and self.clock is not None and self.clock() > self.deadline:
             return "wall-clock deadline passed"
         return None
+
+
+class Stops:
+    """Every stop an executor reads, in the serial loop's order, so the slots' executors
+    (`service.core.shards.slotted`, the scheduler's `service.core.shards.counting`) stop where
+    the serial loop does: before a trial is counted, an abort (asked every `batch` trials) and
+    a budget; after it, effects, unsafe escapes and target errors (`limits`) and the budgets;
+    and before a trial starts, whether a budget admits it (`admits`). Pure: the caller keeps
+    the counts and the order, and reads these under its own lock."""
+
+    __slots__ = ("batch", "budget", "limits", "meter", "should_stop", "stop")
+
+    def __init__(
+        self,
+        stop: StopConditions,
+        limits: StopLimits | None,
+        meter: Meter | None,
+        should_stop: Callable[[], bool] | None,
+        batch: int,
+    ) -> None:
+        self.stop = stop
+        self.limits = limits
+        self.meter = meter
+        # Budgets are read only when the plan sets one (and the run is metered).
+        self.budget = meter is not None and budgeted(stop)
+        self.should_stop = should_stop
+        self.batch = batch
+
+    def opening(self) -> str | None:
+        """Before any trial starts: an abort already asked for."""
+        if self.should_stop is not None and self.should_stop():
+            return "aborted"
+        return None
+
+    def before(self, done: int) -> str | None:
+        """Before the trial counted after `done` others: an abort (asked once every `batch`
+        trials, as the serial loop asks), then a budget already spent."""
+        if self.should_stop is not None and done and done % self.batch == 0 and self.should_stop():
+            return "aborted"
+        if self.budget and self.meter is not None:
+            return self.meter.refuses(self.stop)
+        return None
+
+    def after(self, effects: int, unsafe: int, target_errors: int) -> str | None:
+        """After a trial is counted (the run's counts so far): a stop condition, then a budget
+        it took over."""
+        reason = None
+        if self.limits is not None:
+            reason = self.limits.tripped(effects, unsafe, target_errors)
+        if reason is None and self.budget and self.meter is not None:
+            reason = self.meter.exceeded(self.stop)
+        return reason
+
+    def admits(self, ahead: int) -> bool | str:
+        """Whether a budget lets the next trial start, with `ahead` trials before it started or
+        due and not counted yet: True; False, to wait for those (before any is counted there is
+        nothing to estimate from, and a refusal may lift as they count); or, with none ahead,
+        the refusal's reason: the serial loop stops here."""
+        meter = self.meter
+        if not self.budget or meter is None:
+            return True
+        if meter.waits(self.stop, ahead):
+            return False
+        no = meter.refuses(self.stop, ahead)
+        if no is None:
+            return True
+        return no if ahead == 0 else False
+
+    def settled(self, reason: str | None) -> str | None:
+        """The run's stop reason once every slot has stopped (a budget's restated as spent)."""
+        if reason is not None and self.meter is not None:
+            return self.meter.settled(self.stop, reason)
+        return reason
 
 
 @dataclass(frozen=True)

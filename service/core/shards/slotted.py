@@ -10,20 +10,17 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from service.core.evidence.pairs import Removal
-from service.core.evidence.spend import Meter, budgeted
+from service.core.evidence.spend import Meter
 from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
 from service.core.shards.baselines import SharedBaselines
+from service.core.shards.shard import ShardSpec, StopLimits, Stops
 from service.core.shards.slots import InOrder
 from service.core.trial.harness import Runtime
 from service.core.trial.rng import derive
-
-if TYPE_CHECKING:
-    from service.core.shards.shard import ShardSpec, StopLimits
 
 #: `service.core.shards.assay._one`: run one trial's arms into a tally (handed in: the assay module
 #: imports this one).
@@ -128,7 +125,7 @@ def run_slotted(
     stop = threading.Event()
     finished: queue.SimpleQueue[_Done] = queue.SimpleQueue()
     clock = None if meter is None else meter.clock
-    budget = meter is not None and budgeted(trial.plan.stop)
+    stops = Stops(trial.plan.stop, limits, meter, should_stop, batch)
     # Trials handed to a slot and trials whose spend the meter holds (both under `lock`): the
     # difference is what is in flight when a budget admits the next one.
     counts = [0, 0]
@@ -139,15 +136,14 @@ def run_slotted(
     def next_trial() -> tuple[int, FaultSpec] | None:
         # Under the lock, in order: paper mode's fault choice is a sequential stream.
         with admitted:
-            while budget and meter is not None and not stop.is_set():
-                in_flight = counts[0] - counts[1]
-                no = meter.refuses(trial.plan.stop, in_flight)
-                if no is None and not meter.waits(trial.plan.stop, in_flight):
-                    break
-                if no is not None and in_flight == 0:
-                    refused[0] = no
+            while not stop.is_set():
+                word = stops.admits(counts[0] - counts[1])
+                if isinstance(word, str):
+                    refused[0] = word
                     stop.set()
                     admitted.notify_all()
+                    break
+                if word:
                     break
                 admitted.wait(0.05)
             if stop.is_set():
@@ -178,7 +174,7 @@ def run_slotted(
     done = effects = unsafe = target_errors = 0
     reason: str | None = None
     failure: BaseException | None = None
-    if should_stop is not None and should_stop():
+    if stops.opening() is not None:
         return 0, 0, 0, 0, "aborted"
     order: InOrder[
         tuple[FaultSpec, Tally, tuple[int, int, int] | None, BaseException | None, Meter | None]
@@ -200,10 +196,7 @@ def run_slotted(
                 counts[1] += 1
                 # Before the trial, as the serial loop: an abort, then a budget.
                 if not stop.is_set():
-                    if should_stop is not None and done and done % batch == 0 and should_stop():
-                        reason = "aborted"
-                    elif budget and meter is not None:
-                        reason = meter.refuses(trial.plan.stop)
+                    reason = stops.before(done)
                     if reason is None and (exc is not None or out is None):
                         failure = exc
                     if reason is not None or failure is not None:
@@ -225,11 +218,8 @@ def run_slotted(
             unsafe += out[1]
             target_errors += out[2]
             done += 1
-            if limits is not None:
-                reason = limits.tripped(effects, unsafe, target_errors)
-            if reason is None and budget and meter is not None:
-                with admitted:
-                    reason = meter.exceeded(trial.plan.stop)
+            with admitted:
+                reason = stops.after(effects, unsafe, target_errors)
             if reason is not None:
                 stop.set()
     for th in threads:
