@@ -2,7 +2,7 @@
 which reads it), the matched baseline, and the counterfactual pairs (which run only when the
 intervention fired and was graded).
 
-`service.core.shards.assay._one` runs them one after another into one tally (the serial loop);
+`one_trial` runs them one after another into one tally (the serial loop, a paper shard's slots);
 the scheduler (`service.core.shards.scheduler`) runs them in different slots, each into a tally of
 its own, and merges the three in this order, which gives the serial loop's tally exactly: counts
 add, and only the intervention keeps samples.
@@ -21,6 +21,7 @@ from service.core.evidence.pairs import Removal
 from service.core.evidence.spend import Meter
 from service.core.evidence.tally import SAMPLES, Tally, violating
 from service.core.faults.catalogue import FaultSpec, baseline_group
+from service.core.faults.plan import AssayPlan
 from service.core.shards.baselines import SharedBaselines, spend_key
 from service.core.trial.engine import MatchedEngine
 from service.core.trial.harness import Runtime, run_trial
@@ -194,3 +195,36 @@ def sample(rec: TrialRecord, trial: int) -> dict[str, Any]:
         "target_error": rec.target_error,
         "outcome": rec.outcome.view(),
     }
+
+
+def one_trial(
+    rt: Runtime,
+    plan: AssayPlan,
+    spec: FaultSpec,
+    tally: Tally,
+    trial: int,
+    wkey: int,
+    skey: int,
+    rm: Removal,
+    extra: bool = True,
+    meter: Meter | None = None,
+    needs_pairs: bool = True,
+    shared: SharedBaselines | None = None,
+    k: int = 0,
+) -> tuple[int, int, int]:
+    """Run one trial's arms into the tally, one after another (the serial loop, and each slot
+    of a paper shard); return effects, unsafe escapes and target errors. `extra`: the trial is
+    in the plan's evidence sample (its matched baseline and pairs run); `needs_pairs`: a
+    sequential rule still needs the counterfactual pairs. The matched baseline always runs on
+    every trial of the sample (`shared`: once for the faults on the tool, at the fault's trial
+    `k`)."""
+    effects, unsafe, errors, fired = intervention(rt, spec, tally, trial, wkey, skey, meter)
+    if extra and plan.matched_baseline:
+        e, te = baseline(rt, spec, tally, wkey, skey, meter, shared, k)
+        effects += e
+        errors += te
+    if extra and needs_pairs and plan.counterfactuals and fired:
+        e, te = pairs(rt, spec, tally, wkey, skey, rm, meter)
+        effects += e
+        errors += te
+    return effects, unsafe, errors

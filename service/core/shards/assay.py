@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from service.core.decision.merge import merge
 from service.core.decision.report import AssayReport
-from service.core.evidence.pairs import Removal, removal
+from service.core.evidence.pairs import removal
 from service.core.evidence.spend import Meter, budgeted
 from service.core.evidence.stopping import Stop, Watch, watch_for
 from service.core.evidence.tally import ShardResult, Tally
@@ -149,7 +149,7 @@ def run_shard(
                 Runtime(manifest, cat, target.slot(i), guard, namespace, honours_keys)
                 for i in range(slots)
             ]
-            trial = SlotTrial(plan, pick, wroot, sroot, base, threshold, sample_key, removals, _one)
+            trial = SlotTrial(plan, pick, wroot, sroot, base, threshold, sample_key, removals)
             done, effects, unsafe, target_errors, reason = run_slotted(
                 runtimes, trial, shard, tallies, should_stop, batch, limits, meter
             )
@@ -172,7 +172,7 @@ def run_shard(
             if watch is not None:
                 pairs = watch.needs_pairs(tally)
                 watch.steer(rt.engine, tally)
-            e, u, te = _one(
+            e, u, te = arms.one_trial(
                 rt,
                 plan,
                 spec,
@@ -208,38 +208,6 @@ def run_shard(
     if reason is not None:
         reason = with_first_cause(reason, tallies.values())
     return ShardResult(shard.index, tallies, done, reason is not None, reason, effects, unsafe)
-
-
-def _one(
-    rt: Runtime,
-    plan: AssayPlan,
-    spec: FaultSpec,
-    tally: Tally,
-    trial: int,
-    wkey: int,
-    skey: int,
-    rm: Removal,
-    extra: bool = True,
-    meter: Meter | None = None,
-    pairs: bool = True,
-    shared: SharedBaselines | None = None,
-    k: int = 0,
-) -> tuple[int, int, int]:
-    """Run one trial's arms (`service.core.shards.arms`) into the tally, one after another;
-    return effects, unsafe escapes and target errors. `extra`: the trial is in the plan's
-    evidence sample (its matched baseline and pairs run); `pairs`: a sequential rule still needs
-    the counterfactual pairs. The matched baseline always runs on every trial of the sample
-    (`shared`: once for the faults on the tool, at the fault's trial `k`)."""
-    effects, unsafe, errors, fired = arms.intervention(rt, spec, tally, trial, wkey, skey, meter)
-    if extra and plan.matched_baseline:
-        e, te = arms.baseline(rt, spec, tally, wkey, skey, meter, shared, k)
-        effects += e
-        errors += te
-    if extra and pairs and plan.counterfactuals and fired:
-        e, te = arms.pairs(rt, spec, tally, wkey, skey, rm, meter)
-        effects += e
-        errors += te
-    return effects, unsafe, errors
 
 
 def run_assay(

@@ -16,24 +16,18 @@ from service.core.evidence.spend import Meter
 from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
+from service.core.shards import arms
 from service.core.shards.baselines import SharedBaselines
 from service.core.shards.shard import ShardSpec, StopLimits, Stops
 from service.core.shards.slots import InOrder
 from service.core.trial.harness import Runtime
 from service.core.trial.rng import derive
 
-#: `service.core.shards.assay._one`: run one trial's arms into a tally (handed in: the assay module
-#: imports this one).
-One = Callable[
-    [Runtime, AssayPlan, FaultSpec, Tally, int, int, int, Removal, bool, Meter | None, bool],
-    tuple[int, int, int],
-]
-
 
 class SlotTrial:
     """What a slot needs to run trial `k` of a shard (the slotted path's share of run_shard's
-    locals). `one` runs a whole trial (`run`, paper mode's executor); the scheduler runs a
-    trial's arms itself and needs only `keys`."""
+    locals). `run` runs a whole trial (paper mode's executor); the scheduler runs a trial's
+    arms itself and needs only `keys`."""
 
     def __init__(
         self,
@@ -45,7 +39,6 @@ class SlotTrial:
         threshold: int | None,
         sample_key: int,
         removals: dict[str, Removal],
-        one: One | None = None,
         *,
         sample_base: int | None = None,
         shared: SharedBaselines | None = None,
@@ -61,7 +54,6 @@ class SlotTrial:
         self.threshold = threshold
         self.sample_key = sample_key
         self.removals = removals
-        self.one = one
         self.sample_base = base if sample_base is None else sample_base
         self.shared = shared
 
@@ -81,13 +73,14 @@ class SlotTrial:
         pairs: bool = True,
         meter: Meter | None = None,
     ) -> tuple[int, int, int]:
-        assert self.one is not None  # run_slotted's SlotTrial carries it
         wkey, skey, extra = self.keys(k)
         rm = self.removals[spec.id]
         if meter is not None:
             meter.mark()
         plan = self.plan
-        return self.one(rt, plan, spec, tally, self.base + k, wkey, skey, rm, extra, meter, pairs)
+        return arms.one_trial(
+            rt, plan, spec, tally, self.base + k, wkey, skey, rm, extra, meter, pairs
+        )
 
 
 # A finished trial on its way from a slot to the shard: its number, fault, own tally, and
