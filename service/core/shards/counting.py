@@ -18,16 +18,27 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 
+from service.core.evidence.pairs import Removal
 from service.core.evidence.spend import Meter
 from service.core.evidence.stopping import Watch
 from service.core.evidence.tally import SAMPLES, Tally
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
-from service.core.shards.shard import StopLimits, Stops
+from service.core.shards.baselines import SharedBaselines
+from service.core.shards.shard import StopLimits, Stops, sample_of, stream_roots
 from service.core.shards.slots import InOrder
 from service.core.shards.slotted import SlotTrial
 
-__all__ = ["BASE", "MAIN", "PAIRS", "Counting", "FaultWork", "StartedTrial", "TrialDone"]
+__all__ = [
+    "BASE",
+    "MAIN",
+    "PAIRS",
+    "Counting",
+    "FaultWork",
+    "StartedTrial",
+    "TrialDone",
+    "fault_work",
+]
 
 
 class FaultWork:
@@ -116,6 +127,44 @@ class FaultWork:
     def uncounted(self) -> int:
         """Trials started and not counted yet (in flight, or folded and pending)."""
         return self.taken - self.start - self.done
+
+
+def fault_work(
+    index: int,
+    plan: AssayPlan,
+    spec: FaultSpec,
+    place: int,
+    removals: dict[str, Removal],
+    watch: Watch | None,
+    trials: int,
+    start: int = 0,
+    shared: SharedBaselines | None = None,
+) -> FaultWork:
+    """Trials `start` to `start + trials` of the fault at `place` in the plan, keyed as the
+    serial run keys them (its streams and evidence sample), under its rule's `watch` (None: the
+    fixed plan). `shared`: the assay's shared baselines.
+
+    A sequential fault runs one trial at a time: what its next trial runs (the pairs, the
+    sensitivity run) is read from every trial before it, and no trial past its rule's stop ever
+    starts, so its runs are the serial run's at any concurrency; concurrency comes from its
+    faults side by side and each trial's arms at once."""
+    wroot, sroot = stream_roots(plan, spec.id)
+    base = place * plan.trials
+    sample_key, sample_base = sample_of(plan, spec.id, base)
+    trial = SlotTrial(
+        plan,
+        lambda k: spec,
+        wroot,
+        sroot,
+        base,
+        plan.sample_threshold(),
+        sample_key,
+        removals,
+        sample_base=sample_base,
+        shared=shared,
+    )
+    window = 1 if watch is not None else None
+    return FaultWork(index, spec, trial, trials, watch, window, start)
 
 
 #: A trial's arms as units: the intervention (with its sensitivity run), its matched baseline, and

@@ -21,16 +21,14 @@ from service.core.evidence.tally import ShardResult
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
 from service.core.shards.baselines import SharedBaselines
+from service.core.shards.counting import fault_work
 from service.core.shards.scheduler import FaultWork, run_scheduled
 from service.core.shards.shard import (
     ShardSpec,
     StopLimits,
     Stops,
-    sample_of,
-    stream_roots,
     with_first_cause,
 )
-from service.core.shards.slotted import SlotTrial
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import SlottedEngine
 from service.core.trial.harness import Runtime
@@ -83,7 +81,6 @@ def run_held(
     faults = plan.faults()
     position = {f.id: i for i, f in enumerate(faults)}
     removals = {f.id: removal(manifest, f) for f in faults}
-    threshold = plan.sample_threshold()
     baselines = shared
     if baselines is None and plan.baseline == "shared":
         baselines = SharedBaselines()
@@ -95,29 +92,12 @@ def run_held(
         if shard.fault_id is None:
             raise ValueError("a paper-mode shard cannot be held with others")
         spec = cat.by_id(shard.fault_id)
-        wroot, sroot = stream_roots(plan, spec.id)
-        base = position[spec.id] * plan.trials
-        sample_key, sample_base = sample_of(plan, spec.id, base)
-        trial = SlotTrial(
-            plan,
-            lambda k, spec=spec: spec,  # type: ignore[misc]
-            wroot,
-            sroot,
-            base,
-            threshold,
-            sample_key,
-            removals,
-            sample_base=sample_base,
-            shared=baselines,
-        )
-        # A sequential fault runs one trial at a time (scheduled_assay says why): its runs are
-        # the serial run's at any concurrency.
-        window = 1 if watch is not None else None
         trials = shard.stop - shard.start
         pos = len(holding)
         holding.append(shard)
         kept.append(_Kept(None if meter is None else meter.clock))
-        return FaultWork(pos, spec, trial, trials, watch, window, shard.start)
+        place = position[spec.id]
+        return fault_work(pos, plan, spec, place, removals, watch, trials, shard.start, baselines)
 
     works.extend(hold(shard, watch) for shard, watch in held)
 

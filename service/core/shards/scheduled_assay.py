@@ -16,9 +16,9 @@ from service.core.evidence.stopping import Stop, Watch, rule_for
 from service.core.evidence.tally import ShardResult, Tally
 from service.core.faults.plan import AssayPlan
 from service.core.shards.baselines import SharedBaselines
+from service.core.shards.counting import fault_work
 from service.core.shards.scheduler import FaultWork, run_scheduled
-from service.core.shards.shard import StopLimits, sample_of, stream_roots, with_first_cause
-from service.core.shards.slotted import SlotTrial
+from service.core.shards.shard import StopLimits, with_first_cause
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import SlottedEngine
 from service.core.trial.harness import Runtime
@@ -45,29 +45,10 @@ def run_scheduled_assay(
     sequential = plan.rule_for(manifest.target.kind) == "sequential"
     faults = [cat.by_id(f.id) for f in plan.faults()]
     removals = {f.id: removal(manifest, f) for f in faults}
-    threshold = plan.sample_threshold()
     works: list[FaultWork] = []
     for pos, spec in enumerate(faults):
-        wroot, sroot = stream_roots(plan, spec.id)
-        sample_key, sample_base = sample_of(plan, spec.id, pos * plan.trials)
-        trial = SlotTrial(
-            plan,
-            lambda k, spec=spec: spec,  # type: ignore[misc]
-            wroot,
-            sroot,
-            pos * plan.trials,
-            threshold,
-            sample_key,
-            removals,
-            sample_base=sample_base,
-            shared=shared,
-        )
         watch = Watch(rule_for(manifest, plan, spec)) if sequential else None
-        # A sequential fault runs one trial at a time: what its next trial runs (the pairs, the
-        # sensitivity run) is read from every trial before it, and no trial past its rule's stop
-        # ever starts, so its runs are the serial run's at any concurrency; concurrency comes
-        # from its faults side by side and each trial's arms at once.
-        works.append(FaultWork(pos, spec, trial, plan.trials, watch, 1 if sequential else None))
+        works.append(fault_work(pos, plan, spec, pos, removals, watch, plan.trials, 0, shared))
     runtimes = [
         Runtime(manifest, cat, target.slot(i), None, None, honours_keys) for i in range(slots)
     ]
