@@ -144,7 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-ms", type=float, default=200.0)
     ap.add_argument("--trials", type=int, default=6, help="trials per fault (the cap)")
     ap.add_argument("--mode", action="append", default=None)
-    ap.add_argument("--only", default=None, help="one assay of the grid, e.g. careful_fixed_8")
+    grid = [
+        f"{n}_{r}_{c}"
+        for n in ("careful", "blind")
+        for r in ("fixed", "sequential")
+        for c in (1, SLOTS)
+    ]
+    ap.add_argument("--only", default=None, choices=grid, help="one assay of the grid alone")
     args = ap.parse_args(argv)
     os.environ["WAREHOUSE_MODEL_MS"] = str(args.model_ms)
     modes = args.mode or MODES
