@@ -49,6 +49,24 @@ class Pooled:
     interval: tuple[float, float]
     error: float
 
+    def perfect_more(self, floor: float) -> int | None:
+        """The fewest further trials, every one a success, after which the record would clear
+        `floor` (None: more than a million)."""
+
+        def clears(m: int) -> bool:
+            r = self.record
+            return confidence_sequence(r.successes + m, r.trials + m, self.error)[0] >= floor
+
+        low, high = 0, 1
+        while not clears(high):
+            low, high = high, high * 2
+            if high > 1_000_000:
+                return None
+        while high - low > 1:  # the bound rises with every success: bisect for the first
+            mid = (low + high) // 2
+            low, high = (low, mid) if clears(mid) else (mid, high)
+        return high
+
     def view(self) -> dict[str, object]:
         r = self.record
         return {

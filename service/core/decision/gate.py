@@ -429,8 +429,12 @@ def _missed(check: FloorCheck, n: int) -> str:
     floor = f"{_pct(check.floor)} {_FLOOR_NAMES[check.key]}"
     if check.pooled is not None:
         # A re-run adds its trials to the release's record: never a fresh draw at the floor.
-        shown = "not yet shown above" if check.reach >= check.floor else "below"
-        return f"{check.says()} {shown} the {floor}"
+        if check.reach < check.floor:
+            return f"{check.says()} below the {floor}"
+        again = check.pooled.perfect_more(check.floor)
+        plural = "" if again == 1 else "s"
+        rerun = "" if again is None else f": a perfect re-run needs >= {again} trial{plural}"
+        return f"{check.says()} not yet shown above the {floor}{rerun}"
     if check.on == "lower_bound" and check.interval[1] >= check.floor:
         need = clean_runs_to_clear(check.floor)
         more = f": a perfect record needs >= {need} trials" if n < need else ""

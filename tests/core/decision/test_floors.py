@@ -60,7 +60,7 @@ def test_a_rerun_that_would_pass_on_its_own_is_held_on_the_releases_record() -> 
         f"f: useful service lower bound {100 * low:.1f}% on the release's record of 2 attempts "
         f"(35 of 40 trials; anytime-valid interval {100 * low:.1f}%-{100 * high:.1f}%), this "
         "attempt's point estimate 100.0% (95% interval 83.9%-100.0%) not yet shown above the "
-        "80.0% service floor"
+        "80.0% service floor: a perfect re-run needs >= 41 trials"
     )
 
 
