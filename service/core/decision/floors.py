@@ -78,6 +78,9 @@ class Pooled:
         }
 
 
+#: One side of the 95 % Wilson interval a floor's first reading compares.
+WILSON_SIDE = 0.025
+
 #: Earlier attempts' records of one fault, by (floor, arm).
 Earlier = Mapping[tuple[str, str], Record]
 
@@ -155,7 +158,8 @@ def floor_check(
 ) -> FloorCheck:
     """The floor on this attempt's k of n; on the lower bound, once `earlier` attempts of the
     release graded this fault and arm, on the release's record read with the confidence sequence
-    at one side of `error`. The point estimate is a stated choice with no promise: per attempt."""
+    at one side of `error` (at most `WILSON_SIDE`). The point estimate is a stated choice with no
+    promise: per attempt."""
     floor = envelope.floors.value(key)
     point = k / n if n else 0.0
     interval = wilson(k, n)
@@ -163,7 +167,9 @@ def floor_check(
     before = (earlier or {}).get((key, arm))
     if check.on == "lower_bound" and before is not None and before.trials:
         record = before.plus(k, n)
-        alpha = hard_error(error)
+        # Never looser than the one side of the 95 % interval a first attempt reads, whatever
+        # error the re-run's plan states: declaring a looser plan must not loosen the floor.
+        alpha = min(hard_error(error), WILSON_SIDE)
         band = confidence_sequence(record.successes, record.trials, alpha)
         check = replace(check, pooled=Pooled(record, band, alpha))
     return replace(check, met=check.measure >= floor)

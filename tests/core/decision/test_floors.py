@@ -72,6 +72,15 @@ def test_a_release_held_for_too_few_trials_is_allowed_once_its_record_earns_it()
     assert decide([served(20, 20, Record(1, 6, 6))], ENVELOPE).decision is Decision.HOLD
 
 
+def test_a_rerun_declaring_a_looser_error_reads_its_floors_no_looser() -> None:
+    earlier = {SERVICE: Record(1, 35, 40)}
+    loose = floor_check("useful_service", "intervention", 40, 40, ENVELOPE, earlier, error=0.4)
+    strict = floor_check("useful_service", "intervention", 40, 40, ENVELOPE, earlier, error=0.01)
+    assert loose.pooled is not None and loose.pooled.error == 0.025
+    assert strict.pooled is not None and strict.pooled.error == 0.005
+    assert loose.measure == confidence_sequence(75, 80, 0.025)[0] > strict.measure
+
+
 def test_floors_on_the_point_estimate_stay_per_attempt() -> None:
     point = Envelope(floor_on="point")
     check = floor_check(
