@@ -95,14 +95,23 @@ def _with_floors(session: Session, found: list[Attempt]) -> list[Attempt]:
     """Each attempt with what its stored fault results graded of every floor."""
     if not found:
         return found
+    signature = col(FaultResultRow.signature)
+    # Only what a floor record reads, not the fault's whole signature.
     rows = session.execute(
-        sa.select(col(FaultResultRow.assay_id), col(FaultResultRow.signature))
+        sa.select(
+            col(FaultResultRow.assay_id),
+            col(FaultResultRow.fault_id),
+            signature["exercised"],
+            signature["baseline"],
+            signature["floors"],
+        )
         .where(col(FaultResultRow.assay_id).in_([uuid.UUID(a.assay_id) for a in found]))
         .order_by(col(FaultResultRow.assay_id), col(FaultResultRow.fault_id))
     ).all()
     faults: dict[str, list[dict[str, Any]]] = {}
-    for assay_id, signature in rows:
-        faults.setdefault(str(assay_id), []).append(signature)
+    for assay_id, fault_id, exercised, baseline, floors in rows:
+        stored = {"id": fault_id, "exercised": exercised, "baseline": baseline, "floors": floors}
+        faults.setdefault(str(assay_id), []).append(stored)
     return [replace(a, floors=graded(faults.get(a.assay_id, []))) for a in found]
 
 
