@@ -71,15 +71,10 @@ def _assay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--baseline",
         choices=("shared", "per_fault"),
-        default=None,
         help="shared (the default but in paper mode): the faults on one tool run trial k on the "
         "same task and share its no-fault baseline, run once; per_fault: each fault its own",
     )
-    p.add_argument(
-        "--share-baseline",
-        action="store_true",
-        help="--baseline shared (kept for scripts written when per_fault was the default)",
-    )
+    p.add_argument("--share-baseline", action="store_true", help="--baseline shared (older)")
     p.add_argument(
         "--no-counterfactual", action="store_true", help="skip the counterfactual containment pairs"
     )
