@@ -35,7 +35,7 @@ from service.app.tenants import allow_hint, queue_for
 from service.core.errors import ArtifactInvalid
 from service.core.evidence.promise import raised_to_resolve, refuse_unresolvable
 from service.core.faults.contract_catalogue import plan_data_for
-from service.core.faults.plan import AssayPlan, parse_plan, submitted_plan
+from service.core.faults.plan import AssayPlan, parse_plan
 from service.core.shards.assay import ShardSpec, plan_shards
 from service.core.system.manifest import parse_manifest
 from service.core.system.typed import TypedManifest, read, typed
@@ -124,7 +124,7 @@ def admit(
     _execution(session, principal, reading)
     check_artifact(session, principal.tenant_id, principal.tenant, body.code)
     check_secrets(session, principal.tenant_id, reading.secrets, "manifest.target.secrets", system)
-    said = submitted_plan(
+    said = parse_plan(
         plan_data_for(manifest, body.plan.model_dump(exclude_none=True) if body.plan else {})
     )
     # Within the limits as submitted, before the policy is read (the policy may raise them).

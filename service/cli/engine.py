@@ -18,7 +18,7 @@ from service.core.evidence.promise import refuse_unresolvable
 from service.core.evidence.tally import Tally
 from service.core.faults.catalogue import Catalogue, catalogue_named, custom_catalogue
 from service.core.faults.contract_catalogue import catalogue_for
-from service.core.faults.plan import AssayPlan, submitted_plan
+from service.core.faults.plan import AssayPlan, parse_plan, validate_plan
 from service.core.shards.assay import AssayReport, StopLimits, replay_trial, run_assay
 from service.core.system.contract import MAX_SLOTS
 from service.core.system.manifest import Manifest, parse_manifest_json
@@ -69,12 +69,11 @@ def _assay_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-baseline", action="store_true", help="skip the matched baseline runs")
     p.add_argument(
-        "--baseline",
-        choices=("shared", "per_fault"),
-        help="shared (the default but in paper mode): the faults on one tool run trial k on the "
-        "same task and share its no-fault baseline, run once; per_fault: each fault its own",
+        "--share-baseline",
+        action="store_true",
+        help="the faults on one tool run trial k on the same task and share its no-fault "
+        "baseline, run once (plan baseline: shared)",
     )
-    p.add_argument("--share-baseline", action="store_true", help="--baseline shared (older)")
     p.add_argument(
         "--no-counterfactual", action="store_true", help="skip the counterfactual containment pairs"
     )
@@ -225,16 +224,15 @@ def build_plan(args: argparse.Namespace, manifest: Manifest | None = None) -> As
         data["matched_baseline"] = False
     if getattr(args, "no_counterfactual", False):
         data["counterfactuals"] = False
-    baseline = getattr(args, "baseline", None)
     if getattr(args, "share_baseline", False):
-        if baseline == "per_fault":
-            raise PlanInvalid("--share-baseline asks for shared", field="--baseline")
-        baseline = "shared"
-    if baseline is not None:
-        data["baseline"] = baseline
+        data["baseline"] = "shared"
     data.update(rule_overrides(args))
-    # As the service reads a submission: left unsaid, the faults on one tool share a baseline.
-    return submitted_plan({**data, "catalogue": catalogue})
+    if isinstance(catalogue, Catalogue):
+        plan = validate_plan({**data, "catalogue": catalogue})
+        plan.faults()
+        plan.rule_for("reference")
+        return plan
+    return parse_plan(data)
 
 
 # `assay` exits like `gate`: the decision as the exit code, 3 for an error.

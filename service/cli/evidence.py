@@ -105,15 +105,9 @@ def _forecast_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument(
-        "--baseline",
-        choices=("shared", "per_fault"),
-        default=None,
-        help="as for assay: shared (the default but in paper mode) or per_fault",
-    )
-    p.add_argument(
         "--share-baseline",
         action="store_true",
-        help="--baseline shared (kept for scripts written when per_fault was the default)",
+        help="as for assay: the faults on one tool share trial k's no-fault baseline, paid once",
     )
     p.add_argument("--no-counterfactual", action="store_true")
     budget_args(p)

@@ -215,20 +215,3 @@ def test_a_second_manifest_under_a_systems_version_is_a_conflict_naming_the_firs
     assert error["code"] == "version_taken" and error["field"] == "version"
     assert first.json()["id"] in error["message"]
     assert row_counts(engine) == before
-
-
-@pytest.mark.parametrize(
-    ("said", "recorded"),
-    [
-        ({}, "shared"),
-        ({"baseline": "per_fault"}, "per_fault"),
-        ({"catalogue": "paper", "trials": 10}, "per_fault"),
-    ],
-)
-def test_a_submission_that_does_not_say_shares_each_tools_baseline_as_the_local_assay_does(
-    client: httpx.Client, said: dict[str, Any], recorded: str
-) -> None:
-    body = candidate_body("typed", **{"trials": 2, "seed": 5, **said})
-    done = wait_decided(client, client.post("/v1/candidates", json=body).json()["id"])
-    plan = client.get(f"/v1/assays/{done['assay_id']}").json()["plan"]
-    assert plan["baseline"] == recorded

@@ -39,20 +39,14 @@ def test_assay_json_has_decision_reasons_and_reference_rate_names(
     assert out["by_domain"]["tool"]["baseline"]["unsafe_escape"] == 0.0
 
 
-def test_an_assay_runs_each_tools_baseline_once_unless_asked_per_fault_and_names_it_per_fault(
+def test_share_baseline_runs_each_tools_baseline_once_and_names_it_per_fault(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     argv = ["assay", TYPED, "--trials", "4", "--fault", "tool", "--json"]
-    main(argv)
-    shared = json.loads(capsys.readouterr().out)
-    main([*argv, "--baseline", "per_fault"])
-    alone = json.loads(capsys.readouterr().out)
-    # The flag from when per_fault was the default still asks for what is now the default.
     main([*argv, "--share-baseline"])
-    flagged = json.loads(capsys.readouterr().out)
-    assert [f["baseline_run"] for f in flagged["faults"]] == [
-        f["baseline_run"] for f in shared["faults"]
-    ]
+    shared = json.loads(capsys.readouterr().out)
+    main(argv)
+    alone = json.loads(capsys.readouterr().out)
     tools = {f["baseline_run"]["shared_by"] for f in shared["faults"]}
     assert all("baseline_run" not in f for f in alone["faults"])
     assert len(tools) < len(shared["faults"])  # several faults on one tool
@@ -407,23 +401,3 @@ def test_an_mcp_assay_whose_servers_are_down_is_one_error_line_naming_them(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0], err
     assert "cannot start the mcp target" in err[0] and "http://127.0.0.1:1/mcp" in err[0]
-
-
-SHARE_AND_PER_FAULT = ["--share-baseline", "--baseline", "per_fault", "--trials", "2"]
-
-
-def test_share_baseline_beside_baseline_per_fault_is_refused_naming_the_field() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "service.cli", "assay", TYPED, *SHARE_AND_PER_FAULT],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 3  # bad input, like the other plan fields
-    [line] = proc.stderr.strip().splitlines()
-    assert "--baseline" in line and "Traceback" not in proc.stderr
-
-
-def test_paper_mode_keeps_a_baseline_per_fault(capsys: pytest.CaptureFixture[str]) -> None:
-    main(["assay", TYPED, "--catalogue", "paper", "--trials", "20", "--json"])
-    assert all("baseline_run" not in f for f in json.loads(capsys.readouterr().out)["faults"])

@@ -39,11 +39,10 @@ def test_plan_prints_where_a_careful_agent_is_allowed_and_what_the_team_pays(
     assert all(f["allowed_at"] == 72 and f["resolves"] for f in by_fault.values())
     # subject_swap: 72 trials, 72 matched baselines, 3 pair arms until settled (24 trials);
     # timeout_before_send nominates no control: no pairs.
-    # Each fault's tool carries no other fault here: each shared baseline serves one fault.
     assert by_fault["subject_swap"]["team_runs"] == {
         "trials": 72,
         "matched_baseline": 72,
-        "baseline_shared_by": "action contract",
+        "baseline_shared_by": None,
         "pairs": 72,
         "total": 216,
     }

@@ -191,16 +191,6 @@ def parse_plan(data: object) -> AssayPlan:
     return plan
 
 
-def submitted_plan(data: dict[str, object]) -> AssayPlan:
-    """A new submission's plan (the service's and the local CLI's alike): as `parse_plan`, with
-    the faults on one tool sharing trial k's no-fault baseline unless the plan says `baseline`
-    (paper mode keeps the script's per-fault draws). A stored plan is read by `parse_plan`, so one
-    recorded without the key keeps its meaning: it ran a baseline per fault."""
-    if "baseline" not in data and data.get("catalogue", "full") != "paper":
-        data = {**data, "baseline": "shared"}
-    return parse_plan(data)
-
-
 def validate_plan(data: dict[str, object]) -> AssayPlan:
     """`data` as a plan, or PlanInvalid naming the first bad field and its rule."""
     try:
