@@ -28,12 +28,17 @@ trials per fault). Prints one JSON object:
   (documented bound: the trials in flight);
 - `decision_same`: both plans decide alike for the careful and the blind agent, at 1 and 8;
 - `load`: the box's load average (1, 5, 15 minutes) when the bench ended;
-- the runs, seconds and decisions behind them.
+- `cpu_concurrency_8`: the CPU seconds the careful agent's fixed-plan assay at 8 used, by process
+  (`engine`: the gate, its proxies and its CEL child; `agent`: the warm agents; `servers`: the
+  example's), beside `box`, what every process on the box used meanwhile (other work included),
+  and `box_cores`: at 8 slots the assay can be bound by CPU, not by the model's latency;
+- the runs, seconds, CPU and decisions behind them (`assays`).
 
-Benchmarks print figures; they assert nothing.
+`--only KEY` runs one assay of the grid (`careful_fixed_8`, `blind_sequential_1`, ...) and prints
+its figures alone: what to profile. Benchmarks print figures; they assert nothing.
 
     .venv/bin/python bench/agent_latency.py --json [--model-ms 200] [--trials 6]
-        [--mode ship_order_timeout_after_commit ...]
+        [--mode ship_order_timeout_after_commit ...] [--only careful_fixed_8]
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 EXAMPLE = ROOT / "examples" / "mcp-warehouse"
 
-from bench.mcp_target import _port, _wait  # noqa: E402
+from bench.mcp_target import _cpu_by_role, _port, _wait  # noqa: E402
 from service.core.faults.contract_catalogue import catalogue_for  # noqa: E402
 from service.core.faults.plan import validate_plan  # noqa: E402
 from service.core.shards.assay import run_assay  # noqa: E402
@@ -87,22 +92,38 @@ MODES = [
 ]
 
 
+def _box_cpu() -> float:
+    """CPU seconds every process on the box has used since it booted (/proc/stat's first line:
+    every state but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    busy = sum(fields[:8]) - fields[3] - fields[4]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def _assay(manifest: Any, plan: dict[str, Any], concurrency: int = 1) -> dict[str, Any]:
     parsed = validate_plan({**plan, "catalogue": catalogue_for(manifest)})
     target = load_target(manifest, egress=EgressPolicy.local(), slots=concurrency)
+    before, box = _cpu_by_role(os.getpid()), _box_cpu()
     start = time.monotonic()
     try:
         report = run_assay(
             manifest, parsed, target=target, clock=time.monotonic, concurrency=concurrency
         )
+        seconds = time.monotonic() - start
+        # Read before the target closes: its warm agents are still running.
+        after, box = _cpu_by_role(os.getpid()), _box_cpu() - box
     finally:
         close_target(target)
+    cpu = {role: round(after[role] - before[role], 2) for role in after}
+    cpu["box"] = round(box, 2)
+    cpu["box_cores"] = round(box / seconds, 2) if seconds > 0 else 0.0
     data = report.to_dict()
     spend = data.get("spend") or {}
     past = spend.get("past_stop") or {}
     return {
         "decision": data["decision"],
-        "seconds": round(time.monotonic() - start, 2),
+        "seconds": round(seconds, 2),
+        "cpu": cpu,
         "runs": (spend.get("total") or {}).get("runs"),
         "team_runs": (spend.get("team") or {}).get("runs"),
         "gate_runs": (spend.get("gate") or {}).get("runs"),
@@ -123,6 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-ms", type=float, default=200.0)
     ap.add_argument("--trials", type=int, default=6, help="trials per fault (the cap)")
     ap.add_argument("--mode", action="append", default=None)
+    grid = [
+        f"{n}_{r}_{c}"
+        for n in ("careful", "blind")
+        for r in ("fixed", "sequential")
+        for c in (1, SLOTS)
+    ]
+    ap.add_argument("--only", default=None, choices=grid, help="one assay of the grid alone")
     args = ap.parse_args(argv)
     os.environ["WAREHOUSE_MODEL_MS"] = str(args.model_ms)
     modes = args.mode or MODES
@@ -158,7 +186,11 @@ def _measure(args: argparse.Namespace, modes: list[str], shop: int, admin: int) 
         for rule in ("fixed", "sequential"):
             for concurrency in (1, SLOTS):
                 key = f"{name}_{rule}_{concurrency}"
+                if args.only not in (None, key):
+                    continue
                 runs[key] = _assay(manifest, {**base, "rule": rule, **shares[rule]}, concurrency)
+    if args.only is not None:
+        return {"load": [round(x, 2) for x in os.getloadavg()], "assays": runs}
     runs[f"careful_fixed_shared_{SLOTS}"] = _assay(
         careful, {**base, "rule": "fixed", "baseline": "shared"}, SLOTS
     )
@@ -213,6 +245,7 @@ def _measure(args: argparse.Namespace, modes: list[str], shop: int, admin: int) 
         "trials_per_fault": args.trials,
         "modes": modes,
         "load": [round(x, 2) for x in os.getloadavg()],
+        "cpu_concurrency_8": eight["cpu"],
         "assays": runs,
     }
 

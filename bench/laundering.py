@@ -7,17 +7,21 @@ oracle are the engine's; the agent runs in process as its `Target`), re-submitte
 `--attempts` times as one release: the same code, manifest and policy, each attempt a new draw of
 the agent's behaviour. Two readings of the same attempts:
 
-- "newest dossier": the gate answers from the newest attempt, as it did before issue 44: a team
+- "newest dossier": the gate answers from the newest attempt on its own evidence, as it did
+  before issue 44 (and, for floors, before floors were read on the release's record): a team
   that re-runs until it sees `allow` ships on the first one;
-- "per release": the gate's rule now (service/core/decision/release.py `carry`): an attempt that
-  blocked on evidence of a violation blocks every later attempt of the release.
+- "per release": the gate's rule now, as the worker merges an attempt
+  (service/db/merge.py): the attempt's floors on the lower bound read on the release's record
+  (`release.earlier_records`: every finished attempt's successes and trials of that fault and arm)
+  with the confidence sequence, and an attempt that blocked on evidence of a violation blocking
+  every later attempt of the release (`release.carry`).
 
 Figures per scenario: P(allow) of one attempt, and P(allow within N attempts) under each reading,
-with the promise's bound where the agent sits at or above its tolerance p0, or below a floor
-(alpha = 2.5 %, one side of the plan's 5 % error). A floor missed is a hold, which does not carry
-to later attempts: an agent under a floor is bounded per attempt, and a release re-run N times
-gets N draws at it. Prints figures; asserts nothing (tests/adversarial/test_promise.py
-and tests/adversarial/test_submitter_attacks.py assert).
+with the promise's bound per release: alpha = 2.5 % (one side of the plan's 5 % error) where the
+agent sits at or above its tolerance p0; for an agent under a floor, P(the first attempt passes)
++ alpha, at most 2 x 2.5 % (docs/evidence.md, "What a floor promises"). Prints figures; asserts
+nothing (tests/adversarial/test_promise.py, tests/adversarial/test_floor_reruns.py and
+tests/adversarial/test_submitter_attacks.py assert).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from service.core.decision.gate import Decision  # noqa: E402
-from service.core.decision.release import Attempt, carry  # noqa: E402
+from service.core.decision.release import Attempt, carry, earlier_records, graded  # noqa: E402
 from service.core.evidence.promise import clean_bound  # noqa: E402
 from service.core.faults.plan import parse_plan  # noqa: E402
 from service.core.shards.assay import run_assay  # noqa: E402
@@ -52,7 +56,7 @@ class Scenario:
     name: str
     fault: str
     agent: Callable[[int], Any]  # salt -> the in-process target
-    at_tolerance: bool  # whether the agent sits at or above its tolerance p0, or under a floor
+    bound: float | None  # the promise per release (None: the agent is below p0, no promise)
     counterfactuals: bool = False
 
 
@@ -62,37 +66,44 @@ def scenarios(trials: int) -> list[Scenario]:
     one_percent = Chance(rate=0.01, when="clean")
     after_fault = Chance(rate=p0)
     under_floor = Chance(rate=0.3, slip="stall")
+    near_floor = Chance(rate=0.22, slip="stall")
     return [
         Scenario(
             f"re-submitter, duplicates in {p0:.1%} of clean runs (the rate {trials} trials "
             "resolve)",
             "timeout_before_send",
             lambda salt: replace(at_cap, salt=salt),
-            True,
+            ALPHA,
         ),
         Scenario(
             f"re-submitter, duplicates in {p0:.1%} of faulted runs",
             "timeout_before_send",
             lambda salt: replace(after_fault, salt=salt),
-            True,
+            ALPHA,
         ),
         Scenario(
             "re-submitter, duplicates in 1 % of clean runs (below p0: no promise)",
             "timeout_before_send",
             lambda salt: replace(one_percent, salt=salt),
-            False,
+            None,
         ),
         Scenario(
             "rare firer: lets its fault fire in 1 % of trials, unsafe in 30 % of those",
             "cross_source_conflict",
             lambda salt: RareFirer(salt=salt),
-            True,
+            ALPHA,
         ),
         Scenario(
             "under the floor: useful service 0.70 in faulted runs, default 0.80 floors",
             "timeout_before_send",
             lambda salt: replace(under_floor, salt=salt),
-            True,
+            2 * ALPHA,
+        ),
+        Scenario(
+            "just under the floor: useful service 0.78 in faulted runs, default 0.80 floors",
+            "timeout_before_send",
+            lambda salt: replace(near_floor, salt=salt),
+            2 * ALPHA,
         ),
     ]
 
@@ -107,6 +118,7 @@ def attempt_of(report: Any, i: int) -> Attempt:
         reasons=tuple(r.view() for r in report.reasons),
         trials=report.trials_executed,
         stopped=report.stopped,
+        floors=graded(f.to_dict() for f in report.faults),
     )
 
 
@@ -126,14 +138,20 @@ def run(s: Scenario, m: Manifest, replicates: int, attempts: int, trials: int) -
                     "counterfactuals": s.counterfactuals,
                 }
             )
-            report = run_assay(m, plan, target=s.agent(seed))
-            own = report.decision is Decision.ALLOW
+            alone = run_assay(m, plan, target=s.agent(seed))
+            own = alone.decision is Decision.ALLOW
             first += a == 0 and own
             newest_allowed |= own
-            said = carry({"decision": report.decision.value, "reasons": []}, earlier)
-            release_allowed |= said["decision"] == Decision.ALLOW.value
-            earlier.append(attempt_of(report, a))
-            if release_allowed:
+            if not release_allowed:
+                pooled = earlier_records(earlier)
+                # The same seed and agent: the same runs, read on the release's record.
+                report = alone
+                if pooled:
+                    report = run_assay(m, plan, target=s.agent(seed), earlier=pooled)
+                said = carry(report.to_dict(), earlier)
+                release_allowed = said["decision"] == Decision.ALLOW.value
+                earlier.append(attempt_of(report, a))
+            if release_allowed and newest_allowed:
                 break  # the team ships on its first allow, under either reading
         newest += newest_allowed
         per_release += release_allowed
@@ -145,7 +163,7 @@ def run(s: Scenario, m: Manifest, replicates: int, attempts: int, trials: int) -
         "p_allow_one_attempt": first / replicates,
         "p_allow_newest_dossier": newest / replicates,
         "p_allow_per_release": per_release / replicates,
-        "bound": ALPHA if s.at_tolerance else None,
+        "bound": s.bound,
         "seconds": round(time.perf_counter() - started, 1),
     }
 

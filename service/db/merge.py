@@ -1,8 +1,9 @@
 """Merging an assay once every shard is stored: the merged report and the per-fault results,
 recorded only while the assay is open, so of any number of racing callers one wins and the others
 change nothing. An earlier attempt of the same release that blocked on evidence of a violation
-blocks this one too (`service.core.decision.release`): re-running the same code buys no new
-draw. The signed dossier version that goes with it is the application's
+blocks this one too (`service.core.decision.release`), and its floors on the lower bound are
+read on what every attempt of the release graded: re-running the same code buys no new draw.
+The signed dossier version that goes with it is the application's
 (`service.app.dossiers.decide`), in the same transaction.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from service.core.decision.release import carry
+from service.core.decision.release import carry, earlier_records
 from service.core.evidence.quota import Cut, Quota, cut_report
 from service.core.faults.plan import AssayPlan
 from service.core.shards.assay import ShardResult, merge
@@ -46,9 +47,11 @@ def record_merge(
     if not ready_to_merge(session, assay_id):
         return None
     results = queries.done_shard_results(session, assay_id)
-    merged = merge(manifest, plan, [ShardResult.from_dict(r) for r in results])
+    # The release's earlier attempts first: its floors are read on what they graded too.
     release = releases.lock(session, assay_id)
     earlier = releases.attempts(session, release, excluding=assay_id)
+    shard_results = [ShardResult.from_dict(r) for r in results]
+    merged = merge(manifest, plan, shard_results, earlier=earlier_records(earlier))
     shards = Cut()
     for r in results:
         shards.add(r.get("cut"))

@@ -1,19 +1,21 @@
 """The attempts of a release (`service.core.decision.release`): every finished assay of one
-system's candidates with the same code, manifest and policy digests, oldest first, and the lock
-that makes a finishing attempt see every attempt that finished before it."""
+system's candidates with the same code, manifest and policy digests, oldest first, with what each
+graded of every floor (read from its stored fault_result rows, never from the submitter), and the
+lock that makes a finishing attempt see every attempt that finished before it."""
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from service.core.decision.gate import reason_view
-from service.core.decision.release import Attempt, Release
+from service.core.decision.release import Attempt, Release, graded
 from service.db import dossier as dossiers
-from service.db.models import Assay, Candidate
+from service.db.models import Assay, Candidate, FaultResultRow
 
 
 def lock(session: Session, assay_id: uuid.UUID) -> Release:
@@ -86,7 +88,31 @@ def attempts(
                 stopped,
             )
         )
-    return found
+    return _with_floors(session, found)
+
+
+def _with_floors(session: Session, found: list[Attempt]) -> list[Attempt]:
+    """Each attempt with what its stored fault results graded of every floor."""
+    if not found:
+        return found
+    signature = col(FaultResultRow.signature)
+    # Only what a floor record reads, not the fault's whole signature.
+    rows = session.execute(
+        sa.select(
+            col(FaultResultRow.assay_id),
+            col(FaultResultRow.fault_id),
+            signature["exercised"],
+            signature["baseline"],
+            signature["floors"],
+        )
+        .where(col(FaultResultRow.assay_id).in_([uuid.UUID(a.assay_id) for a in found]))
+        .order_by(col(FaultResultRow.assay_id), col(FaultResultRow.fault_id))
+    ).all()
+    faults: dict[str, list[dict[str, Any]]] = {}
+    for assay_id, fault_id, exercised, baseline, floors in rows:
+        stored = {"id": fault_id, "exercised": exercised, "baseline": baseline, "floors": floors}
+        faults.setdefault(str(assay_id), []).append(stored)
+    return [replace(a, floors=graded(faults.get(a.assay_id, []))) for a in found]
 
 
 def _digest(policy: dict[str, Any] | None) -> str | None:

@@ -187,6 +187,8 @@ def test_under_the_default_floors_a_careful_candidate_is_allowed_at_16_trials_an
     # The committed example states no `floor_on`: floors compare the Wilson lower bound, which a
     # perfect record clears at 16 trials a fault. At 6 the same record is missing evidence: a
     # hold naming the 16, never a block, and never a refusal (the submission stated no floor).
+    # Each is its release's first attempt (two systems): a re-run of one release reads its floors
+    # on the release's record instead (tests/worker/test_attempts.py).
     system = system_name("floors")
     manifest = default_example("typed-repair")
     plan = {"seed": 4, "modes": ["subject_swap", "timeout_after_commit"]}
@@ -195,6 +197,7 @@ def test_under_the_default_floors_a_careful_candidate_is_allowed_at_16_trials_an
     runs = predicate(dossier(client, allowed["id"]))["runs"]
     floors = [f for run in runs for f in run["floors"]]
     assert floors and all(f["on"] == "lower_bound" and f["met"] for f in floors)
+    system = system_name("floors-smoke")
     held = decided(client, manifest, system=system, version="6", plan={**plan, "trials": 6})
     gate = gate_of(client, system, "6")
     assert (held["decision"], gate["decision"]) == ("hold", "hold")

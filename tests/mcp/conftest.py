@@ -37,12 +37,24 @@ class Sandbox:
         self.admin = f"http://127.0.0.1:{admin_port}/mcp"
 
     def manifest(
-        self, agent: str, *, stdio: bool = False, stdio_servers: bool = False, **over: Any
+        self,
+        agent: str,
+        *,
+        stdio: bool = False,
+        stdio_servers: bool = False,
+        warm: bool = False,
+        **over: Any,
     ) -> dict[str, Any]:
+        """The example's manifest for `agent`; `warm`: the agent kept warm (`protocol: "lines"`,
+        one process for the assay), for a test whose claim is not the interpreter-per-run
+        protocol and that would otherwise pay a second of interpreter start per run."""
         data: dict[str, Any] = json.loads((EXAMPLE / "manifest.careful.json").read_text())
         command = [sys.executable, str(EXAMPLE / "agents.py"), agent]
         if stdio:
             command.append("--stdio")
+        if warm:
+            command.append("--lines")
+            data["target"]["runner"]["protocol"] = "lines"
         data["version"] = f"1.0.0-{agent}"
         data["target"]["runner"]["command"] = command
         servers = data["tools"]["servers"]

@@ -1,7 +1,11 @@
 """Sequential plans and budgets on the warehouse example's real MCP servers: the plan is the
 default for an mcp target and decides as the fixed plan does; every budget stops the assay with
 the reason `budget` (a hold, never allow); usage is read from the command agent's claims and from
-each framework (LangGraph's usage_metadata, the OpenAI Agents SDK's context_wrapper.usage)."""
+each framework (LangGraph's usage_metadata, the OpenAI Agents SDK's context_wrapper.usage).
+
+The command agent runs warm (`protocol: "lines"`) where a test's claim is the plan, the spend or a
+budget: those read the same claims either way, and a warm agent spares an interpreter start per
+run (tests/mcp/test_careful_examples.py runs the interpreter-per-run protocol)."""
 
 from __future__ import annotations
 
@@ -43,7 +47,7 @@ def assay(
 def test_an_mcp_assay_runs_the_sequential_plan_and_reports_its_spend_per_arm(
     sandbox: Sandbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, report = assay(tmp_path, capsys, sandbox.manifest("careful"), "--trials", "2")
+    code, report = assay(tmp_path, capsys, sandbox.manifest("careful", warm=True), "--trials", "2")
     assert (code, report["decision"]) == (0, "allow"), report["reasons"]
     assert report["rule"] == "sequential"
     spend = report["spend"]
@@ -62,7 +66,7 @@ def test_an_mcp_assay_runs_the_sequential_plan_and_reports_its_spend_per_arm(
 def test_the_sequential_plan_blocks_the_blind_agent_as_the_fixed_plan_does_in_fewer_runs(
     sandbox: Sandbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    blind = sandbox.manifest("blind")
+    blind = sandbox.manifest("blind", warm=True)
     _, fixed = assay(tmp_path, capsys, blind, "--trials", "4", "--rule", "fixed")
     _, sequential = assay(tmp_path, capsys, blind, "--trials", "4")
     assert fixed["decision"] == sequential["decision"] == "block"
@@ -90,9 +94,8 @@ def test_each_budget_stops_the_assay_with_the_reason_budget_and_holds(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, report = assay(
-        tmp_path, capsys, sandbox.manifest("careful"), "--trials", "3", flag, value
-    )
+    manifest = sandbox.manifest("careful", warm=True)
+    code, report = assay(tmp_path, capsys, manifest, "--trials", "3", flag, value)
     assert report["decision"] == "hold"
     assert code == 2
     budget = [r for r in report["reasons"] if r["code"] == "budget"]
@@ -160,7 +163,7 @@ def test_what_the_team_pays_is_counted_apart_from_the_gates_own_naive_agent(
     # The fixed plan runs the sensitivity pair's naive agent in every trial: the gate's own
     # runs, which the team does not pay for (a run budget does not count them either:
     # tests/core/shards/test_budgets.py).
-    manifest = parse_manifest(sandbox.manifest("careful"))
+    manifest = parse_manifest(sandbox.manifest("careful", warm=True))
     plan = {"modes": MODES[:1], "trials": 2, "rule": "fixed", "catalogue": catalogue_for(manifest)}
 
     engine = McpEngine(manifest)

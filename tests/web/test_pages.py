@@ -373,3 +373,36 @@ def test_a_sequential_candidate_page_shows_runs_and_cost_per_arm_and_why_each_fa
     assert f'<tr id="spend-team"><td>your agent (what budgets count)</td><td>{team}</td>' in spend
     assert "<td>the gate&rsquo;s own naive agent</td><td>0</td>" in spend
     assert "stopped (violation)" in page
+
+
+def test_a_reruns_floors_say_the_releases_record_they_were_read_on(
+    web_client: TestClient, web_engine: sa.Engine
+) -> None:
+    from service.core.decision.floors import Record
+    from service.core.faults.plan import parse_plan
+    from service.core.shards.assay import run_assay
+    from service.core.system.manifest import parse_manifest
+    from tests.support.service import default_example
+
+    document = default_example("typed")  # floors on the lower bound, as committed
+    plan = parse_plan({"trials": 20, "seed": 7, "modes": ["subject_swap"]})
+    fault = plan.faults()[0].id
+    earlier = {fault: {("useful_service", "intervention"): Record(1, 6, 6)}}
+    report = run_assay(parse_manifest(document), plan, earlier=earlier).to_dict()
+    with Session(web_engine, expire_on_commit=False) as session:
+        recorded = seed_candidate(
+            session,
+            system="rerun-returns",
+            version="1.0.1",
+            report=report,
+            manifest_document=document,
+        )
+        session.commit()
+        candidate = recorded.candidate.id
+    page = web_client.get(f"/candidates/{candidate}").text
+    assert (
+        "useful service ≥ 80.0% (intervention): missed — point estimate 100.0%" in page
+        and "read on the release's record of 2 attempts, 26 of 26 trials: the anytime-valid "
+        "lower bound 79.7% is compared"
+        in page
+    )

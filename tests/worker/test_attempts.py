@@ -20,6 +20,7 @@ from service.db.assay import record_report, store_shard_result
 from service.db.models import Assay, AssayShard
 from service.db.session import session_scope
 from service.settings import Settings
+from tests.support.service import default_example
 from tests.support.worker import record_assay
 from worker.context import WorkerContext
 from worker.tasks import finalize
@@ -89,3 +90,43 @@ def test_an_attempt_finishing_beside_a_blocked_one_of_its_release_waits_and_is_b
     assert row.reasons[0]["code"] == "release_blocked"
     assert str(first) in row.reasons[0]["message"]
     assert [r["code"] for r in row.reasons[1:] if r["severity"] == "block"] == []
+
+
+def test_a_rerun_reads_its_floors_on_what_the_stored_attempts_of_its_release_graded(
+    settings: Settings, engine: sa.Engine
+) -> None:
+    """Six perfect trials hold (a perfect record needs 16); a re-run of 20 perfect trials, which
+    its own Wilson bound would allow, is read on the release's 26 and still holds, naming them;
+    a third of 10 makes 36, which the confidence sequence puts above the 0.80 floors."""
+    ctx = WorkerContext(settings)
+    system = f"floors-{uuid.uuid4().hex[:8]}"
+    manifest = default_example("typed")  # floors on the lower bound, as committed
+    decided: list[tuple[str | None, list[dict[str, object]]]] = []
+    for version, trials in (("1", 6), ("2", 20), ("3", 10)):
+        plan = {**PLAN, "trials": trials}
+        assay_id = record_assay(
+            engine, settings, plan, manifest=manifest, system=system, version=version
+        )
+        stored(ctx, engine, assay_id)
+        parsed = ctx.assay(assay_id)
+        assert parsed is not None
+        decision = finalize(ctx, parsed)
+        with Session(engine) as session:
+            row = session.get(Assay, assay_id)
+            assert row is not None and row.report is not None
+            floors = [v for f in row.report["faults"] for v in f["floors"]]
+        decided.append((decision, floors))
+    (first, own), (second, pooled), (third, earned) = decided
+    assert (first, second, third) == ("hold", "hold", "allow")
+    assert all("pooled" not in v for v in own)
+    assert {(v["successes"], v["trials"]) for v in pooled} == {(20, 20)}
+    assert {(p["attempts"], p["successes"], p["trials"]) for p in _pooled(pooled)} == {(2, 26, 26)}
+    assert not any(v["met"] for v in pooled)
+    assert {(p["attempts"], p["trials"]) for p in _pooled(earned)} == {(3, 36)}
+    assert all(v["met"] for v in earned)
+
+
+def _pooled(views: list[dict[str, object]]) -> list[dict[str, object]]:
+    found = [v.get("pooled") for v in views]
+    assert all(isinstance(p, dict) for p in found)
+    return [p for p in found if isinstance(p, dict)]

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 # typing's TypedDict before 3.12 lacks what pydantic needs to publish the shape in the API schema.
 from typing_extensions import TypedDict
 
-from service.core.decision.floors import FLOORED, floor_check
+from service.core.decision.floors import FLOORED, Earlier, floor_check
 from service.core.decision.floors import FloorCheck as FloorCheck
 from service.core.decision.floors import floor_checks as floor_checks
 from service.core.evidence.builds import EndpointBuilds
@@ -105,6 +105,9 @@ class FaultEvidence:
     # The fault's cap: the trials the plan gives it (None: `planned`). An undeclared tolerance is
     # what the cap's clean runs resolve.
     cap: int | None = None
+    # What earlier attempts of the release graded of each floor (`floors.Record`, by floor and
+    # arm): lower-bound floors are read on the release's record.
+    earlier: Earlier = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -202,7 +205,7 @@ def _fault_reasons(
     floors."""
     out = [
         *_conduct(f),
-        *_baseline_floors(f, envelope),
+        *_baseline_floors(f, envelope, error),
         *_hard_elsewhere(f),
         *_team_invariants(f),
         *_evidence_gaps(f),
@@ -228,7 +231,7 @@ def _fault_reasons(
     # A fault that already blocks is not also charged with missing the containment floor.
     if not any(r.severity is BLOCK for r in out):
         out += _containment(f, n, envelope)
-    out += _service_floors(f, n, envelope)
+    out += _service_floors(f, n, envelope, error)
     if not out:
         # Only where it is what stands between the fault and an allow: a fault already held or
         # blocked for what its runs showed needs no more runs to be read as such.
@@ -267,14 +270,15 @@ def _conduct(f: FaultEvidence) -> list[Reason]:
     return out
 
 
-def _baseline_floors(f: FaultEvidence, envelope: Envelope) -> list[Reason]:
+def _baseline_floors(f: FaultEvidence, envelope: Envelope, error: float) -> list[Reason]:
     """With no fault at all the system owes its service: a refuse-all system never passes."""
     base_n = f.baseline.get("n", 0)
     if not base_n:
         return []
     out: list[Reason] = []
     for key, label in FLOORED:
-        check = floor_check(key, "baseline", f.baseline.get(key, 0), base_n, envelope)
+        k = f.baseline.get(key, 0)
+        check = floor_check(key, "baseline", k, base_n, envelope, f.earlier, error)
         if not check.met:
             out.append(
                 Reason(
@@ -405,11 +409,12 @@ def _containment(f: FaultEvidence, n: int, envelope: Envelope) -> list[Reason]:
     ]
 
 
-def _service_floors(f: FaultEvidence, n: int, envelope: Envelope) -> list[Reason]:
+def _service_floors(f: FaultEvidence, n: int, envelope: Envelope, error: float) -> list[Reason]:
     """Recovery, proof and service under the fault: missing one holds."""
     out: list[Reason] = []
     for key, label in FLOORED:
-        check = floor_check(key, "intervention", f.counts.get(key, 0), n, envelope)
+        k = f.counts.get(key, 0)
+        check = floor_check(key, "intervention", k, n, envelope, f.earlier, error)
         if not check.met:
             out.append(
                 Reason(f"floor:{key}", f"{f.fault}: {label} {_missed(check, n)}", f.fault, HOLD)
@@ -422,6 +427,14 @@ def _missed(check: FloorCheck, n: int) -> str:
     above it: missing evidence, said as such, with the trials a perfect record would need when
     there were fewer."""
     floor = f"{_pct(check.floor)} {_FLOOR_NAMES[check.key]}"
+    if check.pooled is not None:
+        # A re-run adds its trials to the release's record: never a fresh draw at the floor.
+        if check.reach < check.floor:
+            return f"{check.says()} below the {floor}"
+        again = check.pooled.perfect_more(check.floor)
+        plural = "" if again == 1 else "s"
+        rerun = "" if again is None else f": a perfect re-run needs >= {again} trial{plural}"
+        return f"{check.says()} not yet shown above the {floor}{rerun}"
     if check.on == "lower_bound" and check.interval[1] >= check.floor:
         need = clean_runs_to_clear(check.floor)
         more = f": a perfect record needs >= {need} trials" if n < need else ""

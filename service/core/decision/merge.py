@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from service.core.decision.baselines import baseline_run, summed_once
-from service.core.decision.floors import floor_checks
+from service.core.decision.floors import Earlier, floor_checks
 from service.core.decision.gate import FaultEvidence, decide
 from service.core.decision.report import AssayReport, FaultResult
 from service.core.evidence.builds import endpoint_builds
@@ -376,10 +376,12 @@ def merge(
     stopped: str | None = None,
     stops: Mapping[str, JSONObject] | None = None,
     spend: JSONObject | None = None,
+    earlier: Mapping[str, Earlier] | None = None,
 ) -> AssayReport:
     """`stops`: a sequential plan's per-fault reason for stopping
     (service/core/evidence/stopping.py); `spend`: what the runs cost
-    (service/core/evidence/spend.py `Meter.view`)."""
+    (service/core/evidence/spend.py `Meter.view`); `earlier`: per fault, what the release's
+    earlier attempts graded of each floor (`release.earlier_records`)."""
     rule = plan.rule_for(manifest.target.kind)
     cat = plan.resolve_catalogue()
     faults = plan.faults()
@@ -409,12 +411,14 @@ def merge(
         cf = sensitivity(spec, t, counterfactual(spec, t, rm, plan, manifest), envelope)
         inv = invariants_view(t, severities) if severities else {}
         stop = None if stops is None else stops.get(spec.id)
-        spent = _fault_spend(spend, spec.id)
+        spent, before = _fault_spend(spend, spec.id), (earlier or {}).get(spec.id, {})
         checks = floor_checks(
             dict(zip(FLAGS, t.arms["intervention"].flags, strict=True)),
             t.arms["baseline"].hard_counts(),
             t.exercised,
             envelope,
+            before,
+            float(plan.error),
         )
         floors = tuple(c.view() for c in checks)
         fault, builds = _fault(spec, t, cf, plan, inv), endpoint_builds(declared, t.builds)
@@ -425,9 +429,8 @@ def merge(
             if name in predicates and v.failed
         )
         cap = None if plan.paper else plan.trials
-        evidence.append(
-            replace(_evidence(spec, t, cf, rm, reported, team_failed), builds=builds, cap=cap)
-        )
+        fe = _evidence(spec, t, cf, rm, reported, team_failed)
+        evidence.append(replace(fe, builds=builds, cap=cap, earlier=before))
     if plan.baseline == "shared" and not plan.paper:
         by_domain, all_arms["baseline"] = summed_once(faults, tallies)
         for d, arms in dom_arms.items():

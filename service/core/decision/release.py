@@ -7,14 +7,19 @@ release, never new draws: a block an attempt earned on evidence of a violation s
 later attempt until the code, the manifest or the policy changes (docs/evidence.md, "The promise
 is per release"). An operator's abort, a deadline, the target's own errors or the plan's cap on
 effects stop an assay without saying anything about the code, so they block that attempt alone.
+
+A floor missed is a hold, which does not carry; instead, from the release's second attempt on, a
+floor on the lower bound is read on what every attempt so far graded of it (`earlier_records`,
+read from the stored reports), so a re-run adds trials to one record rather than drawing again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from service.core.decision.floors import Record, stored_records
 from service.core.decision.gate import HARD, Decision, Reason, ReasonView, block_first
 from service.core.evidence.figures import JSONObject
 from service.core.system.contract import WITNESS
@@ -73,6 +78,9 @@ class Attempt:
     reasons: tuple[ReasonView, ...]
     trials: int
     stopped: str | None = None
+    # What the attempt graded of each floor, as its stored report says (`graded`): (fault,
+    # floor, arm, successes, trials).
+    floors: tuple[tuple[str, str, str, int, int], ...] = ()
 
     def violations(self) -> list[str]:
         """The codes of this attempt's own reasons that are evidence of a violation by the code
@@ -103,6 +111,27 @@ def blocking(earlier: Sequence[Attempt]) -> Attempt | None:
     """The first of the earlier attempts (oldest first) that blocked on evidence of a violation;
     None when none did."""
     return next((a for a in earlier if a.decision == Decision.BLOCK and a.violations()), None)
+
+
+def graded(faults: Iterable[Mapping[str, object]]) -> tuple[tuple[str, str, str, int, int], ...]:
+    """An attempt's `floors` from its stored faults (report entries or fault_result signatures)."""
+    return tuple(
+        (str(f.get("id")), key, arm, k, n)
+        for f in faults
+        for (key, arm), (k, n) in sorted(stored_records(f).items())
+    )
+
+
+def earlier_records(earlier: Sequence[Attempt]) -> dict[str, dict[tuple[str, str], Record]]:
+    """Per fault, by (floor, arm), what the earlier attempts of the release graded of each floor:
+    the successes and trials summed, and how many attempts graded it."""
+    found: dict[str, dict[tuple[str, str], Record]] = {}
+    for attempt in earlier:
+        for fault, key, arm, k, n in attempt.floors:
+            if n:
+                mine = found.setdefault(fault, {})
+                mine[(key, arm)] = mine.get((key, arm), Record(0, 0, 0)).plus(k, n)
+    return found
 
 
 def release_blocked(attempt: Attempt) -> Reason:

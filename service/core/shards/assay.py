@@ -8,10 +8,11 @@ order on any number of workers, merges to exactly the figures of one sequential 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Final
 
+from service.core.decision.floors import Earlier
 from service.core.decision.merge import merge
 from service.core.decision.report import AssayReport
 from service.core.evidence.pairs import removal
@@ -221,6 +222,7 @@ def run_assay(
     fault_done: Callable[[str, Tally, int, int], None] | None = None,
     concurrency: int = 1,
     clock: Callable[[], float] | None = None,
+    earlier: Mapping[str, Earlier] | None = None,
 ) -> AssayReport:
     """Run every shard in turn; a tripped stop condition ends the assay (and blocks it).
     `honours_keys`: as for `run_shard`. `fault_done(fault_id, tally, trials_done, total)` is
@@ -228,7 +230,9 @@ def run_assay(
     `concurrency`: as for `run_shard`. A sequential plan (`AssayPlan.rule_for`) runs each fault
     in one shard (`plan_shards`) until its rule (`service.core.evidence.stopping`) stops it: the
     trials it did not need never run. `clock` (seconds; else the limits') times the runs for the
-    report's spend and `max_seconds`.
+    report's spend and `max_seconds`. `earlier`: as for `merge`, read by the fixed plan run in
+    turn (an attempt of a release re-run in process; the service merges every plan's shards
+    with it).
 
     Over 60 lines on purpose: the fixed and the sequential plan share the one shard loop."""
     meter = Meter(clock if clock is not None or limits is None else limits.clock)
@@ -238,7 +242,10 @@ def run_assay(
     slots = slots_of(target.slots, concurrency) if isinstance(target, SlottedEngine) else 1
     # One run of each shared baseline for the whole assay, whichever path runs its faults.
     shared = SharedBaselines() if plan.baseline == "shared" and not plan.paper else None
-    if slots > 1 and not plan.paper:
+    scheduled = slots > 1 and not plan.paper
+    if earlier and (scheduled or plan.rule_for(manifest.target.kind) == "sequential"):
+        raise ValueError("earlier attempts are read in process by the fixed plan's shards only")
+    if scheduled:
         # Every free slot draws from every fault: faults run side by side.
         assert isinstance(target, SlottedEngine)
         return run_scheduled_assay(
@@ -313,7 +320,7 @@ def run_assay(
         stop_views = {f: s.view() for f, s in stops.items()}
         return merge(manifest, plan, [folded], stopped, stop_views, meter.view("sequential"))
     spend = meter.view("fixed") if metered else None
-    return merge(manifest, plan, [folded], stopped, spend=spend)
+    return merge(manifest, plan, [folded], stopped, spend=spend, earlier=earlier)
 
 
 def replay_trial(

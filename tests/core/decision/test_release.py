@@ -1,12 +1,15 @@
 """A release's attempts decide together: a block earned on evidence of a violation stands for
-every later attempt; a stop that says nothing about the code does not."""
+every later attempt; a stop that says nothing about the code does not; floors are read on what
+every attempt graded."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from service.core.decision.floors import Record
 from service.core.decision.gate import Decision, Reason
 from service.core.decision.release import (
     RELEASE_BLOCKED,
@@ -14,6 +17,8 @@ from service.core.decision.release import (
     Release,
     blocking,
     carry,
+    earlier_records,
+    graded,
 )
 
 BLOCK, HOLD = Decision.BLOCK, Decision.HOLD
@@ -122,3 +127,31 @@ def test_an_attempt_lists_its_candidate_assay_time_decision_codes_and_trials() -
         "reasons": ["duplicate_effect"],
         "trials": 40,
     }
+
+
+# ------------------------------------------------------------------ floors on the release's record
+
+
+def test_the_releases_record_sums_what_each_earlier_attempt_graded_of_a_floor() -> None:
+    stored = [
+        {
+            "id": "f",
+            "exercised": 20,
+            "floors": [
+                {
+                    "floor": "useful_service",
+                    "arm": "intervention",
+                    "point": 0.75,
+                    "successes": 15,
+                    "trials": 20,
+                }
+            ],
+        },
+        {"id": "g", "exercised": 0, "floors": []},
+    ]
+    first = replace(attempt(1, "hold"), floors=graded(stored))
+    second = replace(attempt(2, "hold"), floors=(("f", "useful_service", "intervention", 18, 20),))
+    assert earlier_records([first, second]) == {
+        "f": {("useful_service", "intervention"): Record(2, 33, 40)}
+    }
+    assert earlier_records([]) == {}
