@@ -57,11 +57,20 @@ class Loop:
         self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if self.stopped or self.loop.is_closed():
+            # Scheduled on a loop nobody runs, it would wait out `timeout` and be dropped unrun.
+            coro.close()
+            raise RuntimeError("the slot's event loop has stopped")
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
+    @property
+    def stopped(self) -> bool:
+        return not self.thread.is_alive()
+
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
+        if not self.stopped:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
 
 
 def _target_error(error: str, seed: int) -> TrialRecord:
