@@ -27,6 +27,26 @@ TOOLS_KEY = "mcp_tools"
 _SESSION: contextvars.ContextVar[Any] = contextvars.ContextVar("assaygate_mcp_session")
 # Builders already run in this host: builder -> (its tools, the graph it built).
 _BUILT: dict[int, tuple[list[Any], Any]] = {}
+# The host's one TLS context, made on first use. The SDKs' default client per run made its own,
+# loading the CA bundle every run: a tenth of all the CPU a framework agent's assay used.
+_TLS: list[Any] = []
+
+
+def http_client(headers: Any = None, timeout: Any = None, auth: Any = None) -> Any:
+    """An HTTP client for one run's MCP session, as the MCP SDK's default one (its timeouts,
+    the environment's trust store) but on the host's one TLS context; the factory both SDKs
+    accept (`httpx_client_factory`)."""
+    import httpx2
+
+    if not _TLS:
+        _TLS.append(httpx2.create_ssl_context())
+    options: dict[str, Any] = {"verify": _TLS[0]}
+    options["timeout"] = timeout if timeout is not None else httpx2.Timeout(30.0, read=300.0)
+    if headers is not None:
+        options["headers"] = headers
+    if auth is not None:
+        options["auth"] = auth
+    return httpx2.AsyncClient(**options)
 
 
 def load(target: str) -> Any:
@@ -90,8 +110,12 @@ async def langchain_tools(client: Any, current: bool = False) -> list[Any]:
 
 async def _langgraph(target: Any, task: dict[str, Any], mcp_url: str) -> dict[str, Any]:
     from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
 
-    async with Client(mcp_url, cache=None) as client:
+    async with (
+        http_client() as http,
+        Client(streamable_http_client(mcp_url, http_client=http), cache=None) as client,
+    ):
         token = _SESSION.set(client)
         try:
             if hasattr(target, "ainvoke"):
@@ -148,7 +172,9 @@ async def _openai_agents(target: Any, task: dict[str, Any], mcp_url: str) -> dic
     from agents.mcp import MCPServerStreamableHttp
 
     server = MCPServerStreamableHttp(
-        {"url": mcp_url}, name="assaygate", client_session_timeout_seconds=30
+        {"url": mcp_url, "httpx_client_factory": http_client},
+        name="assaygate",
+        client_session_timeout_seconds=30,
     )
     async with server:
         # The team's agent, with its MCP servers pointed at the trial's proxy.
