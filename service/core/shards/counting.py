@@ -255,6 +255,10 @@ class Counting:
         self.reason: str | None = None
         self.failure: BaseException | None = None
         self.stopped = threading.Event()
+        # One slot: a trial starts only once every trial before it is counted, and the stops
+        # read before a trial are read as it is admitted, so none runs past them (the serial
+        # loop's own order).
+        self.serial = False
 
     def fold(self, work: FaultWork, tr: StartedTrial) -> None:
         """A trial released in its fault's order: the fault's rule reads it (`seen`), and it
@@ -302,7 +306,7 @@ class Counting:
 
     def _one(self, work: FaultWork, tr: StartedTrial) -> None:
         meter = self.meter
-        no = self.stops.before(self.done)
+        no = None if self.serial else self.stops.before(self.done)
         if no is not None:
             self.halt(work, no, tr)
             return
@@ -395,9 +399,17 @@ class Counting:
                     ready.append(w)
         if not ready:
             return None
+        if self.stops.budget:
+            work = min(ready, key=lambda w: w.index)
+        else:
+            work = min(ready, key=lambda w: (w.in_flight, w.index))
+        if self.serial:
+            no = self.stops.before(self.done)
+            if no is not None:
+                self.halt(work, no, None)
+                return None
         if not self.stops.budget:
-            return min(ready, key=lambda w: (w.in_flight, w.index))
-        work = min(ready, key=lambda w: w.index)
+            return work
         word = self.stops.admits(self.before(work))
         if isinstance(word, str):
             self.halt(work, word, None)

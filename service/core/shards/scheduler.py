@@ -98,9 +98,11 @@ def run_scheduled(
     happened).
 
     Over 60 lines on purpose: the slots' draw and the fold share the scheduler's state."""
+    inline = len(runtimes) == 1
     lock = threading.Lock()
     admitted = threading.Condition(lock)
     counter = Counting(works, plan, limits, meter, should_stop, batch, trial_done, ordered)
+    counter.serial = inline
     stop = counter.stopped
     finished: queue.SimpleQueue[_Done] = queue.SimpleQueue()
     ready: deque[tuple[FaultWork, StartedTrial, int]] = deque()
@@ -127,7 +129,10 @@ def run_scheduled(
 
     def take(rt: Runtime) -> tuple[FaultWork, StartedTrial, int] | None:
         # Under the lock: start the next trial of an open fault, if the stops admit one.
-        work = counter.admit([w for w in works if w.open()])
+        # One runtime admits a trial only once everything before it is counted: the serial run.
+        work = counter.admit(
+            [w for w in works if w.open() and (not inline or not counter.before(w))]
+        )
         if work is None:
             return None
         k = work.taken
@@ -161,53 +166,49 @@ def run_scheduled(
                 job = take(rt)
                 if job is not None:
                     return job
-                if live[0] == 0 and exhausted.is_set() and not any(w.left() for w in works):
+                if inline or (
+                    live[0] == 0 and exhausted.is_set() and not any(w.left() for w in works)
+                ):
+                    # Inline, everything started is counted: nothing can open behind this.
                     return None
                 # An arm may yet be readied, a fault held to its window may yet open.
                 admitted.wait(0.05)
 
+    def arm(rt: Runtime, work: FaultWork, tr: StartedTrial, part: int) -> None:
+        tally = Tally()
+        spent = None if meter is None else Meter(clock)
+        if spent is not None and part == MAIN:
+            spent.trials = 1
+        exc: BaseException | None = None
+        out = (0, 0, 0, False)
+        try:
+            out = _run(work, tr, part, rt, tally, spent)
+        except BaseException as raised:  # re-raised by the scheduler, in trial order
+            exc = raised
+        with admitted:
+            tr.tallies[part], tr.spent[part] = tally, spent
+            if exc is not None:
+                tr.exc = tr.exc or exc
+            else:
+                for i in range(3):
+                    tr.out[i] += out[i]
+            due = out[3] and tr.extra and tr.pairs and plan.counterfactuals
+            if due and tr.exc is None and not stop.is_set():
+                tr.left += 1
+                ready.append((work, tr, PAIRS))
+                admitted.notify_all()
+            settle(work, tr)
+
     def slot(rt: Runtime) -> None:
         try:
             while (job := draw(rt)) is not None:
-                work, tr, part = job
-                tally = Tally()
-                spent = None if meter is None else Meter(clock)
-                if spent is not None and part == MAIN:
-                    spent.trials = 1
-                exc: BaseException | None = None
-                out = (0, 0, 0, False)
-                try:
-                    out = _run(work, tr, part, rt, tally, spent)
-                except BaseException as raised:  # re-raised by the scheduler, in trial order
-                    exc = raised
-                with admitted:
-                    tr.tallies[part], tr.spent[part] = tally, spent
-                    if exc is not None:
-                        tr.exc = tr.exc or exc
-                    else:
-                        for i in range(3):
-                            tr.out[i] += out[i]
-                    due = out[3] and tr.extra and tr.pairs and plan.counterfactuals
-                    if due and tr.exc is None and not stop.is_set():
-                        tr.left += 1
-                        ready.append((work, tr, PAIRS))
-                        admitted.notify_all()
-                    settle(work, tr)
+                arm(rt, *job)
         finally:
             finished.put(None)
 
-    if counter.stops.opening() is not None:
-        return "aborted", 0
-    threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
-    for th in threads:
-        th.start()
-    running = len(threads)
-    while running:
-        item = finished.get()
-        if item is None:
-            running -= 1
-            continue
-        work, tr = item
+    def collect(work: FaultWork, tr: StartedTrial) -> None:
+        # A trial whose arms are all in: folded in its fault's order, counted in the run's.
+        nonlocal more
         work.order.put(tr.k, tr)
         ended: list[FaultWork] = []
         with admitted:
@@ -236,8 +237,32 @@ def run_scheduled(
                     if stop.is_set() or (not added and all(w.finished() for w in works)):
                         exhausted.set()
                     admitted.notify_all()
-    for th in threads:
-        th.join()
+
+    if counter.stops.opening() is not None:
+        return "aborted", 0
+    if inline:
+        # The caller's thread is the one slot: each trial's arms in the serial loop's order,
+        # counted before the next trial is admitted.
+        rt = runtimes[0]
+        while (job := draw(rt)) is not None:
+            arm(rt, *job)
+            while not finished.empty():
+                item = finished.get()
+                assert item is not None
+                collect(*item)
+    else:
+        threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
+        for th in threads:
+            th.start()
+        running = len(threads)
+        while running:
+            item = finished.get()
+            if item is None:
+                running -= 1
+                continue
+            collect(*item)
+        for th in threads:
+            th.join()
     counter.sweep()
     if counter.failure is not None:
         raise counter.failure
