@@ -332,6 +332,30 @@ class Counting:
         elif not self.ordered:
             self._rule(work, work.tally, work.done)
 
+    def counted(self, work: FaultWork, out: tuple[int, int, int], spent: Meter | None) -> None:
+        """A trial the one slot ran straight into its fault's tally (`spent`: what it spent, in
+        a meter of its own or the run's): counted as `_one` counts a folded trial, the stops and
+        then the fault's rule read after it."""
+        meter = self.meter
+        if meter is not None:
+            if spent is meter:
+                meter.trials += 1
+            elif spent is not None:
+                meter.absorb(spent)
+        work.done += 1
+        work.folded += 1
+        self.done += 1
+        for i in range(3):
+            work.out[i] += out[i]
+            self.out[i] += out[i]
+        if self.trial_done is not None:
+            self.trial_done(work, (spent,), out)
+        reason = self.stops.after(self.out[0], self.out[1], self.out[2])
+        if reason is not None:
+            self.halt(work, reason, None, at=work.done)
+        else:
+            self._rule(work, tally=work.tally, trials=work.done)
+
     def halt(
         self, work: FaultWork, reason: str | None, tr: StartedTrial | None, at: int | None = None
     ) -> None:

@@ -57,6 +57,30 @@ def _run(
     return effects, 0, errors, False
 
 
+def _serial(work: FaultWork, rt: Runtime, plan: AssayPlan, counter: Counting) -> None:
+    """Run the fault's next trial on the one slot, its arms one after another straight into the
+    fault's tally, and count it: at one slot nothing admitted is ever discarded (every stop
+    before it was read as it was admitted), so its arms need no tallies of their own to merge.
+    An arm that raises stops the run at once, as the serial loop does."""
+    t, spec, tally, meter = work.trial, work.spec, work.tally, counter.meter
+    k = work.taken
+    work.taken += 1
+    wkey, skey, extra = t.keys(k)
+    pairs = True
+    if work.watch is not None:
+        pairs = work.watch.needs_pairs(tally)
+        work.watch.steer(rt.engine, tally)
+    # A trial's own spend when it is told per trial (a held shard keeps its share).
+    spent = meter if meter is None or counter.trial_done is None else Meter(meter.clock)
+    if spent is not None and spent is not meter:
+        spent.trials = 1
+    rm = t.removals[spec.id]
+    out = arms.one_trial(
+        rt, plan, spec, tally, t.base + k, wkey, skey, rm, extra, spent, pairs, t.shared, k
+    )
+    counter.counted(work, out, spent)
+
+
 def run_scheduled(
     runtimes: list[Runtime],
     works: list[FaultWork],
@@ -109,7 +133,7 @@ def run_scheduled(
     clock = None if meter is None else meter.clock
     for work in works:
         # Ordered, a decided fault's rule reads its trials as folded, ahead of their count.
-        if ordered and work.watch is not None:
+        if ordered and work.watch is not None and not inline:
             work.seen = Tally()
     # Trials started whose arms are not all in yet.
     live = [0]
@@ -129,10 +153,7 @@ def run_scheduled(
 
     def take(rt: Runtime) -> tuple[FaultWork, StartedTrial, int] | None:
         # Under the lock: start the next trial of an open fault, if the stops admit one.
-        # One runtime admits a trial only once everything before it is counted: the serial run.
-        work = counter.admit(
-            [w for w in works if w.open() and (not inline or not counter.before(w))]
-        )
+        work = counter.admit([w for w in works if w.open()])
         if work is None:
             return None
         k = work.taken
@@ -166,10 +187,7 @@ def run_scheduled(
                 job = take(rt)
                 if job is not None:
                     return job
-                if inline or (
-                    live[0] == 0 and exhausted.is_set() and not any(w.left() for w in works)
-                ):
-                    # Inline, everything started is counted: nothing can open behind this.
+                if live[0] == 0 and exhausted.is_set() and not any(w.left() for w in works):
                     return None
                 # An arm may yet be readied, a fault held to its window may yet open.
                 admitted.wait(0.05)
@@ -208,7 +226,6 @@ def run_scheduled(
 
     def collect(work: FaultWork, tr: StartedTrial) -> None:
         # A trial whose arms are all in: folded in its fault's order, counted in the run's.
-        nonlocal more
         work.order.put(tr.k, tr)
         ended: list[FaultWork] = []
         with admitted:
@@ -219,6 +236,11 @@ def run_scheduled(
             if not ordered and work.finished() and not stop.is_set():
                 ended.append(work)
             admitted.notify_all()
+        close(ended)
+
+    def close(ended: list[FaultWork]) -> None:
+        # The works `ended` are finished and counted: told, and more asked for.
+        nonlocal more
         for w in ended:
             if w.reported:
                 continue
@@ -241,15 +263,17 @@ def run_scheduled(
     if counter.stops.opening() is not None:
         return "aborted", 0
     if inline:
-        # The caller's thread is the one slot: each trial's arms in the serial loop's order,
-        # counted before the next trial is admitted.
-        rt = runtimes[0]
-        while (job := draw(rt)) is not None:
-            arm(rt, *job)
-            while not finished.empty():
-                item = finished.get()
-                assert item is not None
-                collect(*item)
+        # The caller's thread is the one slot: the serial run (`_serial`).
+        while not stop.is_set():
+            # A trial is admitted only once every trial before it is counted.
+            due = counter.admit([w for w in works if w.open() and not counter.before(w)])
+            if due is None:
+                break
+            _serial(due, runtimes[0], plan, counter)
+            ended = counter.count(due)
+            if not ordered and due.finished() and not stop.is_set():
+                ended.append(due)
+            close(ended)
     else:
         threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
         for th in threads:
