@@ -1,9 +1,12 @@
 """One execution path: the scheduler with one slot is the serial run. Every plan (fixed,
 sequential, shared baselines, a budget, each stop kind, an abort) gives the same report, byte for
-byte, whether its shards run the serial loop or the scheduler runs its faults on one slot."""
+byte, whether its shards run the serial loop or the scheduler runs its faults on one slot; and the
+same report the serial loop gave before the scheduler replaced it (`SERIAL`: the digests of its
+reports, recorded from the serial loop of run_assay and run_shard at d624f0f)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +57,22 @@ PLANS: dict[str, tuple[str, AssayPlan, StopLimits | None]] = {
 }
 
 
+#: The canonical JSON reports' SHA-256 of each plan (an abort: the shard's result and spend), as
+#: the serial loop gave them.
+SERIAL = {
+    "fixed": "0f2a874fe34d2347c9a2e315fab7b67a58d52e7c4bd5a36f72a762be8ba03f9d",
+    "sequential": "3955b3449192aa8ed7a91b6b34e2c3df929e4d080de8398b31a2b20feaa32d74",
+    "shared baseline": "49ea81655a7af91c0c93553b5eb3eeb3ef1ee43dec2077e6c5943ecf9666ddca",
+    "budget": "253f6720944dc28fbca40a80bb6df7d45f140a1a4fef89249dbe7a80f15df7ec",
+    "sequential budget": "8c65db6c1930b9c094560f8ff9c5b6db102c879711aa20c3f67118cadb5d7cb2",
+    "target errors": "17f3a201f37a00f7c93bc3788a31fd4a5eb47264d12610f4bb9e6321928f1b25",
+    "unsafe limit": "44db2906d0f6394ff78731c72c71f306b682e8005c4270c8cc58bb5fa59e7ab1",
+    "effects": "2ec58f6ed11af7d9fd7d892eb6f9c6bb74bf290399b00cc5be8bc035cef385fc",
+    "abort fixed": "00c9cfdfb31c1d721f95dba859260ad387546abc3997c5712620bc272b3d51d8",
+    "abort sequential": "10786b104bfbdf87424bb1a17237b1f249d438a86a738f7c7d08ba05b7f79a4b",
+}
+
+
 def _engine(example: str, plan: AssayPlan) -> ReferenceSlots:
     manifest = load_example("typed" if example == "crashing" else example)
     if example == "crashing":
@@ -74,6 +93,10 @@ class _Asked:
 
 def _json(view: Any) -> str:
     return json.dumps(view, sort_keys=True, default=str)
+
+
+def _digest(view: Any) -> str:
+    return hashlib.sha256(_json(view).encode()).hexdigest()
 
 
 @pytest.mark.parametrize("name", list(PLANS))
@@ -114,6 +137,7 @@ def test_the_scheduler_on_one_slot_reports_what_the_serial_loop_reports(name: st
     if plan.stop.max_runs is not None or limits is not None:
         assert serial.stopped is not None
     assert _json(scheduled.to_dict()) == _json(serial.to_dict())
+    assert _digest(serial.to_dict()) == SERIAL[name]
     if serial.stopped is None:
         assert done[1] == done[0]
     else:
@@ -149,3 +173,4 @@ def test_an_abort_stops_a_held_shard_on_one_slot_where_the_serial_loop_stops(rul
         views.append(_json({**result.to_dict(), "spend": meter.view(rule), "asked": asked.times}))
     assert json.loads(views[0])["stop_reason"] == "aborted"
     assert views[1] == views[0]
+    assert hashlib.sha256(views[0].encode()).hexdigest() == SERIAL[f"abort {rule}"]
