@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any
 
 from service.core.decision.floors import Earlier
 from service.core.decision.merge import merge
@@ -25,6 +25,7 @@ from service.core.shards import arms
 from service.core.shards.baselines import SharedBaselines
 from service.core.shards.held import run_held
 from service.core.shards.scheduled_assay import run_scheduled_assay
+from service.core.shards.scheduler import GC_YOUNG
 from service.core.shards.shard import (
     ShardSpec,
     StopLimits,
@@ -55,8 +56,6 @@ __all__ = [
     "run_assay",
     "run_shard",
 ]
-#: Net allocations between young collections inside the shard loop (CPython's default is 700).
-_GC_YOUNG: Final = 20_000
 
 
 def run_shard(
@@ -129,7 +128,7 @@ def run_shard(
     # cyclic collector's young passes, every 700 allocations by default, only re-walk the live
     # trial: a sixth of the loop's CPU. Inside the loop they run rarely; after it, as before.
     thresholds = gc.get_threshold()
-    gc.set_threshold(_GC_YOUNG, thresholds[1], thresholds[2])
+    gc.set_threshold(GC_YOUNG, thresholds[1], thresholds[2])
     # Read after every trial only when the plan sets a budget.
     budget = meter is not None and budgeted(plan.stop)
     try:

@@ -240,7 +240,12 @@ class Counting:
         batch: int,
         trial_done: TrialDone | None,
         ordered: bool,
+        *,
+        serial: bool = False,
     ) -> None:
+        """`serial`: one slot, whose next trial starts only once every trial before it is
+        counted; the stops read before a trial are read as it is admitted, so none runs past
+        them (the serial loop's own order)."""
         self.works = works
         self.plan = plan
         # The counts alone (no deadline): what the trials folded so far already trip.
@@ -255,10 +260,7 @@ class Counting:
         self.reason: str | None = None
         self.failure: BaseException | None = None
         self.stopped = threading.Event()
-        # One slot: a trial starts only once every trial before it is counted, and the stops
-        # read before a trial are read as it is admitted, so none runs past them (the serial
-        # loop's own order).
-        self.serial = False
+        self.serial = serial
 
     def fold(self, work: FaultWork, tr: StartedTrial) -> None:
         """A trial released in its fault's order: the fault's rule reads it (`seen`), and it
@@ -411,7 +413,7 @@ class Counting:
         at what the counted trials cost; with none before it, the budget's word is the serial
         run's, and a refusal stops the assay."""
         ready = candidates
-        if self.ordered and self.counts is not None:
+        if self.ordered and self.counts is not None and not self.serial:
             # The works are in plan order: the folded counts before each grow down the list.
             out, ready, mine = [0, 0, 0], [], set(map(id, candidates))
             for w in self.works:

@@ -78,13 +78,9 @@ def runtimes_of(
     """A runtime per slot: on one slot the target itself (a world with slots runs its serial
     trials as its own engine, as the serial loop always ran them), else each of the world's
     slots."""
-    if isinstance(target, SlottedEngine) and (slots > 1 or not isinstance(target, TrialEngine)):
-        return [
-            Runtime(manifest, cat, target.slot(i), guard, namespace, honours_keys)
-            for i in range(slots)
-        ]
-    assert (slots == 1 and not isinstance(target, SlottedEngine)) or isinstance(target, TrialEngine)
-    return [Runtime(manifest, cat, target, guard, namespace, honours_keys)]
+    if slots == 1 and (isinstance(target, TrialEngine) or not isinstance(target, SlottedEngine)):
+        return [Runtime(manifest, cat, target, guard, namespace, honours_keys)]
+    assert isinstance(target, SlottedEngine)
     return [
         Runtime(manifest, cat, target.slot(i), guard, namespace, honours_keys) for i in range(slots)
     ]
@@ -158,8 +154,9 @@ def run_scheduled(
     inline = len(runtimes) == 1
     lock = threading.Lock()
     admitted = threading.Condition(lock)
-    counter = Counting(works, plan, limits, meter, should_stop, batch, trial_done, ordered)
-    counter.serial = inline
+    counter = Counting(
+        works, plan, limits, meter, should_stop, batch, trial_done, ordered, serial=inline
+    )
     stop = counter.stopped
     finished: queue.SimpleQueue[_Done] = queue.SimpleQueue()
     ready: deque[tuple[FaultWork, StartedTrial, int]] = deque()
@@ -295,9 +292,10 @@ def run_scheduled(
 
     def serial() -> None:
         while not stop.is_set():
-            # A trial is admitted only once every trial before it is counted.
-            due = counter.admit([w for w in works if w.open() and not counter.before(w)])
-            if due is None:
+            # Every trial started is counted: the next is the first open fault's (the counting
+            # order's), if the stops admit it.
+            due = next((w for w in works if w.open()), None)
+            if due is None or counter.admit([due]) is None:
                 break
             _serial(due, runtimes[0], plan, counter)
             ended = counter.count(due)
