@@ -347,12 +347,17 @@ class Counting:
         work.done += 1
         work.folded += 1
         self.done += 1
-        for i in range(3):
-            work.out[i] += out[i]
-            self.out[i] += out[i]
+        mine, ours = work.out, self.out
+        e, u, te = out
+        mine[0] += e
+        mine[1] += u
+        mine[2] += te
+        ours[0] += e
+        ours[1] += u
+        ours[2] += te
         if self.trial_done is not None:
             self.trial_done(work, (spent,), out)
-        reason = self.stops.after(self.out[0], self.out[1], self.out[2])
+        reason = self.stops.after(ours[0], ours[1], ours[2])
         if reason is not None:
             self.halt(work, reason, None, at=work.done)
         else:
@@ -425,7 +430,9 @@ class Counting:
                     ready.append(w)
         if not ready:
             return None
-        if self.stops.budget:
+        if len(ready) == 1:
+            work = ready[0]
+        elif self.stops.budget:
             work = min(ready, key=lambda w: w.index)
         else:
             work = min(ready, key=lambda w: (w.in_flight, w.index))

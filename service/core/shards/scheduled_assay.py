@@ -66,10 +66,10 @@ def run_scheduled_assay(
             fault_done(work.spec.id, work.tally, done[0], total)
 
     def counted(work: FaultWork, _spent: object, out: object) -> None:
-        # Counted in plan order: the faults before this one are all in `done`.
+        # Counted in plan order: every fault before this one is counted (its planned trials).
         if out is not None and work.done % every == 0 and work.done < work.trials:
             assert progress is not None
-            progress(done[0] + work.done, total)
+            progress(work.index * plan.trials + work.done, total)
 
     every = plan.trials if sequential or not trials_per_shard else max(1, trials_per_shard)
     chunks = progress is not None and every < plan.trials

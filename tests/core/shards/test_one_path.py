@@ -174,3 +174,26 @@ def test_an_abort_stops_a_held_shard_on_one_slot_where_the_serial_loop_stops(rul
     assert json.loads(views[0])["stop_reason"] == "aborted"
     assert views[1] == views[0]
     assert hashlib.sha256(views[0].encode()).hexdigest() == SERIAL[f"abort {rule}"]
+
+
+def test_progress_is_told_every_shards_worth_of_a_faults_trials_at_any_concurrency() -> None:
+    manifest = load_example("typed")
+    plan = AssayPlan(modes=MODES, trials=10, seed=5)
+    told: list[list[tuple[int, int]]] = []
+    for concurrency in (1, 4):
+        seen: list[tuple[int, int]] = []
+        engine = ReferenceSlots(manifest, plan.resolve_catalogue(), 4)
+        run_assay(
+            manifest,
+            plan,
+            target=engine,
+            progress=lambda done, total: seen.append((done, total)),
+            trials_per_shard=4,
+            concurrency=concurrency,
+        )
+        told.append(seen)
+    # Each fault: after 4 and 8 of its trials, then as it finishes (10).
+    fault = [4, 8, 10]
+    assert told[0] == [(10 * i + n, 40) for i in range(4) for n in fault]
+    # On slots a fault's end may be told after the next fault's first trials are.
+    assert sorted(told[1]) == told[0]
