@@ -1,6 +1,7 @@
-"""One scheduler for an assay on a world that offers slots: the assay's work as units (one arm of
-one fault's trial: its intervention, its matched baseline, its counterfactual pairs) drawn by every
-free slot from every fault at once.
+"""One scheduler for every assay of faults (paper mode aside): the local assay, a worker's shards
+and its held shards. On a world that offers slots, the assay's work as units (one arm of one
+fault's trial: its intervention, its matched baseline, its counterfactual pairs) drawn by every
+free slot from every fault at once; on one slot, the serial run, in the caller's thread.
 
 Faults run side by side, and a trial's arms run in different slots, so a fault with few trials, or
 one its sequential rule stops early, never leaves slots idle while another fault has work left.
