@@ -78,10 +78,11 @@ def run_shard(
     (`service.core.shards.held`, the shard held alone), a paper-mode shard here.
     `honours_keys=False` runs a sandbox whose ledger ignores idempotency keys (a broken world,
     to show figures come from execution). `concurrency`: trials at once, for an engine whose
-    world offers slots (`SlottedEngine`); the tallies are the same at any concurrency. `watch`: a sequential plan's rule for the
-    shard's one fault, read after every trial. `meter`: what the trials spend, checked against
-    the plan's budgets after every trial. `shared`: the assay's shared baselines (a plan with
-    `baseline: shared`; None: the shard shares its baselines with no other shard).
+    world offers slots (`SlottedEngine`); the tallies are the same at any concurrency. `watch`:
+    a sequential plan's rule for the shard's one fault, read after every trial. `meter`: what
+    the trials spend, checked against the plan's budgets after every trial. `shared`: the
+    assay's shared baselines (a plan with `baseline: shared`; None: the shard shares its
+    baselines with no other shard).
 
     Over 60 lines on purpose: paper mode's per-trial loop is the compiled hot path (the paper
     bench's), kept in one frame."""

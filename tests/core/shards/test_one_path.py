@@ -176,6 +176,10 @@ def test_an_abort_stops_a_held_shard_on_one_slot_where_the_serial_loop_stops(rul
     assert hashlib.sha256(views[0].encode()).hexdigest() == SERIAL[f"abort {rule}"]
 
 
+def _told(into: list[tuple[int, int]]) -> Callable[[int, int], None]:
+    return lambda done, total: into.append((done, total))
+
+
 def test_progress_is_told_every_shards_worth_of_a_faults_trials_at_any_concurrency() -> None:
     manifest = load_example("typed")
     plan = AssayPlan(modes=MODES, trials=10, seed=5)
@@ -187,7 +191,7 @@ def test_progress_is_told_every_shards_worth_of_a_faults_trials_at_any_concurren
             manifest,
             plan,
             target=engine,
-            progress=lambda done, total: seen.append((done, total)),
+            progress=_told(seen),
             trials_per_shard=4,
             concurrency=concurrency,
         )
