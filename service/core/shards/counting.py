@@ -252,6 +252,8 @@ class Counting:
         self.counts = None if limits is None else replace(limits, deadline=None, clock=None)
         self.meter = meter
         self.stops = Stops(plan.stop, limits, meter, should_stop, batch)
+        # Whether a counted trial can trip anything (a stop condition or a budget).
+        self.reads = limits is not None or self.stops.budget
         self.trial_done = trial_done
         self.ordered = ordered
         self.cursor = 0  # ordered: the fault being counted (those before it are)
@@ -357,10 +359,10 @@ class Counting:
         ours[2] += te
         if self.trial_done is not None:
             self.trial_done(work, (spent,), out)
-        reason = self.stops.after(ours[0], ours[1], ours[2])
+        reason = self.stops.after(ours[0], ours[1], ours[2]) if self.reads else None
         if reason is not None:
             self.halt(work, reason, None, at=work.done)
-        else:
+        elif work.watch is not None:
             self._rule(work, tally=work.tally, trials=work.done)
 
     def halt(

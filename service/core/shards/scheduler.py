@@ -292,15 +292,22 @@ def run_scheduled(
                     admitted.notify_all()
 
     def serial() -> None:
+        rt = runtimes[0]
+        # Without an abort to ask or a budget to read, the stops admit every next trial.
+        asks = counter.stops.should_stop is not None or counter.stops.budget
+        due: FaultWork | None = None
         while not stop.is_set():
             # Every trial started is counted: the next is the first open fault's (the counting
             # order's), if the stops admit it.
-            due = next((w for w in works if w.open()), None)
-            if due is None or counter.admit([due]) is None:
+            if due is None or due.closed or due.taken >= due.stop:
+                due = next((w for w in works if w.open()), None)
+                if due is None:
+                    break
+            if asks and counter.admit([due]) is None:
                 break
-            _serial(due, runtimes[0], plan, counter)
+            _serial(due, rt, plan, counter)
             # Nothing waits to be counted here: only a fault's end moves the counting on.
-            if due.finished() and not stop.is_set():
+            if (due.closed or due.taken >= due.stop) and not stop.is_set():
                 close(counter.count(due) if ordered else [due])
 
     if counter.stops.opening() is not None:
