@@ -161,6 +161,13 @@ def run_shard(
             if tally is None:
                 tally = tallies[fault] = Tally()
             extra = threshold is None or derive(sample_key, sample_base + k) < threshold
+            # Paper mode has no rule (`watch` is None) and shares no baseline, but the loop keeps
+            # passing both: the compiled call with every argument given measured 2-3 % faster
+            # than leaving the last three to their defaults.
+            pairs = True
+            if watch is not None:
+                pairs = watch.needs_pairs(tally)
+                watch.steer(rt.engine, tally)
             e, u, te = arms.one_trial(
                 rt,
                 plan,
@@ -172,6 +179,9 @@ def run_shard(
                 removals[fault],
                 extra,
                 meter,
+                pairs,
+                shared,
+                k,
             )
             effects += e
             unsafe += u
@@ -184,6 +194,8 @@ def run_shard(
                 if reason is not None:
                     break
             if budget and meter is not None and (reason := meter.exceeded(plan.stop)) is not None:
+                break
+            if watch is not None and watch.done(tally, done):
                 break
     finally:
         gc.set_threshold(*thresholds)
