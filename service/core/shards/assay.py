@@ -10,14 +10,14 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any
 
 from service.core.decision.floors import Earlier
 from service.core.decision.merge import merge
 from service.core.decision.report import AssayReport
 from service.core.evidence.pairs import removal
 from service.core.evidence.spend import Meter, budgeted
-from service.core.evidence.stopping import Stop, Watch, watch_for
+from service.core.evidence.stopping import Watch
 from service.core.evidence.tally import ShardResult, Tally
 from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
@@ -25,12 +25,12 @@ from service.core.shards import arms
 from service.core.shards.baselines import SharedBaselines
 from service.core.shards.held import run_held
 from service.core.shards.scheduled_assay import run_scheduled_assay
+from service.core.shards.scheduler import GC_YOUNG
 from service.core.shards.shard import (
     ShardSpec,
     StopLimits,
     plan_shards,
     sample_of,
-    shared_group,
     stream_roots,
     trial_at,
     trial_keys,
@@ -56,8 +56,6 @@ __all__ = [
     "run_assay",
     "run_shard",
 ]
-#: Net allocations between young collections inside the shard loop (CPython's default is 700).
-_GC_YOUNG: Final = 20_000
 
 
 def run_shard(
@@ -76,73 +74,67 @@ def run_shard(
     meter: Meter | None = None,
     shared: SharedBaselines | None = None,
 ) -> ShardResult:
-    """Run a shard's trials into tallies. `honours_keys=False` runs a sandbox whose ledger
-    ignores idempotency keys (a broken world, to show figures come from execution).
-    `concurrency`: trials at once, for an engine whose world offers slots (`SlottedEngine`);
-    the tallies are the same at any concurrency. `watch`: a sequential plan's rule for the
-    shard's one fault, read after every trial. `meter`: what the trials spend, checked against
-    the plan's budgets after every trial. `shared`: the assay's shared baselines (a plan with
-    `baseline: shared`; None: the shard shares its baselines with no other shard).
+    """Run a shard's trials into tallies: a fault's shard on the one scheduler
+    (`service.core.shards.held`, the shard held alone), a paper-mode shard here.
+    `honours_keys=False` runs a sandbox whose ledger ignores idempotency keys (a broken world,
+    to show figures come from execution). `concurrency`: trials at once, for an engine whose
+    world offers slots (`SlottedEngine`); the tallies are the same at any concurrency. `watch`:
+    a sequential plan's rule for the shard's one fault, read after every trial. `meter`: what
+    the trials spend, checked against the plan's budgets after every trial. `shared`: the
+    assay's shared baselines (a plan with `baseline: shared`; None: the shard shares its
+    baselines with no other shard).
 
-    Over 60 lines on purpose: the per-trial loop is the compiled hot path, kept in one frame."""
+    Over 60 lines on purpose: paper mode's per-trial loop is the compiled hot path (the paper
+    bench's), kept in one frame."""
+    slots = slots_of(target.slots, concurrency) if isinstance(target, SlottedEngine) else 1
+    if shard.fault_id is not None:
+        # A fault's shard: the one scheduler, as the worker runs the shards it holds (a shard is
+        # held alone; on one slot, the serial run).
+        held = run_held(
+            manifest,
+            plan,
+            [(shard, watch)],
+            target,
+            slots,
+            should_stop=should_stop,
+            batch=batch,
+            limits=limits,
+            guard=guard,
+            namespace=namespace,
+            honours_keys=honours_keys,
+            meter=meter,
+            shared=shared,
+        )
+        return held[0][0]
     cat = plan.resolve_catalogue()
     rt = Runtime(manifest, cat, target, guard, namespace, honours_keys)
     faults = plan.faults()
     tallies: dict[str, Tally] = {}
     removals = {f.id: removal(manifest, f) for f in faults}
-    if shard.fault_id is not None:
-        spec = cat.by_id(shard.fault_id)
-        pos = next(i for i, f in enumerate(faults) if f.id == spec.id)
-        base = pos * plan.trials
+    # Paper mode: a range of the script's global trial sequence, faults drawn by its LCG.
+    base = 0
+    domains = plan.domains()
+    by_domain = [cat.in_domain(d) for d in domains]
+    lcg = LCG(plan.seed)
+    lcg.skip(shard.start)
+    nd = len(domains)
 
-        def pick(k: int) -> FaultSpec:
-            return spec
-    else:
-        base = 0
-        domains = plan.domains()
-        by_domain = [cat.in_domain(d) for d in domains]
-        lcg = LCG(plan.seed)
-        lcg.skip(shard.start)
-        nd = len(domains)
-
-        def pick(k: int) -> FaultSpec:
-            return lcg.choice(by_domain[k % nd])
+    def pick(k: int) -> FaultSpec:
+        return lcg.choice(by_domain[k % nd])
 
     wroot, sroot = stream_roots(plan, shard.fault_id)
     threshold = plan.sample_threshold()
     sample_key, sample_base = sample_of(plan, shard.fault_id, base)
-    if shared is None and shared_group(plan, shard.fault_id) is not None:
-        shared = SharedBaselines()
     done = effects = unsafe = target_errors = 0
     reason: str | None = None
     # A trial's objects are freed by reference counting (the harness leaves no cycles), so the
     # cyclic collector's young passes, every 700 allocations by default, only re-walk the live
     # trial: a sixth of the loop's CPU. Inside the loop they run rarely; after it, as before.
     thresholds = gc.get_threshold()
-    gc.set_threshold(_GC_YOUNG, thresholds[1], thresholds[2])
-    slots = slots_of(target.slots, concurrency) if isinstance(target, SlottedEngine) else 1
+    gc.set_threshold(GC_YOUNG, thresholds[1], thresholds[2])
     # Read after every trial only when the plan sets a budget.
     budget = meter is not None and budgeted(plan.stop)
     try:
-        if slots > 1 and shard.fault_id is not None:
-            # The one scheduler, as the worker runs the shards it holds (a shard is held alone).
-            assert isinstance(target, SlottedEngine)
-            held = run_held(
-                manifest,
-                plan,
-                [(shard, watch)],
-                target,
-                slots,
-                should_stop=should_stop,
-                batch=batch,
-                limits=limits,
-                guard=guard,
-                namespace=namespace,
-                honours_keys=honours_keys,
-                meter=meter,
-                shared=shared,
-            )
-            return held[0][0]
         if slots > 1:
             # Paper mode: its trials mix faults, so its shard runs on the slots alone.
             assert isinstance(target, SlottedEngine)
@@ -169,6 +161,9 @@ def run_shard(
             if tally is None:
                 tally = tallies[fault] = Tally()
             extra = threshold is None or derive(sample_key, sample_base + k) < threshold
+            # Paper mode has no rule (`watch` is None) and shares no baseline, but the loop keeps
+            # passing both: the compiled call with every argument given measured 2-3 % faster
+            # than leaving the last three to their defaults.
             pairs = True
             if watch is not None:
                 pairs = watch.needs_pairs(tally)
@@ -224,30 +219,30 @@ def run_assay(
     clock: Callable[[], float] | None = None,
     earlier: Mapping[str, Earlier] | None = None,
 ) -> AssayReport:
-    """Run every shard in turn; a tripped stop condition ends the assay (and blocks it).
+    """Run the assay; a tripped stop condition ends it (and blocks it). A plan of faults runs on
+    the one scheduler (`service.core.shards.scheduled_assay`), a paper-mode plan shard by shard.
     `honours_keys`: as for `run_shard`. `fault_done(fault_id, tally, trials_done, total)` is
-    called once each fault's last shard is in (not in paper mode, whose shards mix faults).
-    `concurrency`: as for `run_shard`. A sequential plan (`AssayPlan.rule_for`) runs each fault
-    in one shard (`plan_shards`) until its rule (`service.core.evidence.stopping`) stops it: the
-    trials it did not need never run. `clock` (seconds; else the limits') times the runs for the
-    report's spend and `max_seconds`. `earlier`: as for `merge`, read by the fixed plan run in
-    turn (an attempt of a release re-run in process; the service merges every plan's shards
-    with it).
+    called once each fault is finished, or cut short by a stop (not in paper mode, whose shards
+    mix faults); `progress(done, total)` every `trials_per_shard` trials of a fault and as each
+    fault (or paper shard) finishes. `concurrency`: as for `run_shard`. A sequential plan
+    (`AssayPlan.rule_for`) runs each fault until its rule (`service.core.evidence.stopping`)
+    stops it: the trials it did not need never run. `clock` (seconds; else the limits') times
+    the runs for the report's spend and `max_seconds`. `earlier`: as for `merge`, read by the
+    fixed plan (an attempt of a release re-run in process; the service merges every plan's
+    shards with it).
 
-    Over 60 lines on purpose: the fixed and the sequential plan share the one shard loop."""
+    Over 60 lines on purpose: the paper-mode shard loop folds its shards as they come."""
     meter = Meter(clock if clock is not None or limits is None else limits.clock)
     # Spend is timing, not a figure: an untimed, unbudgeted fixed assay reports none, so its
     # trials are not metered at all (the paper assay's hot loop pays nothing for it).
     metered = meter.clock is not None or budgeted(plan.stop)
     slots = slots_of(target.slots, concurrency) if isinstance(target, SlottedEngine) else 1
-    # One run of each shared baseline for the whole assay, whichever path runs its faults.
-    shared = SharedBaselines() if plan.baseline == "shared" and not plan.paper else None
-    scheduled = slots > 1 and not plan.paper
-    if earlier and (scheduled or plan.rule_for(manifest.target.kind) == "sequential"):
+    sequential = plan.rule_for(manifest.target.kind) == "sequential"
+    if earlier and sequential:
         raise ValueError("earlier attempts are read in process by the fixed plan's shards only")
-    if scheduled:
-        # Every free slot draws from every fault: faults run side by side.
-        assert isinstance(target, SlottedEngine)
+    if not plan.paper:
+        # The one scheduler: every free slot draws from every fault (one slot: the serial run).
+        # One run of each shared baseline for the whole assay.
         return run_scheduled_assay(
             manifest,
             plan,
@@ -259,20 +254,18 @@ def run_assay(
             fault_done,
             meter,
             metered,
-            shared,
+            SharedBaselines() if plan.baseline == "shared" else None,
+            trials_per_shard=trials_per_shard,
+            earlier=earlier,
         )
-    sequential = plan.rule_for(manifest.target.kind) == "sequential"
-    # A sequential plan's stops are per fault: its rule's, or the assay's stop at it.
-    stops: dict[str, Stop] = {}
+    # Paper mode: the script's trial sequence in shards, faults mixed within each.
     shards = plan_shards(manifest, plan, trials_per_shard)
     total = sum(s.stop - s.start for s in shards)
-    last_of = {s.fault_id: s.index for s in shards if s.fault_id is not None}
     # Shard results are folded as they come: memory stays flat however many trials run.
     folded = ShardResult(-1, {}, 0)
     done = 0
     stopped: str | None = None
     for shard in shards:
-        watch = watch_for(manifest, plan, shard.fault_id) if sequential else None
         result = run_shard(
             manifest,
             plan,
@@ -281,9 +274,7 @@ def run_assay(
             limits=limits,
             honours_keys=honours_keys,
             concurrency=concurrency,
-            watch=watch,
-            meter=meter if metered or sequential else None,
-            shared=shared,
+            meter=meter if metered else None,
         )
         folded.trials += result.trials
         for fid, tally in result.tallies.items():
@@ -292,19 +283,9 @@ def run_assay(
                 folded.tallies[fid] = tally
             else:
                 mine.merge(tally)
-        fault = shard.fault_id
-        if sequential and fault is not None:
-            # A fault stopped before its first trial is reported, with none.
-            folded.tallies[fault] = result.tallies.get(fault) or Tally()
-            if watch is not None and watch.stop is not None:
-                stops[fault] = watch.stop
-            elif result.stop_reason is not None:
-                stops[fault] = Stop("stopped", result.stop_reason, result.trials)
         done += shard.stop - shard.start
         if progress is not None:
             progress(done, total)
-        if fault_done is not None and fault is not None and last_of.get(fault) == shard.index:
-            fault_done(fault, folded.tallies.get(fault) or Tally(), done, total)
         if result.stop_reason is not None:
             stopped = result.stop_reason
             break
@@ -316,9 +297,6 @@ def run_assay(
                 used_unsafe=limits.used_unsafe + result.unsafe,
                 used_target_errors=limits.used_target_errors + errors,
             )
-    if sequential:
-        stop_views = {f: s.view() for f, s in stops.items()}
-        return merge(manifest, plan, [folded], stopped, stop_views, meter.view("sequential"))
     spend = meter.view("fixed") if metered else None
     return merge(manifest, plan, [folded], stopped, spend=spend, earlier=earlier)
 

@@ -240,13 +240,20 @@ class Counting:
         batch: int,
         trial_done: TrialDone | None,
         ordered: bool,
+        *,
+        serial: bool = False,
     ) -> None:
+        """`serial`: one slot, whose next trial starts only once every trial before it is
+        counted; the stops read before a trial are read as it is admitted, so none runs past
+        them (the serial loop's own order)."""
         self.works = works
         self.plan = plan
         # The counts alone (no deadline): what the trials folded so far already trip.
         self.counts = None if limits is None else replace(limits, deadline=None, clock=None)
         self.meter = meter
         self.stops = Stops(plan.stop, limits, meter, should_stop, batch)
+        # Whether a counted trial can trip anything (a stop condition or a budget).
+        self.reads = limits is not None or self.stops.budget
         self.trial_done = trial_done
         self.ordered = ordered
         self.cursor = 0  # ordered: the fault being counted (those before it are)
@@ -255,6 +262,7 @@ class Counting:
         self.reason: str | None = None
         self.failure: BaseException | None = None
         self.stopped = threading.Event()
+        self.serial = serial
 
     def fold(self, work: FaultWork, tr: StartedTrial) -> None:
         """A trial released in its fault's order: the fault's rule reads it (`seen`), and it
@@ -302,7 +310,7 @@ class Counting:
 
     def _one(self, work: FaultWork, tr: StartedTrial) -> None:
         meter = self.meter
-        no = self.stops.before(self.done)
+        no = None if self.serial else self.stops.before(self.done)
         if no is not None:
             self.halt(work, no, tr)
             return
@@ -327,6 +335,35 @@ class Counting:
             self.halt(work, reason, None, at=work.done)
         elif not self.ordered:
             self._rule(work, work.tally, work.done)
+
+    def counted(self, work: FaultWork, out: tuple[int, int, int], spent: Meter | None) -> None:
+        """A trial the one slot ran straight into its fault's tally (`spent`: what it spent, in
+        a meter of its own or the run's): counted as `_one` counts a folded trial, the stops and
+        then the fault's rule read after it."""
+        meter = self.meter
+        if meter is not None:
+            if spent is meter:
+                meter.trials += 1
+            elif spent is not None:
+                meter.absorb(spent)
+        work.done += 1
+        work.folded += 1
+        self.done += 1
+        mine, ours = work.out, self.out
+        e, u, te = out
+        mine[0] += e
+        mine[1] += u
+        mine[2] += te
+        ours[0] += e
+        ours[1] += u
+        ours[2] += te
+        if self.trial_done is not None:
+            self.trial_done(work, (spent,), out)
+        reason = self.stops.after(ours[0], ours[1], ours[2]) if self.reads else None
+        if reason is not None:
+            self.halt(work, reason, None, at=work.done)
+        elif work.watch is not None:
+            self._rule(work, tally=work.tally, trials=work.done)
 
     def halt(
         self, work: FaultWork, reason: str | None, tr: StartedTrial | None, at: int | None = None
@@ -383,7 +420,7 @@ class Counting:
         at what the counted trials cost; with none before it, the budget's word is the serial
         run's, and a refusal stops the assay."""
         ready = candidates
-        if self.ordered and self.counts is not None:
+        if self.ordered and self.counts is not None and not self.serial:
             # The works are in plan order: the folded counts before each grow down the list.
             out, ready, mine = [0, 0, 0], [], set(map(id, candidates))
             for w in self.works:
@@ -395,9 +432,19 @@ class Counting:
                     ready.append(w)
         if not ready:
             return None
+        if len(ready) == 1:
+            work = ready[0]
+        elif self.stops.budget:
+            work = min(ready, key=lambda w: w.index)
+        else:
+            work = min(ready, key=lambda w: (w.in_flight, w.index))
+        if self.serial:
+            no = self.stops.before(self.done)
+            if no is not None:
+                self.halt(work, no, None)
+                return None
         if not self.stops.budget:
-            return min(ready, key=lambda w: (w.in_flight, w.index))
-        work = min(ready, key=lambda w: w.index)
+            return work
         word = self.stops.admits(self.before(work))
         if isinstance(word, str):
             self.halt(work, word, None)

@@ -22,7 +22,7 @@ from service.core.faults.catalogue import FaultSpec
 from service.core.faults.plan import AssayPlan
 from service.core.shards.baselines import SharedBaselines
 from service.core.shards.counting import fault_work
-from service.core.shards.scheduler import FaultWork, run_scheduled
+from service.core.shards.scheduler import FaultWork, run_scheduled, runtimes_of
 from service.core.shards.shard import (
     ShardSpec,
     StopLimits,
@@ -30,8 +30,8 @@ from service.core.shards.shard import (
     with_first_cause,
 )
 from service.core.system.manifest import Manifest
-from service.core.trial.engine import SlottedEngine
-from service.core.trial.harness import Runtime
+from service.core.trial.engine import SlottedEngine, TrialEngine
+from service.core.trial.target import Target
 
 __all__ = ["Done", "run_held"]
 
@@ -54,7 +54,7 @@ def run_held(
     manifest: Manifest,
     plan: AssayPlan,
     held: Sequence[tuple[ShardSpec, Watch | None]],
-    target: SlottedEngine,
+    target: SlottedEngine | Target | TrialEngine | None,
     slots: int,
     *,
     should_stop: Callable[[], bool] | None = None,
@@ -69,14 +69,15 @@ def run_held(
     shared: SharedBaselines | None = None,
 ) -> list[Done]:
     """Run the `held` shards (each with its sequential rule's watch, or None) on `slots` slots of
-    `target`; return each shard's result and spend, in the order held. `shard_done(result,
-    spent)` is called (from the scheduler's thread) as each shard finishes: its trials all
-    counted, or its rule decided, with no blocking stop in force; shards a stop ended are handed
-    back with its reason once every slot has stopped. The other arguments are `run_shard`'s; each
-    shard must name a fault (paper mode mixes faults within a trial range). `more()`, asked as
-    each shard finishes while no stop is in force, returns further shards to hold (begun by the
-    caller), which join the run and the result. `shared`: the assay's shared baselines (None:
-    the held shards share theirs among themselves, under a plan that shares)."""
+    `target` (one slot: the target itself, whatever it is: the serial run); return each shard's
+    result and spend, in the order held. `shard_done(result, spent)` is called (from the
+    scheduler's thread) as each shard finishes: its trials all counted, or its rule decided,
+    with no blocking stop in force; shards a stop ended are handed back with its reason once
+    every slot has stopped. The other arguments are `run_shard`'s; each shard must name a fault
+    (paper mode mixes faults within a trial range). `more()`, asked as each shard finishes while
+    no stop is in force, returns further shards to hold (begun by the caller), which join the
+    run and the result. `shared`: the assay's shared baselines (None: the held shards share
+    theirs among themselves, under a plan that shares)."""
     cat = plan.resolve_catalogue()
     faults = plan.faults()
     position = {f.id: i for i, f in enumerate(faults)}
@@ -105,9 +106,7 @@ def run_held(
         # The scheduler adds them to `works`, in this order, as `hold` numbered them.
         return [] if more is None else [hold(shard, watch) for shard, watch in more()]
 
-    runtimes = [
-        Runtime(manifest, cat, target.slot(i), guard, namespace, honours_keys) for i in range(slots)
-    ]
+    runtimes = runtimes_of(manifest, cat, target, slots, guard, namespace, honours_keys)
     # Read over every held shard's counted trials (the scheduler reads its own).
     stops = Stops(plan.stop, limits, meter, should_stop, batch)
     results: dict[int, Done] = {}

@@ -1,13 +1,14 @@
-"""An assay on a world that offers slots, run by the one scheduler
-(`service.core.shards.scheduler`): every fault's trials drawn by every free slot, each fault folded
-in trial order and counted in the serial run's order, under the fixed plan or a sequential plan's
-rule per fault.
+"""An assay's faults run by the one scheduler (`service.core.shards.scheduler`): on a world that
+offers slots every fault's trials drawn by every free slot, each fault folded in trial order and
+counted in the serial run's order; on one slot, the serial run itself. Under the fixed plan or a
+sequential plan's rule per fault.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from service.core.decision.floors import Earlier
 from service.core.decision.merge import merge
 from service.core.decision.report import AssayReport
 from service.core.evidence.pairs import removal
@@ -17,17 +18,17 @@ from service.core.evidence.tally import ShardResult, Tally
 from service.core.faults.plan import AssayPlan
 from service.core.shards.baselines import SharedBaselines
 from service.core.shards.counting import fault_work
-from service.core.shards.scheduler import FaultWork, run_scheduled
+from service.core.shards.scheduler import FaultWork, run_scheduled, runtimes_of
 from service.core.shards.shard import StopLimits, with_first_cause
 from service.core.system.manifest import Manifest
-from service.core.trial.engine import SlottedEngine
-from service.core.trial.harness import Runtime
+from service.core.trial.engine import SlottedEngine, TrialEngine
+from service.core.trial.target import Target
 
 
 def run_scheduled_assay(
     manifest: Manifest,
     plan: AssayPlan,
-    target: SlottedEngine,
+    target: SlottedEngine | Target | TrialEngine | None,
     slots: int,
     progress: Callable[[int, int], None] | None,
     limits: StopLimits | None,
@@ -36,11 +37,15 @@ def run_scheduled_assay(
     meter: Meter,
     metered: bool,
     shared: SharedBaselines | None = None,
+    *,
+    trials_per_shard: int | None = None,
+    earlier: Mapping[str, Earlier] | None = None,
 ) -> AssayReport:
     """`metered`: the fixed plan reports its spend (a clock or a budget); a sequential plan always
-    does. Progress counts each finished fault's planned trials against the plan's total.
-    `shared`: the assay's shared baselines (a trial's baseline unit reads the run another
-    fault's trial on the tool ran, or runs it)."""
+    does. Progress counts each finished fault's planned trials against the plan's total, and
+    (`trials_per_shard`) every so many of a fault's trials as they are counted. `shared`: the
+    assay's shared baselines (a trial's baseline unit reads the run another fault's trial on the
+    tool ran, or runs it). `earlier`: as for `merge` (the fixed plan only)."""
     cat = plan.resolve_catalogue()
     sequential = plan.rule_for(manifest.target.kind) == "sequential"
     faults = [cat.by_id(f.id) for f in plan.faults()]
@@ -49,9 +54,7 @@ def run_scheduled_assay(
     for pos, spec in enumerate(faults):
         watch = Watch(rule_for(manifest, plan, spec)) if sequential else None
         works.append(fault_work(pos, plan, spec, pos, removals, watch, plan.trials, 0, shared))
-    runtimes = [
-        Runtime(manifest, cat, target.slot(i), None, None, honours_keys) for i in range(slots)
-    ]
+    runtimes = runtimes_of(manifest, cat, target, slots, honours_keys=honours_keys)
     total = plan.trials * len(faults)
     done = [0]
 
@@ -62,11 +65,26 @@ def run_scheduled_assay(
         if fault_done is not None:
             fault_done(work.spec.id, work.tally, done[0], total)
 
+    def counted(work: FaultWork, _spent: object, out: object) -> None:
+        # Counted in plan order: every fault before this one is counted (its planned trials).
+        if out is not None and work.done % every == 0 and work.done < work.trials:
+            assert progress is not None
+            progress(work.index * plan.trials + work.done, total)
+
+    every = plan.trials if sequential or not trials_per_shard else max(1, trials_per_shard)
+    chunks = progress is not None and every < plan.trials
     use = meter if metered or sequential else None
     # Counted in the serial run's order: every stop falls at its trial at any concurrency. A
     # budget needs a meter even when the spend is not reported.
     reason, trials = run_scheduled(
-        runtimes, works, plan, limits, use, fault_done=finished, ordered=True
+        runtimes,
+        works,
+        plan,
+        limits,
+        use,
+        fault_done=finished,
+        trial_done=counted if chunks else None,
+        ordered=True,
     )
     for work in works:
         # A stopped assay: the faults that ran some trials are reported as they stand.
@@ -80,7 +98,12 @@ def run_scheduled_assay(
     folded = ShardResult(-1, {w.spec.id: w.tally for w in works if w.done}, trials)
     if not sequential:
         return merge(
-            manifest, plan, [folded], reason, spend=meter.view("fixed") if metered else None
+            manifest,
+            plan,
+            [folded],
+            reason,
+            spend=meter.view("fixed") if metered else None,
+            earlier=earlier,
         )
     stops: dict[str, Stop] = {}
     for work in works:

@@ -1,6 +1,7 @@
-"""One scheduler for an assay on a world that offers slots: the assay's work as units (one arm of
-one fault's trial: its intervention, its matched baseline, its counterfactual pairs) drawn by every
-free slot from every fault at once.
+"""One scheduler for every assay of faults (paper mode aside): the local assay, a worker's shards
+and its held shards. On a world that offers slots, the assay's work as units (one arm of one
+fault's trial: its intervention, its matched baseline, its counterfactual pairs) drawn by every
+free slot from every fault at once; on one slot, the serial run, in the caller's thread.
 
 Faults run side by side, and a trial's arms run in different slots, so a fault with few trials, or
 one its sequential rule stops early, never leaves slots idle while another fault has work left.
@@ -14,13 +15,16 @@ admit each trial before it starts (`Counting.admit`).
 
 from __future__ import annotations
 
+import gc
 import queue
 import threading
 from collections import deque
 from collections.abc import Callable
+from typing import Final
 
 from service.core.evidence.spend import Meter
 from service.core.evidence.tally import Tally
+from service.core.faults.catalogue import Catalogue, FaultSpec
 from service.core.faults.plan import AssayPlan
 from service.core.shards import arms
 from service.core.shards.counting import (
@@ -33,9 +37,15 @@ from service.core.shards.counting import (
     TrialDone,
 )
 from service.core.shards.shard import StopLimits
+from service.core.system.manifest import Manifest
+from service.core.trial.engine import SlottedEngine, TrialEngine
 from service.core.trial.harness import Runtime
+from service.core.trial.target import Target
 
-__all__ = ["FaultWork", "TrialDone", "run_scheduled"]
+__all__ = ["GC_YOUNG", "FaultWork", "TrialDone", "run_scheduled", "runtimes_of"]
+
+#: Net allocations between young collections inside a serial run (CPython's default is 700).
+GC_YOUNG: Final = 20_000
 
 # A trial whose arms are all in, on its way from a slot to the fold; None: a slot has stopped.
 _Done = tuple[FaultWork, StartedTrial] | None
@@ -55,6 +65,50 @@ def _run(
         rm = t.removals[spec.id]
         effects, errors = arms.pairs(rt, spec, tally, tr.wkey, tr.skey, rm, spent)
     return effects, 0, errors, False
+
+
+def runtimes_of(
+    manifest: Manifest,
+    cat: Catalogue,
+    target: Target | TrialEngine | SlottedEngine | None,
+    slots: int,
+    guard: Callable[[FaultSpec], str | None] | None = None,
+    namespace: str | None = None,
+    honours_keys: bool = True,
+) -> list[Runtime]:
+    """A runtime per slot: on one slot the target itself (a world with slots runs its serial
+    trials as its own engine, as the serial loop always ran them), else each of the world's
+    slots."""
+    if slots == 1 and (isinstance(target, TrialEngine) or not isinstance(target, SlottedEngine)):
+        return [Runtime(manifest, cat, target, guard, namespace, honours_keys)]
+    assert isinstance(target, SlottedEngine)
+    return [
+        Runtime(manifest, cat, target.slot(i), guard, namespace, honours_keys) for i in range(slots)
+    ]
+
+
+def _serial(work: FaultWork, rt: Runtime, plan: AssayPlan, counter: Counting) -> None:
+    """Run the fault's next trial on the one slot, its arms one after another straight into the
+    fault's tally, and count it: at one slot nothing admitted is ever discarded (every stop
+    before it was read as it was admitted), so its arms need no tallies of their own to merge.
+    An arm that raises stops the run at once, as the serial loop does."""
+    t, spec, tally, meter = work.trial, work.spec, work.tally, counter.meter
+    k = work.taken
+    work.taken += 1
+    wkey, skey, extra = t.keys(k)
+    pairs = True
+    if work.watch is not None:
+        pairs = work.watch.needs_pairs(tally)
+        work.watch.steer(rt.engine, tally)
+    # A trial's own spend when it is told per trial (a held shard keeps its share).
+    spent = meter if meter is None or counter.trial_done is None else Meter(meter.clock)
+    if spent is not None and spent is not meter:
+        spent.trials = 1
+    rm = t.removals[spec.id]
+    out = arms.one_trial(
+        rt, plan, spec, tally, t.base + k, wkey, skey, rm, extra, spent, pairs, t.shared, k
+    )
+    counter.counted(work, out, spent)
 
 
 def run_scheduled(
@@ -98,16 +152,19 @@ def run_scheduled(
     happened).
 
     Over 60 lines on purpose: the slots' draw and the fold share the scheduler's state."""
+    inline = len(runtimes) == 1
     lock = threading.Lock()
     admitted = threading.Condition(lock)
-    counter = Counting(works, plan, limits, meter, should_stop, batch, trial_done, ordered)
+    counter = Counting(
+        works, plan, limits, meter, should_stop, batch, trial_done, ordered, serial=inline
+    )
     stop = counter.stopped
     finished: queue.SimpleQueue[_Done] = queue.SimpleQueue()
     ready: deque[tuple[FaultWork, StartedTrial, int]] = deque()
     clock = None if meter is None else meter.clock
     for work in works:
         # Ordered, a decided fault's rule reads its trials as folded, ahead of their count.
-        if ordered and work.watch is not None:
+        if ordered and work.watch is not None and not inline:
             work.seen = Tally()
     # Trials started whose arms are not all in yet.
     live = [0]
@@ -166,48 +223,40 @@ def run_scheduled(
                 # An arm may yet be readied, a fault held to its window may yet open.
                 admitted.wait(0.05)
 
+    def arm(rt: Runtime, work: FaultWork, tr: StartedTrial, part: int) -> None:
+        tally = Tally()
+        spent = None if meter is None else Meter(clock)
+        if spent is not None and part == MAIN:
+            spent.trials = 1
+        exc: BaseException | None = None
+        out = (0, 0, 0, False)
+        try:
+            out = _run(work, tr, part, rt, tally, spent)
+        except BaseException as raised:  # re-raised by the scheduler, in trial order
+            exc = raised
+        with admitted:
+            tr.tallies[part], tr.spent[part] = tally, spent
+            if exc is not None:
+                tr.exc = tr.exc or exc
+            else:
+                for i in range(3):
+                    tr.out[i] += out[i]
+            due = out[3] and tr.extra and tr.pairs and plan.counterfactuals
+            if due and tr.exc is None and not stop.is_set():
+                tr.left += 1
+                ready.append((work, tr, PAIRS))
+                admitted.notify_all()
+            settle(work, tr)
+
     def slot(rt: Runtime) -> None:
         try:
             while (job := draw(rt)) is not None:
-                work, tr, part = job
-                tally = Tally()
-                spent = None if meter is None else Meter(clock)
-                if spent is not None and part == MAIN:
-                    spent.trials = 1
-                exc: BaseException | None = None
-                out = (0, 0, 0, False)
-                try:
-                    out = _run(work, tr, part, rt, tally, spent)
-                except BaseException as raised:  # re-raised by the scheduler, in trial order
-                    exc = raised
-                with admitted:
-                    tr.tallies[part], tr.spent[part] = tally, spent
-                    if exc is not None:
-                        tr.exc = tr.exc or exc
-                    else:
-                        for i in range(3):
-                            tr.out[i] += out[i]
-                    due = out[3] and tr.extra and tr.pairs and plan.counterfactuals
-                    if due and tr.exc is None and not stop.is_set():
-                        tr.left += 1
-                        ready.append((work, tr, PAIRS))
-                        admitted.notify_all()
-                    settle(work, tr)
+                arm(rt, *job)
         finally:
             finished.put(None)
 
-    if counter.stops.opening() is not None:
-        return "aborted", 0
-    threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
-    for th in threads:
-        th.start()
-    running = len(threads)
-    while running:
-        item = finished.get()
-        if item is None:
-            running -= 1
-            continue
-        work, tr = item
+    def collect(work: FaultWork, tr: StartedTrial) -> None:
+        # A trial whose arms are all in: folded in its fault's order, counted in the run's.
         work.order.put(tr.k, tr)
         ended: list[FaultWork] = []
         with admitted:
@@ -218,6 +267,11 @@ def run_scheduled(
             if not ordered and work.finished() and not stop.is_set():
                 ended.append(work)
             admitted.notify_all()
+        close(ended)
+
+    def close(ended: list[FaultWork]) -> None:
+        # The works `ended` are finished and counted: told, and more asked for.
+        nonlocal more
         for w in ended:
             if w.reported:
                 continue
@@ -236,8 +290,52 @@ def run_scheduled(
                     if stop.is_set() or (not added and all(w.finished() for w in works)):
                         exhausted.set()
                     admitted.notify_all()
-    for th in threads:
-        th.join()
+
+    def serial() -> None:
+        rt = runtimes[0]
+        # Without an abort to ask or a budget to read, the stops admit every next trial.
+        asks = counter.stops.should_stop is not None or counter.stops.budget
+        due: FaultWork | None = None
+        while not stop.is_set():
+            # Every trial started is counted: the next is the first open fault's (the counting
+            # order's), if the stops admit it.
+            if due is None or due.closed or due.taken >= due.stop:
+                due = next((w for w in works if w.open()), None)
+                if due is None:
+                    break
+            if asks and counter.admit([due]) is None:
+                break
+            _serial(due, rt, plan, counter)
+            # Nothing waits to be counted here: only a fault's end moves the counting on.
+            if (due.closed or due.taken >= due.stop) and not stop.is_set():
+                close(counter.count(due) if ordered else [due])
+
+    if counter.stops.opening() is not None:
+        return "aborted", 0
+    if inline:
+        # The caller's thread is the one slot: the serial run (`_serial`). A trial's objects
+        # are freed by reference counting (the harness leaves no cycles), so the cyclic
+        # collector's young passes, every 700 allocations by default, only re-walk the live
+        # trial: a sixth of the loop's CPU. Inside the loop they run rarely; after it, as before.
+        thresholds = gc.get_threshold()
+        gc.set_threshold(GC_YOUNG, thresholds[1], thresholds[2])
+        try:
+            serial()
+        finally:
+            gc.set_threshold(*thresholds)
+    else:
+        threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
+        for th in threads:
+            th.start()
+        running = len(threads)
+        while running:
+            item = finished.get()
+            if item is None:
+                running -= 1
+                continue
+            collect(*item)
+        for th in threads:
+            th.join()
     counter.sweep()
     if counter.failure is not None:
         raise counter.failure
