@@ -37,6 +37,7 @@ from service.core.shards.counting import (
     TrialDone,
 )
 from service.core.shards.shard import StopLimits
+from service.core.shards.slotted import slot_threads
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import SlottedEngine, TrialEngine
 from service.core.trial.harness import Runtime
@@ -324,18 +325,8 @@ def run_scheduled(
         finally:
             gc.set_threshold(*thresholds)
     else:
-        threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
-        for th in threads:
-            th.start()
-        running = len(threads)
-        while running:
-            item = finished.get()
-            if item is None:
-                running -= 1
-                continue
+        for item in slot_threads(runtimes, slot, finished):
             collect(*item)
-        for th in threads:
-            th.join()
     counter.sweep()
     if counter.failure is not None:
         raise counter.failure

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from service.core.evidence.pairs import Removal
 from service.core.evidence.spend import Meter
@@ -22,6 +23,27 @@ from service.core.shards.shard import ShardSpec, StopLimits, Stops
 from service.core.shards.slots import InOrder
 from service.core.trial.harness import Runtime
 from service.core.trial.rng import derive
+
+T = TypeVar("T")
+
+
+def slot_threads(
+    runtimes: list[Runtime], slot: Callable[[Runtime], None], finished: queue.SimpleQueue[T | None]
+) -> Iterator[T]:
+    """Run `slot(rt)` on a thread per runtime and yield what the slots put on `finished`, until
+    each has put its None (a slot that stopped); the threads are joined once all have."""
+    threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
+    for th in threads:
+        th.start()
+    running = len(threads)
+    while running:
+        item = finished.get()
+        if item is None:
+            running -= 1
+            continue
+        yield item
+    for th in threads:
+        th.join()
 
 
 class SlotTrial:
@@ -173,15 +195,7 @@ def run_slotted(
         tuple[FaultSpec, Tally, tuple[int, int, int] | None, BaseException | None, Meter | None]
     ]
     order = InOrder(shard.start)
-    threads = [threading.Thread(target=slot, args=(rt,), daemon=True) for rt in runtimes]
-    for th in threads:
-        th.start()
-    running = len(threads)
-    while running:
-        item = finished.get()
-        if item is None:
-            running -= 1
-            continue
+    for item in slot_threads(runtimes, slot, finished):
         k, spec, tally, out, exc, spent = item
         order.put(k, (spec, tally, out, exc, spent))
         for _k, (spec, tally, out, exc, spent) in order.ready():
@@ -215,8 +229,6 @@ def run_slotted(
                 reason = stops.after(effects, unsafe, target_errors)
             if reason is not None:
                 stop.set()
-    for th in threads:
-        th.join()
     if failure is not None:
         raise failure
     if reason is None and refused[0] is not None:
