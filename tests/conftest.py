@@ -3,8 +3,10 @@ conftests that need them."""
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -33,11 +35,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # ASSAYGATE_TEST_ORDER=reverse runs the test files in reverse order (each file's tests in
     # their own order): a test that passes only because another file ran first shows up. Use it
     # with `-p no:randomly` where that plugin is installed.
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    # The files longest first (tests/file_costs.json: wall seconds from a measured run, written by
+    # `python -m tests.support.cpu REPORT --costs tests/file_costs.json`), those it does not list
+    # after them in their own order. Each xdist worker takes the next file as it frees up
+    # (`--no-loadscope-reorder`), so the long files start early and the short ones fill the gaps
+    # at the end, instead of a long file running alone at the end while the other worker idles.
+    costs = Path(__file__).with_name("file_costs.json")
+    cost: dict[str, float] = json.loads(costs.read_text()) if costs.exists() else {}
+    names = sorted(files, key=lambda name: -cost.get(name, 0.0))
     if os.environ.get("ASSAYGATE_TEST_ORDER", "") == "reverse":
-        files: dict[str, list[pytest.Item]] = {}
-        for item in items:
-            files.setdefault(str(item.path), []).append(item)
-        items[:] = [item for name in reversed(files) for item in files[name]]
+        names.reverse()
+    items[:] = [item for name in names for item in files[name]]
     # Integration tests start processes and wait on them; a hang must fail, not stall CI. The
     # bound guards against a hang, not slowness: a busy 2-core machine runs them several times
     # slower than a quiet one.

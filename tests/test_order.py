@@ -1,4 +1,5 @@
-"""ASSAYGATE_TEST_ORDER=reverse reverses the order of the test files and keeps each file's own."""
+"""The order the suite runs its files in: longest first by their recorded cost
+(tests/file_costs.json); ASSAYGATE_TEST_ORDER=reverse reverses it. Each file keeps its own order."""
 
 from __future__ import annotations
 
@@ -45,3 +46,20 @@ def test_reverse_order_reverses_the_files_and_keeps_each_files_tests_in_order(
     assert collected(tmp_path, "reverse") == [
         f"tests/test_{n}.py::test_{t}" for n in "cba" for t in ("one", "two")
     ]
+
+
+def test_the_files_run_longest_first_by_their_recorded_cost_and_the_rest_after_in_order(
+    tmp_path: Path,
+) -> None:
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    conftest = Path(__file__).with_name("conftest.py").read_text()
+    (tests / "conftest.py").write_text(
+        conftest.replace("from service.compile import clean, state", "state = lambda: 'ok'")
+    )
+    for name in ("a", "b", "c", "d"):
+        (tests / f"test_{name}.py").write_text("def test_one():\n    pass\n")
+    # c costs most, then b; a and d were never measured and keep their own order after them.
+    (tests / "file_costs.json").write_text('{"tests/test_c.py": 90.0, "tests/test_b.py": 12.5}')
+    assert collected(tmp_path, None) == [f"tests/test_{n}.py::test_one" for n in "cbad"]
+    assert collected(tmp_path, "reverse") == [f"tests/test_{n}.py::test_one" for n in "dabc"]

@@ -111,6 +111,22 @@ def summary(path: Path, tests: int = 0) -> str:
     return "\n".join(lines)
 
 
+def costs(path: Path, at_least: float = 5.0) -> dict[str, float]:
+    """Wall seconds per test file (every process's share summed), for files of `at_least`
+    seconds: what `tests/file_costs.json` holds for ordering the suite (tests/conftest.py)."""
+    totals: dict[str, float] = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if str(row.get("file", "")).startswith("tests/"):
+            totals[row["file"]] = totals.get(row["file"], 0.0) + row["wall_s"]
+    heavy = sorted(((-wall, name) for name, wall in totals.items() if wall >= at_least))
+    return {name: round(-wall, 1) for wall, name in heavy}
+
+
 if __name__ == "__main__":
     # python -m tests.support.cpu PATH [N]: the files, and the N heaviest tests.
-    print(summary(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 0))
+    # python -m tests.support.cpu PATH --costs OUT: write the files' wall seconds to OUT.
+    if len(sys.argv) == 4 and sys.argv[2] == "--costs":
+        Path(sys.argv[3]).write_text(json.dumps(costs(Path(sys.argv[1])), indent=1) + "\n")
+    else:
+        print(summary(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 0))
