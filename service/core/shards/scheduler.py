@@ -57,7 +57,7 @@ def _run(
 ) -> tuple[int, int, int, bool]:
     """Run one arm of a trial; return effects, unsafe escapes, target errors, and whether the
     trial's pairs may run (the intervention fired and was graded)."""
-    t, spec = work.trial, work.spec
+    t, spec = work.trial, tr.spec
     if part == MAIN:
         return arms.intervention(rt, spec, tally, t.base + tr.k, tr.wkey, tr.skey, spent)
     if part == BASE:
@@ -93,9 +93,11 @@ def _serial(work: FaultWork, rt: Runtime, plan: AssayPlan, counter: Counting) ->
     fault's tally, and count it: at one slot nothing admitted is ever discarded (every stop
     before it was read as it was admitted), so its arms need no tallies of their own to merge.
     An arm that raises stops the run at once, as the serial loop does."""
-    t, spec, tally, meter = work.trial, work.spec, work.tally, counter.meter
+    t, meter = work.trial, counter.meter
     k = work.taken
     work.taken += 1
+    spec = work.spec_at(k)
+    tally = work.tally if spec is work.spec else work.tally_of(spec)
     wkey, skey, extra = t.keys(k)
     pairs = True
     if work.watch is not None:
@@ -125,9 +127,10 @@ def run_scheduled(
     trial_done: TrialDone | None = None,
     more: Callable[[], list[FaultWork]] | None = None,
     ordered: bool = False,
-) -> tuple[str | None, int]:
+) -> tuple[str | None, int, tuple[int, int, int]]:
     """Run `works` on one thread per slot; return the stop reason (None: every fault ran to
-    its end or its rule's stop) and the trials counted. Each fault's tally, trials counted and
+    its end or its rule's stop), the trials counted and what they showed (effects, unsafe
+    escapes, target errors). Each fault's tally, trials counted and
     rule are left on its `FaultWork`, and `cut` on the fault a stop was decided at;
     `fault_done(work)` is called (from this thread) as each fault finishes and is counted.
     `trial_done(work, spent, out)` is called (from this thread, under the scheduler's lock) for
@@ -199,7 +202,7 @@ def run_scheduled(
             rule = work.seen if work.seen is not None else work.tally
             pairs = work.watch.needs_pairs(rule)
             work.watch.steer(rt.engine, rule)
-        tr = StartedTrial(k, wkey, skey, extra, pairs)
+        tr = StartedTrial(k, work.spec_at(k), wkey, skey, extra, pairs)
         if extra and plan.matched_baseline:
             tr.left += 1
             ready.append((work, tr, BASE))
@@ -312,7 +315,7 @@ def run_scheduled(
                 close(counter.count(due) if ordered else [due])
 
     if counter.stops.opening() is not None:
-        return "aborted", 0
+        return "aborted", 0, (0, 0, 0)
     if inline:
         # The caller's thread is the one slot: the serial run (`_serial`). A trial's objects
         # are freed by reference counting (the harness leaves no cycles), so the cyclic
@@ -330,4 +333,5 @@ def run_scheduled(
     counter.sweep()
     if counter.failure is not None:
         raise counter.failure
-    return counter.reason, counter.done
+    out = counter.out
+    return counter.reason, counter.done, (out[0], out[1], out[2])
