@@ -18,7 +18,8 @@ from service.core.faults.plan import AssayPlan, StopConditions
 from service.core.shards.assay import StopLimits, plan_shards, run_assay, run_shard
 from tests.core.conftest import load_example
 from tests.core.shards.test_stops import Crashing
-from tests.support.slots import ReferenceSlots
+from service.core.trial.record import TrialRecord
+from tests.support.slots import ReferenceSlots, RunTrial
 
 # Each case: the manifest (crashing: the typed one whose agent crashes two runs in three), the
 # paper plan and the stop limits.
@@ -123,3 +124,21 @@ def test_the_benchs_paper_assay_without_a_target_reports_what_it_did() -> None:
     report = run_assay(load_example("typed"), plan, trials_per_shard=40).to_dict()
     assert "spend" not in report
     assert _digest(report, 1) == BEFORE["bench"]
+
+
+@pytest.mark.parametrize("slots", SLOTS)
+def test_a_paper_shard_whose_world_breaks_fails_at_any_concurrency(slots: int) -> None:
+    manifest = load_example("typed")
+    plan = AssayPlan(catalogue="paper", trials=60, seed=9)
+    engine = _engine("typed", plan)
+    ran: list[int] = []
+
+    def breaks(inner: RunTrial, *trial: Any) -> TrialRecord:
+        ran.append(1)
+        if len(ran) > 20:
+            raise RuntimeError("the slot's world is gone")
+        return inner(*trial)
+
+    engine.around(breaks)
+    with pytest.raises(RuntimeError, match="world is gone"):
+        run_shard(manifest, plan, plan_shards(manifest, plan)[0], target=engine, concurrency=slots)
