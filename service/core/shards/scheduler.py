@@ -131,8 +131,8 @@ def run_scheduled(
 ) -> tuple[str | None, int, tuple[int, int, int]]:
     """Run `works` on one thread per slot; return the stop reason (None: every fault ran to
     its end or its rule's stop), the trials counted and what they showed (effects, unsafe
-    escapes, target errors). Each fault's tally, trials counted and
-    rule are left on its `FaultWork`, and `cut` on the fault a stop was decided at;
+    escapes, target errors). Each fault's tally (a paper shard's: `tallies`), trials counted
+    and rule are left on its `FaultWork`, and `cut` on the fault a stop was decided at;
     `fault_done(work)` is called (from this thread) as each fault finishes and is counted.
     `trial_done(work, spent, out)` is called (from this thread, under the scheduler's lock) for
     every trial as it is counted (`out`: its effects, unsafe escapes and target errors) or
