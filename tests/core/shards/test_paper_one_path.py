@@ -16,9 +16,9 @@ import pytest
 from service.core.evidence.spend import Meter
 from service.core.faults.plan import AssayPlan, StopConditions
 from service.core.shards.assay import StopLimits, plan_shards, run_assay, run_shard
+from service.core.trial.record import TrialRecord
 from tests.core.conftest import load_example
 from tests.core.shards.test_stops import Crashing
-from service.core.trial.record import TrialRecord
 from tests.support.slots import ReferenceSlots, RunTrial
 
 # Each case: the manifest (crashing: the typed one whose agent crashes two runs in three), the
