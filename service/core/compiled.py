@@ -21,4 +21,7 @@ HOT_MODULES: tuple[str, ...] = (
     "service/core/evidence/tally.py",
     "service/core/shards/arms.py",
     "service/core/shards/assay.py",
+    "service/core/shards/slotted.py",
+    "service/core/shards/counting.py",
+    "service/core/shards/scheduler.py",
 )

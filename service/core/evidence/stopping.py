@@ -18,7 +18,7 @@ exact bound on a clean record holds however often it is read, and a fault stops 
 The matched baseline runs on every trial the fixed plan would run it on: its violations are graded
 like the fault's. Only the counterfactual arms stop on their own (`needs_pairs`) once what they
 prove is settled; they are not graded for hard invariants (they are meant to fail), so their stop
-loosens nothing. A trial that finished is never discarded (`service.core.shards.slotted`): a
+loosens nothing. A trial that finished is never discarded (`service.core.shards.counting`): a
 violation it shows always counts, even after its fault stopped.
 
 What the bounds assume: trials are independent draws of the agent's behaviour. A warm agent that

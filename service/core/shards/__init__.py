@@ -1,3 +1,3 @@
-"""How an assay runs: its shards and keys, slots, and the serial, slotted and sequential
-executors that turn a plan into shard results and a report. Above `decision`; independent of
-`signing`."""
+"""How an assay runs: its shards and keys, slots, and the one scheduler that turns every plan
+(fixed, sequential, paper mode) into shard results and a report, serially on one slot. Above
+`decision`; independent of `signing`."""

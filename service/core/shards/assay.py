@@ -7,7 +7,6 @@ order on any number of workers, merges to exactly the figures of one sequential 
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -25,7 +24,7 @@ from service.core.shards import arms
 from service.core.shards.baselines import SharedBaselines
 from service.core.shards.held import run_held
 from service.core.shards.scheduled_assay import run_scheduled_assay
-from service.core.shards.scheduler import GC_YOUNG
+from service.core.shards.scheduler import FaultWork, run_scheduled, runtimes_of
 from service.core.shards.shard import (
     ShardSpec,
     StopLimits,
@@ -37,11 +36,11 @@ from service.core.shards.shard import (
     with_first_cause,
 )
 from service.core.shards.slots import slots_of
-from service.core.shards.slotted import SlotTrial, run_slotted
+from service.core.shards.slotted import SlotTrial
 from service.core.system.manifest import Manifest
 from service.core.trial.engine import SlottedEngine, TrialEngine
 from service.core.trial.harness import Runtime, run_trial
-from service.core.trial.rng import LCG, derive
+from service.core.trial.rng import LCG
 from service.core.trial.target import Target
 
 # The assay's public surface: what runs shards and assays, and what they hand back.
@@ -74,18 +73,15 @@ def run_shard(
     meter: Meter | None = None,
     shared: SharedBaselines | None = None,
 ) -> ShardResult:
-    """Run a shard's trials into tallies: a fault's shard on the one scheduler
-    (`service.core.shards.held`, the shard held alone), a paper-mode shard here.
+    """Run a shard's trials into tallies on the one scheduler: a fault's shard held alone
+    (`service.core.shards.held`), a paper-mode shard as one work of mixed faults.
     `honours_keys=False` runs a sandbox whose ledger ignores idempotency keys (a broken world,
     to show figures come from execution). `concurrency`: trials at once, for an engine whose
     world offers slots (`SlottedEngine`); the tallies are the same at any concurrency. `watch`:
     a sequential plan's rule for the shard's one fault, read after every trial. `meter`: what
     the trials spend, checked against the plan's budgets after every trial. `shared`: the
     assay's shared baselines (a plan with `baseline: shared`; None: the shard shares its
-    baselines with no other shard).
-
-    Over 60 lines on purpose: paper mode's per-trial loop is the compiled hot path (the paper
-    bench's), kept in one frame."""
+    baselines with no other shard)."""
     slots = slots_of(target.slots, concurrency) if isinstance(target, SlottedEngine) else 1
     if shard.fault_id is not None:
         # A fault's shard: the one scheduler, as the worker runs the shards it holds (a shard is
@@ -106,13 +102,41 @@ def run_shard(
             shared=shared,
         )
         return held[0][0]
+    return _paper_shard(
+        manifest,
+        plan,
+        shard,
+        target,
+        slots,
+        should_stop,
+        batch,
+        limits,
+        guard,
+        namespace,
+        honours_keys,
+        meter,
+    )
+
+
+def _paper_shard(
+    manifest: Manifest,
+    plan: AssayPlan,
+    shard: ShardSpec,
+    target: Target | TrialEngine | None,
+    slots: int,
+    should_stop: Callable[[], bool] | None,
+    batch: int,
+    limits: StopLimits | None,
+    guard: Callable[[FaultSpec], str | None] | None,
+    namespace: str | None,
+    honours_keys: bool,
+    meter: Meter | None,
+) -> ShardResult:
+    """A paper-mode shard on the one scheduler: one work (a `FaultWork` with no fault of its
+    own) whose trial k is of the fault the script's generator draws for it, counted into that
+    fault's tally in trial order; on one slot, the serial run in this thread."""
     cat = plan.resolve_catalogue()
-    rt = Runtime(manifest, cat, target, guard, namespace, honours_keys)
-    faults = plan.faults()
-    tallies: dict[str, Tally] = {}
-    removals = {f.id: removal(manifest, f) for f in faults}
-    # Paper mode: a range of the script's global trial sequence, faults drawn by its LCG.
-    base = 0
+    removals = {f.id: removal(manifest, f) for f in plan.faults()}
     domains = plan.domains()
     by_domain = [cat.in_domain(d) for d in domains]
     lcg = LCG(plan.seed)
@@ -120,90 +144,24 @@ def run_shard(
     nd = len(domains)
 
     def pick(k: int) -> FaultSpec:
+        # The generator's next draw: the scheduler asks once per trial, in trial order.
         return lcg.choice(by_domain[k % nd])
 
-    wroot, sroot = stream_roots(plan, shard.fault_id)
+    wroot, sroot = stream_roots(plan, None)
+    sample_key, sample_base = sample_of(plan, None, 0)
     threshold = plan.sample_threshold()
-    sample_key, sample_base = sample_of(plan, shard.fault_id, base)
-    done = effects = unsafe = target_errors = 0
-    reason: str | None = None
-    # A trial's objects are freed by reference counting (the harness leaves no cycles), so the
-    # cyclic collector's young passes, every 700 allocations by default, only re-walk the live
-    # trial: a sixth of the loop's CPU. Inside the loop they run rarely; after it, as before.
-    thresholds = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG, thresholds[1], thresholds[2])
-    # Read after every trial only when the plan sets a budget.
-    budget = meter is not None and budgeted(plan.stop)
-    try:
-        if slots > 1:
-            # Paper mode: its trials mix faults, so its shard runs on the slots alone.
-            assert isinstance(target, SlottedEngine)
-            runtimes = [
-                Runtime(manifest, cat, target.slot(i), guard, namespace, honours_keys)
-                for i in range(slots)
-            ]
-            trial = SlotTrial(plan, pick, wroot, sroot, base, threshold, sample_key, removals)
-            done, effects, unsafe, target_errors, reason = run_slotted(
-                runtimes, trial, shard, tallies, should_stop, batch, limits, meter
-            )
-        # The serial loop: empty when the slots ran the shard.
-        for k in range(shard.start, shard.stop if slots == 1 else shard.start):
-            if should_stop is not None and done % batch == 0 and should_stop():
-                reason = "aborted"
-                break
-            # A budget admits a trial before it runs (what is left pays for it).
-            if budget and meter is not None and (reason := meter.refuses(plan.stop)) is not None:
-                break
-            spec = pick(k)
-            wkey, skey = derive(wroot, k), derive(sroot, k)
-            fault = spec.id  # a pydantic field: read once
-            tally = tallies.get(fault)
-            if tally is None:
-                tally = tallies[fault] = Tally()
-            extra = threshold is None or derive(sample_key, sample_base + k) < threshold
-            # Paper mode has no rule (`watch` is None) and shares no baseline, but the loop keeps
-            # passing both: the compiled call with every argument given measured 2-3 % faster
-            # than leaving the last three to their defaults.
-            pairs = True
-            if watch is not None:
-                pairs = watch.needs_pairs(tally)
-                watch.steer(rt.engine, tally)
-            e, u, te = arms.one_trial(
-                rt,
-                plan,
-                spec,
-                tally,
-                base + k,
-                wkey,
-                skey,
-                removals[fault],
-                extra,
-                meter,
-                pairs,
-                shared,
-                k,
-            )
-            effects += e
-            unsafe += u
-            target_errors += te
-            done += 1
-            if meter is not None:
-                meter.trials += 1
-            if limits is not None:
-                reason = limits.tripped(effects, unsafe, target_errors)
-                if reason is not None:
-                    break
-            if budget and meter is not None and (reason := meter.exceeded(plan.stop)) is not None:
-                break
-            if watch is not None and watch.done(tally, done):
-                break
-    finally:
-        gc.set_threshold(*thresholds)
+    trial = SlotTrial(
+        plan, pick, wroot, sroot, 0, threshold, sample_key, removals, sample_base=sample_base
+    )
+    work = FaultWork(0, None, trial, shard.stop - shard.start, None, start=shard.start)
+    runtimes = runtimes_of(manifest, cat, target, slots, guard, namespace, honours_keys)
+    reason, done, out = run_scheduled(runtimes, [work], plan, limits, meter, should_stop, batch)
     if reason is not None and meter is not None:
         reason = meter.settled(plan.stop, reason)
+    tallies = work.tallies
     if reason is not None:
         reason = with_first_cause(reason, tallies.values())
-    return ShardResult(shard.index, tallies, done, reason is not None, reason, effects, unsafe)
+    return ShardResult(shard.index, tallies, done, reason is not None, reason, out[0], out[1])
 
 
 def run_assay(

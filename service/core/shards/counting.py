@@ -45,7 +45,13 @@ class FaultWork:
     """One fault's share of the scheduler: its trials to hand out, its fold order, the trials
     folded but not counted yet (`pending`) and its tally of those counted, its rule (a
     sequential plan's `Watch`, which reads the trials as folded: `seen`), and whether it is
-    closed (decided: no unit of it starts)."""
+    closed (decided: no unit of it starts).
+
+    Or a paper-mode shard's (`spec` None): a range of the script's global trial sequence, whose
+    trial k is of the fault `trial.pick(k)` draws (the script's generator, so drawn once per
+    trial, in trial order) and is counted into that fault's tally (`tallies`, as faults first
+    appear). It has no rule and is counted in its own order (not `ordered`: a fault's work
+    keeps its samples in `tally`)."""
 
     __slots__ = (
         "closed",
@@ -64,6 +70,7 @@ class FaultWork:
         "start",
         "stop",
         "taken",
+        "tallies",
         "tally",
         "trial",
         "trials",
@@ -74,7 +81,7 @@ class FaultWork:
     def __init__(
         self,
         index: int,
-        spec: FaultSpec,
+        spec: FaultSpec | None,
         trial: SlotTrial,
         trials: int,
         watch: Watch | None,
@@ -107,9 +114,24 @@ class FaultWork:
         # The assay's stop was decided at this fault (its trials before the stop count).
         self.cut = False
         self.tally = Tally()
+        self.tallies: dict[str, Tally] = {} if spec is None else {spec.id: self.tally}
         self.seen: Tally | None = None
         self.pending: deque[StartedTrial] = deque()
         self.order: InOrder[StartedTrial] = InOrder(start)
+
+    def spec_at(self, k: int) -> FaultSpec:
+        """Trial `k`'s fault (a paper shard's: drawn, so asked once per trial, in order)."""
+        spec = self.spec
+        return self.trial.pick(k) if spec is None else spec
+
+    def tally_of(self, spec: FaultSpec) -> Tally:
+        """The tally a trial of `spec` is counted into."""
+        if spec is self.spec:
+            return self.tally
+        tally = self.tallies.get(spec.id)
+        if tally is None:
+            tally = self.tallies[spec.id] = Tally()
+        return tally
 
     def open(self) -> bool:
         """Whether a free slot may start the fault's next unit."""
@@ -174,8 +196,8 @@ MAIN, BASE, PAIRS = 0, 1, 2
 
 
 class StartedTrial:
-    """One trial in flight: its keys, what its arms run, their results until every arm is in,
-    and how many arms are still to run or running (`left`)."""
+    """One trial in flight: its fault and keys, what its arms run, their results until every arm
+    is in, and how many arms are still to run or running (`left`)."""
 
     __slots__ = (
         "exc",
@@ -186,13 +208,17 @@ class StartedTrial:
         "pairs",
         "sent",
         "skey",
+        "spec",
         "spent",
         "tallies",
         "wkey",
     )
 
-    def __init__(self, k: int, wkey: int, skey: int, extra: bool, pairs: bool) -> None:
+    def __init__(
+        self, k: int, spec: FaultSpec, wkey: int, skey: int, extra: bool, pairs: bool
+    ) -> None:
         self.k = k
+        self.spec = spec
         self.wkey = wkey
         self.skey = skey
         self.extra = extra
@@ -322,7 +348,7 @@ class Counting:
             for spent in tr.spent:
                 if spent is not None:
                     meter.absorb(spent)
-        work.tally.merge(tr.tally())
+        work.tally_of(tr.spec).merge(tr.tally())
         work.done += 1
         self.done += 1
         for i in range(3):

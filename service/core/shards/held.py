@@ -114,7 +114,7 @@ def run_held(
     def report(work: FaultWork, reason: str | None) -> None:
         shard = holding[work.index]
         effects, unsafe, _errors = kept[work.index].out
-        tallies = {work.spec.id: work.tally} if work.done else {}
+        tallies = dict(work.tallies) if work.done else {}
         if reason is not None:
             reason = with_first_cause(reason, [work.tally, *(w.tally for w in works)])
         result = ShardResult(
@@ -149,7 +149,7 @@ def run_held(
         for i in range(3):
             mine.out[i] += out[i]
 
-    reason, _ = run_scheduled(
+    reason, _, _ = run_scheduled(
         runtimes,
         works,
         plan,

@@ -49,6 +49,7 @@ def run_scheduled_assay(
     cat = plan.resolve_catalogue()
     sequential = plan.rule_for(manifest.target.kind) == "sequential"
     faults = [cat.by_id(f.id) for f in plan.faults()]
+    ids = [f.id for f in faults]  # each work's fault, by its place in the plan
     removals = {f.id: removal(manifest, f) for f in faults}
     works: list[FaultWork] = []
     for pos, spec in enumerate(faults):
@@ -63,7 +64,7 @@ def run_scheduled_assay(
         if progress is not None:
             progress(done[0], total)
         if fault_done is not None:
-            fault_done(work.spec.id, work.tally, done[0], total)
+            fault_done(ids[work.index], work.tally, done[0], total)
 
     def counted(work: FaultWork, _spent: object, out: object) -> None:
         # Counted in plan order: every fault before this one is counted (its planned trials).
@@ -76,7 +77,7 @@ def run_scheduled_assay(
     use = meter if metered or sequential else None
     # Counted in the serial run's order: every stop falls at its trial at any concurrency. A
     # budget needs a meter even when the spend is not reported.
-    reason, trials = run_scheduled(
+    reason, trials, _ = run_scheduled(
         runtimes,
         works,
         plan,
@@ -95,7 +96,7 @@ def run_scheduled_assay(
         reason = use.settled(plan.stop, reason)
     if reason is not None:
         reason = with_first_cause(reason, [w.tally for w in works])
-    folded = ShardResult(-1, {w.spec.id: w.tally for w in works if w.done}, trials)
+    folded = ShardResult(-1, {ids[w.index]: w.tally for w in works if w.done}, trials)
     if not sequential:
         return merge(
             manifest,
@@ -108,8 +109,8 @@ def run_scheduled_assay(
     stops: dict[str, Stop] = {}
     for work in works:
         if work.watch is not None and work.watch.stop is not None:
-            stops[work.spec.id] = work.watch.stop
+            stops[ids[work.index]] = work.watch.stop
         elif reason is not None and (work.done or work.cut):
-            stops[work.spec.id] = Stop("stopped", reason, work.done)
+            stops[ids[work.index]] = Stop("stopped", reason, work.done)
     stop_views = {f: s.view() for f, s in stops.items()}
     return merge(manifest, plan, [folded], reason, stop_views, meter.view("sequential"))

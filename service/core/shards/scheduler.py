@@ -1,7 +1,8 @@
-"""One scheduler for every assay of faults (paper mode aside): the local assay, a worker's shards
-and its held shards. On a world that offers slots, the assay's work as units (one arm of one
-fault's trial: its intervention, its matched baseline, its counterfactual pairs) drawn by every
-free slot from every fault at once; on one slot, the serial run, in the caller's thread.
+"""One scheduler for every assay: the local assay, a worker's shards and its held shards, and
+paper mode's shards (one work whose trials mix faults: a `FaultWork` without a fault of its
+own, counted in its trial order). On a world that offers slots, the assay's work as units (one
+arm of one trial: its intervention, its matched baseline, its counterfactual pairs) drawn by
+every free slot from every work at once; on one slot, the serial run, in the caller's thread.
 
 Faults run side by side, and a trial's arms run in different slots, so a fault with few trials, or
 one its sequential rule stops early, never leaves slots idle while another fault has work left.
@@ -57,7 +58,7 @@ def _run(
 ) -> tuple[int, int, int, bool]:
     """Run one arm of a trial; return effects, unsafe escapes, target errors, and whether the
     trial's pairs may run (the intervention fired and was graded)."""
-    t, spec = work.trial, work.spec
+    t, spec = work.trial, tr.spec
     if part == MAIN:
         return arms.intervention(rt, spec, tally, t.base + tr.k, tr.wkey, tr.skey, spent)
     if part == BASE:
@@ -93,9 +94,11 @@ def _serial(work: FaultWork, rt: Runtime, plan: AssayPlan, counter: Counting) ->
     fault's tally, and count it: at one slot nothing admitted is ever discarded (every stop
     before it was read as it was admitted), so its arms need no tallies of their own to merge.
     An arm that raises stops the run at once, as the serial loop does."""
-    t, spec, tally, meter = work.trial, work.spec, work.tally, counter.meter
+    t, meter = work.trial, counter.meter
     k = work.taken
     work.taken += 1
+    spec = work.spec_at(k)
+    tally = work.tally if spec is work.spec else work.tally_of(spec)
     wkey, skey, extra = t.keys(k)
     pairs = True
     if work.watch is not None:
@@ -125,10 +128,11 @@ def run_scheduled(
     trial_done: TrialDone | None = None,
     more: Callable[[], list[FaultWork]] | None = None,
     ordered: bool = False,
-) -> tuple[str | None, int]:
+) -> tuple[str | None, int, tuple[int, int, int]]:
     """Run `works` on one thread per slot; return the stop reason (None: every fault ran to
-    its end or its rule's stop) and the trials counted. Each fault's tally, trials counted and
-    rule are left on its `FaultWork`, and `cut` on the fault a stop was decided at;
+    its end or its rule's stop), the trials counted and what they showed (effects, unsafe
+    escapes, target errors). Each fault's tally (a paper shard's: `tallies`), trials counted
+    and rule are left on its `FaultWork`, and `cut` on the fault a stop was decided at;
     `fault_done(work)` is called (from this thread) as each fault finishes and is counted.
     `trial_done(work, spent, out)` is called (from this thread, under the scheduler's lock) for
     every trial as it is counted (`out`: its effects, unsafe escapes and target errors) or
@@ -150,48 +154,106 @@ def run_scheduled(
     another slot; its pairs are readied when its intervention has fired. A trial is folded
     once all its arms are in, and counted once every trial before it is. A stop starts no arm
     at all, and what is not counted yet is discarded (what it spent is `past_stop`: the runs
-    happened).
-
-    Over 60 lines on purpose: the slots' draw and the fold share the scheduler's state."""
-    inline = len(runtimes) == 1
-    lock = threading.Lock()
-    admitted = threading.Condition(lock)
+    happened)."""
     counter = Counting(
-        works, plan, limits, meter, should_stop, batch, trial_done, ordered, serial=inline
+        works,
+        plan,
+        limits,
+        meter,
+        should_stop,
+        batch,
+        trial_done,
+        ordered,
+        serial=len(runtimes) == 1,
     )
-    stop = counter.stopped
-    finished: queue.SimpleQueue[_Done] = queue.SimpleQueue()
-    ready: deque[tuple[FaultWork, StartedTrial, int]] = deque()
-    clock = None if meter is None else meter.clock
-    for work in works:
-        # Ordered, a decided fault's rule reads its trials as folded, ahead of their count.
-        if ordered and work.watch is not None and not inline:
-            work.seen = Tally()
-    # Trials started whose arms are not all in yet.
-    live = [0]
-    # Set once `more` has nothing to add and every work is finished (at once without `more`).
-    exhausted = threading.Event()
-    if more is None:
-        exhausted.set()
+    if counter.stops.opening() is not None:
+        return "aborted", 0, (0, 0, 0)
+    return _Scheduler(runtimes, works, plan, meter, fault_done, more, ordered, counter).run()
 
-    def settle(work: FaultWork, tr: StartedTrial) -> None:
+
+class _Scheduler:
+    """`run_scheduled`'s state, shared by the slots' draw and the fold (under `admitted`). A
+    class, not closures: compiled, closures that call each other share an environment that
+    holds them, a reference cycle left to the collector after every run."""
+
+    def __init__(
+        self,
+        runtimes: list[Runtime],
+        works: list[FaultWork],
+        plan: AssayPlan,
+        meter: Meter | None,
+        fault_done: Callable[[FaultWork], None] | None,
+        more: Callable[[], list[FaultWork]] | None,
+        ordered: bool,
+        counter: Counting,
+    ) -> None:
+        self.runtimes = runtimes
+        self.works = works
+        self.plan = plan
+        self.meter = meter
+        self.clock = None if meter is None else meter.clock
+        self.fault_done = fault_done
+        self.more = more
+        self.ordered = ordered
+        self.counter = counter
+        self.inline = len(runtimes) == 1
+        self.admitted = threading.Condition(threading.Lock())
+        self.stop = counter.stopped
+        self.finished: queue.SimpleQueue[_Done] = queue.SimpleQueue()
+        self.ready: deque[tuple[FaultWork, StartedTrial, int]] = deque()
+        # Trials started whose arms are not all in yet.
+        self.live = 0
+        # Set once `more` has nothing to add and every work is finished (at once without
+        # `more`).
+        self.exhausted = threading.Event()
+        if more is None:
+            self.exhausted.set()
+        for work in works:
+            # Ordered, a decided fault's rule reads its trials as folded, ahead of their count.
+            if ordered and work.watch is not None and not self.inline:
+                work.seen = Tally()
+
+    def run(self) -> tuple[str | None, int, tuple[int, int, int]]:
+        counter = self.counter
+        if self.inline:
+            # The caller's thread is the one slot: the serial run (`_serial`). A trial's objects
+            # are freed by reference counting (the harness leaves no cycles), so the cyclic
+            # collector's young passes, every 700 allocations by default, only re-walk the live
+            # trial: a sixth of the loop's CPU. Inside the loop they run rarely; after it, as
+            # before.
+            thresholds = gc.get_threshold()
+            gc.set_threshold(GC_YOUNG, thresholds[1], thresholds[2])
+            try:
+                self.serial()
+            finally:
+                gc.set_threshold(*thresholds)
+        else:
+            for work, tr in slot_threads(self.runtimes, self.slot, self.finished):
+                self.collect(work, tr)
+        counter.sweep()
+        if counter.failure is not None:
+            raise counter.failure
+        out = counter.out
+        return counter.reason, counter.done, (out[0], out[1], out[2])
+
+    def settle(self, work: FaultWork, tr: StartedTrial) -> None:
         # Under the lock: one of the trial's arms is in (or will never run).
         tr.left -= 1
         if tr.left == 0 and not tr.sent:
             tr.sent = True
-            live[0] -= 1
-            finished.put((work, tr))
-            admitted.notify_all()
+            self.live -= 1
+            self.finished.put((work, tr))
+            self.admitted.notify_all()
 
-    def take(rt: Runtime) -> tuple[FaultWork, StartedTrial, int] | None:
+    def take(self, rt: Runtime) -> tuple[FaultWork, StartedTrial, int] | None:
         # Under the lock: start the next trial of an open fault, if the stops admit one.
-        work = counter.admit([w for w in works if w.open()])
+        work = self.counter.admit([w for w in self.works if w.open()])
         if work is None:
             return None
         k = work.taken
         work.taken += 1
         work.in_flight += 1
-        live[0] += 1
+        self.live += 1
         wkey, skey, extra = work.trial.keys(k)
         pairs = True
         if work.watch is not None:
@@ -199,34 +261,39 @@ def run_scheduled(
             rule = work.seen if work.seen is not None else work.tally
             pairs = work.watch.needs_pairs(rule)
             work.watch.steer(rt.engine, rule)
-        tr = StartedTrial(k, wkey, skey, extra, pairs)
-        if extra and plan.matched_baseline:
+        tr = StartedTrial(k, work.spec_at(k), wkey, skey, extra, pairs)
+        if extra and self.plan.matched_baseline:
             tr.left += 1
-            ready.append((work, tr, BASE))
-            admitted.notify_all()
+            self.ready.append((work, tr, BASE))
+            self.admitted.notify_all()
         return work, tr, MAIN
 
-    def draw(rt: Runtime) -> tuple[FaultWork, StartedTrial, int] | None:
-        with admitted:
+    def draw(self, rt: Runtime) -> tuple[FaultWork, StartedTrial, int] | None:
+        ready, stop = self.ready, self.stop
+        with self.admitted:
             while True:
                 while ready:
                     work, tr, part = ready.popleft()
                     if tr.exc is None and not stop.is_set():
                         return work, tr, part
-                    settle(work, tr)  # its trial is discarded: the arm never runs
+                    self.settle(work, tr)  # its trial is discarded: the arm never runs
                 if stop.is_set():
                     return None
-                job = take(rt)
+                job = self.take(rt)
                 if job is not None:
                     return job
-                if live[0] == 0 and exhausted.is_set() and not any(w.left() for w in works):
+                if (
+                    self.live == 0
+                    and self.exhausted.is_set()
+                    and not any(w.left() for w in self.works)
+                ):
                     return None
                 # An arm may yet be readied, a fault held to its window may yet open.
-                admitted.wait(0.05)
+                self.admitted.wait(0.05)
 
-    def arm(rt: Runtime, work: FaultWork, tr: StartedTrial, part: int) -> None:
+    def arm(self, rt: Runtime, work: FaultWork, tr: StartedTrial, part: int) -> None:
         tally = Tally()
-        spent = None if meter is None else Meter(clock)
+        spent = None if self.meter is None else Meter(self.clock)
         if spent is not None and part == MAIN:
             spent.trials = 1
         exc: BaseException | None = None
@@ -235,65 +302,68 @@ def run_scheduled(
             out = _run(work, tr, part, rt, tally, spent)
         except BaseException as raised:  # re-raised by the scheduler, in trial order
             exc = raised
-        with admitted:
+        with self.admitted:
             tr.tallies[part], tr.spent[part] = tally, spent
             if exc is not None:
                 tr.exc = tr.exc or exc
             else:
                 for i in range(3):
                     tr.out[i] += out[i]
-            due = out[3] and tr.extra and tr.pairs and plan.counterfactuals
-            if due and tr.exc is None and not stop.is_set():
+            due = out[3] and tr.extra and tr.pairs and self.plan.counterfactuals
+            if due and tr.exc is None and not self.stop.is_set():
                 tr.left += 1
-                ready.append((work, tr, PAIRS))
-                admitted.notify_all()
-            settle(work, tr)
+                self.ready.append((work, tr, PAIRS))
+                self.admitted.notify_all()
+            self.settle(work, tr)
 
-    def slot(rt: Runtime) -> None:
+    def slot(self, rt: Runtime) -> None:
         try:
-            while (job := draw(rt)) is not None:
-                arm(rt, *job)
+            while (job := self.draw(rt)) is not None:
+                work, tr, part = job
+                self.arm(rt, work, tr, part)
         finally:
-            finished.put(None)
+            self.finished.put(None)
 
-    def collect(work: FaultWork, tr: StartedTrial) -> None:
+    def collect(self, work: FaultWork, tr: StartedTrial) -> None:
         # A trial whose arms are all in: folded in its fault's order, counted in the run's.
+        counter = self.counter
         work.order.put(tr.k, tr)
         ended: list[FaultWork] = []
-        with admitted:
-            for _k, tr in work.order.ready():
+        with self.admitted:
+            for _k, done in work.order.ready():
                 work.in_flight -= 1
-                counter.fold(work, tr)
+                counter.fold(work, done)
                 ended += counter.count(work)
-            if not ordered and work.finished() and not stop.is_set():
+            if not self.ordered and work.finished() and not self.stop.is_set():
                 ended.append(work)
-            admitted.notify_all()
-        close(ended)
+            self.admitted.notify_all()
+        self.close(ended)
 
-    def close(ended: list[FaultWork]) -> None:
+    def close(self, ended: list[FaultWork]) -> None:
         # The works `ended` are finished and counted: told, and more asked for.
-        nonlocal more
+        works, stop = self.works, self.stop
         for w in ended:
             if w.reported:
                 continue
             w.reported = True
-            if fault_done is not None:
-                fault_done(w)
-            if not exhausted.is_set():
+            if self.fault_done is not None:
+                self.fault_done(w)
+            if not self.exhausted.is_set():
                 added: list[FaultWork] = []
                 if not stop.is_set():
                     try:
-                        added = more() if more is not None else []
+                        added = self.more() if self.more is not None else []
                     except Exception:  # nothing more: the works held finish as they are
-                        more = None
-                with admitted:
+                        self.more = None
+                with self.admitted:
                     works.extend(added)
                     if stop.is_set() or (not added and all(w.finished() for w in works)):
-                        exhausted.set()
-                    admitted.notify_all()
+                        self.exhausted.set()
+                    self.admitted.notify_all()
 
-    def serial() -> None:
-        rt = runtimes[0]
+    def serial(self) -> None:
+        counter, works, stop, plan = self.counter, self.works, self.stop, self.plan
+        rt = self.runtimes[0]
         # Without an abort to ask or a budget to read, the stops admit every next trial.
         asks = counter.stops.should_stop is not None or counter.stops.budget
         due: FaultWork | None = None
@@ -309,25 +379,4 @@ def run_scheduled(
             _serial(due, rt, plan, counter)
             # Nothing waits to be counted here: only a fault's end moves the counting on.
             if (due.closed or due.taken >= due.stop) and not stop.is_set():
-                close(counter.count(due) if ordered else [due])
-
-    if counter.stops.opening() is not None:
-        return "aborted", 0
-    if inline:
-        # The caller's thread is the one slot: the serial run (`_serial`). A trial's objects
-        # are freed by reference counting (the harness leaves no cycles), so the cyclic
-        # collector's young passes, every 700 allocations by default, only re-walk the live
-        # trial: a sixth of the loop's CPU. Inside the loop they run rarely; after it, as before.
-        thresholds = gc.get_threshold()
-        gc.set_threshold(GC_YOUNG, thresholds[1], thresholds[2])
-        try:
-            serial()
-        finally:
-            gc.set_threshold(*thresholds)
-    else:
-        for item in slot_threads(runtimes, slot, finished):
-            collect(*item)
-    counter.sweep()
-    if counter.failure is not None:
-        raise counter.failure
-    return counter.reason, counter.done
+                self.close(counter.count(due) if self.ordered else [due])

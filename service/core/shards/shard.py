@@ -62,12 +62,12 @@ class StopLimits:
 
 
 class Stops:
-    """Every stop an executor reads, in the serial loop's order, so the slots' executors
-    (`service.core.shards.slotted`, the scheduler's `service.core.shards.counting`) stop where
-    the serial loop does: before a trial is counted, an abort (asked every `batch` trials) and
-    a budget; after it, effects, unsafe escapes and target errors (`limits`) and the budgets;
-    and before a trial starts, whether a budget admits it (`admits`). Pure: the caller keeps
-    the counts and the order, and reads these under its own lock."""
+    """Every stop the scheduler reads (`service.core.shards.counting`), in the serial run's
+    order, so it stops where the serial run does at any concurrency: before a trial is counted,
+    an abort (asked every `batch` trials) and a budget; after it, effects, unsafe escapes and
+    target errors (`limits`) and the budgets; and before a trial starts, whether a budget admits
+    it (`admits`). Pure: the caller keeps the counts and the order, and reads these under its
+    own lock."""
 
     __slots__ = ("batch", "budget", "limits", "meter", "should_stop", "stop")
 

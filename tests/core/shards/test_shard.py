@@ -1,5 +1,5 @@
-"""Where every executor reads its stops (`Stops`): one unit for the serial loop's order, so the
-slotted executor and the scheduler stop at the same trial."""
+"""Where the scheduler reads its stops (`Stops`): one unit for the serial run's order, so it
+stops at the serial run's trial at any concurrency."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def test_an_assay_at_any_concurrency_has_the_serial_assays_report(
 
 
 def test_a_paper_mode_assay_on_slots_has_the_serial_assays_report(typed: Manifest) -> None:
-    # Paper mode's shards mix faults trial by trial: they run on the slots alone (run_slotted).
+    # Paper mode's shards mix faults trial by trial: each is one work of the scheduler.
     plan = AssayPlan(catalogue="paper", trials=120, seed=9)
     serial = run_assay(typed, plan, trials_per_shard=50).to_dict()
     engine = ReferenceSlots(typed, plan.resolve_catalogue(), 4)
