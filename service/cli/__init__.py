@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from service.app.errors import AppError
 from service.cli.errors import CI_COMMANDS, EXIT_ERROR, UsageError, exit_codes_text
 from service.core.errors import AssaygateError
-from service.settings import SettingsInvalid
 
 # The command-line spelling of a use case's field, where the two differ.
 _FLAGS = {
@@ -29,21 +28,34 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from service.cli import (
-        artifacts,
-        ci,
-        database,
-        demo,
-        engine,
-        evidence,
-        keys,
-        policy,
-        secrets,
-        serve,
-        tenants,
-        webhooks,
-    )
+# The module that registers each command, in the order `--help` lists them. A command line that
+# names a command imports only that module (a CI job's `gate` never loads the database layer or
+# the engine's targets); `--help`, `--version` and a word that names no command build them all.
+COMMANDS: dict[str, str] = {
+    "assay": "engine",
+    "catalogue": "engine",
+    "mcp-proxy": "engine",
+    "replay": "engine",
+    "verify": "evidence",
+    "plan": "evidence",
+    "serve": "serve",
+    "demo": "demo",
+    "submit": "ci",
+    "gate": "ci",
+    "pack": "artifacts",
+    "keys": "keys",
+    "secrets": "secrets",
+    "webhooks": "webhooks",
+    "tenants": "tenants",
+    "policy": "policy",
+    "db": "database",
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command's, or (`command`) only the one named, whose
+    parser, help and errors are the same as in the whole one."""
+    import importlib
 
     parser = _Parser(
         prog="assaygate",
@@ -52,21 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"assaygate {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    engine.register(sub)
-    for commands in (
-        evidence,
-        serve,
-        demo,
-        ci,
-        artifacts,
-        keys,
-        secrets,
-        webhooks,
-        tenants,
-        policy,
-        database,
-    ):
-        commands.register(sub)
+    names = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for name in names:
+        importlib.import_module(f"service.cli.{name}").register(sub)
     _with_exit_codes(parser)
     return parser
 
@@ -105,7 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
     try:
-        args = build_parser().parse_args(argv)
+        words = list(sys.argv[1:] if argv is None else argv)
+        args = build_parser(words[0] if words else None).parse_args(words)
         code: int = args.func(args)
         # Flush here, so a reader that left early (`| head`) is handled below, not at exit.
         sys.stdout.flush()
@@ -126,7 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"{_FLAGS.get(exc.field, exc.field)}: " if exc.field else ""
         print(f"assaygate: error: {where}{exc.message}", file=sys.stderr)
         return _error_code(argv)
-    except SettingsInvalid as exc:
+    except ValueError as exc:
+        # Imported here: the settings module loads the key ring and the core's signing, which a
+        # client command (`gate`, `submit`) never needs.
+        from service.settings import SettingsInvalid
+
+        if not isinstance(exc, SettingsInvalid):
+            raise
         print(f"assaygate: error: {exc}", file=sys.stderr)
         return _error_code(argv)
     except KeyboardInterrupt:
