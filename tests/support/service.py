@@ -205,6 +205,9 @@ def session_settings(database_url: str, data_dir: Path, label: str, **overrides:
         "egress_allow_loopback": True,
         # A webhook's retries within a second, not half a minute.
         "webhook_backoff_s": 0.5,
+        # Half the default pool (5 + 5 overflow an engine): four test processes, each with its
+        # services and workers, stay well inside PostgreSQL's default 100 connections.
+        "db_pool_size": 5,
         **overrides,
     }
     return Settings(**values)
