@@ -27,20 +27,24 @@ def collected(folder: Path, order: str | None) -> list[str]:
     return [line for line in run.stdout.splitlines() if "::" in line]
 
 
-def test_reverse_order_reverses_the_files_and_keeps_each_files_tests_in_order(
-    tmp_path: Path,
-) -> None:
-    tests = tmp_path / "tests"
+def suite(folder: Path, names: str, body: str) -> Path:
+    """A suite under `folder`/tests: the real conftest and a file `test_{name}.py` a name."""
+    tests = folder / "tests"
     tests.mkdir()
-    # The real hook, in a suite of three files of two tests each.
     conftest = Path(__file__).with_name("conftest.py").read_text()
     (tests / "conftest.py").write_text(
         conftest.replace("from service.compile import clean, state", "state = lambda: 'ok'")
     )
-    for name in ("a", "b", "c"):
-        (tests / f"test_{name}.py").write_text(
-            "def test_one():\n    pass\n\n\ndef test_two():\n    pass\n"
-        )
+    for name in names:
+        (tests / f"test_{name}.py").write_text(body)
+    return tests
+
+
+def test_reverse_order_reverses_the_files_and_keeps_each_files_tests_in_order(
+    tmp_path: Path,
+) -> None:
+    # The real hook, in a suite of three files of two tests each.
+    suite(tmp_path, "abc", "def test_one():\n    pass\n\n\ndef test_two():\n    pass\n")
     forward = collected(tmp_path, None)
     assert forward == [f"tests/test_{n}.py::test_{t}" for n in "abc" for t in ("one", "two")]
     assert collected(tmp_path, "reverse") == [
@@ -51,14 +55,7 @@ def test_reverse_order_reverses_the_files_and_keeps_each_files_tests_in_order(
 def test_the_files_run_longest_first_by_their_recorded_cost_and_the_rest_after_in_order(
     tmp_path: Path,
 ) -> None:
-    tests = tmp_path / "tests"
-    tests.mkdir()
-    conftest = Path(__file__).with_name("conftest.py").read_text()
-    (tests / "conftest.py").write_text(
-        conftest.replace("from service.compile import clean, state", "state = lambda: 'ok'")
-    )
-    for name in ("a", "b", "c", "d"):
-        (tests / f"test_{name}.py").write_text("def test_one():\n    pass\n")
+    tests = suite(tmp_path, "abcd", "def test_one():\n    pass\n")
     # c costs most, then b; a and d were never measured and keep their own order after them.
     (tests / "file_costs.json").write_text('{"tests/test_c.py": 90.0, "tests/test_b.py": 12.5}')
     assert collected(tmp_path, None) == [f"tests/test_{n}.py::test_one" for n in "cbad"]

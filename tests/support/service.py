@@ -205,9 +205,10 @@ def session_settings(database_url: str, data_dir: Path, label: str, **overrides:
         "egress_allow_loopback": True,
         # A webhook's retries within a second, not half a minute.
         "webhook_backoff_s": 0.5,
-        # Half the default pool (5 + 5 overflow an engine): four test processes, each with its
-        # services and workers, stay well inside PostgreSQL's default 100 connections.
-        "db_pool_size": 5,
+        # A small pool (3 kept, 3 more at a burst): an engine keeps at most 3 idle connections,
+        # and every session's services and workers stay alive to its end, so three test
+        # processes stay inside PostgreSQL's default 100 connections.
+        "db_pool_size": 3,
         **overrides,
     }
     return Settings(**values)
