@@ -88,6 +88,9 @@ class Settings(BaseSettings, QuotaSettings):
     api_processes: int = Field(default=1, ge=1)
     readiness_timeout: float = Field(default=2.0, gt=0)
     db_pool_size: int = Field(default=10, ge=1)
+    # Connections an engine opens beyond `db_pool_size` under load, closed when returned (so an
+    # idle process keeps at most `db_pool_size`). None: as many as `db_pool_size`.
+    db_pool_overflow: int | None = Field(default=None, ge=0)
     log_level: str = "INFO"
     # auto: human-readable lines when stderr is a terminal, one JSON object per line otherwise.
     log_format: Literal["auto", "json", "text"] = "auto"

@@ -10,8 +10,48 @@ from pathlib import Path
 
 import pytest
 
+#: The directories whose conftest starts services for all of their files (a database, Celery
+#: workers, an API, a built wheel), as package-scoped fixtures. Each runs as one unit: its files
+#: together on one test process, so its services start once and end with its last file, instead
+#: of every test process starting its own and keeping them to the end of the run (four test
+#: processes then held more than PostgreSQL's default 100 connections between them).
+SERVICE_DIRECTORIES = (
+    "tests/api",
+    "tests/app",
+    "tests/browser",
+    "tests/db",
+    "tests/deploy",
+    "tests/web",
+    "tests/worker",
+)
+
+
+def unit(nodeid: str) -> str:
+    """What runs together on one test process: a service directory, else a file."""
+    path = nodeid.split("::", 1)[0]
+    return next((d for d in SERVICE_DIRECTORIES if path.startswith(f"{d}/")), path)
+
+
+class ByUnit:
+    """`--dist loadfile`, with a service directory as one unit (`unit`). Registered only where
+    xdist is loaded: its hook is unknown to pytest without it."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: object) -> object:
+        if config.getvalue("dist") != "loadfile":
+            return None
+        from xdist.scheduler import LoadFileScheduling
+
+        class UnitScheduling(LoadFileScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return unit(nodeid)
+
+        return UnitScheduling(config, log)  # type: ignore[arg-type]
+
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.has_plugin("xdist"):
+        config.pluginmanager.register(ByUnit(), "assaygate-by-unit")
     # A compiled core built from older sources would test yesterday's code: drop it (the tests then
     # run the pure-Python source; `make venv` compiles the current one).
     from service.compile import clean, state
@@ -38,14 +78,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     files: dict[str, list[pytest.Item]] = {}
     for item in items:
         files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    # The files longest first (tests/file_costs.json: wall seconds from a measured run, written by
-    # `python -m tests.support.cpu REPORT --costs tests/file_costs.json`), those it does not list
-    # after them in their own order. Each xdist worker takes the next file as it frees up
-    # (`--no-loadscope-reorder`), so the long files start early and the short ones fill the gaps
-    # at the end, instead of a long file running alone at the end while the other worker idles.
+    # The units longest first, and a unit's files longest first (tests/file_costs.json: wall
+    # seconds from a measured run, written by `python -m tests.support.cpu REPORT --costs
+    # tests/file_costs.json`); those it does not list after them in their own order. Each xdist
+    # worker takes the next unit as it frees up (`--no-loadscope-reorder`), so the long ones start
+    # early and the short ones fill the gaps at the end, instead of a long one running alone at the
+    # end while the other workers idle.
     costs = Path(__file__).with_name("file_costs.json")
     cost: dict[str, float] = json.loads(costs.read_text()) if costs.exists() else {}
-    names = sorted(files, key=lambda name: -cost.get(name, 0.0))
+    units: dict[str, list[str]] = {}
+    for name in files:
+        units.setdefault(unit(name), []).append(name)
+    for members in units.values():
+        members.sort(key=lambda name: -cost.get(name, 0.0))
+    ordered = sorted(units.values(), key=lambda members: -sum(cost.get(n, 0.0) for n in members))
+    names = [name for members in ordered for name in members]
     if os.environ.get("ASSAYGATE_TEST_ORDER", "") == "reverse":
         names.reverse()
     items[:] = [item for name in names for item in files[name]]

@@ -60,3 +60,100 @@ def test_the_files_run_longest_first_by_their_recorded_cost_and_the_rest_after_i
     (tests / "file_costs.json").write_text('{"tests/test_c.py": 90.0, "tests/test_b.py": 12.5}')
     assert collected(tmp_path, None) == [f"tests/test_{n}.py::test_one" for n in "cbad"]
     assert collected(tmp_path, "reverse") == [f"tests/test_{n}.py::test_one" for n in "dabc"]
+
+
+def test_a_service_directory_runs_as_one_unit_placed_by_the_cost_of_its_files(
+    tmp_path: Path,
+) -> None:
+    tests = suite(tmp_path, "ab", "def test_one():\n    pass\n")
+    api = tests / "api"
+    api.mkdir()
+    for name in "xy":
+        (api / f"test_{name}.py").write_text("def test_one():\n    pass\n")
+    # a alone costs more than either api file, less than both together.
+    (tests / "file_costs.json").write_text(
+        '{"tests/test_a.py": 50.0, "tests/api/test_x.py": 20.0, "tests/api/test_y.py": 35.0}'
+    )
+    files = ["tests/api/test_y.py", "tests/api/test_x.py", "tests/test_a.py", "tests/test_b.py"]
+    assert collected(tmp_path, None) == [f"{f}::test_one" for f in files]
+    assert collected(tmp_path, "reverse") == [f"{f}::test_one" for f in reversed(files)]
+
+
+PYTEST = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider")
+WHO_RUNS = """import os
+
+
+def test_one():
+    with open(os.environ["RAN"], "a") as out:
+        out.write(f"{__name__} {os.environ['PYTEST_XDIST_WORKER']}\\n")
+"""
+
+
+def test_under_xdist_a_service_directorys_files_run_on_one_test_process(tmp_path: Path) -> None:
+    tests = suite(tmp_path, "abcdef", WHO_RUNS)
+    api = tests / "api"
+    api.mkdir()
+    (api / "__init__.py").write_text("")
+    for name in "uvwxyz":
+        (api / f"test_{name}.py").write_text(WHO_RUNS)
+    ran = tmp_path / "ran.txt"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ASSAYGATE_TEST_ORDER")}
+    run = subprocess.run(
+        [*PYTEST, "-n", "3", "--dist", "loadfile", "--no-loadscope-reorder", "tests"],
+        cwd=tmp_path,
+        env={**env, "RAN": str(ran)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    seen = dict(line.split() for line in ran.read_text().splitlines())
+    assert len(seen) == 12
+    assert len({seen[f"api.test_{n}"] for n in "uvwxyz"}) == 1
+    # The other files are spread: the scheduler still balances the rest.
+    assert len({seen[f"test_{n}"] for n in "abcdef"}) > 1
+
+
+def test_a_package_fixture_ends_before_the_next_directorys_files_run(tmp_path: Path) -> None:
+    tests = suite(tmp_path, "b", "def test_one():\n    open('events.txt', 'a').write('b\\n')\n")
+    api = tests / "api"
+    api.mkdir()
+    (api / "__init__.py").write_text("")
+    (api / "conftest.py").write_text(
+        "import pytest\n\n\n@pytest.fixture(scope='package')\ndef stack():\n"
+        "    open('events.txt', 'a').write('up\\n')\n    yield\n"
+        "    open('events.txt', 'a').write('down\\n')\n"
+    )
+    for name in "xy":
+        (api / f"test_{name}.py").write_text(
+            "def test_one(stack):\n    open('events.txt', 'a').write('api\\n')\n"
+        )
+    (tests / "file_costs.json").write_text('{"tests/api/test_x.py": 9.0}')
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ASSAYGATE_TEST_ORDER")}
+    run = subprocess.run(
+        [*PYTEST, "-p", "no:xdist", "-p", "no:randomly", "tests"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "events.txt").read_text().split() == ["up", "api", "api", "down", "b"]
+
+
+def test_the_service_directories_are_those_whose_conftest_holds_package_fixtures() -> None:
+    # A session fixture in one of them would outlive its unit and live to the end of the run on
+    # every test process that ran any of its files: the connections this order exists to end.
+    from tests.conftest import SERVICE_DIRECTORIES
+
+    root = Path(__file__).resolve().parents[1]
+    holding = set()
+    for conftest in sorted(root.glob("tests/*/conftest.py")):
+        text = conftest.read_text()
+        folder = conftest.parent.relative_to(root).as_posix()
+        if 'scope="package"' in text:
+            holding.add(folder)
+        if folder in SERVICE_DIRECTORIES:
+            assert 'scope="session"' not in text, folder
+    assert holding == set(SERVICE_DIRECTORIES)

@@ -35,7 +35,11 @@ def make_engine(settings: Settings, *, url: str | None = None) -> Engine:
     return sa.create_engine(
         url,
         pool_size=settings.db_pool_size,
-        max_overflow=settings.db_pool_size,
+        max_overflow=(
+            settings.db_pool_size
+            if settings.db_pool_overflow is None
+            else settings.db_pool_overflow
+        ),
         pool_pre_ping=True,
         pool_timeout=settings.readiness_timeout * 2,
         connect_args={"connect_timeout": max(1, int(settings.readiness_timeout))},

@@ -1,5 +1,6 @@
 """A PostgreSQL database, a Redis queue, two real worker processes and the API on a real port,
-shared by the API tests of one session."""
+shared by the API tests (package fixtures: they end with the directory's last test; the
+directory runs as one unit, tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from tests.support.service import (
 )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     with postgres_database("api") as url:
         settings = session_settings(url, tmp_path_factory.mktemp("api"), "api", trials_per_shard=50)
@@ -35,14 +36,14 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         flush_redis_prefix(settings)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def engine(settings: Settings) -> Iterator[sa.Engine]:
     engine = make_engine(settings)
     yield engine
     engine.dispose()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def workers(
     settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[WorkerProcess]]:
@@ -57,13 +58,13 @@ def workers(
             worker.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def api_url(settings: Settings, workers: list[WorkerProcess]) -> Iterator[str]:
     with ApiServer(create_app(settings)) as server:
         yield server.url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def keys(engine: sa.Engine) -> KeyBook:
     """Keys by name and tenant; the default client acts as `ci` of tenant `acme` (every role)."""
     return KeyBook(engine)

@@ -63,7 +63,9 @@ class Counted:
 
 @pytest.fixture
 def counted(settings: Settings, keys: KeyBook) -> Iterator[Counted]:
-    """An API of its own over the suite's database, every statement it sends recorded."""
+    """An API of its own over the suite's database, every statement it sends recorded; its
+    pools as a production API's (the suite's keep one idle connection each)."""
+    settings = settings.model_copy(update={"db_pool_size": 3, "db_pool_overflow": None})
     engine = make_engine(settings)
     seen: list[str] = []
 

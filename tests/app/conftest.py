@@ -15,13 +15,13 @@ from service.keys import KeyRing
 from tests.support.database import migrated_engine, rolled_back
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sa.Engine]:
     with migrated_engine("app", Path(tmp_path_factory.mktemp("app"))) as engine:
         yield engine
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def signer(tmp_path_factory: pytest.TempPathFactory) -> Signer:
     return KeyRing(Path(tmp_path_factory.mktemp("keys"))).load_or_create()
 

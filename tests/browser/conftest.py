@@ -74,13 +74,13 @@ def page(browser: Any) -> Iterator[Any]:
         context.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def artifacts() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     with postgres_database("browser") as url:
         settings = session_settings(
@@ -91,7 +91,7 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         flush_redis_prefix(settings)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def server_url(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log_dir = tmp_path_factory.mktemp("browser-workers")
     workers = [WorkerProcess(settings, f"browser-{n}", log_dir) for n in (1, 2)]
@@ -105,7 +105,7 @@ def server_url(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
             worker.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser_keys(settings: Settings) -> Iterator[dict[str, Key]]:
     """ci-bot submits through the API, sam in the browser, rita reviews; gina is another
     tenant's."""

@@ -13,7 +13,7 @@ from sqlmodel import Session
 from tests.support.database import migrated_engine, rolled_back
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sa.Engine]:
     with migrated_engine("db", Path(tmp_path_factory.mktemp("db"))) as engine:
         yield engine

@@ -58,7 +58,7 @@ class Installed:
         return clean_env(PATH=f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}", **extra)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """`python -m build` as a release does: the sdist first, then the wheel built from the
     unpacked sdist, so a file the sdist forgets is missing from the wheel too."""
@@ -75,7 +75,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return Built(sdist, wheel)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Installed:
     venv = tmp_path_factory.mktemp("user-venv") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -88,7 +88,7 @@ def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Install
     return Installed(venv / "bin")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def filled_k8s(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """deploy/k8s as docs/kubernetes.md has an operator fill it in (the site's address, the
     image's digest), in a copy of the test session's own."""

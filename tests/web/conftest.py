@@ -44,7 +44,7 @@ class Seeded:
     other: str
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def web_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     root = Path(tmp_path_factory.mktemp("web"))
     settings = Settings(data_dir=root, database_url=f"sqlite:///{root / 'web.sqlite3'}")
@@ -52,14 +52,14 @@ def web_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return settings
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def web_engine(web_settings: Settings) -> Iterator[sa.Engine]:
     engine = make_engine(web_settings)
     yield engine
     engine.dispose()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def seeded(web_settings: Settings, web_engine: sa.Engine) -> Seeded:
     assert web_settings.keys_dir is not None
     signer = KeyRing(web_settings.keys_dir).load_or_create()
@@ -123,7 +123,7 @@ def fresh_typed(web_settings: Settings, web_engine: sa.Engine, seeded: Seeded) -
         return Fresh(str(typed.candidate.id), system)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def anonymous_client(
     web_settings: Settings, web_engine: sa.Engine, seeded: Seeded
 ) -> Iterator[TestClient]:
@@ -132,7 +132,7 @@ def anonymous_client(
         yield client
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def web_client(anonymous_client: TestClient) -> TestClient:
     """A browser signed in with acme's `rita` (reviewer and submitter)."""
     return signed_in(anonymous_client, "rita", "/")

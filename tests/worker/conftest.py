@@ -23,7 +23,7 @@ from tests.support.service import (
 __all__ = ["sandbox"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     with postgres_database("worker") as url:
         # Shards of a few tenths of a second, so a kill lands in the middle of one.
@@ -35,7 +35,7 @@ def settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         flush_redis_prefix(settings)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def engine(settings: Settings) -> Iterator[sa.Engine]:
     engine = make_engine(settings)
     yield engine
