@@ -43,9 +43,12 @@ class Stoppable(Protocol):
     def stop(self) -> None: ...
 
 
-def listening_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
-    """A TCP socket bound to (host, port), listening. IPPROTO_TCP, not 0: asyncio sets
-    TCP_NODELAY on an accepted connection only when its protocol says TCP."""
+def listening_socket(
+    host: str, port: int, reuse_port: bool, *, listen: bool = True
+) -> socket.socket:
+    """A TCP socket bound to (host, port), listening unless `listen` is False (the server
+    listens on it when it starts serving). IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on an
+    accepted connection only when its protocol says TCP."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -53,7 +56,8 @@ def listening_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
-        sock.listen(2048)
+        if listen:
+            sock.listen(2048)
     except BaseException:
         sock.close()
         raise
@@ -249,8 +253,12 @@ def _child(index: int, ready_fd: int) -> int:
     """One API process: its own SO_REUSEPORT socket on the shared port."""
     settings = get_settings()
     configure_logging(settings)
-    sock = listening_socket(settings.host, settings.port, reuse_port=True)
     config = _uvicorn_config(settings, index)
+    # Bound, not listening: a listening socket joins the port's group and the kernel hands it
+    # its share of new connections at once, which would wait out this process's imports and
+    # start-up (seconds on a busy machine, after a restart too). The server listens on it once
+    # its app has started.
+    sock = listening_socket(settings.host, settings.port, reuse_port=True, listen=False)
 
     def started() -> None:
         with contextlib.suppress(OSError):

@@ -80,16 +80,14 @@ class Settings(BaseSettings, QuotaSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     worker_concurrency: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
-    # Trials a worker process runs at once in isolated copies of an mcp target's world, as many
-    # as the world offers (tools.slots; docs/mcp.md, "Slots"). Agents mostly wait on models, so
-    # this may well exceed the cores; counts are the same at any value.
+    # Trials a worker process runs at once in copies of an mcp target's world (docs/mcp.md,
+    # "Slots"): agents mostly wait on models, so it may exceed the cores; counts are the same.
     worker_slots: int = Field(default=1, ge=1, le=64)
     # API server processes of `serve`, each on its own SO_REUSEPORT socket (service/serving.py).
     api_processes: int = Field(default=1, ge=1)
     readiness_timeout: float = Field(default=2.0, gt=0)
     db_pool_size: int = Field(default=10, ge=1)
-    # Connections an engine opens beyond `db_pool_size` under load, closed when returned (so an
-    # idle process keeps at most `db_pool_size`). None: as many as `db_pool_size`.
+    # Beyond db_pool_size under load, closed when returned; None: as many as db_pool_size.
     db_pool_overflow: int | None = Field(default=None, ge=0)
     log_level: str = "INFO"
     # auto: human-readable lines when stderr is a terminal, one JSON object per line otherwise.

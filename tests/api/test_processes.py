@@ -158,3 +158,54 @@ def test_serve_refuses_fewer_than_one_process_in_one_line(tmp_path: Path) -> Non
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [done.stderr.strip()]
     assert "--processes must be at least 1" in done.stderr
+
+
+def test_an_api_process_takes_no_connection_on_the_shared_port_before_its_app_has_started(
+    tmp_path: Path,
+) -> None:
+    # A restarted process's socket must not join the port's group while it imports and starts:
+    # the kernel would hand it a share of new connections that then wait out the start (seconds
+    # on a busy machine). Its start is held here on the secrets key, a FIFO it reads in the
+    # app's lifespan, until the test writes the key.
+    key = tmp_path / "secrets.key"
+    os.mkfifo(key)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASSAYGATE_")}
+    read_fd, write_fd = os.pipe()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "service.serving", "1", str(write_fd)],
+        cwd=tmp_path,
+        env={
+            **env,
+            "PYTHONPATH": str(ROOT),
+            "ASSAYGATE_DATA_DIR": str(tmp_path / "data"),
+            "ASSAYGATE_PORT": str(port),
+            "ASSAYGATE_SECRETS_KEY_FILE": str(key),
+        },
+        pass_fds=(write_fd,),
+    )
+    os.close(write_fd)
+    try:
+        # A writer's non-blocking open succeeds once a reader is waiting in its open: the child
+        # is in its lifespan, past its imports and its socket's bind.
+        writer: list[int] = []
+
+        def reading() -> bool:
+            assert child.poll() is None
+            try:
+                writer.append(os.open(key, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                return False
+            return True
+
+        wait_for(reading, 60.0, "the API process reading its secrets key")
+        with pytest.raises(httpx.ConnectError):
+            fresh_answer(f"http://127.0.0.1:{port}")
+        os.write(writer[0], os.urandom(32).hex().encode())
+        os.close(writer[0])
+        wait_for(lambda: os.read(read_fd, 1) == b"r", 60.0, "the API process ready")
+        assert fresh_answer(f"http://127.0.0.1:{port}").status_code == 200
+    finally:
+        os.close(read_fd)
+        child.terminate()
+        child.wait(timeout=30)
