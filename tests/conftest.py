@@ -26,9 +26,18 @@ SERVICE_DIRECTORIES = (
 )
 
 
+#: Files whose tests share nothing (no module fixture) and cost more than any other file: each
+#: test is a unit of its own, so several test processes run them at once instead of one running
+#: them all at the end of the run.
+SPLIT_FILES = ("tests/mcp/test_careful_examples.py",)
+
+
 def unit(nodeid: str) -> str:
-    """What runs together on one test process: a service directory, else a file."""
+    """What runs together on one test process: a service directory, a split file's test, else a
+    file."""
     path = nodeid.split("::", 1)[0]
+    if path in SPLIT_FILES:
+        return nodeid
     return next((d for d in SERVICE_DIRECTORIES if path.startswith(f"{d}/")), path)
 
 
@@ -40,13 +49,13 @@ class ByUnit:
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: object) -> object:
         if config.getvalue("dist") != "loadfile":
             return None
-        from xdist.scheduler import LoadFileScheduling
+        from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
 
-        class UnitScheduling(LoadFileScheduling):
+        class UnitScheduling(LoadFileScheduling):  # type: ignore[misc]
             def _split_scope(self, nodeid: str) -> str:
                 return unit(nodeid)
 
-        return UnitScheduling(config, log)  # type: ignore[arg-type]
+        return UnitScheduling(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -73,29 +82,36 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # ASSAYGATE_TEST_ORDER=reverse runs the test files in reverse order (each file's tests in
-    # their own order): a test that passes only because another file ran first shows up. Use it
-    # with `-p no:randomly` where that plugin is installed.
+    # their own order, but a split file's, which are units of their own): a test that passes only
+    # because another file ran first shows up. Use it with `-p no:randomly` where that plugin is
+    # installed.
     files: dict[str, list[pytest.Item]] = {}
     for item in items:
         files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
     # The units longest first, and a unit's files longest first (tests/file_costs.json: wall
     # seconds from a measured run, written by `python -m tests.support.cpu REPORT --costs
-    # tests/file_costs.json`); those it does not list after them in their own order. Each xdist
-    # worker takes the next unit as it frees up (`--no-loadscope-reorder`), so the long ones start
-    # early and the short ones fill the gaps at the end, instead of a long one running alone at the
-    # end while the other workers idle.
+    # tests/file_costs.json`; a split file's tests share its cost); those it does not list after
+    # them in their own order. Each xdist worker takes the next unit as it frees up
+    # (`--no-loadscope-reorder`), so the long ones start early and the short ones fill the gaps
+    # at the end, instead of a long one running alone at the end while the other workers idle.
     costs = Path(__file__).with_name("file_costs.json")
     cost: dict[str, float] = json.loads(costs.read_text()) if costs.exists() else {}
-    units: dict[str, list[str]] = {}
-    for name in files:
-        units.setdefault(unit(name), []).append(name)
+    units: dict[str, list[tuple[float, list[pytest.Item]]]] = {}
+    for name, tests in files.items():
+        if name in SPLIT_FILES:
+            share = cost.get(name, 0.0) / len(tests)
+            pieces = [(share, [test]) for test in tests]
+        else:
+            pieces = [(cost.get(name, 0.0), tests)]
+        for piece in pieces:
+            units.setdefault(unit(piece[1][0].nodeid), []).append(piece)
     for members in units.values():
-        members.sort(key=lambda name: -cost.get(name, 0.0))
-    ordered = sorted(units.values(), key=lambda members: -sum(cost.get(n, 0.0) for n in members))
-    names = [name for members in ordered for name in members]
+        members.sort(key=lambda piece: -piece[0])
+    ordered = sorted(units.values(), key=lambda members: -sum(piece[0] for piece in members))
+    pieces = [piece for members in ordered for piece in members]
     if os.environ.get("ASSAYGATE_TEST_ORDER", "") == "reverse":
-        names.reverse()
-    items[:] = [item for name in names for item in files[name]]
+        pieces.reverse()
+    items[:] = [item for _, tests in pieces for item in tests]
     # Integration tests start processes and wait on them; a hang must fail, not stall CI. The
     # bound guards against a hang, not slowness: a busy 2-core machine runs them several times
     # slower than a quiet one.

@@ -157,3 +157,41 @@ def test_the_service_directories_are_those_whose_conftest_holds_package_fixtures
         if folder in SERVICE_DIRECTORIES:
             assert 'scope="session"' not in text, folder
     assert holding == set(SERVICE_DIRECTORIES)
+
+
+PARAMETRIZED = """import os
+
+import pytest
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_one(n):
+    with open(os.environ["RAN"], "a") as out:
+        out.write(f"{__name__}[{n}] {os.environ['PYTEST_XDIST_WORKER']}\\n")
+"""
+
+
+def test_a_split_files_tests_are_units_of_their_own_spread_over_the_test_processes(
+    tmp_path: Path,
+) -> None:
+    tests = suite(tmp_path, "ab", WHO_RUNS)
+    mcp = tests / "mcp"
+    mcp.mkdir()
+    (mcp / "__init__.py").write_text("")
+    (mcp / "test_careful_examples.py").write_text(PARAMETRIZED)
+    (tests / "file_costs.json").write_text('{"tests/mcp/test_careful_examples.py": 90.0}')
+    split = [f"tests/mcp/test_careful_examples.py::test_one[{n}]" for n in (1, 2)]
+    assert collected(tmp_path, None)[:2] == split
+    ran = tmp_path / "ran.txt"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ASSAYGATE_TEST_ORDER")}
+    run = subprocess.run(
+        [*PYTEST, "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "tests"],
+        cwd=tmp_path,
+        env={**env, "RAN": str(ran)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    seen = dict(line.split() for line in ran.read_text().splitlines())
+    assert seen["mcp.test_careful_examples[1]"] != seen["mcp.test_careful_examples[2]"]
