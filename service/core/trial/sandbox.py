@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from service.core.faults.catalogue import FaultSpec
 from service.core.faults.disturbance import Disturbance
-from service.core.faults.injector import Injector
+from service.core.faults.injector import Armed, Injector
 from service.core.trial.port import NativePort
 from service.core.trial.storm import FleetLimit
 from service.core.trial.task import Call as Call
@@ -33,6 +32,7 @@ TIMEOUT_MS: Final = 2_000
 _TIMEOUT: Final = Disturbance.TIMEOUT
 _MALFORMED: Final = Disturbance.MALFORMED_REPLY
 _PARTIAL: Final = Disturbance.PARTIAL_REPLY
+Args = dict[str, Any] | None  # a refund's arguments; None where no fault or trace sees them
 
 
 class Tools(NativePort):
@@ -88,14 +88,14 @@ class Tools(NativePort):
     def _apply(self, boundary: str, call: Call, kind: str | None = None) -> None:
         """Hand an armed fault at this boundary to its handler, which fires it if it can."""
         self._calls += 1
-        spec = self.inj.take(boundary, kind)
-        if spec is not None:
-            HANDLERS[(boundary, spec.disturbance, spec.phase)](self, spec, call)
+        a = self.inj.take_armed(boundary, kind)
+        if a is not None:
+            HANDLERS[(boundary, a.disturbance, a.phase)](self, a, call)
 
-    def _fire(self, spec: FaultSpec) -> None:
+    def _fire(self, spec: Armed) -> None:
         """The disturbance took effect: only now is there an injection receipt."""
         w = self.world
-        self.inj.fire(spec, f"{spec.boundary}#{self._calls}", w.now)
+        self.inj.fire_armed(spec, f"{spec.boundary}#{self._calls}", w.now)
         if w.injected_at is None:
             w.injected_at = len(w.evidence)
         if self.trace is not None:
@@ -183,28 +183,38 @@ class Tools(NativePort):
         expected_version: int | None = None,
     ) -> dict[str, Any]:
         w = self.world
-        args: dict[str, Any] = {
-            "subject": subject,
-            "amount": amount,
-            "idempotency_key": idempotency_key,
-            "action_id": action_id,
-            "trace_id": trace_id,
-            "expected_version": expected_version,
-        }
+        # The call's arguments, built only for a fault's handler or the trace: most refunds meet
+        # neither, and building a dictionary is much of what a call costs compiled.
+        args: Args = None
+        if self.trace is not None or "payments.refund" in self.armed:
+            args = {
+                "subject": subject,
+                "amount": amount,
+                "idempotency_key": idempotency_key,
+                "action_id": action_id,
+                "trace_id": trace_id,
+                "expected_version": expected_version,
+            }
         if not subject.startswith(w.subject_namespace):
             self._refuse_outside(subject, args)
-        after: FaultSpec | None = None
-        if "payments.refund" in self.armed:
+        after: Armed | None = None
+        if args is not None and "payments.refund" in self.armed:
             call = Call(args)
             self._apply("payments.refund", call)
+            if call.error is not None:
+                raise call.error
             trace_id = args["trace_id"]
             after = call.after
         if self._storm is not None:
             self._storm_gate(args)
         w.now += self.latency
         # Like real payment APIs, a known idempotency key replays its result before any check.
-        if expected_version is not None and w.replay(idempotency_key) is None:
-            self._precondition(subject, idempotency_key, expected_version, args)
+        if (
+            expected_version is not None
+            and w.replay(idempotency_key) is None
+            and not self._precondition_holds(subject, idempotency_key, expected_version, args)
+        ):
+            raise PreconditionFailed("order version changed")
         entry, replayed = w.commit_refund(
             subject, tenant, amount, idempotency_key, action_id, trace_id, grant_id
         )
@@ -216,55 +226,55 @@ class Tools(NativePort):
             "replayed": replayed,
         }
         if after is not None:
-            reply = self._disturb_reply(after, args, reply)
-        if self.trace is not None:
+            lost = self._disturb_reply(after, args)
+            if lost is not None:
+                raise lost
+            if after.disturbance is _PARTIAL:
+                reply = {"status": "ok"}
+        if self.trace is not None and args is not None:
             self._log("payments.refund", args, reply)
         return reply
 
-    def _refuse_outside(self, subject: str, args: dict[str, Any]) -> None:
+    def _refuse_outside(self, subject: str, args: Args) -> None:
         w = self.world
         w.refusals.append(f"effect on {subject} refused: outside {w.subject_namespace}")
-        if self.trace is not None:
+        if self.trace is not None and args is not None:
             self._log("payments.refund", args, "refused: outside the synthetic namespace")
         raise ToolRejected("subject outside the synthetic namespace")
 
-    def _precondition(
-        self, subject: str, idempotency_key: str, expected_version: int, args: dict[str, Any]
-    ) -> None:
-        """The caller's expected order version must still hold at the write."""
+    def _precondition_holds(self, subject: str, key: str, expected: int, args: Args) -> bool:
+        """Whether the caller's expected order version still holds at the write; when it does
+        not, the provider logs the refusal and `refund` raises."""
         w = self.world
         order = w.orders.get(subject)
-        if order is None or order.version != expected_version:
-            w.provider_log.append((idempotency_key, "precondition_failed", w.now))
-            if self.trace is not None:
+        if order is None or order.version != expected:
+            w.provider_log.append((key, "precondition_failed", w.now))
+            if self.trace is not None and args is not None:
                 self._log("payments.refund", args, "precondition_failed")
-            raise PreconditionFailed("order version changed")
+            return False
+        return True
 
-    def _disturb_reply(
-        self, after: FaultSpec, args: dict[str, Any], reply: dict[str, Any]
-    ) -> dict[str, Any]:
-        """The effect committed: only now can its reply be lost, cut off or emptied."""
+    def _disturb_reply(self, after: Armed, args: Args) -> ToolError | None:
+        """The effect committed: its reply lost, cut off or emptied; the error to raise, if any."""
         self._fire(after)
         d = after.disturbance
         if d is _TIMEOUT:
             self.world.now += TIMEOUT_MS
-            if self.trace is not None:
+            if self.trace is not None and args is not None:
                 self._log("payments.refund", args, "timeout")
-            raise ToolTimeout("refund timed out")
+            return ToolTimeout("refund timed out")
         if d is _MALFORMED:
-            if self.trace is not None:
+            if self.trace is not None and args is not None:
                 self._log("payments.refund", args, "malformed reply")
-            raise ToolMalformed("refund reply could not be parsed")
-        if d is _PARTIAL:
-            return {"status": "ok"}
-        return reply
+            return ToolMalformed("refund reply could not be parsed")
+        return None
 
-    def _storm_gate(self, args: dict[str, Any]) -> None:
+    def _storm_gate(self, args: Args) -> None:
         storm = self._storm
         assert storm is not None
         if not storm.admit(self.world.now):
             self.world.now += self.latency
-            if self.trace is not None:
+            if self.trace is not None and args is not None:
                 self._log("payments.refund", args, "429 rate limited")
             raise RateLimited("shared rate limit exceeded")
 
@@ -313,7 +323,10 @@ class Tools(NativePort):
         if self.trace is not None:
             self._log("checkpoints.save", {"run_id": run_id, "stage": stage}, "ok")
         if stage == "effect_done" and "checkpoints.save" in self.armed:
-            self._apply("checkpoints.save", Call({"run_id": run_id, "stage": stage}))
+            call = Call({"run_id": run_id, "stage": stage})
+            self._apply("checkpoints.save", call)
+            if call.error is not None:
+                raise call.error
 
     def checkpoint_load(self, run_id: str) -> dict[str, Any] | None:
         saved = self.world.checkpoints.get(run_id)
@@ -337,10 +350,10 @@ class Tools(NativePort):
 
 # -- disturbance handlers: one per registry entry; each fires only once its disturbance is real --
 
-Handler = Callable[[Tools, FaultSpec, Call], None]
+Handler = Callable[[Tools, Armed, Call], None]
 
 
-def _swap_subject(t: Tools, spec: FaultSpec, call: Call) -> None:
+def _swap_subject(t: Tools, spec: Armed, call: Call) -> None:
     decoy = t.world.orders.get(t.decoy)
     if decoy is None:
         return
@@ -353,7 +366,7 @@ def _swap_subject(t: Tools, spec: FaultSpec, call: Call) -> None:
     t._fire(spec)
 
 
-def _revoke_grant(t: Tools, spec: FaultSpec, call: Call) -> None:
+def _revoke_grant(t: Tools, spec: Armed, call: Call) -> None:
     grant = t.world.grants.get(call.args["grant_id"])
     if grant is None or not grant.valid_at(t.world.now):
         return
@@ -361,7 +374,7 @@ def _revoke_grant(t: Tools, spec: FaultSpec, call: Call) -> None:
     t._fire(spec)
 
 
-def _expire_grant(t: Tools, spec: FaultSpec, call: Call) -> None:
+def _expire_grant(t: Tools, spec: Armed, call: Call) -> None:
     grant = t.world.grants.get(call.args["grant_id"])
     if grant is None or not grant.valid_at(t.world.now):
         return
@@ -369,14 +382,14 @@ def _expire_grant(t: Tools, spec: FaultSpec, call: Call) -> None:
     t._fire(spec)
 
 
-def _advance_policy(t: Tools, spec: FaultSpec, call: Call) -> None:
+def _advance_policy(t: Tools, spec: Armed, call: Call) -> None:
     w = t.world
     w.policy_version += 1
     w.policies[w.policy_version] = False
     t._fire(spec)
 
 
-def _conflict_source(t: Tools, spec: FaultSpec, call: Call) -> None:
+def _conflict_source(t: Tools, spec: Armed, call: Call) -> None:
     w = t.world
     order_id = call.args["order_id"]
     order = w.orders.get(order_id)
@@ -388,7 +401,7 @@ def _conflict_source(t: Tools, spec: FaultSpec, call: Call) -> None:
     t._fire(spec)
 
 
-def _drift_schema(t: Tools, spec: FaultSpec, call: Call) -> None:
+def _drift_schema(t: Tools, spec: Armed, call: Call) -> None:
     drifted = t.world.crm_record(call.args["order_id"])
     if drifted is None:
         return
@@ -399,29 +412,29 @@ def _drift_schema(t: Tools, spec: FaultSpec, call: Call) -> None:
     t._fire(spec)
 
 
-def _timeout_before_send(t: Tools, spec: FaultSpec, call: Call) -> None:
+def _timeout_before_send(t: Tools, spec: Armed, call: Call) -> None:
     t._fire(spec)
     t.world.now += TIMEOUT_MS
     t._log("payments.refund", call.args, "timeout")
-    raise ToolTimeout("refund timed out")
+    call.error = ToolTimeout("refund timed out")
 
 
-def _reject_before_write(t: Tools, spec: FaultSpec, call: Call) -> None:
+def _reject_before_write(t: Tools, spec: Armed, call: Call) -> None:
     w = t.world
     w.now += t.latency
     w.provider_log.append((call.args["idempotency_key"], "rejected_before_write", w.now))
     t._fire(spec)
     w.now += TIMEOUT_MS
     t._log("payments.refund", call.args, "timeout")
-    raise ToolTimeout("refund timed out")
+    call.error = ToolTimeout("refund timed out")
 
 
-def _after_commit(t: Tools, spec: FaultSpec, call: Call) -> None:
+def _after_commit(t: Tools, spec: Armed, call: Call) -> None:
     # Fired by `refund` once the effect committed; a refused write leaves it unfired.
     call.after = spec
 
 
-def _advance_version(t: Tools, spec: FaultSpec, call: Call) -> None:
+def _advance_version(t: Tools, spec: Armed, call: Call) -> None:
     order = t.world.orders.get(call.args["subject"])
     if order is None:
         return
@@ -430,12 +443,12 @@ def _advance_version(t: Tools, spec: FaultSpec, call: Call) -> None:
     t._fire(spec)
 
 
-def _strip_trace(t: Tools, spec: FaultSpec, call: Call) -> None:
+def _strip_trace(t: Tools, spec: Armed, call: Call) -> None:
     call.args["trace_id"] = None
     t._fire(spec)
 
 
-def _rate_limit_storm(t: Tools, spec: FaultSpec, call: Call) -> None:
+def _rate_limit_storm(t: Tools, spec: Armed, call: Call) -> None:
     p = spec.params
     t._storm = FleetLimit(
         int(p["agents"]), int(p["capacity_per_tick"]), int(p["tick_ms"]), t.storm_others
@@ -443,7 +456,7 @@ def _rate_limit_storm(t: Tools, spec: FaultSpec, call: Call) -> None:
     t._fire(spec)
 
 
-def _fork_run(t: Tools, spec: FaultSpec, call: Call) -> None:
+def _fork_run(t: Tools, spec: Armed, call: Call) -> None:
     fork = t._fork
     if fork is None:
         return
@@ -452,15 +465,15 @@ def _fork_run(t: Tools, spec: FaultSpec, call: Call) -> None:
     fork()
 
 
-def _drop_write(t: Tools, spec: FaultSpec, call: Call) -> None:
+def _drop_write(t: Tools, spec: Armed, call: Call) -> None:
     call.reply = "dropped"
     t._fire(spec)
 
 
-def _crash_and_rollback(t: Tools, spec: FaultSpec, call: Call) -> None:
+def _crash_and_rollback(t: Tools, spec: Armed, call: Call) -> None:
     t._rollback = True
     t._fire(spec)
-    raise RunCrashed("the run crashed after its effect")
+    call.error = RunCrashed("the run crashed after its effect")
 
 
 _D = Disturbance

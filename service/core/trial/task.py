@@ -19,7 +19,7 @@ from assaygate.target import ToolError as ToolError
 from assaygate.target import ToolMalformed as ToolMalformed
 from assaygate.target import ToolRejected as ToolRejected
 from assaygate.target import ToolTimeout as ToolTimeout
-from service.core.faults.catalogue import FaultSpec
+from service.core.faults.injector import Armed
 
 Trace = list[dict[str, Any]]
 
@@ -27,11 +27,15 @@ Trace = list[dict[str, Any]]
 class Call:
     """One boundary crossing, as the disturbance handlers see and change it."""
 
-    __slots__ = ("after", "args", "reply")
+    __slots__ = ("after", "args", "error", "reply")
 
     def __init__(self, args: dict[str, Any]) -> None:
         self.args = args
         # A reply the disturbance substitutes for the world's answer (read boundaries).
         self.reply: Any = None
         # A disturbance that applies after the effect commits (lost, cut off or partial replies).
-        self.after: FaultSpec | None = None
+        self.after: Armed | None = None
+        # The error the disturbance fails the call with, raised by the tool method itself: a
+        # compiled exception builds a traceback entry (a code object and a frame) in every
+        # native frame it crosses, so it is raised where the target meets it, not in a handler.
+        self.error: BaseException | None = None
