@@ -56,12 +56,12 @@ PYCACHE = PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/var/pycache
 # Three were tried beside a busy-looping process: PostgreSQL connections peaked at 85 (a default
 # server allows 100) and two tests timed out on the load, so two it stays.
 test: venv services browser sandbox kubectl lint typecheck imports
-	$(PYCACHE) $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=25
+	$(PYCACHE) $(PY) -m pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=25
 
 # The suite without the files marked `slow` (each over a CPU-minute): a quick loop while working;
 # `make test` (and CI) runs everything.
 test-fast: venv services browser sandbox kubectl
-	$(PYCACHE) $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow"
+	$(PYCACHE) $(PY) -m pytest -n 4 --dist loadfile --no-loadscope-reorder -m "not slow"
 
 # Keeps its data in a new folder and ends by saying how to browse it (serve + a reviewer key).
 # The demo's data lives in var/demo (ignored by git), replaced on each run: nothing piles up in

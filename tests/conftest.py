@@ -3,7 +3,9 @@ conftests that need them."""
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import warnings
 from pathlib import Path
@@ -14,7 +16,9 @@ import pytest
 #: workers, an API, a built wheel), as package-scoped fixtures. Each runs as one unit: its files
 #: together on one test process, so its services start once and end with its last file, instead
 #: of every test process starting its own and keeping them to the end of the run (four test
-#: processes then held more than PostgreSQL's default 100 connections between them).
+#: processes then held more than PostgreSQL's default 100 connections between them). One that
+#: costs more than `UNIT_S` runs as several units of about that many seconds, each starting its
+#: own services: as one, the API tests ran alone at the end of a run on a busy machine.
 SERVICE_DIRECTORIES = (
     "tests/api",
     "tests/app",
@@ -32,12 +36,48 @@ SERVICE_DIRECTORIES = (
 SPLIT_FILES = ("tests/mcp/test_careful_examples.py",)
 
 
+UNIT_S = 200.0
+
+
+@functools.cache
+def file_costs() -> dict[str, float]:
+    """Wall seconds per test file from a measured run (tests/file_costs.json, written by `python
+    -m tests.support.cpu REPORT --costs tests/file_costs.json`); files it does not list cost 0."""
+    costs = Path(__file__).with_name("file_costs.json")
+    loaded: dict[str, float] = json.loads(costs.read_text()) if costs.exists() else {}
+    return loaded
+
+
+@functools.cache
+def service_units() -> dict[str, str]:
+    """Each service directory's test files and their unit: the directory, or `directory#k` when
+    it costs more than `UNIT_S`, its files dealt longest first to the lightest of its units. Read
+    from the folders, not from what was collected, so every process (the xdist controller
+    included) deals them alike."""
+    cost = file_costs()
+    root = Path(__file__).resolve().parents[1]
+    units: dict[str, str] = {}
+    for folder in SERVICE_DIRECTORIES:
+        names = [p.relative_to(root).as_posix() for p in (root / folder).rglob("test_*.py")]
+        names.sort(key=lambda name: (-cost.get(name, 0.0), name))
+        count = max(1, math.ceil(sum(cost.get(name, 0.0) for name in names) / UNIT_S))
+        loads = [0.0] * count
+        for name in names:
+            lightest = loads.index(min(loads))
+            loads[lightest] += cost.get(name, 0.0)
+            units[name] = folder if count == 1 else f"{folder}#{lightest + 1}"
+    return units
+
+
 def unit(nodeid: str) -> str:
-    """What runs together on one test process: a service directory, a split file's test, else a
-    file."""
+    """What runs together on one test process: a service directory's unit, a split file's
+    test, else a file."""
     path = nodeid.split("::", 1)[0]
     if path in SPLIT_FILES:
         return nodeid
+    found = service_units().get(path)
+    if found is not None:
+        return found
     return next((d for d in SERVICE_DIRECTORIES if path.startswith(f"{d}/")), path)
 
 
@@ -94,8 +134,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # them in their own order. Each xdist worker takes the next unit as it frees up
     # (`--no-loadscope-reorder`), so the long ones start early and the short ones fill the gaps
     # at the end, instead of a long one running alone at the end while the other workers idle.
-    costs = Path(__file__).with_name("file_costs.json")
-    cost: dict[str, float] = json.loads(costs.read_text()) if costs.exists() else {}
+    cost = file_costs()
     units: dict[str, list[tuple[float, list[pytest.Item]]]] = {}
     for name, tests in files.items():
         if name in SPLIT_FILES:

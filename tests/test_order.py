@@ -195,3 +195,35 @@ def test_a_split_files_tests_are_units_of_their_own_spread_over_the_test_process
     assert run.returncode == 0, run.stdout + run.stderr
     seen = dict(line.split() for line in ran.read_text().splitlines())
     assert seen["mcp.test_careful_examples[1]"] != seen["mcp.test_careful_examples[2]"]
+
+
+def test_a_service_directory_costing_more_than_a_unit_runs_as_several_dealt_by_cost(
+    tmp_path: Path,
+) -> None:
+    tests = suite(tmp_path, "", WHO_RUNS)
+    api = tests / "api"
+    api.mkdir()
+    (api / "__init__.py").write_text("")
+    for name in "uvwx":
+        (api / f"test_{name}.py").write_text(WHO_RUNS)
+    # 500 s in all: three units of about 200 s (tests/conftest.py, UNIT_S). Longest first to the
+    # lightest unit: u, v and w one each, then x joins w's.
+    (tests / "file_costs.json").write_text(
+        '{"tests/api/test_u.py": 150.0, "tests/api/test_v.py": 150.0,'
+        ' "tests/api/test_w.py": 100.0, "tests/api/test_x.py": 100.0}'
+    )
+    assert collected(tmp_path, None) == [f"tests/api/test_{n}.py::test_one" for n in "wxuv"]
+    ran = tmp_path / "ran.txt"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ASSAYGATE_TEST_ORDER")}
+    run = subprocess.run(
+        [*PYTEST, "-n", "3", "--dist", "loadfile", "--no-loadscope-reorder", "tests"],
+        cwd=tmp_path,
+        env={**env, "RAN": str(ran)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    seen = dict(line.split() for line in ran.read_text().splitlines())
+    assert seen["api.test_w"] == seen["api.test_x"]
+    assert len({seen["api.test_u"], seen["api.test_v"], seen["api.test_w"]}) == 3
