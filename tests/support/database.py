@@ -20,7 +20,7 @@ from tests.support.service import postgres_database
 def migrated_engine(name: str, data_dir: Path) -> Iterator[sa.Engine]:
     """An engine on a new database `name`, its schema built by the real migrations."""
     with postgres_database(name) as url:
-        settings = Settings(data_dir=data_dir, database_url=url, db_pool_size=1, db_pool_overflow=5)
+        settings = Settings(data_dir=data_dir, database_url=url, db_pool_size=3)
         migrate.upgrade(settings)
         engine = make_engine(settings)
         try:

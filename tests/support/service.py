@@ -205,11 +205,11 @@ def session_settings(database_url: str, data_dir: Path, label: str, **overrides:
         "egress_allow_loopback": True,
         # A webhook's retries within a second, not half a minute.
         "webhook_backoff_s": 0.5,
-        # One idle connection kept per pool (five more at a burst, closed when returned): every
-        # session's services and workers stay alive to its end, so the idle connections of
-        # every test process add up against PostgreSQL's default 100.
-        "db_pool_size": 1,
-        "db_pool_overflow": 5,
+        # A small pool (3 kept, 3 more at a burst): the services of a directory's unit live
+        # while its files run (tests/conftest.py), and four test processes share PostgreSQL's
+        # default 100 connections. Not fewer kept: a burst past the pool opens and closes a
+        # connection a time, and a new backend costs PostgreSQL CPU.
+        "db_pool_size": 3,
         **overrides,
     }
     return Settings(**values)
