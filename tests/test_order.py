@@ -89,6 +89,23 @@ def test_one():
 """
 
 
+def who_ran(folder: Path, processes: int) -> dict[str, str]:
+    """Run the suite under `folder` on `processes` xdist workers: each test module's name and
+    the worker that ran it (its tests write them, as WHO_RUNS does)."""
+    ran = folder / "ran.txt"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ASSAYGATE_TEST_ORDER")}
+    run = subprocess.run(
+        [*PYTEST, "-n", str(processes), "--dist", "loadfile", "--no-loadscope-reorder", "tests"],
+        cwd=folder,
+        env={**env, "RAN": str(ran)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    return dict(line.split() for line in ran.read_text().splitlines())
+
+
 def test_under_xdist_a_service_directorys_files_run_on_one_test_process(tmp_path: Path) -> None:
     tests = suite(tmp_path, "abcdef", WHO_RUNS)
     api = tests / "api"
@@ -96,18 +113,7 @@ def test_under_xdist_a_service_directorys_files_run_on_one_test_process(tmp_path
     (api / "__init__.py").write_text("")
     for name in "uvwxyz":
         (api / f"test_{name}.py").write_text(WHO_RUNS)
-    ran = tmp_path / "ran.txt"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ASSAYGATE_TEST_ORDER")}
-    run = subprocess.run(
-        [*PYTEST, "-n", "3", "--dist", "loadfile", "--no-loadscope-reorder", "tests"],
-        cwd=tmp_path,
-        env={**env, "RAN": str(ran)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    seen = dict(line.split() for line in ran.read_text().splitlines())
+    seen = who_ran(tmp_path, 3)
     assert len(seen) == 12
     assert len({seen[f"api.test_{n}"] for n in "uvwxyz"}) == 1
     # The other files are spread: the scheduler still balances the rest.
@@ -182,18 +188,7 @@ def test_a_split_files_tests_are_units_of_their_own_spread_over_the_test_process
     (tests / "file_costs.json").write_text('{"tests/mcp/test_careful_examples.py": 90.0}')
     split = [f"tests/mcp/test_careful_examples.py::test_one[{n}]" for n in (1, 2)]
     assert collected(tmp_path, None)[:2] == split
-    ran = tmp_path / "ran.txt"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ASSAYGATE_TEST_ORDER")}
-    run = subprocess.run(
-        [*PYTEST, "-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "tests"],
-        cwd=tmp_path,
-        env={**env, "RAN": str(ran)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    seen = dict(line.split() for line in ran.read_text().splitlines())
+    seen = who_ran(tmp_path, 2)
     assert seen["mcp.test_careful_examples[1]"] != seen["mcp.test_careful_examples[2]"]
 
 
@@ -213,17 +208,6 @@ def test_a_service_directory_costing_more_than_a_unit_runs_as_several_dealt_by_c
         ' "tests/api/test_w.py": 100.0, "tests/api/test_x.py": 100.0}'
     )
     assert collected(tmp_path, None) == [f"tests/api/test_{n}.py::test_one" for n in "wxuv"]
-    ran = tmp_path / "ran.txt"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ASSAYGATE_TEST_ORDER")}
-    run = subprocess.run(
-        [*PYTEST, "-n", "3", "--dist", "loadfile", "--no-loadscope-reorder", "tests"],
-        cwd=tmp_path,
-        env={**env, "RAN": str(ran)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    seen = dict(line.split() for line in ran.read_text().splitlines())
+    seen = who_ran(tmp_path, 3)
     assert seen["api.test_w"] == seen["api.test_x"]
     assert len({seen["api.test_u"], seen["api.test_v"], seen["api.test_w"]}) == 3
