@@ -8,11 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+# What an inner run must not inherit from the suite's own: its order, its import path, and the
+# CPU report (the inner folder has no tests.support to write it with).
+UNSET = ("ASSAYGATE_TEST_ORDER", "ASSAYGATE_TEST_CPU_REPORT", "PYTHONPATH")
+
+
+def inner_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in UNSET}
+
 
 def collected(folder: Path, order: str | None) -> list[str]:
-    # The inner run reports no CPU (its folder has no tests.support to do it with).
-    unset = ("ASSAYGATE_TEST_ORDER", "ASSAYGATE_TEST_CPU_REPORT", "PYTHONPATH")
-    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env = inner_env()
     if order is not None:
         env["ASSAYGATE_TEST_ORDER"] = order
     run = subprocess.run(
@@ -93,7 +99,7 @@ def who_ran(folder: Path, processes: int) -> dict[str, str]:
     """Run the suite under `folder` on `processes` xdist workers: each test module's name and
     the worker that ran it (its tests write them, as WHO_RUNS does)."""
     ran = folder / "ran.txt"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ASSAYGATE_TEST_ORDER")}
+    env = inner_env()
     run = subprocess.run(
         [*PYTEST, "-n", str(processes), "--dist", "loadfile", "--no-loadscope-reorder", "tests"],
         cwd=folder,
@@ -135,7 +141,7 @@ def test_a_package_fixture_ends_before_the_next_directorys_files_run(tmp_path: P
             "def test_one(stack):\n    open('events.txt', 'a').write('api\\n')\n"
         )
     (tests / "file_costs.json").write_text('{"tests/api/test_x.py": 9.0}')
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ASSAYGATE_TEST_ORDER")}
+    env = inner_env()
     run = subprocess.run(
         [*PYTEST, "-p", "no:xdist", "-p", "no:randomly", "tests"],
         cwd=tmp_path,

@@ -20,6 +20,9 @@ tenant's predicate in the process that submitted it or in the worker that runs t
 
 from __future__ import annotations
 
+import functools
+import importlib.machinery
+import importlib.util
 import os
 import re
 import socket
@@ -28,9 +31,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from pathlib import Path
+from types import ModuleType
 from typing import Any
-
-import cel
 
 from service.core.errors import ManifestInvalid
 from service.core.system.contract import STANDARD, VARIABLES, Invariants, invariant_table
@@ -44,6 +47,37 @@ from service.mcp.cost import (
     CostError,
     estimate,
 )
+
+
+@functools.cache
+def bindings() -> ModuleType:
+    """The bindings' compiled module (`compile`, `Context`), loaded on first use.
+
+    Alone: the package's `__init__` also imports its command line (typer, prompt_toolkit, rich,
+    pygments; about 0.3 CPU-seconds), which every API process and every trial's evaluator child
+    would otherwise pay for two functions. Registered as `cel.cel`, so a later `import cel` reuses
+    it (the extension initialises once a process). Another layout of the package: all of it."""
+    loaded = sys.modules.get("cel.cel")
+    if loaded is not None:
+        return loaded
+    spec = importlib.util.find_spec("cel")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = Path(folder) / f"cel{suffix}"
+            if not path.is_file():
+                continue
+            loader = importlib.machinery.ExtensionFileLoader("cel.cel", str(path))
+            module_spec = importlib.util.spec_from_loader("cel.cel", loader, origin=str(path))
+            assert module_spec is not None
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules["cel.cel"] = module
+            loader.exec_module(module)
+            return module
+    import cel
+
+    return cel
+
 
 INVARIANT_DEADLINE_S = 2.0
 TRIAL_DEADLINE_S = 5.0
@@ -113,7 +147,7 @@ def compile_invariants(inv: Invariants) -> tuple[Compiled, ...]:
                 field=field_,
             )
         try:
-            program = cel.compile(source)
+            program = bindings().compile(source)
         except ValueError as exc:
             raise ManifestInvalid(f"does not compile: {exc}", field=field_) from None
         missing = sorted(f for f in program.functions() if _NAMED.match(f) and f not in FUNCTIONS)
@@ -143,7 +177,7 @@ def run_programs(
     compiled: tuple[Compiled, ...] | list[tuple[str, Any]], activation: dict[str, Any]
 ) -> Evaluation:
     """Evaluate in this process, unbounded: only for the child, and for tests of the rules."""
-    ctx = cel.Context()
+    ctx = bindings().Context()
     for k, v in activation.items():
         ctx.add_variable(k, v)
     out = Evaluation()
@@ -170,14 +204,14 @@ def _child(fd: int) -> None:
     from `start` on. It exits when the worker closes its end."""
     conn = Connection(fd)
     table: list[tuple[str, str]] = conn.recv()
-    programs = [(name, cel.compile(source)) for name, source in table]
+    programs = [(name, bindings().compile(source)) for name, source in table]
     conn.send("ready")
     while True:
         try:
             activation, start = conn.recv()
         except EOFError:
             return
-        ctx = cel.Context()
+        ctx = bindings().Context()
         for k, v in activation.items():
             ctx.add_variable(k, v)
         for name, program in programs[start:]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -185,3 +187,33 @@ def test_the_proxy_refuses_a_trial_s_calls_beyond_the_cap_without_forwarding_the
     with pytest.raises(MCPError, match=f"limit of {MAX_CALLS} tool calls"):
         asyncio.run(proxy.call(Run(trial, 0), "ship_order", {}))
     assert len(trial.calls) == MAX_CALLS
+
+
+def test_the_bindings_load_without_the_packages_command_line_and_a_later_import_shares_them() -> (
+    None
+):
+    # A fresh interpreter, as an API process or a trial's evaluator child starts.
+    code = (
+        "import sys\n"
+        "from service.mcp.cel import Evaluator, bindings, compile_invariants\n"
+        "assert 'cel.cel' not in sys.modules, 'loaded at import'\n"
+        "from service.core.system.contract import parse_invariants\n"
+        "inv = parse_invariants({'predicates': [{'name': 'p', 'expr': 'size(calls) >= 0'}],"
+        " 'builtin': []})\n"
+        "compiled = compile_invariants(inv)\n"
+        "ev = Evaluator(compiled)\n"
+        "try:\n"
+        "    out = ev.evaluate({'calls': [], 'new_effects': [], 'claims': []})\n"
+        "finally:\n"
+        "    ev.close()\n"
+        "assert out.results == {'p': True}, out\n"
+        "heavy = sorted(m for m in ('cel.cli', 'prompt_toolkit', 'typer') if m in sys.modules)\n"
+        "import cel\n"
+        "assert cel.compile is bindings().compile\n"
+        "print(heavy)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
