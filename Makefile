@@ -56,21 +56,20 @@ kubectl:
 # worker and CLI child compiles the checkout's modules again.
 PYCACHE = PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/var/pycache
 
-# Four test processes, each running a file (or a service directory's unit, tests/conftest.py)
-# at a time: on this 2-core machine most tests wait on processes they started, and beside a
-# CPU-bound process more runnable test processes keep more of the machine (two were slower
-# there: 22 % of the tests done after 19 min, where four finish in 21-22). The units keep four
-# within PostgreSQL's default 100 connections.
+# Two test processes, each running a file (or a service directory's unit, tests/conftest.py) at
+# a time. Four were tried on this 2-core machine: beside a CPU-bound process they took as long
+# (1,550 s against 1,545 s) and spent about 30 % more CPU (2,285 against 1,727 CPU-seconds, the
+# other process keeping 594 against 1,063); on the idle box 1,153 s of tests against 1,118 s.
 # The core's compile and the three checks share nothing, so they run side by side (each one's
 # output kept together): on a fresh clone the compile is one C compiler process and mypy one more.
 test: install services browser sandbox kubectl
 	@$(MAKE) --no-print-directory -j4 -Otarget compile lint typecheck imports
-	$(PYCACHE) $(PY) -m pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=25
+	$(PYCACHE) $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 # The suite without the files marked `slow` (each over a CPU-minute): a quick loop while working;
 # `make test` (and CI) runs everything.
 test-fast: venv services browser sandbox kubectl
-	$(PYCACHE) $(PY) -m pytest -n 4 --dist loadfile --no-loadscope-reorder -m "not slow"
+	$(PYCACHE) $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not slow"
 
 # Keeps its data in a new folder and ends by saying how to browse it (serve + a reviewer key).
 # The demo's data lives in var/demo (ignored by git), replaced on each run: nothing piles up in

@@ -206,7 +206,7 @@ def session_settings(database_url: str, data_dir: Path, label: str, **overrides:
         # A webhook's retries within a second, not half a minute.
         "webhook_backoff_s": 0.5,
         # A small pool (3 kept, 3 more at a burst): the services of a directory's unit live
-        # while its files run (tests/conftest.py), and four test processes share PostgreSQL's
+        # while its files run (tests/conftest.py), and up to four test processes share PostgreSQL's
         # default 100 connections. Not fewer kept: a burst past the pool opens and closes a
         # connection a time, and a new backend costs PostgreSQL CPU.
         "db_pool_size": 3,
