@@ -112,13 +112,17 @@ def who_ran(folder: Path, processes: int) -> dict[str, str]:
     return dict(line.split() for line in ran.read_text().splitlines())
 
 
-def test_under_xdist_a_service_directorys_files_run_on_one_test_process(tmp_path: Path) -> None:
-    tests = suite(tmp_path, "abcdef", WHO_RUNS)
+def api_files(tests: Path, names: str) -> None:
+    """A service directory (tests/api) of files that each note who ran them."""
     api = tests / "api"
     api.mkdir()
     (api / "__init__.py").write_text("")
-    for name in "uvwxyz":
+    for name in names:
         (api / f"test_{name}.py").write_text(WHO_RUNS)
+
+
+def test_under_xdist_a_service_directorys_files_run_on_one_test_process(tmp_path: Path) -> None:
+    api_files(suite(tmp_path, "abcdef", WHO_RUNS), "uvwxyz")
     seen = who_ran(tmp_path, 3)
     assert len(seen) == 12
     assert len({seen[f"api.test_{n}"] for n in "uvwxyz"}) == 1
@@ -202,11 +206,7 @@ def test_a_service_directory_costing_more_than_a_unit_runs_as_several_dealt_by_c
     tmp_path: Path,
 ) -> None:
     tests = suite(tmp_path, "", WHO_RUNS)
-    api = tests / "api"
-    api.mkdir()
-    (api / "__init__.py").write_text("")
-    for name in "uvwx":
-        (api / f"test_{name}.py").write_text(WHO_RUNS)
+    api_files(tests, "uvwx")
     # 500 s in all: three units of about 200 s (tests/conftest.py, UNIT_S). Longest first to the
     # lightest unit: u, v and w one each, then x joins w's.
     (tests / "file_costs.json").write_text(
