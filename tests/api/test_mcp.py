@@ -16,7 +16,7 @@ from service.settings import Settings
 from tests.mcp.conftest import Sandbox, sandbox  # noqa: F401 - the fixture
 from tests.support.api import decided, dossier, predicate, submit, system_name
 from tests.support.keys import KeyBook
-from tests.support.service import ROOT, WorkerProcess, allow_code, wait_decided
+from tests.support.service import WorkerProcess, allow_code, in_tenant_code, wait_decided
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -33,20 +33,21 @@ def code_worker(
     shards run on the tenant's own worker (the shared workers never receive them)."""
     keys.key("ci")  # the tenant exists once it has a key
     allow_code(engine, keys.tenant)
-    # The checkout as the operator's folder: the manifests name the example's agents by their
-    # absolute paths in it (the worker hashes it once, when it loads it).
+    # The operator's folder is the tests' copy of the checkout's tests and examples: the
+    # manifests name the example's agents by their absolute paths in it (`manifest`).
     worker = WorkerProcess(
-        settings,
-        f"code-{keys.tenant}",
-        tmp_path_factory.mktemp("code-worker"),
-        tenant=keys.tenant,
-        code_dir=ROOT,
+        settings, f"code-{keys.tenant}", tmp_path_factory.mktemp("code-worker"), tenant=keys.tenant
     )
     try:
         worker.wait_ready()
         yield worker
     finally:
         worker.stop()
+
+
+def example_manifest(sandbox: Sandbox, agent: str) -> dict[str, Any]:  # noqa: F811
+    """The example's manifest for `agent`, its command naming the agent in the tenant's code."""
+    return in_tenant_code(sandbox.manifest(agent))
 
 
 PLAN = {"trials": 1, "seed": 7, "modes": ["ship_order_timeout_after_commit", "forked_run"]}
@@ -63,7 +64,8 @@ def test_the_careful_agent_is_allowed_by_real_workers_with_contract_and_invarian
     sandbox: Sandbox,  # noqa: F811
 ) -> None:
     system = system_name("warehouse")
-    done = warehouse_decided(client, sandbox.manifest("careful"), system=system, version="v1")
+    careful = example_manifest(sandbox, "careful")
+    done = warehouse_decided(client, careful, system=system, version="v1")
     assert done["decision"] == "allow", done["reasons"]
     pred = predicate(dossier(client, done["id"]))
     hashes = pred["manifest"]["component_hashes"]
@@ -79,7 +81,7 @@ def test_a_commit_blind_agent_is_blocked_by_real_workers_and_the_dossier_names_t
     sandbox: Sandbox,  # noqa: F811
 ) -> None:
     done = warehouse_decided(
-        client, sandbox.manifest("blind"), system=system_name("warehouse"), version="v1"
+        client, example_manifest(sandbox, "blind"), system=system_name("warehouse"), version="v1"
     )
     assert done["decision"] == "block"
     assert {"duplicate_effect", "unsafe_escape"} <= {r["code"] for r in done["reasons"]}
@@ -92,7 +94,7 @@ def test_a_changed_invariant_or_contract_reopens_the_gate(
     sandbox: Sandbox,  # noqa: F811
 ) -> None:
     system = system_name("warehouse")
-    base = sandbox.manifest("careful")
+    base = example_manifest(sandbox, "careful")
     warehouse_decided(client, base, system=system, version="v1")
     assert client.get(f"/v1/gate/{system}", params={"version": "v1"}).json()["decision"] == "allow"
 
@@ -120,7 +122,7 @@ def test_an_invariant_that_does_not_compile_is_refused_naming_its_field(
     client: httpx.Client,
     sandbox: Sandbox,  # noqa: F811
 ) -> None:
-    bad = sandbox.manifest("careful")
+    bad = example_manifest(sandbox, "careful")
     bad["invariants"]["predicates"][0]["expr"] = "new_effects.all(e, "
     response = client.post(
         "/v1/candidates",

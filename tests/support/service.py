@@ -34,6 +34,7 @@ from service.settings import Settings
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 _TENANT_CODE: list[Path] = []
+TENANT_CODE = ("tests", "examples")  # the checkout's folders `tenant_code()` copies
 
 
 def tenant_code() -> Path:
@@ -51,10 +52,27 @@ def tenant_code() -> Path:
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
         folder.chmod(0o755)  # the sandbox's user reads it
         skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
-        for name in ("tests", "examples"):
+        for name in TENANT_CODE:
             shutil.copytree(ROOT / name, folder / name, ignore=skip, symlinks=True)
         _TENANT_CODE.append(folder)
     return _TENANT_CODE[0]
+
+
+def in_tenant_code(manifest: dict[str, Any]) -> dict[str, Any]:
+    """`manifest` with its runner's command naming the copy in `tenant_code()` of each checkout
+    file it names (the sandbox binds the operator's folder at its own path). A tenant worker
+    hashes its whole operator's folder for every shard it starts (worker/code.py): the checkout,
+    virtualenv and bytecode cache included, that was seconds of CPU a shard."""
+    checkout, copy = f"{ROOT}{os.sep}", f"{tenant_code()}{os.sep}"
+    data: dict[str, Any] = json.loads(json.dumps(manifest))
+    runner = data["target"]["runner"]
+    runner["command"] = [
+        copy + part.removeprefix(checkout)
+        if part.startswith(checkout) and Path(part).relative_to(ROOT).parts[0] in TENANT_CODE
+        else part
+        for part in runner["command"]
+    ]
+    return data
 
 
 PG_ADMIN_DSN = os.environ.get("ASSAYGATE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")

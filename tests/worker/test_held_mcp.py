@@ -23,7 +23,13 @@ from service.db.models import AssayShard, ShardStatus
 from service.settings import Settings
 from tests.mcp.test_slots import FAULTS, SLOTS, Slotted, counts, slotted
 from tests.support.keys import ALL_ROLES, make_key
-from tests.support.service import ROOT, ApiServer, WorkerProcess, allow_code, wait_decided
+from tests.support.service import (
+    ApiServer,
+    WorkerProcess,
+    allow_code,
+    in_tenant_code,
+    wait_decided,
+)
 
 __all__ = ["slotted"]  # the module's warehouse servers with SLOTS worlds
 
@@ -73,15 +79,10 @@ def local_counts(
 
 
 def code_worker(settings: Settings, name: str, tmp_path: Path) -> WorkerProcess:
-    """The tenant's own worker with `SLOTS` slots (the agent is its code), the checkout as the
-    operator's folder."""
+    """The tenant's own worker with `SLOTS` slots (the agent is its code, in the tests' copy of
+    the checkout's tests and examples: `in_tenant_code`)."""
     return WorkerProcess(
-        settings,
-        name,
-        tmp_path,
-        tenant=TENANT,
-        code_dir=ROOT,
-        extra_env={"ASSAYGATE_WORKER_SLOTS": str(SLOTS)},
+        settings, name, tmp_path, tenant=TENANT, extra_env={"ASSAYGATE_WORKER_SLOTS": str(SLOTS)}
     )
 
 
@@ -104,7 +105,7 @@ def test_a_worker_with_slots_holds_several_shards_of_an_mcp_assay_at_once_with_e
 ) -> None:
     key = make_key(engine, TENANT, ALL_ROLES)
     allow_code(engine, TENANT)
-    manifest = slotted.manifest("careful")
+    manifest = in_tenant_code(slotted.manifest("careful"))
     # An mcp target's plan is sequential unless it says otherwise: one shard a fault, run one
     # trial at a time, so alone each would use one of the four slots.
     plan = {"trials": 3, "seed": 11, "modes": list(FAULTS)}
@@ -150,7 +151,7 @@ def test_the_shards_a_killed_worker_held_are_sent_again_and_the_figures_stay_exa
 ) -> None:
     key = make_key(engine, TENANT, ALL_ROLES)
     allow_code(engine, TENANT)
-    manifest = slotted.manifest("careful")
+    manifest = in_tenant_code(slotted.manifest("careful"))
     plan = {"trials": 6, "seed": 11, "modes": list(FAULTS)}
     doomed = code_worker(settings, "held-doomed", tmp_path)
     rescuer: WorkerProcess | None = None
