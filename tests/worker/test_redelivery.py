@@ -56,7 +56,7 @@ def test_a_worker_killed_mid_shard_loses_nothing_and_counts_nothing_twice(
             states = [s.status for s in shards(engine, assay_id)]
             return ShardStatus.DONE in states and ShardStatus.RUNNING in states
 
-        wait_for(mid_shard, 60.0, "the first worker to be inside a shard")
+        wait_for(mid_shard, 60.0, "the first worker to be inside a shard", most=0.05)
         doomed.kill()
         interrupted = [s.shard_index for s in shards(engine, assay_id) if s.status == "running"]
         assert interrupted, "the kill should land inside a shard"
