@@ -1,5 +1,6 @@
 """The retry storm fires by what the gate controls (its own fleet model and the agent's attempts),
-never by a race on the wall clock: the same agent gets the same firing count run after run."""
+never by a race on the wall clock: the same agent gets the same firing count run after run. The
+example's agents run warm (`protocol: "lines"`): the claim is the storm's, not the protocol's."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def storm(
 def test_the_storm_fires_in_every_trial_of_every_assay_for_the_same_agent(
     sandbox: Sandbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    runs = [storm(tmp_path, capsys, sandbox.manifest("careful")) for _ in range(3)]
+    runs = [storm(tmp_path, capsys, sandbox.manifest("careful", warm=True)) for _ in range(3)]
     assert [r["exercised"] for r in runs] == [TRIALS] * 3
     assert [r["not_exercised"] for r in runs] == [0] * 3
     # A careful agent backs off with jitter, waits its share, gets through and is allowed.
@@ -60,7 +61,7 @@ def test_the_storm_fires_in_every_trial_of_every_assay_for_the_same_agent(
 def test_an_agent_that_hammers_the_limit_is_never_admitted_and_loses_service(
     sandbox: Sandbox, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    result = storm(tmp_path, capsys, sandbox.manifest("blind"))
+    result = storm(tmp_path, capsys, sandbox.manifest("blind", warm=True))
     assert result["exercised"] == TRIALS
     assert result["decision"] != "allow"
     assert result["signature"]["counts"]["useful_service"] == 0
