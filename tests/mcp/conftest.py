@@ -19,15 +19,23 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "mcp-warehouse"
 
 
-def wait_port(port: int, timeout: float = 30.0) -> None:
+def wait_port(
+    port: int, timeout: float = 120.0, server: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Until something listens on `port` (an error at once if `server` exits first). A guard
+    against a hang, not a speed check: the first servers of a fresh clone's run import the MCP
+    SDK into an empty bytecode cache while the other test process does the same, and on a busy
+    2-core box that took over 30 s."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
+        if server is not None and server.poll() is not None:
+            raise RuntimeError(f"the server for port {port} exited with {server.returncode}")
         try:
             socket.create_connection(("127.0.0.1", port), 0.5).close()
             return
         except OSError:
             time.sleep(0.1)
-    raise RuntimeError(f"port {port} did not come up")
+    raise RuntimeError(f"port {port} did not come up within {timeout:.0f} s")
 
 
 class Sandbox:
@@ -90,8 +98,8 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_port(shop)
-        wait_port(admin)
+        wait_port(shop, server=proc)
+        wait_port(admin, server=proc)
         yield Sandbox(db, shop, admin)
     finally:
         proc.terminate()

@@ -62,8 +62,8 @@ def slotted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slotted]:
     argv += ["--shop-port", str(shop), "--admin-port", str(admin), "--slots", str(SLOTS)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_port(shop)
-        wait_port(admin)
+        wait_port(shop, server=proc)
+        wait_port(admin, server=proc)
         yield Slotted(db, shop, admin)
     finally:
         proc.terminate()
