@@ -39,17 +39,29 @@ pytestmark = pytest.mark.integration
 
 MODES = ["subject_swap", "timeout_after_commit", "retry_storm", "fork_run"]
 SLOTS = 4
+#: The held shards' lease: renewed every third of it, so a renewal must slip by two thirds (1.3 s)
+#: before a lease lapses. A 0.3 s lease lapsed on a busy CI box (a renewal 0.2 s late).
+LEASE_S = 2.0
 
 
 class Observed(Watched):
     """The reference world on `SLOTS` slots whose trials each take a little while, noting (from
     a trial, once the run has gone on past `late_s`) which shards the worker holds and whether
-    another worker could take any of them."""
+    another worker could take any of them. The first trials wait for `late_s`: the shards begun
+    with them are then held a lease and a half, which only a renewed lease survives."""
 
-    def __init__(self, engine: sa.Engine, manifest: Manifest, plan: AssayPlan, assay_id: uuid.UUID):
+    def __init__(
+        self,
+        engine: sa.Engine,
+        manifest: Manifest,
+        plan: AssayPlan,
+        assay_id: uuid.UUID,
+        late_s: float = 1.5 * LEASE_S,
+    ):
         super().__init__(manifest, plan, SLOTS)
         self.db, self.assay_id = engine, assay_id
-        self.began = time.monotonic()
+        self.began, self.late_s = time.monotonic(), late_s
+        self.looked = threading.Event()
         self.holding: list[int] = []
         self.taken_late: list[int | None] = []
         self.looking = threading.Lock()
@@ -79,13 +91,18 @@ class Observed(Watched):
             with contextlib.suppress(threading.BrokenBarrierError):
                 self.together.wait()
         time.sleep(0.01)
-        if time.monotonic() - self.began > 1.0 and self.looking.acquire(blocking=False):
+        if not self.looked.is_set():
+            # The slots stall here, their shards held, until the first leases would have lapsed.
+            time.sleep(max(0.0, self.began + self.late_s - time.monotonic()))
+        if not self.looked.is_set() and self.looking.acquire(blocking=False):
             # Until it has seen several held at once: a held shard that just finished
             # may be stored a moment before the worker holds the next in its place.
             try:
                 if self.looks < 10 and len(self.holding) < 2:
                     self.looks += 1
                     self.look()
+                else:
+                    self.looked.set()
             finally:
                 self.looking.release()
         try:
@@ -105,7 +122,7 @@ class Observed(Watched):
                     )
                 ).all()
             )
-        # Three leases of 0.3 s later, another worker still finds each held shard taken.
+        # A lease and a half later, another worker still finds each held shard taken.
         with session_scope(self.db) as session:
             inputs = assay_inputs(session, self.assay_id)
             assert inputs is not None
@@ -150,7 +167,7 @@ def test_one_worker_holds_an_assays_shards_at_once_and_its_figures_are_the_local
     assay_id = record_assay(engine, settings, plan, version=f"held-{rule}", trials_per_shard=3)
     manifest, parsed = parse_manifest(example("typed")), parse_plan(plan)
     world = Observed(engine, manifest, parsed, assay_id)
-    ctx = slotted(settings, world, shard_lease_s=0.3)
+    ctx = slotted(settings, world, shard_lease_s=LEASE_S)
     shards = shard_rows(engine, assay_id)
     started = time.monotonic()
     # Every shard's message, in order, as a worker takes them from its queue.
