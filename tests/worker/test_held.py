@@ -42,25 +42,20 @@ SLOTS = 4
 #: The held shards' lease: renewed every third of it, so a renewal must slip by two thirds (1.3 s)
 #: before a lease lapses. A 0.3 s lease lapsed on a busy CI box (a renewal 0.2 s late).
 LEASE_S = 2.0
+#: When the first trials stop stalling and one looks: the shards begun with them are then held a
+#: lease and a half, which only a renewed lease survives.
+LATE_S = 1.5 * LEASE_S
 
 
 class Observed(Watched):
     """The reference world on `SLOTS` slots whose trials each take a little while, noting (from
-    a trial, once the run has gone on past `late_s`) which shards the worker holds and whether
-    another worker could take any of them. The first trials wait for `late_s`: the shards begun
-    with them are then held a lease and a half, which only a renewed lease survives."""
+    a trial, once the first trials have stalled until `LATE_S`) which shards the worker holds and
+    whether another worker could take any of them."""
 
-    def __init__(
-        self,
-        engine: sa.Engine,
-        manifest: Manifest,
-        plan: AssayPlan,
-        assay_id: uuid.UUID,
-        late_s: float = 1.5 * LEASE_S,
-    ):
+    def __init__(self, engine: sa.Engine, manifest: Manifest, plan: AssayPlan, assay_id: uuid.UUID):
         super().__init__(manifest, plan, SLOTS)
         self.db, self.assay_id = engine, assay_id
-        self.began, self.late_s = time.monotonic(), late_s
+        self.began = time.monotonic()
         self.looked = threading.Event()
         self.holding: list[int] = []
         self.taken_late: list[int | None] = []
@@ -93,7 +88,7 @@ class Observed(Watched):
         time.sleep(0.01)
         if not self.looked.is_set():
             # The slots stall here, their shards held, until the first leases would have lapsed.
-            time.sleep(max(0.0, self.began + self.late_s - time.monotonic()))
+            time.sleep(max(0.0, self.began + LATE_S - time.monotonic()))
         if not self.looked.is_set() and self.looking.acquire(blocking=False):
             # Until it has seen several held at once: a held shard that just finished
             # may be stored a moment before the worker holds the next in its place.
@@ -101,7 +96,7 @@ class Observed(Watched):
                 if self.looks < 10 and len(self.holding) < 2:
                     self.looks += 1
                     self.look()
-                else:
+                if self.looks == 10 or len(self.holding) >= 2:
                     self.looked.set()
             finally:
                 self.looking.release()
